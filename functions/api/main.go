@@ -1,0 +1,39 @@
+// Command api is the payments API Lambda function, behind API Gateway (REST
+// or HTTP API) with the authorizer function in front.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/oncehq/once/internal/app"
+	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/gateway"
+)
+
+func main() {
+	if err := run(context.Background(), os.Getenv); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, getenv func(string) string) error {
+	cfg, err := config.FromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	client, err := app.DynamoDB(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	h, err := app.API(cfg, client, app.Options{Logger: app.Logger(os.Stdout, cfg.LogLevel), Metrics: os.Stdout})
+	if err != nil {
+		return err
+	}
+	lambda.StartWithOptions(gateway.NewLambdaHandler(h), lambda.WithContext(ctx))
+	return nil
+}

@@ -1,0 +1,91 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/dynamoclient"
+	"github.com/oncehq/once/internal/fault"
+	"github.com/oncehq/once/internal/gateway"
+	"github.com/oncehq/once/internal/httpapi"
+	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/internal/metrics"
+	"github.com/oncehq/once/internal/payments"
+	"github.com/oncehq/once/internal/store/dynamo"
+)
+
+// MetricsNamespace is the CloudWatch namespace of every metric.
+const MetricsNamespace = "once"
+
+// Options are the process-level dependencies of a handler.
+type Options struct {
+	// Logger receives the request log lines (a JSON logger on stdout at
+	// cfg.LogLevel when nil).
+	Logger *slog.Logger
+	// Metrics receives the EMF metric lines (stdout when nil).
+	Metrics io.Writer
+	// Now returns the current time (time.Now when nil); tests move it to
+	// expire records.
+	Now func() time.Time
+}
+
+// DynamoDB returns the DynamoDB client for cfg.
+func DynamoDB(ctx context.Context, cfg config.Config) (*dynamodb.Client, error) {
+	awsCfg, err := dynamoclient.Config(ctx, dynamoclient.Options{Endpoint: cfg.DynamoDBEndpoint, Region: cfg.Region})
+	if err != nil {
+		return nil, err
+	}
+	return dynamoclient.New(awsCfg, cfg.DynamoDBEndpoint), nil
+}
+
+// Logger returns the JSON logger the functions use, on w at level.
+func Logger(w io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// API returns the api function's handler: the payments API over the
+// idempotency engine, backed by DynamoDB through client.
+func API(cfg config.Config, client *dynamodb.Client, opts Options) (http.Handler, error) {
+	if opts.Logger == nil {
+		opts.Logger = Logger(os.Stdout, cfg.LogLevel)
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = os.Stdout
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	var hook func(context.Context, string)
+	if cfg.FaultInjection {
+		hook = fault.Check
+	}
+	mw, err := idempotency.New(idempotency.Config{
+		Store:     dynamo.New(client, cfg.IdempotencyTable),
+		Tenant:    gateway.Tenant,
+		OnError:   httpapi.WriteError,
+		Retention: cfg.Retention,
+		Lease:     cfg.Lease,
+		Now:       opts.Now,
+		Hook:      hook,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("app: %w", err)
+	}
+	return httpapi.NewHandler(httpapi.Deps{
+		Middleware:    mw,
+		Payments:      payments.NewTable(client, cfg.PaymentsTable),
+		PaymentsTable: cfg.PaymentsTable,
+		Logger:        opts.Logger,
+		Metrics:       metrics.New(opts.Metrics, MetricsNamespace, map[string]string{"Service": "api"}),
+		Now:           opts.Now,
+		Fault:         cfg.FaultInjection,
+	}), nil
+}

@@ -1,0 +1,146 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Environment variables read by FromEnv.
+const (
+	EnvIdempotencyTable = "ONCE_IDEMPOTENCY_TABLE"
+	EnvPaymentsTable    = "ONCE_PAYMENTS_TABLE"
+	EnvAPIKeysTable     = "ONCE_API_KEYS_TABLE"
+	EnvProviderTable    = "ONCE_PROVIDER_TABLE"
+	EnvRetention        = "ONCE_RETENTION"
+	EnvLease            = "ONCE_LEASE"
+	EnvFaultInjection   = "ONCE_FAULT_INJECTION"
+	EnvProviderURL      = "ONCE_PROVIDER_URL"
+	EnvDynamoDBEndpoint = "DYNAMODB_ENDPOINT"
+	EnvRegion           = "AWS_REGION"
+	EnvLogLevel         = "LOG_LEVEL"
+)
+
+// Defaults applied by FromEnv to unset variables.
+const (
+	DefaultIdempotencyTable = "once-idempotency"
+	DefaultPaymentsTable    = "once-payments"
+	DefaultAPIKeysTable     = "once-api-keys"
+	DefaultProviderTable    = "once-provider"
+	DefaultRetention        = 24 * time.Hour
+	DefaultLease            = 30 * time.Second
+	// DefaultLocalRegion is the region used with a DYNAMODB_ENDPOINT and no
+	// AWS_REGION.
+	DefaultLocalRegion = "us-east-1"
+)
+
+// Config is the parsed configuration.
+type Config struct {
+	// IdempotencyTable, PaymentsTable, APIKeysTable and ProviderTable are the
+	// DynamoDB table names.
+	IdempotencyTable string
+	PaymentsTable    string
+	APIKeysTable     string
+	ProviderTable    string
+	// Retention is how long a completed idempotency record is kept.
+	Retention time.Duration
+	// Lease is how long a reservation is held before it counts as abandoned.
+	Lease time.Duration
+	// FaultInjection enables the Once-Fault request header.
+	FaultInjection bool
+	// DynamoDBEndpoint overrides the DynamoDB endpoint; empty means AWS.
+	DynamoDBEndpoint string
+	// Region is the AWS region; empty lets the SDK decide, except with an
+	// endpoint, where it defaults to DefaultLocalRegion.
+	Region string
+	// LogLevel is the minimum level logged.
+	LogLevel slog.Level
+	// ProviderURL is the payment provider's base URL (issue 3); empty when
+	// unset.
+	ProviderURL string
+}
+
+// tableName is DynamoDB's rule for table names.
+var tableName = regexp.MustCompile(`^[a-zA-Z0-9_.-]{3,255}$`)
+
+// FromEnv parses the configuration from getenv (os.Getenv in production). It
+// returns every problem found, joined.
+func FromEnv(getenv func(string) string) (Config, error) {
+	var errs []error
+	bad := func(name, value, reason string) {
+		errs = append(errs, fmt.Errorf("config: %s=%q: %s", name, value, reason))
+	}
+	str := func(name, def string) string {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			return v
+		}
+		return def
+	}
+	table := func(name, def string) string {
+		v := str(name, def)
+		if !tableName.MatchString(v) {
+			bad(name, v, "not a DynamoDB table name (3-255 characters of a-z A-Z 0-9 _ . -)")
+		}
+		return v
+	}
+	duration := func(name string, def time.Duration) time.Duration {
+		v := str(name, "")
+		if v == "" {
+			return def
+		}
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			bad(name, v, "not a Go duration (e.g. 24h, 30s)")
+		case d <= 0:
+			bad(name, v, "must be positive")
+		}
+		return d
+	}
+	endpoint := func(name string) string {
+		v := str(name, "")
+		if v == "" {
+			return ""
+		}
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad(name, v, "not an absolute http(s) URL")
+		}
+		return v
+	}
+
+	c := Config{
+		IdempotencyTable: table(EnvIdempotencyTable, DefaultIdempotencyTable),
+		PaymentsTable:    table(EnvPaymentsTable, DefaultPaymentsTable),
+		APIKeysTable:     table(EnvAPIKeysTable, DefaultAPIKeysTable),
+		ProviderTable:    table(EnvProviderTable, DefaultProviderTable),
+		Retention:        duration(EnvRetention, DefaultRetention),
+		Lease:            duration(EnvLease, DefaultLease),
+		DynamoDBEndpoint: endpoint(EnvDynamoDBEndpoint),
+		Region:           str(EnvRegion, ""),
+		ProviderURL:      endpoint(EnvProviderURL),
+	}
+	if c.Region == "" && c.DynamoDBEndpoint != "" {
+		c.Region = DefaultLocalRegion
+	}
+	switch v := str(EnvFaultInjection, ""); strings.ToLower(v) {
+	case "", "0", "false":
+	case "1", "true":
+		c.FaultInjection = true
+	default:
+		bad(EnvFaultInjection, v, `must be "1", "true", "0", "false" or unset`)
+	}
+	if v := str(EnvLogLevel, ""); v != "" {
+		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
+			bad(EnvLogLevel, v, "must be debug, info, warn or error")
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}

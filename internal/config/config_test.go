@@ -1,0 +1,124 @@
+package config
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestFromEnv(t *testing.T) {
+	defaults := Config{
+		IdempotencyTable: DefaultIdempotencyTable,
+		PaymentsTable:    DefaultPaymentsTable,
+		APIKeysTable:     DefaultAPIKeysTable,
+		ProviderTable:    DefaultProviderTable,
+		Retention:        DefaultRetention,
+		Lease:            DefaultLease,
+		LogLevel:         slog.LevelInfo,
+	}
+	with := func(f func(*Config)) Config {
+		c := defaults
+		f(&c)
+		return c
+	}
+	tests := []struct {
+		name    string
+		env     map[string]string
+		want    Config
+		wantErr []string // substrings, one per expected problem
+	}{
+		{name: "empty environment", want: defaults},
+		{
+			name: "everything set",
+			env: map[string]string{
+				"ONCE_IDEMPOTENCY_TABLE": "stack-idempotency",
+				"ONCE_PAYMENTS_TABLE":    "stack-payments",
+				"ONCE_API_KEYS_TABLE":    "stack-api-keys",
+				"ONCE_PROVIDER_TABLE":    "stack-provider",
+				"ONCE_RETENTION":         "1h30m",
+				"ONCE_LEASE":             "10s",
+				"ONCE_FAULT_INJECTION":   "1",
+				"DYNAMODB_ENDPOINT":      "http://127.0.0.1:8000",
+				"AWS_REGION":             "eu-west-1",
+				"LOG_LEVEL":              "debug",
+				"ONCE_PROVIDER_URL":      "https://provider.example.com",
+			},
+			want: Config{
+				IdempotencyTable: "stack-idempotency",
+				PaymentsTable:    "stack-payments",
+				APIKeysTable:     "stack-api-keys",
+				ProviderTable:    "stack-provider",
+				Retention:        90 * time.Minute,
+				Lease:            10 * time.Second,
+				FaultInjection:   true,
+				DynamoDBEndpoint: "http://127.0.0.1:8000",
+				Region:           "eu-west-1",
+				LogLevel:         slog.LevelDebug,
+				ProviderURL:      "https://provider.example.com",
+			},
+		},
+		{name: "fault injection true", env: map[string]string{"ONCE_FAULT_INJECTION": "TRUE"},
+			want: with(func(c *Config) { c.FaultInjection = true })},
+		{name: "fault injection 0", env: map[string]string{"ONCE_FAULT_INJECTION": "0"}, want: defaults},
+		{name: "fault injection false", env: map[string]string{"ONCE_FAULT_INJECTION": "false"}, want: defaults},
+		{name: "endpoint without region defaults the region", env: map[string]string{"DYNAMODB_ENDPOINT": "http://localhost:8111"},
+			want: with(func(c *Config) { c.DynamoDBEndpoint = "http://localhost:8111"; c.Region = "us-east-1" })},
+		{name: "region without endpoint", env: map[string]string{"AWS_REGION": "eu-central-1"},
+			want: with(func(c *Config) { c.Region = "eu-central-1" })},
+		{name: "log level warn, upper case", env: map[string]string{"LOG_LEVEL": "WARN"},
+			want: with(func(c *Config) { c.LogLevel = slog.LevelWarn })},
+		{name: "surrounding spaces are ignored", env: map[string]string{"ONCE_RETENTION": " 2h "},
+			want: with(func(c *Config) { c.Retention = 2 * time.Hour })},
+		{name: "bad retention", env: map[string]string{"ONCE_RETENTION": "1 day"}, wantErr: []string{"ONCE_RETENTION"}},
+		{name: "zero retention", env: map[string]string{"ONCE_RETENTION": "0s"}, wantErr: []string{"ONCE_RETENTION=\"0s\": must be positive"}},
+		{name: "negative lease", env: map[string]string{"ONCE_LEASE": "-1s"}, wantErr: []string{"ONCE_LEASE"}},
+		{name: "bare number lease", env: map[string]string{"ONCE_LEASE": "30"}, wantErr: []string{"ONCE_LEASE"}},
+		{name: "bad fault injection", env: map[string]string{"ONCE_FAULT_INJECTION": "yes"}, wantErr: []string{"ONCE_FAULT_INJECTION"}},
+		{name: "bad log level", env: map[string]string{"LOG_LEVEL": "verbose"}, wantErr: []string{"LOG_LEVEL"}},
+		{name: "bad table name", env: map[string]string{"ONCE_PAYMENTS_TABLE": "a b"}, wantErr: []string{"ONCE_PAYMENTS_TABLE"}},
+		{name: "short table name", env: map[string]string{"ONCE_IDEMPOTENCY_TABLE": "ab"}, wantErr: []string{"ONCE_IDEMPOTENCY_TABLE"}},
+		{name: "endpoint without scheme", env: map[string]string{"DYNAMODB_ENDPOINT": "localhost:8000"}, wantErr: []string{"DYNAMODB_ENDPOINT"}},
+		{name: "provider URL not absolute", env: map[string]string{"ONCE_PROVIDER_URL": "/v1"}, wantErr: []string{"ONCE_PROVIDER_URL"}},
+		{
+			name: "every problem at once",
+			env: map[string]string{
+				"ONCE_RETENTION":       "forever",
+				"ONCE_LEASE":           "0",
+				"ONCE_FAULT_INJECTION": "maybe",
+				"LOG_LEVEL":            "loud",
+				"ONCE_API_KEYS_TABLE":  "x",
+				"DYNAMODB_ENDPOINT":    "ftp://host",
+			},
+			wantErr: []string{"ONCE_RETENTION", "ONCE_LEASE", "ONCE_FAULT_INJECTION", "LOG_LEVEL", "ONCE_API_KEYS_TABLE", "DYNAMODB_ENDPOINT"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := FromEnv(func(k string) string { return tt.env[k] })
+			if len(tt.wantErr) > 0 {
+				if err == nil {
+					t.Fatalf("FromEnv() = %+v, nil; want an error naming %v", got, tt.wantErr)
+				}
+				lines := strings.Split(err.Error(), "\n")
+				if len(lines) != len(tt.wantErr) {
+					t.Errorf("FromEnv() reported %d problems, want %d:\n%v", len(lines), len(tt.wantErr), err)
+				}
+				for _, w := range tt.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("FromEnv() error = %q, want it to mention %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("FromEnv() error = %v", err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("FromEnv() mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

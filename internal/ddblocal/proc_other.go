@@ -1,0 +1,7 @@
+//go:build !unix
+
+package ddblocal
+
+import "syscall"
+
+func sysProcAttr() *syscall.SysProcAttr { return nil }

@@ -1,0 +1,214 @@
+package deploytest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/samtemplate"
+)
+
+// faultEnv enables crash injection: never part of a deployment.
+const faultEnv = "ONCE_FAULT_INJECTION"
+
+// notFromTemplate reports whether a variable is set by Lambda itself (AWS_*)
+// or only locally (DYNAMODB_ENDPOINT), never by the template.
+func notFromTemplate(name string) bool {
+	return strings.HasPrefix(name, "AWS_") || strings.HasPrefix(name, "_") || name == "DYNAMODB_ENDPOINT"
+}
+
+// designEnv is docs/design.md's "Environment per function", less
+// ONCE_FAULT_INJECTION.
+var designEnv = map[string][]string{
+	"ApiFunction":        {"LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_RETENTION"},
+	"AuthorizerFunction": {"LOG_LEVEL", "ONCE_API_KEYS_TABLE"},
+	"WorkerFunction":     {"LOG_LEVEL", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL"},
+	"SweeperFunction":    {"LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_RETENTION"},
+	"ReconcilerFunction": {"LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_RETENTION"},
+	"ProviderFunction":   {"LOG_LEVEL", "ONCE_PROVIDER_TABLE"},
+}
+
+// envSource is what each variable must be set from.
+var envSource = map[string]any{
+	"LOG_LEVEL":              map[string]any{"Ref": "LogLevel"},
+	"ONCE_IDEMPOTENCY_TABLE": map[string]any{"Ref": "IdempotencyTable"},
+	"ONCE_PAYMENTS_TABLE":    map[string]any{"Ref": "PaymentsTable"},
+	"ONCE_API_KEYS_TABLE":    map[string]any{"Ref": "ApiKeysTable"},
+	"ONCE_PROVIDER_TABLE":    map[string]any{"Ref": "ProviderTable"},
+	"ONCE_RETENTION":         map[string]any{"Ref": "Retention"},
+	"ONCE_LEASE":             map[string]any{"Ref": "Lease"},
+	"ONCE_PROVIDER_TIMEOUT":  map[string]any{"Ref": "ProviderTimeout"},
+	"ONCE_PROVIDER_URL": map[string]any{"Fn::If": []any{
+		"DeployProvider",
+		map[string]any{"Fn::GetAtt": []any{"ProviderFunctionUrl", "FunctionUrl"}},
+		map[string]any{"Ref": "ProviderUrl"},
+	}},
+}
+
+func TestEnvironmentMatchesDesign(t *testing.T) {
+	for id, fn := range template(t).Functions() {
+		env := fn.Environment()
+		if diff := cmp.Diff(designEnv[id], sortedKeys(env)); diff != "" {
+			t.Errorf("%s environment mismatch (-design +template):\n%s", id, diff)
+		}
+		for name, v := range env {
+			if diff := cmp.Diff(envSource[name], v); diff != "" {
+				t.Errorf("%s %s value mismatch (-want +got):\n%s", id, name, diff)
+			}
+		}
+	}
+}
+
+func TestFaultInjectionNeverSettable(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(root(t), "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), faultEnv) || regexp.MustCompile(`(?i)fault[_ -]?injection|once-fault`).Match(data) {
+		t.Errorf("template.yaml mentions fault injection; %s must never be set in a deployment", faultEnv)
+	}
+}
+
+// TestEnvironmentCoversCode checks that every variable the code reachable
+// from functions/<name> reads is set for its function: the names passed to
+// getenv-like calls, and for the fields of config.Config the function uses,
+// the config.Env<Field> variable that FromEnv reads into them.
+func TestEnvironmentCoversCode(t *testing.T) {
+	fieldEnv := configFieldEnv(t)
+	for id, fn := range template(t).Functions() {
+		folder := samtemplate.FunctionFolder(id)
+		if !hasFolder(t, folder) {
+			t.Logf("%s: functions/%s does not exist yet", id, folder)
+			continue
+		}
+		s := scanFunction(t, folder)
+		reads := map[string]string{} // variable -> why
+		for v := range s.Getenv {
+			reads[v] = "getenv"
+		}
+		for field, v := range fieldEnv {
+			if s.Selected[field] {
+				reads[v] = "config." + field
+			}
+		}
+		env := fn.Environment()
+		for _, v := range sortedKeys(reads) {
+			switch {
+			case notFromTemplate(v):
+			case v == faultEnv:
+				if id != "ApiFunction" {
+					t.Errorf("%s reads %s (%s); only the api has crash injection", id, v, reads[v])
+				}
+			case env[v] == nil:
+				t.Errorf("%s reads %s (%s) but template.yaml does not set it", id, v, reads[v])
+			}
+		}
+		var unread []string
+		for v := range env {
+			if _, ok := reads[v]; !ok {
+				unread = append(unread, v)
+			}
+		}
+		if len(unread) > 0 {
+			sort.Strings(unread)
+			t.Logf("%s: set but not read by the code yet: %v", id, unread)
+		}
+	}
+}
+
+// configFieldEnv maps each config.Config field to the variable it is read
+// from, by the convention const Env<Field> = "VARIABLE", which it checks.
+func configFieldEnv(t *testing.T) map[string]string {
+	t.Helper()
+	dir := filepath.Join(root(t), "internal", "config")
+	consts := stringConsts(t, dir, regexp.MustCompile(`^Env[A-Z]`))
+	fields := map[string]bool{}
+	for _, f := range structFields(t, dir, "Config") {
+		fields[f] = true
+	}
+	out := map[string]string{}
+	for name, v := range consts {
+		field := strings.TrimPrefix(name, "Env")
+		if !fields[field] {
+			t.Errorf("config.%s = %q has no Config.%s field: keep the Env<Field> convention, which this test relies on", name, v, field)
+			continue
+		}
+		out[field] = v
+	}
+	return out
+}
+
+// TestConfigAcceptsTemplate runs config.FromEnv on each function's
+// environment as a deployment with the parameters' defaults (and each
+// allowed LogLevel) sets it.
+func TestConfigAcceptsTemplate(t *testing.T) {
+	tm := template(t)
+	vars := tm.ParameterDefaults()
+	tables, err := tm.Tables("once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tbl := range tables {
+		vars[tbl.LogicalID] = aws.ToString(tbl.Input.TableName)
+	}
+	levels := list(mapOf(tm.Section("Parameters")["LogLevel"])["AllowedValues"])
+	if len(levels) == 0 {
+		t.Fatal("LogLevel has no AllowedValues")
+	}
+	for _, deploy := range []bool{true, false} {
+		for _, level := range levels {
+			vars := clone(vars)
+			vars["LogLevel"] = fmt.Sprint(level)
+			vars["DeployProviderSimulator"] = fmt.Sprint(deploy)
+			if !deploy {
+				vars["ProviderUrl"] = "https://provider.example.com/"
+			}
+			for id, fn := range tm.Functions() {
+				env := map[string]string{}
+				for name, v := range fn.Environment() {
+					s, err := evalDefault(v, vars, deploy)
+					if err != nil {
+						t.Fatalf("%s %s: %v", id, name, err)
+					}
+					env[name] = s
+				}
+				if _, err := config.FromEnv(func(k string) string { return env[k] }); err != nil {
+					t.Errorf("%s (DeployProviderSimulator=%v, LogLevel=%v): config.FromEnv: %v", id, deploy, level, err)
+				}
+			}
+		}
+	}
+}
+
+func clone(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// evalDefault evaluates an environment value: !Ref, !Sub, and the
+// !If [DeployProvider, !GetAtt ProviderFunctionUrl.FunctionUrl, ...] form.
+func evalDefault(v any, vars map[string]string, deployProvider bool) (string, error) {
+	if m := mapOf(v); m != nil {
+		if args, ok := m["Fn::If"].([]any); ok && len(args) == 3 && args[0] == "DeployProvider" {
+			if !deployProvider {
+				return evalDefault(args[2], vars, deployProvider)
+			}
+			if ga, ok := mapOf(args[1])["Fn::GetAtt"].([]any); ok && ga[0] == "ProviderFunctionUrl" {
+				// What Lambda returns: note the trailing slash.
+				return "https://abcdefghijklmnopqrstuvwxyz012345.lambda-url.us-east-1.on.aws/", nil
+			}
+		}
+	}
+	return samtemplate.String(v, vars)
+}

@@ -1,0 +1,270 @@
+package deploytest
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncehq/once/internal/samtemplate"
+)
+
+var streamRead = []string{"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"}
+
+// wantGrants is each function's least privilege: resource -> actions, where a
+// resource is a logical ID (its Arn) or <Table>/stream (its StreamArn).
+var wantGrants = map[string]map[string][]string{
+	"ApiFunction": {
+		"IdempotencyTable": {"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+		"PaymentsTable":    {"dynamodb:GetItem", "dynamodb:PutItem"},
+	},
+	"AuthorizerFunction": {
+		"ApiKeysTable": {"dynamodb:GetItem"},
+	},
+	"WorkerFunction": {
+		"PaymentsTable":        {"dynamodb:GetItem", "dynamodb:UpdateItem"},
+		"PaymentsTable/stream": streamRead,
+		"WorkerDLQ":            {"sqs:SendMessage"},
+	},
+	"SweeperFunction": {
+		"IdempotencyTable":        {"dynamodb:GetItem", "dynamodb:PutItem"},
+		"IdempotencyTable/stream": streamRead,
+		"SweeperDLQ":              {"sqs:SendMessage"},
+	},
+	"ReconcilerFunction": {
+		"IdempotencyTable":        {"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+		"IdempotencyTable/stream": streamRead,
+		"ReconcilerDLQ":           {"sqs:SendMessage"},
+	},
+	"ProviderFunction": {
+		"ProviderTable": {"dynamodb:GetItem", "dynamodb:PutItem"},
+	},
+}
+
+// The only managed policies a function role may have: CloudWatch Logs and
+// X-Ray, which AWS scopes to "*" itself.
+var allowedManaged = []any{
+	map[string]any{"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"},
+	map[string]any{"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/AWSXRayDaemonWriteAccess"},
+}
+
+// functionGrants returns the resource -> actions that fn's role grants,
+// failing the test on anything but exact Allow statements on the template's
+// own resources.
+func functionGrants(t *testing.T, id string, fn samtemplate.Function) map[string][]string {
+	t.Helper()
+	resources := template(t).Resources()
+	if _, ok := fn.Properties["Policies"]; ok {
+		t.Errorf("%s has Policies; use its own role (SAM's generated roles add managed policies on \"*\")", id)
+	}
+	refs := samtemplate.Refs(fn.Properties["Role"])
+	if len(refs) != 1 || refs[0].Attribute != "Arn" || resources[refs[0].Name].Type != "AWS::IAM::Role" {
+		t.Errorf("%s Role = %v, want !GetAtt <role>.Arn", id, fn.Properties["Role"])
+		return nil
+	}
+	roleID := refs[0].Name
+	for other, f := range template(t).Functions() {
+		if other != id && cmp.Equal(f.Properties["Role"], fn.Properties["Role"]) {
+			t.Errorf("%s and %s share the role %s", id, other, roleID)
+		}
+	}
+	role := resources[roleID]
+	if got, want := role.Raw["Condition"], fn.Raw["Condition"]; got != want {
+		t.Errorf("%s Condition = %v, want the function's, %v", roleID, got, want)
+	}
+	trust := mapOf(role.Properties["AssumeRolePolicyDocument"])
+	wantTrust := map[string]any{"Version": "2012-10-17", "Statement": []any{map[string]any{
+		"Effect": "Allow", "Principal": map[string]any{"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole",
+	}}}
+	if diff := cmp.Diff(wantTrust, trust); diff != "" {
+		t.Errorf("%s AssumeRolePolicyDocument mismatch (-want +got):\n%s", roleID, diff)
+	}
+	if diff := cmp.Diff(allowedManaged, role.Properties["ManagedPolicyArns"]); diff != "" {
+		t.Errorf("%s ManagedPolicyArns mismatch (-want +got):\n%s", roleID, diff)
+	}
+	for _, k := range []string{"PermissionsBoundary", "RoleName", "Path"} {
+		if _, ok := role.Properties[k]; ok {
+			t.Errorf("%s sets %s", roleID, k)
+		}
+	}
+	grants := map[string][]string{}
+	for _, p := range list(role.Properties["Policies"]) {
+		doc := mapOf(mapOf(p)["PolicyDocument"])
+		for _, raw := range list(doc["Statement"]) {
+			st := mapOf(raw)
+			for _, k := range []string{"NotAction", "NotResource", "NotPrincipal", "Condition"} {
+				if _, ok := st[k]; ok {
+					t.Errorf("%s: statement %v uses %s", roleID, st["Sid"], k)
+				}
+			}
+			if st["Effect"] != "Allow" {
+				t.Errorf("%s: statement %v Effect = %v, want Allow", roleID, st["Sid"], st["Effect"])
+			}
+			var actions []string
+			for _, a := range list(st["Action"]) {
+				s, _ := a.(string)
+				if s == "" || strings.Contains(s, "*") {
+					t.Errorf("%s: statement %v action %v: want exact actions, no wildcards", roleID, st["Sid"], a)
+					continue
+				}
+				actions = append(actions, s)
+			}
+			for _, r := range list(st["Resource"]) {
+				res, err := grantResource(r, resources)
+				if err != nil {
+					t.Errorf("%s: statement %v: %v", roleID, st["Sid"], err)
+					continue
+				}
+				grants[res] = append(grants[res], actions...)
+			}
+		}
+	}
+	for res := range grants {
+		sort.Strings(grants[res])
+	}
+	return grants
+}
+
+// grantResource resolves a statement's Resource to a logical ID, or
+// <Table>/stream for a table's stream.
+func grantResource(r any, resources map[string]samtemplate.Resource) (string, error) {
+	m := mapOf(r)
+	if m == nil {
+		return "", fmt.Errorf("resource %v is not a reference to the template's resources", r)
+	}
+	if sub, ok := m["Fn::Sub"].(string); ok && len(m) == 1 {
+		// "${Table.Arn}/stream/*": every stream of that one table.
+		refs := samtemplate.Refs(r)
+		if len(refs) == 1 && refs[0].Attribute == "Arn" && sub == "${"+refs[0].String()+"}/stream/*" &&
+			resources[refs[0].Name].Type == "AWS::DynamoDB::Table" {
+			return refs[0].Name + "/stream", nil
+		}
+		return "", fmt.Errorf("resource !Sub %q is neither ${Table.Arn} nor ${Table.Arn}/stream/*", sub)
+	}
+	ga, ok := m["Fn::GetAtt"].([]any)
+	if !ok || len(m) != 1 || len(ga) != 2 {
+		return "", fmt.Errorf("resource %v is not !GetAtt <resource>.Arn or .StreamArn", r)
+	}
+	id, _ := ga[0].(string)
+	attr, _ := ga[1].(string)
+	typ := resources[id].Type
+	switch {
+	case attr == "Arn" && (typ == "AWS::DynamoDB::Table" || typ == "AWS::SQS::Queue"):
+		return id, nil
+	case attr == "StreamArn" && typ == "AWS::DynamoDB::Table":
+		return id + "/stream", nil
+	}
+	return "", fmt.Errorf("resource !GetAtt %s.%s (%s) is not a table, stream or queue ARN", id, attr, typ)
+}
+
+func TestLeastPrivilege(t *testing.T) {
+	for id, fn := range template(t).Functions() {
+		got := functionGrants(t, id, fn)
+		if diff := cmp.Diff(wantGrants[id], got); diff != "" {
+			t.Errorf("%s grants mismatch (-want +got):\n%s", id, diff)
+		}
+		// The tables it may touch are the tables it is told about...
+		var envTables, grantTables []string
+		for _, v := range fn.Environment() {
+			for _, r := range samtemplate.Refs(v) {
+				if template(t).Resources()[r.Name].Type == "AWS::DynamoDB::Table" {
+					envTables = append(envTables, r.Name)
+				}
+			}
+		}
+		// ...its stream grants are its mappings' streams, and its queue
+		// grants its mappings' on-failure destinations.
+		var streams, queues, grantStreams, grantQueues []string
+		for _, ev := range fn.Events() {
+			if ev.Type != "DynamoDB" {
+				continue
+			}
+			for _, r := range samtemplate.Refs(ev.Properties["Stream"]) {
+				streams = append(streams, r.Name+"/stream")
+			}
+			for _, r := range samtemplate.Refs(mapOf(mapOf(ev.Properties["DestinationConfig"])["OnFailure"])["Destination"]) {
+				queues = append(queues, r.Name)
+			}
+		}
+		for res := range got {
+			switch {
+			case strings.HasSuffix(res, "/stream"):
+				grantStreams = append(grantStreams, res)
+			case template(t).Resources()[res].Type == "AWS::SQS::Queue":
+				grantQueues = append(grantQueues, res)
+			default:
+				grantTables = append(grantTables, res)
+			}
+		}
+		for _, pair := range []struct {
+			what      string
+			want, got []string
+		}{{"tables (environment vs grants)", envTables, grantTables}, {"streams", streams, grantStreams}, {"queues", queues, grantQueues}} {
+			sort.Strings(pair.want)
+			sort.Strings(pair.got)
+			if diff := cmp.Diff(pair.want, pair.got); diff != "" {
+				t.Errorf("%s %s mismatch (-uses +granted):\n%s", id, pair.what, diff)
+			}
+		}
+	}
+}
+
+// dynamoActions maps the DynamoDB client's methods to the IAM actions they
+// need; TransactWriteItems needs the actions of its items (see
+// transactItems), TransactGetItems GetItem.
+var dynamoActions = map[string]string{
+	"GetItem": "dynamodb:GetItem", "PutItem": "dynamodb:PutItem", "UpdateItem": "dynamodb:UpdateItem",
+	"DeleteItem": "dynamodb:DeleteItem", "Query": "dynamodb:Query", "Scan": "dynamodb:Scan",
+	"BatchGetItem": "dynamodb:BatchGetItem", "BatchWriteItem": "dynamodb:BatchWriteItem",
+	"TransactGetItems": "dynamodb:GetItem", "ExecuteStatement": "dynamodb:PartiQLSelect",
+}
+
+var transactItems = map[string]string{
+	"Put": "dynamodb:PutItem", "Update": "dynamodb:UpdateItem", "Delete": "dynamodb:DeleteItem",
+	"ConditionCheck": "dynamodb:ConditionCheckItem",
+}
+
+// TestGrantsCoverCode checks that every DynamoDB operation the code
+// reachable from functions/<name> can call is granted on some table (which
+// table, the scan cannot tell). An operation counts when the code both
+// selects its method (x.Query) and names its input type (dynamodb.QueryInput),
+// so that url.URL's Query does not.
+func TestGrantsCoverCode(t *testing.T) {
+	const (
+		sdk      = "github.com/aws/aws-sdk-go-v2/service/dynamodb."
+		sdkTypes = "github.com/aws/aws-sdk-go-v2/service/dynamodb/types."
+	)
+	for id, fn := range template(t).Functions() {
+		folder := samtemplate.FunctionFolder(id)
+		if !hasFolder(t, folder) {
+			continue
+		}
+		s := scanFunction(t, folder)
+		need := map[string]string{}
+		for method, action := range dynamoActions {
+			if s.Selected[method] && s.Qualified[sdk+method+"Input"] {
+				need[action] = method
+			}
+		}
+		if s.Selected["TransactWriteItems"] && s.Qualified[sdk+"TransactWriteItemsInput"] {
+			for item, action := range transactItems {
+				if s.Qualified[sdkTypes+item] {
+					need[action] = "TransactWriteItems with types." + item
+				}
+			}
+		}
+		granted := map[string]bool{}
+		for _, actions := range functionGrants(t, id, fn) {
+			for _, a := range actions {
+				granted[a] = true
+			}
+		}
+		for _, action := range sortedKeys(need) {
+			if !granted[action] {
+				t.Errorf("%s: the code can call %s but the role does not grant %s", id, need[action], action)
+			}
+		}
+	}
+}

@@ -1,0 +1,369 @@
+package deploytest
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncehq/once/internal/samtemplate"
+)
+
+func TestTransform(t *testing.T) {
+	if got := template(t).Doc["Transform"]; got != "AWS::Serverless-2016-10-31" {
+		t.Errorf("Transform = %v, want AWS::Serverless-2016-10-31", got)
+	}
+}
+
+func TestParameters(t *testing.T) {
+	params := template(t).Section("Parameters")
+	want := map[string]string{ // name -> default
+		"StageName": "prod", "Architecture": "arm64", "LogLevel": "info",
+		"Retention": "24h", "Lease": "30s", "ProviderTimeout": "5s",
+		"DeployProviderSimulator": "true", "ProviderUrl": "", "AlarmTopicArn": "",
+	}
+	if diff := cmp.Diff(sortedKeys(want), sortedKeys(params)); diff != "" {
+		t.Errorf("parameters mismatch (-want +got):\n%s", diff)
+	}
+	defaults := template(t).ParameterDefaults()
+	for name, def := range want {
+		p := mapOf(params[name])
+		if p["Type"] != "String" {
+			t.Errorf("%s Type = %v, want String", name, p["Type"])
+		}
+		if got, ok := defaults[name]; !ok || got != def {
+			t.Errorf("%s Default = %q, want %q", name, got, def)
+		}
+		if pat, ok := p["AllowedPattern"].(string); ok {
+			if !regexp.MustCompile(pat).MatchString(def) {
+				t.Errorf("%s Default %q does not match its AllowedPattern %q", name, def, pat)
+			}
+		}
+		if allowed := list(p["AllowedValues"]); allowed != nil {
+			found := false
+			for _, a := range allowed {
+				found = found || fmt.Sprint(a) == def
+			}
+			if !found {
+				t.Errorf("%s Default %q is not in AllowedValues %v", name, def, allowed)
+			}
+		}
+	}
+	for _, name := range []string{"Retention", "Lease", "ProviderTimeout"} {
+		d, err := time.ParseDuration(defaults[name])
+		if err != nil || d <= 0 {
+			t.Errorf("%s Default %q is not a positive Go duration: %v", name, defaults[name], err)
+		}
+		pat := regexp.MustCompile(mapOf(params[name])["AllowedPattern"].(string))
+		for _, bad := range []string{"", "10", "1 h", "-5s", "1d"} {
+			if pat.MatchString(bad) {
+				t.Errorf("%s AllowedPattern accepts %q", name, bad)
+			}
+		}
+	}
+	if diff := cmp.Diff([]any{"arm64", "x86_64"}, mapOf(params["Architecture"])["AllowedValues"]); diff != "" {
+		t.Errorf("Architecture AllowedValues mismatch (-want +got):\n%s", diff)
+	}
+	// The lease must outlive the api's invocation and API Gateway's 29 s
+	// integration timeout, or a request still running loses its key.
+	lease, _ := time.ParseDuration(defaults["Lease"])
+	apiTimeout := time.Duration(template(t).Functions()["ApiFunction"].Properties["Timeout"].(int)) * time.Second
+	if lease <= apiTimeout || lease <= 29*time.Second {
+		t.Errorf("Lease default %v must exceed ApiFunction Timeout %v and API Gateway's 29s", lease, apiTimeout)
+	}
+	// ApplicationLogLevel follows LogLevel.
+	levels := mapOf(template(t).Section("Mappings")["LogLevels"])
+	for _, lv := range list(mapOf(params["LogLevel"])["AllowedValues"]) {
+		if got := mapOf(levels[fmt.Sprint(lv)])["Lambda"]; got != strings.ToUpper(fmt.Sprint(lv)) {
+			t.Errorf("Mappings.LogLevels.%v.Lambda = %v, want %s", lv, got, strings.ToUpper(fmt.Sprint(lv)))
+		}
+	}
+	// ProviderUrl is required without the simulator.
+	rule := mapOf(mapOf(template(t).Section("Rules"))["ProviderUrlWithoutSimulator"])
+	wantRule := map[string]any{
+		"RuleCondition": map[string]any{"Fn::Equals": []any{map[string]any{"Ref": "DeployProviderSimulator"}, "false"}},
+		"Assertions": []any{map[string]any{
+			"Assert":            map[string]any{"Fn::Not": []any{map[string]any{"Fn::Equals": []any{map[string]any{"Ref": "ProviderUrl"}, ""}}}},
+			"AssertDescription": "ProviderUrl is required when DeployProviderSimulator is false.",
+		}},
+	}
+	if diff := cmp.Diff(wantRule, rule); diff != "" {
+		t.Errorf("Rules.ProviderUrlWithoutSimulator mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestProviderSimulator(t *testing.T) {
+	wantCond := map[string]any{"Fn::Equals": []any{map[string]any{"Ref": "DeployProviderSimulator"}, "true"}}
+	if diff := cmp.Diff(wantCond, template(t).Section("Conditions")["DeployProvider"]); diff != "" {
+		t.Errorf("Conditions.DeployProvider mismatch (-want +got):\n%s", diff)
+	}
+	fn := template(t).Functions()["ProviderFunction"]
+	if fn.Condition() != "DeployProvider" {
+		t.Errorf("ProviderFunction Condition = %q, want DeployProvider", fn.Condition())
+	}
+	if diff := cmp.Diff(map[string]any{"AuthType": "NONE"}, fn.Properties["FunctionUrlConfig"]); diff != "" {
+		t.Errorf("ProviderFunction FunctionUrlConfig mismatch (-want +got):\n%s", diff)
+	}
+	for id, f := range template(t).Functions() {
+		if id != "ProviderFunction" && f.Condition() != "" {
+			t.Errorf("%s has Condition %q; only the simulator is optional", id, f.Condition())
+		}
+	}
+}
+
+// conditional returns the resources created only under DeployProvider,
+// SAM's generated function URL included.
+func conditional(t *testing.T) map[string]bool {
+	out := map[string]bool{"ProviderFunctionUrl": true}
+	for id, r := range template(t).Resources() {
+		if r.Raw["Condition"] == "DeployProvider" {
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// TestReferences checks every !Ref and !GetAtt: the target exists (a
+// resource, parameter, pseudo parameter or SAM-generated resource), the
+// attribute exists for its type, and a resource that only exists under
+// DeployProvider is only referenced under that condition.
+func TestReferences(t *testing.T) {
+	attrs := map[string][]string{
+		"AWS::DynamoDB::Table":       {"Arn", "StreamArn"},
+		"AWS::SQS::Queue":            {"Arn", "QueueName", "QueueUrl"},
+		"AWS::Serverless::Function":  {"Arn"},
+		"AWS::IAM::Role":             {"Arn", "RoleId"},
+		"AWS::Logs::LogGroup":        {"Arn"},
+		"AWS::Lambda::Url":           {"FunctionUrl", "FunctionArn"},
+		"AWS::Serverless::Api":       {"RootResourceId"},
+		"AWS::CloudWatch::Alarm":     {"Arn"},
+		"AWS::ApiGateway::Account":   {},
+		"SAM-generated function URL": {"FunctionUrl", "FunctionArn"},
+	}
+	resources := template(t).Resources()
+	typeOf := func(name string) string {
+		if name == "ProviderFunctionUrl" {
+			return "SAM-generated function URL"
+		}
+		return resources[name].Type
+	}
+	params := template(t).Section("Parameters")
+	cond := conditional(t)
+	var walk func(where string, v any, guarded bool)
+	walk = func(where string, v any, guarded bool) {
+		switch x := v.(type) {
+		case []any:
+			for _, e := range x {
+				walk(where, e, guarded)
+			}
+		case map[string]any:
+			if args, ok := x["Fn::If"].([]any); ok && len(args) == 3 {
+				walk(where, args[1], guarded || args[0] == "DeployProvider")
+				walk(where, args[2], guarded)
+				return
+			}
+			if len(x) == 1 && (x["Ref"] != nil || x["Fn::GetAtt"] != nil || x["Fn::Sub"] != nil) {
+				for _, r := range samtemplate.Refs(x) {
+					switch {
+					case strings.HasPrefix(r.Name, "AWS::"):
+					case params[r.Name] != nil && r.Attribute == "":
+					case typeOf(r.Name) == "":
+						t.Errorf("%s: reference to unknown %s", where, r)
+					case r.Attribute != "" && !contains(attrs[typeOf(r.Name)], r.Attribute):
+						t.Errorf("%s: %s has no attribute %s (type %s)", where, r.Name, r.Attribute, typeOf(r.Name))
+					}
+					if cond[r.Name] && !guarded {
+						t.Errorf("%s: %s exists only under DeployProvider; reference it under that condition or !If [DeployProvider, ...]", where, r)
+					}
+				}
+				if x["Fn::Sub"] == nil {
+					return
+				}
+			}
+			for k, e := range x {
+				walk(where, e, guarded)
+				_ = k
+			}
+		}
+	}
+	for id, r := range resources {
+		walk(id, r.Properties, r.Raw["Condition"] == "DeployProvider")
+	}
+	for id, o := range template(t).Section("Outputs") {
+		walk("Outputs."+id, o, mapOf(o)["Condition"] == "DeployProvider")
+	}
+	for k, v := range template(t).Section("Globals") {
+		walk("Globals."+k, v, false)
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, e := range s {
+		if e == v {
+			return true
+		}
+	}
+	return false
+}
+
+func TestApi(t *testing.T) {
+	apis := template(t).ResourcesOfType("AWS::Serverless::Api")
+	if len(apis) != 1 || apis["Api"].Type == "" {
+		t.Fatalf("AWS::Serverless::Api resources = %v, want one, Api", sortedKeys(apis))
+	}
+	p := apis["Api"].Properties
+	if diff := cmp.Diff(map[string]any{"Ref": "StageName"}, p["StageName"]); diff != "" {
+		t.Errorf("Api StageName mismatch (-want +got):\n%s", diff)
+	}
+	wantAuth := map[string]any{
+		"DefaultAuthorizer": "ApiKeyAuthorizer",
+		"Authorizers": map[string]any{"ApiKeyAuthorizer": map[string]any{
+			"FunctionPayloadType": "REQUEST",
+			"FunctionArn":         map[string]any{"Fn::GetAtt": []any{"AuthorizerFunction", "Arn"}},
+			"Identity":            map[string]any{"Headers": []any{"Authorization"}, "ReauthorizeEvery": 300},
+		}},
+	}
+	if diff := cmp.Diff(wantAuth, p["Auth"]); diff != "" {
+		t.Errorf("Api Auth mismatch (-want +got):\n%s", diff)
+	}
+	ms := list(p["MethodSettings"])
+	if len(ms) != 1 {
+		t.Fatalf("Api MethodSettings = %v, want one for /* *", ms)
+	}
+	m := mapOf(ms[0])
+	if m["ResourcePath"] != "/*" || m["HttpMethod"] != "*" {
+		t.Errorf("MethodSettings ResourcePath/HttpMethod = %v %v, want /* *", m["ResourcePath"], m["HttpMethod"])
+	}
+	burst, _ := m["ThrottlingBurstLimit"].(int)
+	rate, _ := m["ThrottlingRateLimit"].(int)
+	if burst <= 0 || rate <= 0 || burst < rate {
+		t.Errorf("MethodSettings throttling burst %v, rate %v: want both positive, burst >= rate", m["ThrottlingBurstLimit"], m["ThrottlingRateLimit"])
+	}
+	if m["DataTraceEnabled"] != false {
+		t.Errorf("MethodSettings DataTraceEnabled = %v, want false (it would log request bodies and keys)", m["DataTraceEnabled"])
+	}
+	als := mapOf(p["AccessLogSetting"])
+	refs := samtemplate.Refs(als["DestinationArn"])
+	if len(refs) != 1 || template(t).Resources()[refs[0].Name].Type != "AWS::Logs::LogGroup" {
+		t.Errorf("AccessLogSetting.DestinationArn = %v, want !GetAtt <log group>.Arn", als["DestinationArn"])
+	} else if lg := template(t).Resources()[refs[0].Name]; lg.Properties["RetentionInDays"] == nil {
+		t.Errorf("%s has no RetentionInDays", refs[0].Name)
+	}
+	format, _ := als["Format"].(string)
+	var fields map[string]string
+	if err := json.Unmarshal([]byte(format), &fields); err != nil {
+		t.Errorf("AccessLogSetting.Format is not a JSON object of strings: %v\n%s", err, format)
+	}
+	for _, k := range []string{"requestId", "status", "httpMethod", "resourcePath", "integrationLatency"} {
+		if fields[k] == "" {
+			t.Errorf("AccessLogSetting.Format lacks %q", k)
+		}
+	}
+	for k, v := range fields {
+		if !regexp.MustCompile(`^\$context\.[A-Za-z.]+$`).MatchString(v) {
+			t.Errorf("AccessLogSetting.Format %q = %q, want one $context variable", k, v)
+		}
+	}
+}
+
+func TestAlarms(t *testing.T) {
+	type alarm struct{ namespace, metric, dimName string }
+	var got []string
+	for id, r := range template(t).ResourcesOfType("AWS::CloudWatch::Alarm") {
+		p := r.Properties
+		if p["ComparisonOperator"] != "GreaterThanThreshold" || p["Threshold"] != 0 {
+			t.Errorf("%s: %v %v, want GreaterThanThreshold 0", id, p["ComparisonOperator"], p["Threshold"])
+		}
+		if p["TreatMissingData"] != "notBreaching" {
+			t.Errorf("%s TreatMissingData = %v, want notBreaching", id, p["TreatMissingData"])
+		}
+		dims := list(p["Dimensions"])
+		if len(dims) != 1 {
+			t.Errorf("%s Dimensions = %v, want one", id, dims)
+			continue
+		}
+		d := mapOf(dims[0])
+		target := fmt.Sprint(d["Value"])
+		if refs := samtemplate.Refs(d["Value"]); len(refs) == 1 {
+			target = refs[0].String()
+			if cond := template(t).Resources()[refs[0].Name].Raw["Condition"]; r.Raw["Condition"] != cond {
+				t.Errorf("%s Condition = %v, want its target's, %v", id, r.Raw["Condition"], cond)
+			}
+		}
+		got = append(got, fmt.Sprintf("%v %v %v=%s", p["Namespace"], p["MetricName"], d["Name"], target))
+	}
+	var want []string
+	for id := range template(t).ResourcesOfType("AWS::SQS::Queue") {
+		want = append(want, "AWS/SQS ApproximateNumberOfMessagesVisible QueueName="+id+".QueueName")
+	}
+	for id := range template(t).Functions() {
+		want = append(want, "AWS/Lambda Errors FunctionName="+id, "AWS/Lambda Throttles FunctionName="+id)
+	}
+	want = append(want, "once reconcile_failed Service=reconciler")
+	if diff := cmp.Diff(sortedSlice(want), sortedSlice(got)); diff != "" {
+		t.Errorf("alarms mismatch (-want +got):\n%s", diff)
+	}
+
+	// The EMF metric comes from the code with that namespace and dimension.
+	if ns := stringConsts(t, filepath.Join(root(t), "internal", "app"), regexp.MustCompile(`^MetricsNamespace$`)); ns["MetricsNamespace"] != "once" {
+		t.Errorf("app.MetricsNamespace = %q, want once (the alarm's namespace)", ns["MetricsNamespace"])
+	}
+	if !hasFolder(t, "reconciler") {
+		t.Logf("functions/reconciler does not exist yet: the reconcile_failed metric is not checked")
+		return
+	}
+	s := scanFunction(t, "reconciler")
+	for _, lit := range []string{"reconcile_failed", "Service", "reconciler"} {
+		if !s.Strings[lit] {
+			t.Errorf("the reconciler's code has no %q literal: the alarm on once/reconcile_failed {Service: reconciler} would never fire", lit)
+		}
+	}
+}
+
+func TestOutputs(t *testing.T) {
+	outs := template(t).Section("Outputs")
+	want := map[string]any{
+		"ApiUrl":               map[string]any{"Fn::Sub": "https://${Api}.execute-api.${AWS::Region}.${AWS::URLSuffix}/${StageName}"},
+		"ApiId":                map[string]any{"Ref": "Api"},
+		"IdempotencyTableName": map[string]any{"Ref": "IdempotencyTable"},
+		"PaymentsTableName":    map[string]any{"Ref": "PaymentsTable"},
+		"ApiKeysTableName":     map[string]any{"Ref": "ApiKeysTable"},
+		"ProviderTableName":    map[string]any{"Ref": "ProviderTable"},
+		"WorkerDLQUrl":         map[string]any{"Ref": "WorkerDLQ"},
+		"SweeperDLQUrl":        map[string]any{"Ref": "SweeperDLQ"},
+		"ReconcilerDLQUrl":     map[string]any{"Ref": "ReconcilerDLQ"},
+		"ProviderUrl":          envSource["ONCE_PROVIDER_URL"],
+	}
+	got := map[string]any{}
+	for k, v := range outs {
+		got[k] = mapOf(v)["Value"]
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Outputs mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestCfnLint runs cfn-lint, AWS's CloudFormation linter (it applies the SAM
+// transform), when it is installed.
+func TestCfnLint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cfn-lint takes seconds")
+	}
+	path, err := exec.LookPath("cfn-lint")
+	if err != nil {
+		t.Skip("cfn-lint is not installed")
+	}
+	cmd := exec.Command(path, "--", "template.yaml")
+	cmd.Dir = root(t)
+	cmd.Env = append(os.Environ(), "AWS_DEFAULT_REGION=us-east-1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("cfn-lint template.yaml: %v\n%s", err, out)
+	}
+}

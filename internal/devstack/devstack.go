@@ -1,0 +1,353 @@
+package devstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/oncehq/once/internal/app"
+	"github.com/oncehq/once/internal/auth"
+	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/ddblocal"
+	"github.com/oncehq/once/internal/gateway"
+	"github.com/oncehq/once/internal/samtemplate"
+)
+
+// Environment read by Start besides config.FromEnv's variables.
+const (
+	EnvDevAPIKeys = "ONCE_DEV_API_KEYS"
+	EnvPort       = "PORT"
+)
+
+// Defaults of Start.
+const (
+	DefaultPort = 3000
+	// DefaultShutdownTimeout bounds Close: API Gateway's integration timeout,
+	// so that running requests can finish, and a little more.
+	DefaultShutdownTimeout = gateway.DefaultIntegrationTimeout + 5*time.Second
+)
+
+// host is the only interface the devstack listens on.
+const host = "127.0.0.1"
+
+// Options configures Start.
+type Options struct {
+	// Getenv reads the environment (os.Getenv in cmd/devstack): the
+	// functions' variables (see config.FromEnv), DYNAMODB_ENDPOINT (unset:
+	// start DynamoDB Local), ONCE_DEV_API_KEYS (auth.DefaultDevAPIKeys) and
+	// PORT (DefaultPort; 0 picks a free one). Required.
+	Getenv func(string) string
+	// Output receives the JSON log lines and the metric lines, as a Lambda
+	// function's stdout does; nil discards them.
+	Output io.Writer
+	// TemplatePath is the SAM template; empty means template.yaml in the
+	// working directory or its nearest parent that has one.
+	TemplatePath string
+	// DynamoDBLocalDir is where DynamoDB Local is cached (ddblocal's default
+	// when empty).
+	DynamoDBLocalDir string
+	// ShutdownTimeout bounds Close (DefaultShutdownTimeout).
+	ShutdownTimeout time.Duration
+}
+
+// Stack is a running devstack.
+type Stack struct {
+	opts   Options
+	output io.Writer
+	log    *slog.Logger
+	cfg    config.Config
+	keys   []auth.Pair
+	port   int
+	tmpl   *samtemplate.Template
+	api    api
+
+	client   *dynamodb.Client
+	emulator *gateway.Emulator
+	url      string
+
+	components []component // started, in order
+	failed     chan error  // a component that failed while running
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// component is something Start started and Close stops.
+type component struct {
+	name string
+	stop func(context.Context) error
+}
+
+// Start starts the stack and returns once it serves requests at URL. ctx
+// bounds the start only; the stack runs until Close, which the caller must
+// call. A failed start stops whatever had started.
+func Start(ctx context.Context, opts Options) (*Stack, error) {
+	s, err := newStack(opts)
+	if err != nil {
+		return nil, err
+	}
+	steps := []struct {
+		name  string
+		start func(context.Context) error
+	}{
+		{"dynamodb", s.startDynamoDB},
+		{"tables", s.createTables},
+		{"api keys", s.seedKeys},
+		{"gateway", s.startGateway},
+	}
+	for _, step := range steps {
+		if err := step.start(ctx); err != nil {
+			return nil, errors.Join(fmt.Errorf("devstack: %s: %w", step.name, err), s.Close())
+		}
+	}
+	s.log.Info("devstack: ready", "url", s.url, "stage", s.api.stage, "dynamodb", s.cfg.DynamoDBEndpoint)
+	return s, nil
+}
+
+func newStack(opts Options) (*Stack, error) {
+	if opts.Getenv == nil {
+		return nil, errors.New("devstack: Options.Getenv is required")
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	out := opts.Output
+	if out == nil {
+		out = io.Discard
+	}
+	cfg, keys, port, err := fromEnv(opts.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	path := opts.TemplatePath
+	if path == "" {
+		if path, err = findTemplate(); err != nil {
+			return nil, err
+		}
+	}
+	tmpl, err := samtemplate.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	a, err := apiFromTemplate(tmpl)
+	if err != nil {
+		return nil, err
+	}
+	return &Stack{
+		opts:   opts,
+		output: out,
+		log:    app.Logger(out, cfg.LogLevel),
+		cfg:    cfg,
+		keys:   keys,
+		port:   port,
+		tmpl:   tmpl,
+		api:    a,
+		failed: make(chan error, 1),
+	}, nil
+}
+
+// fromEnv parses the devstack's environment, reporting every problem at
+// once.
+func fromEnv(getenv func(string) string) (config.Config, []auth.Pair, int, error) {
+	var errs []error
+	cfg, err := config.FromEnv(getenv)
+	errs = append(errs, err)
+
+	spec := strings.TrimSpace(getenv(EnvDevAPIKeys))
+	if spec == "" {
+		spec = auth.DefaultDevAPIKeys
+	}
+	keys, err := auth.ParsePairs(spec)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("devstack: %s: %w", EnvDevAPIKeys, err))
+	}
+
+	port := DefaultPort
+	if v := strings.TrimSpace(getenv(EnvPort)); v != "" {
+		p, err := strconv.Atoi(v)
+		if err != nil || p < 0 || p > 65535 {
+			errs = append(errs, fmt.Errorf("devstack: %s=%q: not a port number (0-65535)", EnvPort, v))
+		}
+		port = p
+	}
+	if err := errors.Join(errs...); err != nil {
+		return config.Config{}, nil, 0, err
+	}
+	return cfg, keys, port, nil
+}
+
+// onStop registers a started component.
+func (s *Stack) onStop(name string, stop func(context.Context) error) {
+	s.components = append(s.components, component{name: name, stop: stop})
+}
+
+// startDynamoDB starts DynamoDB Local unless DYNAMODB_ENDPOINT names one,
+// and builds the client.
+func (s *Stack) startDynamoDB(ctx context.Context) error {
+	if s.cfg.DynamoDBEndpoint == "" {
+		// DynamoDB Local lives until Close; ctx may only abort its start.
+		life, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		stopAbort := context.AfterFunc(ctx, cancel)
+		srv, err := ddblocal.Start(life, ddblocal.Options{
+			Dir:    s.opts.DynamoDBLocalDir,
+			Logger: s.log.With("component", "dynamodb-local"),
+		})
+		stopAbort()
+		if err != nil {
+			cancel()
+			return err
+		}
+		s.onStop("dynamodb local", func(context.Context) error {
+			defer cancel()
+			return srv.Stop()
+		})
+		s.cfg.DynamoDBEndpoint = srv.Endpoint()
+		if s.cfg.Region == "" {
+			s.cfg.Region = config.DefaultLocalRegion
+		}
+	}
+	client, err := app.DynamoDB(ctx, s.cfg)
+	if err != nil {
+		return err
+	}
+	s.client = client
+	return nil
+}
+
+// createTables creates the template's tables; existing ones are left alone.
+func (s *Stack) createTables(ctx context.Context) error {
+	tables, err := tablesFor(s.tmpl, s.cfg)
+	if err != nil {
+		return err
+	}
+	if err := samtemplate.Create(ctx, s.client, tables); err != nil {
+		return err
+	}
+	names := make([]string, 0, len(tables))
+	for _, t := range tables {
+		names = append(names, aws.ToString(t.Input.TableName))
+	}
+	s.log.Info("devstack: tables ready", "tables", names)
+	return nil
+}
+
+// seedKeys stores the demo API keys (hashed). It logs the tenants, never the
+// keys.
+func (s *Stack) seedKeys(ctx context.Context) error {
+	if err := auth.Seed(ctx, s.client, s.cfg.APIKeysTable, s.keys); err != nil {
+		return err
+	}
+	tenants := make([]string, 0, len(s.keys))
+	for _, p := range s.keys {
+		tenants = append(tenants, p.Tenant+" ("+auth.ShortHash(p.Key)+")")
+	}
+	s.log.Info("devstack: API keys seeded", "table", s.cfg.APIKeysTable, "tenants", tenants)
+	return nil
+}
+
+// startGateway builds the two functions exactly as their mains do, puts the
+// API Gateway emulator in front of them, and serves it.
+func (s *Stack) startGateway(context.Context) error {
+	api, err := app.API(s.cfg, s.client, app.Options{
+		Logger:  s.log.With("function", "api"),
+		Metrics: s.output,
+	})
+	if err != nil {
+		return err
+	}
+	authorizer := auth.NewAuthorizer(auth.NewKeys(s.client, s.cfg.APIKeysTable), s.log.With("function", "authorizer"))
+	s.emulator = &gateway.Emulator{
+		Authorize:     gateway.LambdaAuthorizer(lambda.NewHandler(authorizer.Handle)),
+		Invoke:        gateway.LambdaProxy(lambda.NewHandler(gateway.NewLambdaHandler(api))),
+		Routes:        s.api.routes,
+		Stage:         s.api.stage,
+		Region:        s.cfg.Region,
+		AuthorizerTTL: s.api.authorizerTTL,
+		Logger:        s.log.With("component", "gateway"),
+	}
+
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(s.port)))
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           s.emulator,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			s.fail(fmt.Errorf("devstack: gateway: %w", err))
+		}
+	}()
+	s.onStop("gateway", func(ctx context.Context) error {
+		err := srv.Shutdown(ctx)
+		if err != nil {
+			srv.Close()
+		}
+		return errors.Join(err, s.emulator.Wait(ctx))
+	})
+	s.url = "http://" + ln.Addr().String()
+	return nil
+}
+
+// fail reports a component that stopped on its own.
+func (s *Stack) fail(err error) {
+	select {
+	case s.failed <- err:
+	default:
+	}
+}
+
+// URL is the API's base URL, http://127.0.0.1:PORT.
+func (s *Stack) URL() string { return s.url }
+
+// DynamoDBEndpoint is the DynamoDB endpoint the stack uses.
+func (s *Stack) DynamoDBEndpoint() string { return s.cfg.DynamoDBEndpoint }
+
+// Config is the configuration the functions run with.
+func (s *Stack) Config() config.Config { return s.cfg }
+
+// Wait blocks until ctx is done (it then returns nil) or a component fails
+// while running (it returns why). It does not stop the stack.
+func (s *Stack) Wait(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-s.failed:
+		return err
+	}
+}
+
+// Close stops the components in reverse order of their start: the gateway
+// first, letting running requests finish, then the database. It is safe to
+// call more than once.
+func (s *Stack) Close() error {
+	s.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
+		defer cancel()
+		var errs []error
+		for i := len(s.components) - 1; i >= 0; i-- {
+			c := s.components[i]
+			if err := c.stop(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("devstack: stop %s: %w", c.name, err))
+				continue
+			}
+			s.log.Info("devstack: stopped", "component", c.name)
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}

@@ -1,0 +1,296 @@
+package devstack_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/oncehq/once/internal/devstack"
+	"github.com/oncehq/once/internal/dynamotest"
+)
+
+// syncBuffer collects the stack's output from its goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// testEnv returns an environment for a stack on the test DynamoDB endpoint,
+// on a free port, with tables of its own that are deleted when the test ends.
+func testEnv(t *testing.T) map[string]string {
+	t.Helper()
+	endpoint := dynamotest.Endpoint(t)
+	client := dynamotest.Client(t)
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	prefix := "devstack-" + hex.EncodeToString(b[:])
+	env := map[string]string{
+		"DYNAMODB_ENDPOINT":      endpoint,
+		"PORT":                   "0",
+		"LOG_LEVEL":              "debug",
+		"ONCE_IDEMPOTENCY_TABLE": prefix + "-idempotency",
+		"ONCE_PAYMENTS_TABLE":    prefix + "-payments",
+		"ONCE_API_KEYS_TABLE":    prefix + "-api-keys",
+		"ONCE_PROVIDER_TABLE":    prefix + "-provider",
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, k := range []string{"ONCE_IDEMPOTENCY_TABLE", "ONCE_PAYMENTS_TABLE", "ONCE_API_KEYS_TABLE", "ONCE_PROVIDER_TABLE"} {
+			_, _ = client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(env[k])})
+		}
+	})
+	return env
+}
+
+func start(t *testing.T, env map[string]string, out io.Writer) *devstack.Stack {
+	t.Helper()
+	stack, err := devstack.Start(t.Context(), devstack.Options{
+		Getenv:       func(k string) string { return env[k] },
+		Output:       out,
+		TemplatePath: dynamotest.TemplatePath(t),
+	})
+	if err != nil {
+		t.Fatalf("Start = %v", err)
+	}
+	t.Cleanup(func() {
+		if err := stack.Close(); err != nil {
+			t.Errorf("Close = %v", err)
+		}
+	})
+	return stack
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func call(t *testing.T, method, url, apiKey, idemKey, body string) response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+	}
+	if idemKey != "" {
+		req.Header.Set("Idempotency-Key", idemKey)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+const order = `{"amount": 2500, "currency": "EUR", "customer": "cus_42", "description": "Order 1001"}`
+
+// TestDevstack drives a whole stack over real HTTP: API Gateway emulator,
+// authorizer, api function, DynamoDB.
+func TestDevstack(t *testing.T) {
+	env := testEnv(t)
+	var out syncBuffer
+	stack := start(t, env, &out)
+	api := stack.URL() + "/v1/payments"
+
+	created := call(t, "POST", api, "sk_test_acme", "order-1001", order)
+	if created.status != http.StatusCreated {
+		t.Fatalf("create = %d %s, want 201", created.status, created.body)
+	}
+	var payment struct {
+		ID, Currency, Status string
+		Amount               int64
+	}
+	if err := json.Unmarshal([]byte(created.body), &payment); err != nil {
+		t.Fatalf("create body %q: %v", created.body, err)
+	}
+	if !strings.HasPrefix(payment.ID, "pay_") || payment.Amount != 2500 || payment.Currency != "eur" {
+		t.Errorf("created payment = %+v, want pay_..., 2500 eur", payment)
+	}
+	if created.header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("first response has Idempotent-Replayed: %q", created.header.Get("Idempotent-Replayed"))
+	}
+	if created.header.Get("X-Amzn-Requestid") == "" {
+		t.Error("response has no x-amzn-RequestId from the gateway")
+	}
+
+	t.Run("replay", func(t *testing.T) {
+		again := call(t, "POST", api, "sk_test_acme", "order-1001", order)
+		if again.status != http.StatusCreated || again.body != created.body {
+			t.Errorf("replay = %d %s, want 201 %s", again.status, again.body, created.body)
+		}
+		if got := again.header.Get("Idempotent-Replayed"); got != "true" {
+			t.Errorf("replay Idempotent-Replayed = %q, want true", got)
+		}
+	})
+	t.Run("key reused", func(t *testing.T) {
+		r := call(t, "POST", api, "sk_test_acme", "order-1001", `{"amount": 9900, "currency": "EUR", "customer": "cus_42"}`)
+		if r.status != http.StatusUnprocessableEntity {
+			t.Errorf("same key, other body = %d %s, want 422", r.status, r.body)
+		}
+	})
+	t.Run("tenants are separate", func(t *testing.T) {
+		r := call(t, "POST", api, "sk_test_globex", "order-1001", order)
+		if r.status != http.StatusCreated || r.body == created.body {
+			t.Errorf("globex with acme's key = %d %s, want 201 with another payment", r.status, r.body)
+		}
+		if r := call(t, "GET", api+"/"+payment.ID, "sk_test_globex", "", ""); r.status != http.StatusNotFound {
+			t.Errorf("globex GET acme's payment = %d %s, want 404", r.status, r.body)
+		}
+	})
+	t.Run("get", func(t *testing.T) {
+		r := call(t, "GET", api+"/"+payment.ID, "sk_test_acme", "", "")
+		if r.status != http.StatusOK || !strings.Contains(r.body, `"id":"`+payment.ID+`"`) {
+			t.Errorf("GET = %d %s, want 200 with id %s", r.status, r.body, payment.ID)
+		}
+	})
+	t.Run("no authorization", func(t *testing.T) {
+		r := call(t, "POST", api, "", "order-1002", order)
+		if r.status != http.StatusUnauthorized || r.body != `{"message":"Unauthorized"}` {
+			t.Errorf("no Authorization = %d %s, want 401 Unauthorized", r.status, r.body)
+		}
+	})
+	t.Run("not bearer", func(t *testing.T) {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", api+"/"+payment.ID, nil)
+		req.Header.Set("Authorization", "Basic c2tfdGVzdF9hY21lOg==")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("Basic credentials = %d, want 401", resp.StatusCode)
+		}
+	})
+	t.Run("unknown key", func(t *testing.T) {
+		r := call(t, "POST", api, "sk_test_nobody", "order-1002", order)
+		if r.status != http.StatusForbidden || r.body != `{"Message":"User is not authorized to access this resource with an explicit deny"}` {
+			t.Errorf("unknown key = %d %s, want 403 explicit deny", r.status, r.body)
+		}
+		// Cached deny, other route: still 403.
+		if r := call(t, "GET", api+"/"+payment.ID, "sk_test_nobody", "", ""); r.status != http.StatusForbidden {
+			t.Errorf("unknown key, GET = %d %s, want 403", r.status, r.body)
+		}
+	})
+	t.Run("no route", func(t *testing.T) {
+		r := call(t, "DELETE", api+"/"+payment.ID, "sk_test_acme", "", "")
+		if r.status != http.StatusForbidden || r.body != `{"message":"Missing Authentication Token"}` {
+			t.Errorf("DELETE = %d %s, want 403 Missing Authentication Token", r.status, r.body)
+		}
+	})
+
+	logs := out.String()
+	for _, secret := range []string{"sk_test_acme", "sk_test_globex", "sk_test_nobody"} {
+		if strings.Contains(logs, secret) {
+			t.Errorf("the stack's output contains the API key %q", secret)
+		}
+	}
+	for _, want := range []string{`"msg":"devstack: ready"`, `"function":"authorizer"`, `"component":"gateway"`, `"tenant":"acme"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the stack's output lacks %s", want)
+		}
+	}
+
+	// A second stack on the same tables starts (tables and keys exist) and
+	// serves the same records.
+	t.Run("restart", func(t *testing.T) {
+		second := start(t, env, io.Discard)
+		r := call(t, "POST", second.URL()+"/v1/payments", "sk_test_acme", "order-1001", order)
+		if r.status != http.StatusCreated || r.body != created.body || r.header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("replay through a second stack = %d %s, want the stored 201", r.status, r.body)
+		}
+	})
+}
+
+// TestDevstackClose checks that Close stops serving and can be called twice.
+func TestDevstackClose(t *testing.T) {
+	env := testEnv(t)
+	stack, err := devstack.Start(t.Context(), devstack.Options{
+		Getenv:       func(k string) string { return env[k] },
+		TemplatePath: dynamotest.TemplatePath(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := call(t, "GET", stack.URL()+"/v1/payments/pay_x", "", "", ""); r.status != http.StatusUnauthorized {
+		t.Errorf("before Close: %d, want 401", r.status)
+	}
+	if err := stack.Close(); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	if err := stack.Close(); err != nil {
+		t.Errorf("second Close = %v", err)
+	}
+	if _, err := http.Get(stack.URL() + "/v1/payments/pay_x"); err == nil {
+		t.Error("the gateway still answers after Close")
+	}
+}
+
+func TestStartBadEnvironment(t *testing.T) {
+	env := map[string]string{
+		"PORT":                "http",
+		"ONCE_DEV_API_KEYS":   "Acme:sekrit_value",
+		"ONCE_RETENTION":      "forever",
+		"DYNAMODB_ENDPOINT":   "http://127.0.0.1:1",
+		"ONCE_API_KEYS_TABLE": "x",
+	}
+	_, err := devstack.Start(t.Context(), devstack.Options{Getenv: func(k string) string { return env[k] }})
+	if err == nil {
+		t.Fatal("Start = nil error, want one")
+	}
+	for _, want := range []string{"PORT", "ONCE_DEV_API_KEYS", "ONCE_RETENTION", "ONCE_API_KEYS_TABLE"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Start error does not mention %s:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "sekrit_value") {
+		t.Errorf("Start error shows the API key:\n%v", err)
+	}
+}
+
+func TestStartUnreachableDynamoDB(t *testing.T) {
+	env := map[string]string{"DYNAMODB_ENDPOINT": "http://127.0.0.1:1", "PORT": "0"}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	_, err := devstack.Start(ctx, devstack.Options{
+		Getenv:       func(k string) string { return env[k] },
+		TemplatePath: dynamotest.TemplatePath(t),
+	})
+	if err == nil || !strings.Contains(err.Error(), "devstack: tables") {
+		t.Errorf("Start against a closed port = %v, want a tables error", err)
+	}
+}

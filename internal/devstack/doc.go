@@ -1,0 +1,13 @@
+// Package devstack runs the whole service on one machine, as `make run` does:
+// DynamoDB Local (or any DYNAMODB_ENDPOINT, such as LocalStack), the tables of
+// template.yaml, demo API keys, and the API Gateway emulator in front of the
+// same Lambda handlers a deployment runs (the REQUEST authorizer, then the
+// api function behind a proxy integration), each invoked through the Lambda
+// runtime's own JSON path.
+//
+// A Stack is a list of components started in order and stopped in reverse
+// order: a failed start stops what had started, and Close shuts the HTTP
+// server down gracefully (in-flight requests finish) before it stops the
+// database. Adding a component (a stream poller, the provider simulator) is
+// adding a step to Start.
+package devstack

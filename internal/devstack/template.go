@@ -1,0 +1,153 @@
+package devstack
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+
+	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/gateway"
+	"github.com/oncehq/once/internal/samtemplate"
+)
+
+// Logical IDs in template.yaml that the devstack emulates.
+const (
+	apiResource      = "Api"
+	apiFunction      = "ApiFunction"
+	defaultStackName = "once"
+)
+
+// api is what the devstack takes from the template's AWS::Serverless::Api.
+type api struct {
+	stage         string
+	routes        []gateway.Route
+	authorizerTTL time.Duration // gateway.Emulator's convention: <0 disables
+}
+
+// apiFromTemplate reads the stage, the authorizer cache TTL and the api
+// function's routes.
+func apiFromTemplate(tmpl *samtemplate.Template) (api, error) {
+	vars := tmpl.ParameterDefaults()
+	var a api
+	r, ok := tmpl.Resources()[apiResource]
+	if !ok || r.Type != "AWS::Serverless::Api" {
+		return api{}, fmt.Errorf("devstack: template has no AWS::Serverless::Api %s", apiResource)
+	}
+	stage, err := samtemplate.String(r.Properties["StageName"], vars)
+	if err != nil {
+		return api{}, fmt.Errorf("devstack: %s StageName: %w", apiResource, err)
+	}
+	a.stage = stage
+
+	authProps, _ := r.Properties["Auth"].(map[string]any)
+	name, _ := authProps["DefaultAuthorizer"].(string)
+	if name == "" {
+		return api{}, fmt.Errorf("devstack: %s has no Auth.DefaultAuthorizer; the devstack always runs the authorizer", apiResource)
+	}
+	authorizers, _ := authProps["Authorizers"].(map[string]any)
+	authorizer, _ := authorizers[name].(map[string]any)
+	identity, _ := authorizer["Identity"].(map[string]any)
+	a.authorizerTTL = gateway.DefaultAuthorizerTTL
+	if v, ok := identity["ReauthorizeEvery"]; ok {
+		s, err := samtemplate.String(v, vars)
+		secs, convErr := strconv.Atoi(s)
+		if err != nil || convErr != nil || secs < 0 {
+			return api{}, fmt.Errorf("devstack: %s ReauthorizeEvery %v is not a number of seconds", name, v)
+		}
+		a.authorizerTTL = time.Duration(secs) * time.Second
+		if secs == 0 {
+			a.authorizerTTL = -1 // caching off
+		}
+	}
+
+	fn, ok := tmpl.Resources()[apiFunction]
+	if !ok {
+		return api{}, fmt.Errorf("devstack: template has no %s", apiFunction)
+	}
+	evs, _ := fn.Properties["Events"].(map[string]any)
+	for _, raw := range evs {
+		ev, _ := raw.(map[string]any)
+		if ev["Type"] != "Api" {
+			continue
+		}
+		p, _ := ev["Properties"].(map[string]any)
+		path, _ := p["Path"].(string)
+		method, _ := p["Method"].(string)
+		if path == "" || method == "" {
+			return api{}, fmt.Errorf("devstack: %s has an Api event without Path or Method", apiFunction)
+		}
+		if strings.EqualFold(method, "any") {
+			method = "ANY"
+		}
+		a.routes = append(a.routes, gateway.Route{Method: strings.ToUpper(method), Resource: path})
+	}
+	if len(a.routes) == 0 {
+		return api{}, fmt.Errorf("devstack: %s has no Api events", apiFunction)
+	}
+	// Literal segments before parameters, as API Gateway prefers them.
+	sort.Slice(a.routes, func(i, j int) bool {
+		if a.routes[i].Resource != a.routes[j].Resource {
+			return a.routes[i].Resource < a.routes[j].Resource
+		}
+		return a.routes[i].Method < a.routes[j].Method
+	})
+	return a, nil
+}
+
+// tablesFor returns the template's tables named as cfg says (the defaults are
+// the names a stack called "once" gets); a table cfg does not name keeps its
+// stack name.
+func tablesFor(tmpl *samtemplate.Template, cfg config.Config) ([]samtemplate.Table, error) {
+	tables, err := tmpl.Tables(defaultStackName)
+	if err != nil {
+		return nil, err
+	}
+	names := map[string]string{
+		"IdempotencyTable": cfg.IdempotencyTable,
+		"PaymentsTable":    cfg.PaymentsTable,
+		"ApiKeysTable":     cfg.APIKeysTable,
+		"ProviderTable":    cfg.ProviderTable,
+	}
+	var missing []string
+	for i, t := range tables {
+		if name := names[t.LogicalID]; name != "" {
+			in := *t.Input
+			in.TableName = aws.String(name)
+			tables[i].Input = &in
+			delete(names, t.LogicalID)
+		}
+	}
+	for id := range names {
+		missing = append(missing, id)
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return nil, fmt.Errorf("devstack: template defines no %s", strings.Join(missing, ", "))
+	}
+	return tables, nil
+}
+
+// findTemplate returns template.yaml in the working directory or the nearest
+// parent that has one.
+func findTemplate() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("devstack: %w", err)
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		p := filepath.Join(d, "template.yaml")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", errors.New("devstack: no template.yaml in the working directory or its parents; run from the repository")
+		}
+	}
+}

@@ -1,0 +1,127 @@
+// Package dynamotest gives tests a DynamoDB Local client and per-test tables
+// built from template.yaml, so tests run against the same definitions a
+// deployment uses.
+//
+// Tests find DynamoDB Local through ONCE_TEST_DYNAMODB_ENDPOINT. Without it
+// they skip, unless ONCE_REQUIRE_DYNAMODB=1 (set by `make test`), in which
+// case they fail: CI can never pass without the real engine.
+package dynamotest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+
+	"github.com/oncehq/once/internal/dynamoclient"
+	"github.com/oncehq/once/internal/samtemplate"
+)
+
+// Names holds the per-test table names, by the template's logical IDs.
+type Names struct {
+	Idempotency string // IdempotencyTable
+	Payments    string // PaymentsTable
+	APIKeys     string // ApiKeysTable
+	Provider    string // ProviderTable
+	// ByLogicalID has every table the template defines.
+	ByLogicalID map[string]string
+}
+
+// Endpoint returns the DynamoDB Local endpoint, skipping (or, under
+// ONCE_REQUIRE_DYNAMODB=1, failing) the test when none is configured.
+func Endpoint(t testing.TB) string {
+	t.Helper()
+	e := os.Getenv("ONCE_TEST_DYNAMODB_ENDPOINT")
+	if e == "" {
+		if os.Getenv("ONCE_REQUIRE_DYNAMODB") == "1" {
+			t.Fatal("ONCE_REQUIRE_DYNAMODB=1 but ONCE_TEST_DYNAMODB_ENDPOINT is not set")
+		}
+		t.Skip("ONCE_TEST_DYNAMODB_ENDPOINT not set; run `make test` to run against DynamoDB Local")
+	}
+	return e
+}
+
+// Config returns the AWS config for the test endpoint.
+func Config(t testing.TB) aws.Config {
+	t.Helper()
+	cfg, err := dynamoclient.Config(context.Background(), dynamoclient.Options{Endpoint: Endpoint(t)})
+	if err != nil {
+		t.Fatalf("dynamoclient.Config: %v", err)
+	}
+	return cfg
+}
+
+// Client returns a DynamoDB client for the test endpoint.
+func Client(t testing.TB) *dynamodb.Client {
+	t.Helper()
+	return dynamoclient.New(Config(t), Endpoint(t))
+}
+
+// Streams returns a DynamoDB Streams client for the test endpoint.
+func Streams(t testing.TB) *dynamodbstreams.Client {
+	t.Helper()
+	return dynamoclient.NewStreams(Config(t), Endpoint(t))
+}
+
+var unsafe = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
+
+// Tables creates every table of template.yaml under names unique to t and
+// deletes them when the test ends.
+func Tables(t testing.TB, client *dynamodb.Client) Names {
+	t.Helper()
+	tmpl, err := samtemplate.Load(TemplatePath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := unsafe.ReplaceAllString(t.Name(), "_")
+	if len(prefix) > 150 {
+		prefix = prefix[len(prefix)-150:]
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	stack := strings.Trim(prefix, "_.-") + "-" + hex.EncodeToString(b[:])
+	tables, err := tmpl.Tables(stack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := samtemplate.Create(ctx, client, tables); err != nil {
+		t.Fatal(err)
+	}
+	names := Names{ByLogicalID: map[string]string{}}
+	for _, tbl := range tables {
+		name := aws.ToString(tbl.Input.TableName)
+		names.ByLogicalID[tbl.LogicalID] = name
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, _ = client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(name)})
+		})
+	}
+	names.Idempotency = names.ByLogicalID["IdempotencyTable"]
+	names.Payments = names.ByLogicalID["PaymentsTable"]
+	names.APIKeys = names.ByLogicalID["ApiKeysTable"]
+	names.Provider = names.ByLogicalID["ProviderTable"]
+	return names
+}
+
+// TemplatePath returns the path of the repository's template.yaml.
+func TemplatePath(t testing.TB) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("dynamotest: cannot locate the repository")
+	}
+	return filepath.Join(filepath.Dir(file), "..", "..", "template.yaml")
+}

@@ -1,0 +1,394 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/oncehq/once/internal/app"
+	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/dynamotest"
+	"github.com/oncehq/once/internal/gateway"
+	"github.com/oncehq/once/internal/payments"
+)
+
+// stack is the api function wired as in production (app.API), served through
+// the Lambda adapter, against per-test DynamoDB Local tables.
+type stack struct {
+	names   dynamotest.Names
+	client  *dynamodb.Client // uncounted, for the tests' own reads
+	calls   *opCounter       // DynamoDB operations made by the function
+	invoke  func(context.Context, json.RawMessage) (json.RawMessage, error)
+	logs    *syncBuffer
+	metrics *syncBuffer
+	clock   *clock
+	cfg     config.Config
+}
+
+type stackOption func(*stackSetup)
+
+type stackSetup struct {
+	cfg  config.Config
+	wrap func(s *stack, api http.Handler) http.Handler
+	// client, when set, replaces the function's DynamoDB client.
+	client func(t testing.TB, base *dynamodb.Client) *dynamodb.Client
+}
+
+func withConfig(f func(*config.Config)) stackOption {
+	return func(s *stackSetup) { f(&s.cfg) }
+}
+
+func newStack(t testing.TB, opts ...stackOption) *stack {
+	t.Helper()
+	base := dynamotest.Client(t)
+	names := dynamotest.Tables(t, base)
+	cfg, err := config.FromEnv(func(k string) string {
+		switch k {
+		case config.EnvIdempotencyTable:
+			return names.Idempotency
+		case config.EnvPaymentsTable:
+			return names.Payments
+		case config.EnvAPIKeysTable:
+			return names.APIKeys
+		case config.EnvProviderTable:
+			return names.Provider
+		case config.EnvDynamoDBEndpoint:
+			return os.Getenv("ONCE_TEST_DYNAMODB_ENDPOINT")
+		}
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup := stackSetup{cfg: cfg}
+	for _, o := range opts {
+		o(&setup)
+	}
+	s := &stack{
+		names:   names,
+		client:  base,
+		calls:   &opCounter{ops: map[string]int{}},
+		logs:    &syncBuffer{},
+		metrics: &syncBuffer{},
+		clock:   &clock{t: time.Now()},
+		cfg:     setup.cfg,
+	}
+	fnClient := base
+	if setup.client != nil {
+		fnClient = setup.client(t, base)
+	}
+	fnClient = s.calls.wrap(fnClient)
+	api, err := app.API(setup.cfg, fnClient, app.Options{
+		Logger:  app.Logger(s.logs, setup.cfg.LogLevel),
+		Metrics: s.metrics,
+		Now:     s.clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if setup.wrap != nil {
+		api = setup.wrap(s, api)
+	}
+	s.invoke = gateway.NewLambdaHandler(api)
+	return s
+}
+
+// clock is a settable time source; it starts at the real time.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// opCounter counts DynamoDB operations at the HTTP transport, by X-Amz-Target,
+// so SDK retries count too.
+type opCounter struct {
+	mu  sync.Mutex
+	ops map[string]int
+}
+
+func (c *opCounter) wrap(client *dynamodb.Client) *dynamodb.Client {
+	return dynamodb.New(client.Options(), func(o *dynamodb.Options) {
+		o.HTTPClient = countingDoer{next: o.HTTPClient, c: c}
+	})
+}
+
+type countingDoer struct {
+	next interface {
+		Do(*http.Request) (*http.Response, error)
+	}
+	c *opCounter
+}
+
+func (d countingDoer) Do(r *http.Request) (*http.Response, error) {
+	op := r.Header.Get("X-Amz-Target")
+	op = op[strings.LastIndexByte(op, '.')+1:]
+	d.c.mu.Lock()
+	d.c.ops[op]++
+	d.c.mu.Unlock()
+	return d.next.Do(r)
+}
+
+// take returns the operations counted since the last take, and their total.
+func (c *opCounter) take() (map[string]int, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ops, n := c.ops, 0
+	for _, v := range ops {
+		n += v
+	}
+	c.ops = map[string]int{}
+	return ops, n
+}
+
+// syncBuffer collects lines written concurrently.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// lines parses every line as a JSON object.
+func (s *syncBuffer) lines(t testing.TB) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(s.String()))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("line %q is not JSON: %v", sc.Text(), err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// request is one API call, turned into a proxy event of either version.
+type request struct {
+	v2     bool
+	method string // POST when empty
+	path   string // /v1/payments when empty
+	tenant string // authorizer context tenant; none when empty
+	keys   []string
+	ct     *string // Content-Type; application/json when nil
+	body   string
+	header map[string][]string
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// response is a proxy response, decoded.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+	raw    json.RawMessage
+}
+
+func (s *stack) do(t testing.TB, rq request) response {
+	t.Helper()
+	payload := s.event(t, rq)
+	out, err := s.invoke(t.Context(), payload)
+	if err != nil {
+		t.Fatalf("invoke: %v", err)
+	}
+	var r struct {
+		StatusCode        int                 `json:"statusCode"`
+		Headers           map[string]string   `json:"headers"`
+		MultiValueHeaders map[string][]string `json:"multiValueHeaders"`
+		Body              string              `json:"body"`
+		IsBase64Encoded   bool                `json:"isBase64Encoded"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("response %s: %v", out, err)
+	}
+	resp := response{status: r.StatusCode, header: http.Header{}, body: []byte(r.Body), raw: out}
+	for k, v := range r.Headers {
+		resp.header.Set(k, v)
+	}
+	for k, vs := range r.MultiValueHeaders {
+		resp.header.Del(k)
+		for _, v := range vs {
+			resp.header.Add(k, v)
+		}
+	}
+	if r.IsBase64Encoded {
+		if resp.body, err = base64.StdEncoding.DecodeString(r.Body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return resp
+}
+
+func (s *stack) event(t testing.TB, rq request) json.RawMessage {
+	t.Helper()
+	if rq.method == "" {
+		rq.method = http.MethodPost
+	}
+	if rq.path == "" {
+		rq.path = "/v1/payments"
+	}
+	headers := http.Header{}
+	headers.Set("Accept", "application/json")
+	headers.Set("Authorization", "Bearer sk_test_"+rq.tenant)
+	if rq.method == http.MethodPost {
+		ct := "application/json"
+		if rq.ct != nil {
+			ct = *rq.ct
+		}
+		if ct != "" {
+			headers.Set("Content-Type", ct)
+		}
+	}
+	for _, k := range rq.keys {
+		headers.Add("Idempotency-Key", k)
+	}
+	for k, vs := range rq.header {
+		for _, v := range vs {
+			headers.Add(k, v)
+		}
+	}
+	if rq.v2 {
+		var ev events.APIGatewayV2HTTPRequest
+		load(t, "testdata/http-v2-post-payment.json", &ev)
+		ev.RawPath, ev.RequestContext.HTTP.Path, ev.RequestContext.HTTP.Method = rq.path, rq.path, rq.method
+		ev.RouteKey = "$default"
+		ev.RequestContext.RouteKey = "$default"
+		ev.RequestContext.RequestID = fmt.Sprintf("v2-%d", time.Now().UnixNano())
+		ev.Body = rq.body
+		// HTTP API lower-cases header names and joins repeated ones with commas.
+		ev.Headers = map[string]string{}
+		for k, vs := range headers {
+			ev.Headers[strings.ToLower(k)] = strings.Join(vs, ",")
+		}
+		ev.RequestContext.Authorizer = nil
+		if rq.tenant != "" {
+			ev.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+				Lambda: map[string]any{"tenant": rq.tenant},
+			}
+		}
+		return marshal(t, ev)
+	}
+	var ev events.APIGatewayProxyRequest
+	load(t, "testdata/rest-v1-post-payment.json", &ev)
+	ev.HTTPMethod, ev.Path, ev.RequestContext.HTTPMethod = rq.method, rq.path, rq.method
+	ev.Resource, ev.RequestContext.ResourcePath = "/{proxy+}", "/{proxy+}"
+	ev.RequestContext.RequestID = fmt.Sprintf("v1-%d", time.Now().UnixNano())
+	ev.Body = rq.body
+	// REST APIs send both maps; headers holds the last value of each.
+	ev.MultiValueHeaders = headers
+	ev.Headers = map[string]string{}
+	for k, vs := range headers {
+		ev.Headers[k] = vs[len(vs)-1]
+	}
+	ev.RequestContext.Authorizer = nil
+	if rq.tenant != "" {
+		ev.RequestContext.Authorizer = map[string]any{"principalId": rq.tenant, "tenant": rq.tenant, "integrationLatency": 14}
+	}
+	return marshal(t, ev)
+}
+
+var fixtures sync.Map // path -> []byte
+
+// load decodes the event fixture at path into v.
+func load(t testing.TB, path string, v any) {
+	t.Helper()
+	b, ok := fixtures.Load(path)
+	if !ok {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ = fixtures.LoadOrStore(path, raw)
+	}
+	if err := json.Unmarshal(b.([]byte), v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+func marshal(t testing.TB, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// payments returns every item of the payments table.
+func (s *stack) payments(t testing.TB) []payments.Payment {
+	t.Helper()
+	var out []payments.Payment
+	p := dynamodb.NewScanPaginator(s.client, &dynamodb.ScanInput{TableName: aws.String(s.names.Payments), ConsistentRead: aws.Bool(true)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ps []payments.Payment
+		if err := attributevalue.UnmarshalListOfMaps(page.Items, &ps); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ps...)
+	}
+	return out
+}
+
+// problem decodes a problem response, checking its media type.
+func problem(t testing.TB, r response) map[string]any {
+	t.Helper()
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type = %q, want application/problem+json (status %d, body %s)", ct, r.status, r.body)
+	}
+	var p map[string]any
+	if err := json.Unmarshal(r.body, &p); err != nil {
+		t.Fatalf("problem %s: %v", r.body, err)
+	}
+	return p
+}
+
+func decode(t testing.TB, r response) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("body %s: %v", r.body, err)
+	}
+	return m
+}

@@ -1,0 +1,93 @@
+package idempotency
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func TestFingerprint(t *testing.T) {
+	base := `{"amount":100,"currency":"usd","metadata":{"a":"1","b":"2"}}`
+	tests := []struct {
+		name         string
+		method, path string
+		body         string
+		same         bool
+	}{
+		{"identical", "POST", "POST /v1/payments", base, true},
+		{"key order and whitespace", "POST", "POST /v1/payments", "{ \"metadata\": {\"b\":\"2\", \"a\":\"1\"},\n \"currency\":\"usd\", \"amount\": 100 }", true},
+		{"number forms", "POST", "POST /v1/payments", `{"amount":1.0e2,"currency":"usd","metadata":{"a":"1","b":"2"}}`, true},
+		{"escaped strings", "POST", "POST /v1/payments", `{"amount":100,"currency":"\u0075sd","metadata":{"a":"1","b":"2"}}`, true},
+		{"other value", "POST", "POST /v1/payments", `{"amount":101,"currency":"usd","metadata":{"a":"1","b":"2"}}`, false},
+		{"other route", "POST", "POST /v1/charges", base, false},
+		{"other method", "PUT", "POST /v1/payments", base, false},
+	}
+	want := fp(t, "POST", "POST /v1/payments", base)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := fp(t, tt.method, tt.path, tt.body)
+			if (got == want) != tt.same {
+				t.Errorf("Fingerprint(%s) == base: %v, want %v", tt.body, got == want, tt.same)
+			}
+		})
+	}
+}
+
+func TestFingerprintUnambiguous(t *testing.T) {
+	// Without length prefixes these two would hash the same bytes.
+	if Fingerprint("POST", "ab", []byte("c")) == Fingerprint("POST", "a", []byte("bc")) {
+		t.Error("Fingerprint does not separate its parts")
+	}
+}
+
+func TestCanonicalRejectsInvalid(t *testing.T) {
+	for _, body := range []string{"", "{", `{"a":}`, "nope"} {
+		if _, err := Canonical([]byte(body)); err == nil {
+			t.Errorf("Canonical(%q) succeeded, want an error", body)
+		}
+	}
+}
+
+func fp(t *testing.T, method, route, body string) string {
+	t.Helper()
+	c, err := Canonical([]byte(body))
+	if err != nil {
+		t.Fatalf("Canonical(%s): %v", body, err)
+	}
+	return Fingerprint(method, route, c)
+}
+
+func FuzzCanonical(f *testing.F) {
+	for _, s := range []string{`{"b":1,"a":[1,2,{"z":null,"y":true}]}`, `{"amount": 1e2}`, `"\u00e9"`, `[]`, `{"a":"\ud83d\ude00"}`, `-0`, `{`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		c, err := Canonical([]byte(body))
+		if err != nil {
+			return
+		}
+		if !json.Valid(c) {
+			t.Fatalf("Canonical(%q) = %q: not valid JSON", body, c)
+		}
+		// Canonical form is a fixed point, and re-encoding the same value
+		// (different whitespace, key order) keeps the fingerprint.
+		again, err := Canonical(c)
+		if err != nil || string(again) != string(c) {
+			t.Fatalf("Canonical(Canonical(%q)) = %q, %v; want %q", body, again, err, c)
+		}
+		var v any
+		if err := json.Unmarshal(c, &v); err != nil {
+			return
+		}
+		indented, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return
+		}
+		c2, err := Canonical(indented)
+		if err != nil {
+			t.Fatalf("Canonical(re-encoded %q): %v", indented, err)
+		}
+		if Fingerprint("POST", "r", c2) != Fingerprint("POST", "r", c) {
+			t.Fatalf("re-encoding %q changed the fingerprint: %q vs %q", body, c2, c)
+		}
+	})
+}

@@ -1,0 +1,105 @@
+package idempotency
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/dunglas/httpsfv"
+)
+
+// Header is the request header that carries the idempotency key.
+const Header = "Idempotency-Key"
+
+// ReplayedHeader marks a replayed response.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// MaxKeyLength is the longest accepted key, in characters, after unquoting.
+const MaxKeyLength = 255
+
+// ParseKey returns the idempotency key carried by the header values of one
+// request. It accepts an RFC 8941 sf-string ("abc") or a bare token (abc). It
+// returns ErrKeyMissing when there is no header and ErrKeyInvalid (wrapped with
+// the reason) when the header is repeated, empty, too long or holds a character
+// outside 0x21-0x7E.
+func ParseKey(values []string) (string, error) {
+	switch len(values) {
+	case 0:
+		return "", ErrKeyMissing
+	case 1:
+	default:
+		return "", fmt.Errorf("%w: the header is given more than once", ErrKeyInvalid)
+	}
+	v := strings.Trim(values[0], " \t")
+	if strings.HasPrefix(v, `"`) {
+		item, err := httpsfv.UnmarshalItem([]string{v})
+		if err != nil {
+			return "", fmt.Errorf("%w: not a valid structured-field string", ErrKeyInvalid)
+		}
+		s, ok := item.Value.(string)
+		if !ok {
+			return "", fmt.Errorf("%w: not a structured-field string", ErrKeyInvalid)
+		}
+		if len(item.Params.Names()) > 0 {
+			return "", fmt.Errorf("%w: parameters are not allowed", ErrKeyInvalid)
+		}
+		v = s
+	}
+	if v == "" {
+		return "", fmt.Errorf("%w: the key is empty", ErrKeyInvalid)
+	}
+	if len(v) > MaxKeyLength {
+		return "", fmt.Errorf("%w: the key is longer than %d characters", ErrKeyInvalid, MaxKeyLength)
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x21 || c > 0x7e {
+			return "", fmt.Errorf("%w: character %d is outside 0x21-0x7E", ErrKeyInvalid, i+1)
+		}
+	}
+	return v, nil
+}
+
+// Key is an idempotency key scoped to a tenant. The raw key is kept only as a
+// SHA-256 hash, so neither storage nor logs ever see it.
+type Key struct {
+	// Tenant is the caller's tenant, as the authorizer established it.
+	Tenant string
+	// Hash is the lower-case hex SHA-256 of the raw key.
+	Hash string
+}
+
+// NewKey scopes the raw key to tenant.
+func NewKey(tenant, raw string) Key {
+	sum := sha256.Sum256([]byte(raw))
+	return Key{Tenant: tenant, Hash: hex.EncodeToString(sum[:])}
+}
+
+// ID is the storage identity of k: tenant and key hash.
+func (k Key) ID() string { return k.Tenant + "#" + k.Hash }
+
+// Short is a 12-character prefix of the key hash, for logs.
+func (k Key) Short() string {
+	if len(k.Hash) < 12 {
+		return k.Hash
+	}
+	return k.Hash[:12]
+}
+
+// Forward is the key to send to another system that is idempotent by key (a
+// payment provider): stable for the scoped key, distinct across tenants, and
+// revealing neither the tenant nor the raw key.
+func (k Key) Forward() string {
+	sum := sha256.Sum256([]byte("once-forward\x00" + k.Tenant + "\x00" + k.Hash))
+	return "once_" + hex.EncodeToString(sum[:20])
+}
+
+// ParseID is the inverse of Key.ID.
+func ParseID(id string) (Key, error) {
+	i := strings.LastIndexByte(id, '#')
+	if i <= 0 || i == len(id)-1 {
+		return Key{}, errors.New("idempotency: malformed record id")
+	}
+	return Key{Tenant: id[:i], Hash: id[i+1:]}, nil
+}

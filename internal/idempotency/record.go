@@ -1,0 +1,114 @@
+package idempotency
+
+import (
+	"time"
+)
+
+// Status is the state of a record.
+type Status string
+
+// The states of a record; see the package documentation for the transitions.
+const (
+	StatusInProgress Status = "IN_PROGRESS"
+	StatusCompleted  Status = "COMPLETED"
+	StatusUnknown    Status = "UNKNOWN"
+)
+
+// Mode says how an endpoint has its effects, and so how its requests are
+// recorded.
+type Mode int
+
+const (
+	// Atomic endpoints have only DynamoDB writes as effects (Effect values),
+	// committed in one transaction with the COMPLETED record.
+	Atomic Mode = iota
+	// Leased endpoints reserve the key IN_PROGRESS under a lease, run, and
+	// complete fenced on the lease token; their effects, if any, are committed
+	// with the completion, so an abandoned reservation is safe to release.
+	Leased
+	// External endpoints are Leased endpoints that call out to another system;
+	// an abandoned reservation goes to UNKNOWN and is reconciled, never
+	// re-executed blindly.
+	External
+)
+
+// String names m.
+func (m Mode) String() string {
+	switch m {
+	case Atomic:
+		return "atomic"
+	case Leased:
+		return "leased"
+	case External:
+		return "external"
+	}
+	return "invalid"
+}
+
+// Response is a stored HTTP response.
+type Response struct {
+	// Status is the HTTP status code.
+	Status int
+	// Header holds the response's headers, one value each (Content-Type,
+	// Location and whatever else the handler set).
+	Header map[string]string
+	// Body is the response body, byte for byte.
+	Body []byte
+}
+
+// Record is the stored state of one scoped idempotency key.
+type Record struct {
+	// Key is the scoped key the record belongs to.
+	Key Key
+	// Status is the record's state.
+	Status Status
+	// Route is the route pattern that created the record ("POST /v1/payments").
+	Route string
+	// Fingerprint identifies the request that created the record.
+	Fingerprint string
+	// External is true when the request may have had an effect outside the
+	// store (External mode).
+	External bool
+	// LeaseToken is the fencing token of the current owner (IN_PROGRESS and
+	// UNKNOWN records).
+	LeaseToken string
+	// ExpiresAt is the record's expiry and the store's TTL: the lease deadline
+	// while IN_PROGRESS, the end of the retention otherwise.
+	ExpiresAt time.Time
+	// Request is the canonical request body, kept on External records so that
+	// a reconciler can rebuild the response.
+	Request []byte
+	// Response is the stored response of a COMPLETED record.
+	Response *Response
+	// CreatedAt is when the record was first written.
+	CreatedAt time.Time
+	// UpdatedAt is when the record last changed.
+	UpdatedAt time.Time
+}
+
+// Expired reports whether r's expiry has passed at now.
+func (r Record) Expired(now time.Time) bool {
+	return !r.ExpiresAt.After(now)
+}
+
+// Reclaimable reports whether a new request may overwrite r at now: its expiry
+// has passed and it is not an External reservation (which must be reconciled
+// through UNKNOWN first). Stores implement the same rule in their conditions.
+func (r Record) Reclaimable(now time.Time) bool {
+	return r.Expired(now) && !(r.Status == StatusInProgress && r.External)
+}
+
+// Effect is a business write committed atomically with a record: an insert of
+// Item into Table that fails the whole transaction if an item with the same
+// partition key exists.
+type Effect struct {
+	// Table is the table name.
+	Table string
+	// KeyAttr is the name of the table's partition key attribute.
+	KeyAttr string
+	// Key is the item's partition key value.
+	Key string
+	// Item is the item; DynamoDB stores marshal it with attributevalue
+	// (dynamodbav struct tags).
+	Item any
+}

@@ -1,0 +1,94 @@
+package metrics
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestCount(t *testing.T) {
+	var buf bytes.Buffer
+	e := New(&buf, "once", map[string]string{"Service": "api"})
+	e.now = func() time.Time { return time.UnixMilli(1700000000123) }
+	e.Count("reserve_created")
+
+	want := `{"_aws":{"Timestamp":1700000000123,"CloudWatchMetrics":[{"Namespace":"once","Dimensions":[["Service"]],"Metrics":[{"Name":"reserve_created","Unit":"Count"}]}]},"Service":"api","reserve_created":1}` + "\n"
+	if got := buf.String(); got != want {
+		t.Errorf("Count() wrote\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestCountSeveral(t *testing.T) {
+	var buf bytes.Buffer
+	e := New(&buf, "ns", map[string]string{"Service": "api", "Stage": "dev"})
+	e.Count("a", "b")
+	var doc map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatalf("Count() wrote invalid JSON %q: %v", buf.String(), err)
+	}
+	aws := doc["_aws"].(map[string]any)
+	cwm := aws["CloudWatchMetrics"].([]any)[0].(map[string]any)
+	if diff := cmp.Diff([]any{[]any{"Service", "Stage"}}, cwm["Dimensions"]); diff != "" {
+		t.Errorf("Dimensions (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]any{
+		map[string]any{"Name": "a", "Unit": "Count"},
+		map[string]any{"Name": "b", "Unit": "Count"},
+	}, cwm["Metrics"]); diff != "" {
+		t.Errorf("Metrics (-want +got):\n%s", diff)
+	}
+	for k, want := range map[string]any{"Service": "api", "Stage": "dev", "a": 1.0, "b": 1.0} {
+		if doc[k] != want {
+			t.Errorf("doc[%q] = %v, want %v", k, doc[k], want)
+		}
+	}
+	if ts := int64(aws["Timestamp"].(float64)); time.Since(time.UnixMilli(ts)).Abs() > time.Minute {
+		t.Errorf("Timestamp = %d, want about now", ts)
+	}
+}
+
+func TestNilAndEmpty(t *testing.T) {
+	var e *Emitter
+	e.Count("x") // must not panic
+	var buf bytes.Buffer
+	New(&buf, "ns", nil).Count()
+	if buf.Len() != 0 {
+		t.Errorf("Count() with no names wrote %q, want nothing", buf.String())
+	}
+	New(&buf, "ns", nil).Count("x")
+	if !strings.Contains(buf.String(), `"Dimensions":[[]]`) {
+		t.Errorf("Count() without dimensions wrote %q, want an empty dimension set", buf.String())
+	}
+}
+
+func TestConcurrent(t *testing.T) {
+	var buf bytes.Buffer
+	e := New(&buf, "once", map[string]string{"Service": "api"})
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			for range 20 {
+				e.Count("reserve_replayed")
+			}
+		})
+	}
+	wg.Wait()
+	n := 0
+	sc := bufio.NewScanner(&buf)
+	for sc.Scan() {
+		var doc map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &doc); err != nil {
+			t.Fatalf("line %d is not JSON: %v", n+1, err)
+		}
+		n++
+	}
+	if n != 1000 {
+		t.Errorf("%d lines, want 1000", n)
+	}
+}

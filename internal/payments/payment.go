@@ -1,0 +1,154 @@
+package payments
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"time"
+
+	"github.com/oncehq/once/internal/idempotency"
+)
+
+// Status is the state of a payment.
+type Status string
+
+// The states of a payment. A payment is created pending and settled once.
+const (
+	StatusPending   Status = "pending"
+	StatusSucceeded Status = "succeeded"
+	StatusFailed    Status = "failed"
+)
+
+// KeyAttr is the partition key attribute of the payments table.
+const KeyAttr = "pk"
+
+// Payment is a payment as stored in the payments table. Its JSON rendering is
+// the API's (MarshalJSON).
+type Payment struct {
+	// PK is the item's partition key: "<tenant>#<id>".
+	PK string `dynamodbav:"pk"`
+	// ID is the payment's public ID, "pay_" and 24 characters.
+	ID string `dynamodbav:"id"`
+	// Tenant owns the payment.
+	Tenant string `dynamodbav:"tenant"`
+	// Amount is in the currency's minor units.
+	Amount int64 `dynamodbav:"amount"`
+	// Currency is an ISO 4217 code, lower case.
+	Currency string `dynamodbav:"currency"`
+	// Customer is the caller's customer reference.
+	Customer string `dynamodbav:"customer"`
+	// Description is empty when there is none.
+	Description string `dynamodbav:"description,omitempty"`
+	// Metadata is nil when there is none.
+	Metadata map[string]string `dynamodbav:"metadata,omitempty"`
+	// Source is the payment source to charge (a provider token).
+	Source string `dynamodbav:"source"`
+	// Status is the payment's state.
+	Status Status `dynamodbav:"status"`
+	// Created is when the payment was created, to the second.
+	Created time.Time `dynamodbav:"created,unixtime"`
+	// ProviderChargeID is the provider's charge, once settled.
+	ProviderChargeID string `dynamodbav:"provider_charge_id,omitempty"`
+	// FailureCode says why a failed payment failed.
+	FailureCode string `dynamodbav:"failure_code,omitempty"`
+}
+
+// New returns the pending payment that req creates for tenant at now, with a
+// fresh ID.
+func New(tenant string, req Request, now time.Time) Payment {
+	id := NewID()
+	return Payment{
+		PK:          PK(tenant, id),
+		ID:          id,
+		Tenant:      tenant,
+		Amount:      req.Amount,
+		Currency:    req.Currency,
+		Customer:    req.Customer,
+		Description: req.Description,
+		Metadata:    req.Metadata,
+		Source:      req.Source,
+		Status:      StatusPending,
+		Created:     time.Unix(now.Unix(), 0).UTC(),
+	}
+}
+
+// PK is the partition key of tenant's payment id.
+func PK(tenant, id string) string { return tenant + "#" + id }
+
+// Location is the URL path of the payment.
+func (p Payment) Location() string { return "/v1/payments/" + p.ID }
+
+// MarshalJSON renders p as the API does: description null when absent,
+// metadata {} when absent, created in unix seconds. Neither the tenant nor the
+// partition key is rendered.
+func (p Payment) MarshalJSON() ([]byte, error) {
+	var desc *string
+	if p.Description != "" {
+		desc = &p.Description
+	}
+	md := p.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	return json.Marshal(rendering{
+		ID:          p.ID,
+		Object:      "payment",
+		Amount:      p.Amount,
+		Currency:    p.Currency,
+		Customer:    p.Customer,
+		Description: desc,
+		Metadata:    md,
+		Status:      p.Status,
+		Created:     p.Created.Unix(),
+	})
+}
+
+type rendering struct {
+	ID          string            `json:"id"`
+	Object      string            `json:"object"`
+	Amount      int64             `json:"amount"`
+	Currency    string            `json:"currency"`
+	Customer    string            `json:"customer"`
+	Description *string           `json:"description"`
+	Metadata    map[string]string `json:"metadata"`
+	Status      Status            `json:"status"`
+	Created     int64             `json:"created"`
+}
+
+// Effect is the insert of p into table, to commit with the idempotency
+// record (idempotency.Call.AddEffect).
+func Effect(table string, p Payment) idempotency.Effect {
+	return idempotency.Effect{Table: table, KeyAttr: KeyAttr, Key: p.PK, Item: p}
+}
+
+const (
+	idPrefix = "pay_"
+	idLength = 24
+	alphabet = "abcdefghijklmnopqrstuvwxyz234567" // RFC 4648 base32, lower case
+)
+
+// NewID returns a new payment ID: "pay_" and 24 lower-case base32 characters
+// from crypto/rand (120 bits).
+func NewID() string {
+	var b [idLength]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	out := make([]byte, len(idPrefix)+idLength)
+	copy(out, idPrefix)
+	for i, v := range b {
+		out[len(idPrefix)+i] = alphabet[v&31] // 256 is a multiple of 32: unbiased
+	}
+	return string(out)
+}
+
+// ValidID reports whether id has the shape of a payment ID.
+func ValidID(id string) bool {
+	if len(id) != len(idPrefix)+idLength || id[:len(idPrefix)] != idPrefix {
+		return false
+	}
+	for i := len(idPrefix); i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || '2' <= c && c <= '7') {
+			return false
+		}
+	}
+	return true
+}

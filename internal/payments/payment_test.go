@@ -1,0 +1,114 @@
+package payments
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func TestNewID(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		id := NewID()
+		if !ValidID(id) {
+			t.Fatalf("NewID() = %q, not a ValidID", id)
+		}
+		if seen[id] {
+			t.Fatalf("NewID() = %q twice", id)
+		}
+		seen[id] = true
+	}
+}
+
+func TestValidID(t *testing.T) {
+	tests := []struct {
+		id   string
+		want bool
+	}{
+		{"pay_abcdefghijklmnopqrstuvwx", true},
+		{"pay_234567234567234567234567", true},
+		{"pay_abcdefghijklmnopqrstuvw", false},   // 23
+		{"pay_abcdefghijklmnopqrstuvwxy", false}, // 25
+		{"pay_ABCDEFGHIJKLMNOPQRSTUVWX", false},
+		{"pay_abcdefghijklmnopqrstuvw1", false},
+		{"ch_abcdefghijklmnopqrstuvwxy", false},
+		{"", false},
+		{"pay_abcdefghijklmnopqrstu#vx", false},
+	}
+	for _, tt := range tests {
+		if got := ValidID(tt.id); got != tt.want {
+			t.Errorf("ValidID(%q) = %v, want %v", tt.id, got, tt.want)
+		}
+	}
+}
+
+func TestPaymentJSON(t *testing.T) {
+	now := time.Unix(1700000000, 999_000_000)
+	tests := []struct {
+		name string
+		req  Request
+		want string
+	}{
+		{
+			name: "without optional fields",
+			req:  Request{Amount: 2500, Currency: "eur", Customer: "cus_42", Source: "tok_visa"},
+			want: `{"id":"%s","object":"payment","amount":2500,"currency":"eur","customer":"cus_42","description":null,"metadata":{},"status":"pending","created":1700000000}`,
+		},
+		{
+			name: "with description and metadata",
+			req: Request{Amount: 1, Currency: "usd", Customer: "c", Description: "Order <1>",
+				Metadata: map[string]string{"z": "1", "a": "2"}, Source: "tok_visa"},
+			want: `{"id":"%s","object":"payment","amount":1,"currency":"usd","customer":"c","description":"Order \u003c1\u003e","metadata":{"a":"2","z":"1"},"status":"pending","created":1700000000}`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := New("acme", tt.req, now)
+			got, err := p.MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := strings.Replace(tt.want, "%s", p.ID, 1); string(got) != want {
+				t.Errorf("MarshalJSON() =\n%s\nwant\n%s", got, want)
+			}
+		})
+	}
+}
+
+func TestItem(t *testing.T) {
+	p := New("acme", Request{Amount: 2500, Currency: "eur", Customer: "cus_42", Source: "tok_visa"}, time.Unix(1700000000, 5))
+	item, err := attributevalue.MarshalMap(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]types.AttributeValue{
+		"pk":       &types.AttributeValueMemberS{Value: "acme#" + p.ID},
+		"id":       &types.AttributeValueMemberS{Value: p.ID},
+		"tenant":   &types.AttributeValueMemberS{Value: "acme"},
+		"amount":   &types.AttributeValueMemberN{Value: "2500"},
+		"currency": &types.AttributeValueMemberS{Value: "eur"},
+		"customer": &types.AttributeValueMemberS{Value: "cus_42"},
+		"source":   &types.AttributeValueMemberS{Value: "tok_visa"},
+		"status":   &types.AttributeValueMemberS{Value: "pending"},
+		"created":  &types.AttributeValueMemberN{Value: "1700000000"},
+	}
+	if diff := cmp.Diff(want, item, cmpopts.IgnoreUnexported(types.AttributeValueMemberS{}, types.AttributeValueMemberN{})); diff != "" {
+		t.Errorf("item mismatch (-want +got):\n%s", diff)
+	}
+	var back Payment
+	if err := attributevalue.UnmarshalMap(item, &back); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(p, back); diff != "" {
+		t.Errorf("item round trip mismatch (-want +got):\n%s", diff)
+	}
+	e := Effect("payments-table", p)
+	if e.Table != "payments-table" || e.KeyAttr != "pk" || e.Key != "acme#"+p.ID {
+		t.Errorf("Effect() = %+v, want table payments-table, key pk = acme#%s", e, p.ID)
+	}
+}

@@ -1,0 +1,42 @@
+// Package provider is the client of the external payment provider: a
+// Stripe-like API that is idempotent per key (the simulator in
+// provider/simulator implements it).
+//
+// Charge sends one charge request under an idempotency key (in once, the
+// request's idempotency.Key.Forward()) and classifies every way it can end,
+// because the crash-window logic depends on telling them apart:
+//
+//   - (Charge, nil): the provider charged (status succeeded).
+//   - *DeclinedError: a final answer; the provider recorded a failed charge.
+//   - ErrNotCharged: provably nothing happened. Either the request never
+//     left (no connection could be made, or nothing of the request was
+//     written: the client watches the write with net/http/httptrace, and
+//     counts a cancellation or timeout once connected as written, since
+//     HTTP/2 does not wait for its writer then), or the provider answered
+//     503 or 429, which it documents as "not charged".
+//   - ErrOutcomeUnknown: the request was (or may have been) written but no
+//     usable answer came: a timeout, a reset connection, a 5xx other than 503,
+//     a 3xx, an answer that does not parse. The charge may exist; Lookup by
+//     the same key tells, or a retry with the same key replays it.
+//   - any other error (a 4xx such as 400 or 422, as a *StatusError; an
+//     unusable key or base URL): a bug on the caller's side; nothing was
+//     charged by this request.
+//
+// Errors are wrapped with context ("provider: charge: ..."); test them with
+// errors.Is and errors.As. An ErrNotCharged or ErrOutcomeUnknown also wraps
+// its cause.
+//
+// Lookup finds the charge made under a key (succeeded or failed), returning
+// ErrNoCharge only when the provider itself says there is none (404
+// resource_missing; any other 404, say from a wrong base URL, is a plain
+// error). ErrNoCharge proves nothing was charged only once no request with the
+// key can still be on its way to the provider: callers look up after the
+// charge timeout has passed.
+//
+// The client never retries: callers decide, with the same key. (Go's
+// http.Transport may itself resend a request carrying an Idempotency-Key once
+// on a reused keep-alive connection that the server closed; with the same key
+// that is harmless, and any write it made counts as written.) Every call is
+// bounded by the http.Client's Timeout (DefaultTimeout when it has none) and
+// by ctx; answers are read up to 1 MiB; redirects are not followed.
+package provider

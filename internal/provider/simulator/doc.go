@@ -1,0 +1,51 @@
+// Package simulator is a payment provider for tests and demos: a small,
+// Stripe-like HTTP API that is idempotent per key and keeps its state in
+// DynamoDB (the ProviderTable), so it survives restarts and can be shared by
+// several processes.
+//
+// # API
+//
+//	POST /v1/charges                         create a charge (Idempotency-Key required)
+//	GET  /v1/charges?idempotency_key=K       the charge created with key K
+//	GET  /v1/charges/{id}                    the charge with that id
+//	GET  /v1/_test/charges?idempotency_key=K {"count": n}: charges created with key K
+//
+// A charge request is JSON: {"amount", "currency", "source", "customer",
+// "description"?, "metadata"?}. The source token decides what happens, as
+// Stripe's test tokens do:
+//
+//   - tok_visa: the charge succeeds (201, the charge object).
+//   - tok_chargeDeclined: the charge is recorded as failed and the answer is
+//     402 card_error/card_declined, naming the failed charge.
+//   - tok_unavailable: 503 with Retry-After; nothing is charged or recorded.
+//     503 (and 429) is documented as "not charged".
+//   - tok_timeout: the charge succeeds and is recorded, then the answer is
+//     held for HoldFor (or until the client goes away): the ambiguous case.
+//   - tok_slow: the charge succeeds and is recorded, and the answer comes
+//     after SlowDelay.
+//
+// Any other source is a 400 invalid_request.
+//
+// # Idempotency
+//
+// The first request with a key records the charge, with its answer, in one
+// conditional transaction (attribute_not_exists), before anything is sent:
+// a simulator that dies after charging has recorded the charge. A later
+// request with the same key and the same parameters gets the recorded answer
+// at once (same status and body, Idempotent-Replayed: true; a replay is never
+// held or delayed), and one with other parameters gets 422
+// idempotency_key_reused. Concurrent requests with one key charge once: the
+// conditional write decides. A 500 means the simulator could not tell whether
+// its write happened (a DynamoDB error): the outcome is unknown, as it would
+// be with a real provider.
+//
+// # Items
+//
+// A charge is one item whose pk is the idempotency key, holding the charge
+// (id, status, amount, currency, source, customer, created, failure code), a
+// hash of the request parameters, the recorded answer and charge_count, the
+// number of charges created with the key (1; the simulator never charges a
+// key twice, and counts declined charges too). A second item, pk
+// "id#<charge id>", points from the charge id to the key; it is written in the
+// same transaction. Keys starting with "id#" are therefore refused.
+package simulator

@@ -1,0 +1,33 @@
+// Package dynamo is the DynamoDB implementation of idempotency.Store.
+//
+// One item per scoped key, laid out as docs/design.md describes the
+// IdempotencyTable (ItemFromRecord, RecordFromItem and RecordFromStreamImage
+// are the one mapping every package uses). Every Store method is one request:
+// Commit, and Complete with effects, are one TransactWriteItems; Reserve and
+// Complete without effects one conditional PutItem; Release a conditional
+// DeleteItem; MarkUnknown a conditional UpdateItem; Get a consistent GetItem.
+// A failed condition returns *idempotency.ConflictError carrying the item
+// DynamoDB returns with ReturnValuesOnConditionCheckFailure=ALL_OLD, so a
+// conflict costs no second read.
+//
+// Times are stored to the millisecond (expires_at_ms, created_at,
+// updated_at): a record read back carries its times truncated to the
+// millisecond, and the reclaim condition compares expires_at_ms with the
+// caller's now truncated the same way, which is exactly Record.Reclaimable
+// applied to the stored record. expires_at, the TTL attribute, is the expiry
+// rounded up to the second, so TTL never deletes a record before it expires.
+//
+// Errors: throttling, network failures, 5xx and context cancellation, once the
+// SDK's own bounded retries are spent, wrap idempotency.ErrUnavailable. The
+// only retry the store adds is for a write cancelled because a concurrent
+// transaction held the item (TransactionConflict), which wrote nothing: a few
+// attempts with full-jitter backoff. A failed condition is never retried.
+//
+// The SDK retries a request whose response it did not get, and a conditional
+// write that had in fact landed then fails its condition against itself.
+// Transactions carry a ClientRequestToken, which makes DynamoDB answer such a
+// retry with success; for the single-item writes the store recognises its own
+// write instead: when the item DynamoDB returns is exactly the record (or the
+// UNKNOWN state) the call was writing, lease token included, the call
+// succeeds.
+package dynamo

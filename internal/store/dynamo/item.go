@@ -1,0 +1,274 @@
+package dynamo
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/oncehq/once/internal/idempotency"
+)
+
+// Attribute names of an idempotency item (docs/design.md, IdempotencyTable).
+const (
+	AttrPK              = "pk"               // S: Key.ID()
+	AttrTenant          = "tenant"           // S
+	AttrStatus          = "status"           // S: IN_PROGRESS, COMPLETED, UNKNOWN
+	AttrRoute           = "route"            // S
+	AttrFingerprint     = "fingerprint"      // S
+	AttrExternal        = "external"         // BOOL, always present (the reclaim condition reads it)
+	AttrLeaseToken      = "lease_token"      // S, absent when empty
+	AttrExpiresAt       = "expires_at"       // N: unix seconds, rounded up (the TTL attribute)
+	AttrExpiresAtMS     = "expires_at_ms"    // N: unix milliseconds (the conditions compare it)
+	AttrRequest         = "request"          // B, absent when empty
+	AttrResponseStatus  = "response_status"  // N, present when the record has a response
+	AttrResponseHeaders = "response_headers" // M of S, absent when there are none
+	AttrResponseBody    = "response_body"    // B, present (maybe empty) when the record has a response
+	AttrCreatedAt       = "created_at"       // N: unix milliseconds, absent when zero
+	AttrUpdatedAt       = "updated_at"       // N: unix milliseconds, absent when zero
+)
+
+// ItemFromRecord is the item that stores rec. Times are kept to the
+// millisecond; an empty lease token, request or header set is left out; a
+// response's body is always present, empty or not.
+func ItemFromRecord(rec idempotency.Record) map[string]types.AttributeValue {
+	expiresMS := rec.ExpiresAt.UnixMilli()
+	item := map[string]types.AttributeValue{
+		AttrPK:          str(rec.Key.ID()),
+		AttrTenant:      str(rec.Key.Tenant),
+		AttrStatus:      str(string(rec.Status)),
+		AttrRoute:       str(rec.Route),
+		AttrFingerprint: str(rec.Fingerprint),
+		AttrExternal:    &types.AttributeValueMemberBOOL{Value: rec.External},
+		AttrExpiresAt:   num(ceilSeconds(expiresMS)),
+		AttrExpiresAtMS: num(expiresMS),
+	}
+	if rec.LeaseToken != "" {
+		item[AttrLeaseToken] = str(rec.LeaseToken)
+	}
+	if len(rec.Request) > 0 {
+		item[AttrRequest] = &types.AttributeValueMemberB{Value: rec.Request}
+	}
+	if r := rec.Response; r != nil {
+		item[AttrResponseStatus] = num(int64(r.Status))
+		if len(r.Header) > 0 {
+			h := make(map[string]types.AttributeValue, len(r.Header))
+			for k, v := range r.Header {
+				h[k] = str(v)
+			}
+			item[AttrResponseHeaders] = &types.AttributeValueMemberM{Value: h}
+		}
+		body := r.Body
+		if body == nil {
+			body = []byte{} // a nil B would be serialized as an empty attribute value
+		}
+		item[AttrResponseBody] = &types.AttributeValueMemberB{Value: body}
+	}
+	if !rec.CreatedAt.IsZero() {
+		item[AttrCreatedAt] = num(rec.CreatedAt.UnixMilli())
+	}
+	if !rec.UpdatedAt.IsZero() {
+		item[AttrUpdatedAt] = num(rec.UpdatedAt.UnixMilli())
+	}
+	return item
+}
+
+// RecordFromItem decodes an item written by ItemFromRecord. Times come back in
+// UTC; a response's headers are nil when there are none and its body is
+// non-nil.
+func RecordFromItem(item map[string]types.AttributeValue) (idempotency.Record, error) {
+	d := decoder{item: item}
+	var rec idempotency.Record
+	pk := d.str(AttrPK, true)
+	if d.err == nil {
+		key, err := idempotency.ParseID(pk)
+		if err != nil {
+			d.fail(AttrPK, err)
+		}
+		rec.Key = key
+	}
+	if tenant, ok := item[AttrTenant]; ok && d.err == nil {
+		if s, _ := tenant.(*types.AttributeValueMemberS); s == nil || s.Value != rec.Key.Tenant {
+			d.fail(AttrTenant, errors.New("does not match the partition key"))
+		}
+	}
+	rec.Status = idempotency.Status(d.str(AttrStatus, true))
+	rec.Route = d.str(AttrRoute, false)
+	rec.Fingerprint = d.str(AttrFingerprint, false)
+	rec.External = d.bool(AttrExternal)
+	rec.LeaseToken = d.str(AttrLeaseToken, false)
+	rec.ExpiresAt = d.millis(AttrExpiresAtMS, true)
+	if b := d.bin(AttrRequest); len(b) > 0 {
+		rec.Request = b
+	}
+	if _, ok := item[AttrResponseStatus]; ok {
+		resp := &idempotency.Response{Status: int(d.int(AttrResponseStatus, true))}
+		resp.Header = d.strMap(AttrResponseHeaders)
+		resp.Body = d.bin(AttrResponseBody)
+		if resp.Body == nil {
+			resp.Body = []byte{}
+		}
+		rec.Response = resp
+	}
+	rec.CreatedAt = d.millis(AttrCreatedAt, false)
+	rec.UpdatedAt = d.millis(AttrUpdatedAt, false)
+	if d.err != nil {
+		return idempotency.Record{}, d.err
+	}
+	return rec, nil
+}
+
+// RecordFromStreamImage decodes a record from a DynamoDB stream image (the
+// NewImage or OldImage of an events.DynamoDBEventRecord).
+func RecordFromStreamImage(image map[string]events.DynamoDBAttributeValue) (idempotency.Record, error) {
+	item := make(map[string]types.AttributeValue, len(image))
+	for k, v := range image {
+		item[k] = fromEvent(v)
+	}
+	return RecordFromItem(item)
+}
+
+// fromEvent converts a Lambda event attribute value to the SDK's.
+func fromEvent(v events.DynamoDBAttributeValue) types.AttributeValue {
+	switch v.DataType() {
+	case events.DataTypeBoolean:
+		return &types.AttributeValueMemberBOOL{Value: v.Boolean()}
+	case events.DataTypeBinarySet:
+		return &types.AttributeValueMemberBS{Value: v.BinarySet()}
+	case events.DataTypeList:
+		l := v.List()
+		out := make([]types.AttributeValue, len(l))
+		for i, e := range l {
+			out[i] = fromEvent(e)
+		}
+		return &types.AttributeValueMemberL{Value: out}
+	case events.DataTypeMap:
+		m := v.Map()
+		out := make(map[string]types.AttributeValue, len(m))
+		for k, e := range m {
+			out[k] = fromEvent(e)
+		}
+		return &types.AttributeValueMemberM{Value: out}
+	case events.DataTypeNumber:
+		return &types.AttributeValueMemberN{Value: v.Number()}
+	case events.DataTypeNumberSet:
+		return &types.AttributeValueMemberNS{Value: v.NumberSet()}
+	case events.DataTypeNull:
+		return &types.AttributeValueMemberNULL{Value: true}
+	case events.DataTypeString:
+		return &types.AttributeValueMemberS{Value: v.String()}
+	case events.DataTypeStringSet:
+		return &types.AttributeValueMemberSS{Value: v.StringSet()}
+	default: // DataTypeBinary, which is also the zero value's type (with a nil value)
+		if v.IsNull() {
+			return &types.AttributeValueMemberB{Value: []byte{}}
+		}
+		return &types.AttributeValueMemberB{Value: v.Binary()}
+	}
+}
+
+// decoder reads typed attributes, keeping the first error.
+type decoder struct {
+	item map[string]types.AttributeValue
+	err  error
+}
+
+func (d *decoder) fail(name string, err error) {
+	if d.err == nil {
+		d.err = fmt.Errorf("dynamo: decode item: attribute %s: %w", name, err)
+	}
+}
+
+// get returns the attribute name as a T; ok is false when it is absent or of
+// another type (recorded as an error) or absent and required.
+func get[T types.AttributeValue](d *decoder, name string, required bool) (T, bool) {
+	var zero T
+	v, ok := d.item[name]
+	if !ok {
+		if required {
+			d.fail(name, errors.New("missing"))
+		}
+		return zero, false
+	}
+	t, ok := v.(T)
+	if !ok {
+		d.fail(name, fmt.Errorf("has type %T, want %T", v, zero))
+		return zero, false
+	}
+	return t, true
+}
+
+func (d *decoder) str(name string, required bool) string {
+	v, ok := get[*types.AttributeValueMemberS](d, name, required)
+	if !ok {
+		return ""
+	}
+	return v.Value
+}
+
+func (d *decoder) bool(name string) bool {
+	v, ok := get[*types.AttributeValueMemberBOOL](d, name, false)
+	return ok && v.Value
+}
+
+func (d *decoder) bin(name string) []byte {
+	v, ok := get[*types.AttributeValueMemberB](d, name, false)
+	if !ok {
+		return nil
+	}
+	return v.Value
+}
+
+func (d *decoder) int(name string, required bool) int64 {
+	v, ok := get[*types.AttributeValueMemberN](d, name, required)
+	if !ok {
+		return 0
+	}
+	n, err := strconv.ParseInt(v.Value, 10, 64)
+	if err != nil {
+		d.fail(name, err)
+	}
+	return n
+}
+
+func (d *decoder) millis(name string, required bool) time.Time {
+	if _, ok := d.item[name]; !ok && !required {
+		return time.Time{}
+	}
+	return time.UnixMilli(d.int(name, required)).UTC()
+}
+
+func (d *decoder) strMap(name string) map[string]string {
+	v, ok := get[*types.AttributeValueMemberM](d, name, false)
+	if !ok || len(v.Value) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(v.Value))
+	for k, e := range v.Value {
+		s, ok := e.(*types.AttributeValueMemberS)
+		if !ok {
+			d.fail(name, fmt.Errorf("entry %q has type %T, want a string", k, e))
+			return nil
+		}
+		out[k] = s.Value
+	}
+	return out
+}
+
+func str(s string) *types.AttributeValueMemberS { return &types.AttributeValueMemberS{Value: s} }
+
+func num(n int64) *types.AttributeValueMemberN {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
+
+// ceilSeconds converts unix milliseconds to unix seconds, rounding up.
+func ceilSeconds(ms int64) int64 {
+	s := ms / 1000
+	if ms%1000 > 0 {
+		s++
+	}
+	return s
+}

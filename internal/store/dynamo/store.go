@@ -1,0 +1,324 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/oncehq/once/internal/idempotency"
+)
+
+// Store is an idempotency.Store backed by one DynamoDB table laid out as
+// ItemFromRecord describes. It is safe for concurrent use.
+type Store struct {
+	client Client
+	table  string
+	retry  conflictRetry
+}
+
+var _ idempotency.Store = (*Store)(nil)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithConflictRetry sets how often a write cancelled by a concurrent
+// transaction on the same item is attempted in all (default 5), and the full
+// jitter backoff between attempts: a random delay up to base doubled per
+// attempt, capped at max (default 5ms and 50ms).
+func WithConflictRetry(attempts int, base, max time.Duration) Option {
+	return func(s *Store) {
+		s.retry = conflictRetry{attempts: attempts, base: base, max: max}
+	}
+}
+
+// New returns a Store that keeps records in table through client.
+func New(client Client, table string, opts ...Option) *Store {
+	s := &Store{client: client, table: table, retry: defaultConflictRetry}
+	for _, o := range opts {
+		o(s)
+	}
+	s.retry = s.retry.withDefaults()
+	return s
+}
+
+// Conditions. #status and friends are expression attribute names because
+// STATUS (and others) are DynamoDB reserved words.
+const (
+	// reclaimCondition is Record.Reclaimable: no record, or an expired one
+	// that is not an External reservation.
+	reclaimCondition = "attribute_not_exists(#pk) OR " +
+		"(#expires_ms <= :now AND (#status <> :in_progress OR #external = :false))"
+	// leaseCondition holds while the lease is held: the record carries the
+	// lease token and is not COMPLETED.
+	leaseCondition = "#lease = :lease AND #status <> :completed"
+)
+
+func reclaimExpr(now time.Time) (map[string]string, map[string]types.AttributeValue) {
+	return map[string]string{
+			"#pk":         AttrPK,
+			"#expires_ms": AttrExpiresAtMS,
+			"#status":     AttrStatus,
+			"#external":   AttrExternal,
+		}, map[string]types.AttributeValue{
+			":now":         num(now.UnixMilli()),
+			":in_progress": str(string(idempotency.StatusInProgress)),
+			":false":       &types.AttributeValueMemberBOOL{Value: false},
+		}
+}
+
+func leaseExpr(lease string) (map[string]string, map[string]types.AttributeValue) {
+	return map[string]string{
+			"#lease":  AttrLeaseToken,
+			"#status": AttrStatus,
+		}, map[string]types.AttributeValue{
+			":lease":     str(lease),
+			":completed": str(string(idempotency.StatusCompleted)),
+		}
+}
+
+// Commit writes rec and effects in one TransactWriteItems, conditioned on the
+// key being free or reclaimable at now. It returns a *idempotency.ConflictError
+// carrying the existing record when the key is taken, an error naming the
+// effect when an effect's item already exists, and an error wrapping
+// idempotency.ErrUnavailable when DynamoDB could not be reached or throttled.
+func (s *Store) Commit(ctx context.Context, rec idempotency.Record, effects []idempotency.Effect, now time.Time) error {
+	names, values := reclaimExpr(now)
+	put := &types.Put{
+		TableName:                           aws.String(s.table),
+		Item:                                ItemFromRecord(rec),
+		ConditionExpression:                 aws.String(reclaimCondition),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+	return s.transact(ctx, "commit", put, effects, isRecord(rec))
+}
+
+// Reserve writes rec with one conditional PutItem, under Commit's condition,
+// and returns the same errors as Commit.
+func (s *Store) Reserve(ctx context.Context, rec idempotency.Record, now time.Time) error {
+	names, values := reclaimExpr(now)
+	in := &dynamodb.PutItemInput{
+		TableName:                           aws.String(s.table),
+		Item:                                ItemFromRecord(rec),
+		ConditionExpression:                 aws.String(reclaimCondition),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+	return s.put(ctx, "reserve", in, isRecord(rec))
+}
+
+// Complete replaces the record held under lease with rec: one conditional
+// PutItem, or with effects one TransactWriteItems. When the lease is no
+// longer held it returns a *idempotency.ConflictError carrying the current
+// record, with a nil Existing when there is none.
+func (s *Store) Complete(ctx context.Context, rec idempotency.Record, lease string, effects []idempotency.Effect) error {
+	names, values := leaseExpr(lease)
+	if len(effects) > 0 {
+		put := &types.Put{
+			TableName:                           aws.String(s.table),
+			Item:                                ItemFromRecord(rec),
+			ConditionExpression:                 aws.String(leaseCondition),
+			ExpressionAttributeNames:            names,
+			ExpressionAttributeValues:           values,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}
+		return s.transact(ctx, "complete", put, effects, isRecord(rec))
+	}
+	in := &dynamodb.PutItemInput{
+		TableName:                           aws.String(s.table),
+		Item:                                ItemFromRecord(rec),
+		ConditionExpression:                 aws.String(leaseCondition),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+	return s.put(ctx, "complete", in, isRecord(rec))
+}
+
+// Release deletes the record held under lease with one conditional
+// DeleteItem, returning a *idempotency.ConflictError as Complete does.
+func (s *Store) Release(ctx context.Context, key idempotency.Key, lease string) error {
+	names, values := leaseExpr(lease)
+	in := &dynamodb.DeleteItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 map[string]types.AttributeValue{AttrPK: str(key.ID())},
+		ConditionExpression:                 aws.String(leaseCondition),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+	err := s.do(ctx, func() error {
+		_, err := s.client.DeleteItem(ctx, in)
+		return err
+	})
+	return s.outcome("release", err, nil)
+}
+
+// MarkUnknown moves the record held under lease to UNKNOWN with newLease and
+// expiresAt, with one conditional UpdateItem, returning a
+// *idempotency.ConflictError as Complete does.
+func (s *Store) MarkUnknown(ctx context.Context, key idempotency.Key, lease, newLease string, expiresAt, now time.Time) error {
+	names, values := leaseExpr(lease)
+	names["#expires"] = AttrExpiresAt
+	names["#expires_ms"] = AttrExpiresAtMS
+	names["#updated"] = AttrUpdatedAt
+	expiresMS := expiresAt.UnixMilli()
+	values[":unknown"] = str(string(idempotency.StatusUnknown))
+	values[":new_lease"] = str(newLease)
+	values[":expires"] = num(ceilSeconds(expiresMS))
+	values[":expires_ms"] = num(expiresMS)
+	values[":now"] = num(now.UnixMilli())
+	in := &dynamodb.UpdateItemInput{
+		TableName: aws.String(s.table),
+		Key:       map[string]types.AttributeValue{AttrPK: str(key.ID())},
+		UpdateExpression: aws.String("SET #status = :unknown, #lease = :new_lease, " +
+			"#expires = :expires, #expires_ms = :expires_ms, #updated = :now"),
+		ConditionExpression:                 aws.String(leaseCondition),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+	// The write is already in place when the record is UNKNOWN under newLease
+	// with this expiry and update time.
+	landed := func(r idempotency.Record) bool {
+		return r.Status == idempotency.StatusUnknown && r.LeaseToken == newLease &&
+			r.ExpiresAt.UnixMilli() == expiresMS && r.UpdatedAt.UnixMilli() == now.UnixMilli()
+	}
+	err := s.do(ctx, func() error {
+		_, err := s.client.UpdateItem(ctx, in)
+		return err
+	})
+	return s.outcome("mark unknown", err, landed)
+}
+
+// Get reads the record for key with a strongly consistent GetItem. It returns
+// an error wrapping idempotency.ErrNotFound when there is none.
+func (s *Store) Get(ctx context.Context, key idempotency.Key) (idempotency.Record, error) {
+	var out *dynamodb.GetItemOutput
+	err := s.do(ctx, func() error {
+		var err error
+		out, err = s.client.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName:      aws.String(s.table),
+			Key:            map[string]types.AttributeValue{AttrPK: str(key.ID())},
+			ConsistentRead: aws.Bool(true),
+		})
+		return err
+	})
+	if err != nil {
+		return idempotency.Record{}, s.outcome("get", err, nil)
+	}
+	if len(out.Item) == 0 {
+		return idempotency.Record{}, fmt.Errorf("dynamo: get: %w", idempotency.ErrNotFound)
+	}
+	rec, err := RecordFromItem(out.Item)
+	if err != nil {
+		return idempotency.Record{}, fmt.Errorf("dynamo: get: %w", err)
+	}
+	return rec, nil
+}
+
+// put runs a conditional PutItem.
+func (s *Store) put(ctx context.Context, op string, in *dynamodb.PutItemInput, landed func(idempotency.Record) bool) error {
+	err := s.do(ctx, func() error {
+		_, err := s.client.PutItem(ctx, in)
+		return err
+	})
+	return s.outcome(op, err, landed)
+}
+
+// transact writes the record put and one insert per effect in one
+// TransactWriteItems.
+func (s *Store) transact(ctx context.Context, op string, put *types.Put, effects []idempotency.Effect, landed func(idempotency.Record) bool) error {
+	items := make([]types.TransactWriteItem, 0, 1+len(effects))
+	items = append(items, types.TransactWriteItem{Put: put})
+	for i, e := range effects {
+		item, err := effectItem(e)
+		if err != nil {
+			return fmt.Errorf("dynamo: %s: effect %d: %w", op, i, err)
+		}
+		items = append(items, types.TransactWriteItem{Put: &types.Put{
+			TableName:                aws.String(e.Table),
+			Item:                     item,
+			ConditionExpression:      aws.String("attribute_not_exists(#key)"),
+			ExpressionAttributeNames: map[string]string{"#key": e.KeyAttr},
+		}})
+	}
+	// The SDK gives the call a ClientRequestToken, so its own retry of a
+	// transaction that had landed succeeds; each of our attempts gets a new
+	// one, as a cancelled transaction wrote nothing.
+	in := &dynamodb.TransactWriteItemsInput{TransactItems: items}
+	err := s.do(ctx, func() error {
+		in.ClientRequestToken = nil
+		_, err := s.client.TransactWriteItems(ctx, in)
+		return err
+	})
+	var canceled *types.TransactionCanceledException
+	if _, recordFailed := conditionFailed(err); !recordFailed && errors.As(err, &canceled) {
+		for i, r := range canceled.CancellationReasons {
+			if i > 0 && i <= len(effects) && aws.ToString(r.Code) == reasonConditionalCheckFailed {
+				e := effects[i-1]
+				return fmt.Errorf("dynamo: %s: effect item %s %s=%q already exists: %w", op, e.Table, e.KeyAttr, e.Key, err)
+			}
+		}
+	}
+	return s.outcome(op, err, landed)
+}
+
+// effectItem marshals e's item and checks that it carries e's key.
+func effectItem(e idempotency.Effect) (map[string]types.AttributeValue, error) {
+	item, err := attributevalue.MarshalMap(e.Item)
+	if err != nil {
+		return nil, fmt.Errorf("marshal item for %s: %w", e.Table, err)
+	}
+	if k, ok := item[e.KeyAttr].(*types.AttributeValueMemberS); !ok || k.Value != e.Key {
+		return nil, fmt.Errorf("item for %s does not carry its key %s=%q", e.Table, e.KeyAttr, e.Key)
+	}
+	return item, nil
+}
+
+// outcome turns a write's error into the Store contract's: nil, a
+// *idempotency.ConflictError, an error wrapping idempotency.ErrUnavailable,
+// or another error. landed, if set, recognises the call's own write in the
+// item a failed condition returned (see the package documentation).
+func (s *Store) outcome(op string, err error, landed func(idempotency.Record) bool) error {
+	if err == nil {
+		return nil
+	}
+	if item, ok := conditionFailed(err); ok {
+		if item == nil {
+			return &idempotency.ConflictError{}
+		}
+		existing, derr := RecordFromItem(item)
+		if derr != nil {
+			return fmt.Errorf("dynamo: %s: condition failed on an undecodable item: %w", op, derr)
+		}
+		if landed != nil && landed(existing) {
+			return nil
+		}
+		return &idempotency.ConflictError{Existing: &existing}
+	}
+	if unavailable(err) {
+		return fmt.Errorf("dynamo: %s: %w: %w", op, idempotency.ErrUnavailable, err)
+	}
+	return fmt.Errorf("dynamo: %s: %w", op, err)
+}
+
+// isRecord recognises rec as it is stored.
+func isRecord(rec idempotency.Record) func(idempotency.Record) bool {
+	return func(existing idempotency.Record) bool {
+		if rec.LeaseToken == "" || existing.LeaseToken != rec.LeaseToken {
+			return false // without a lease token a record is not unique to one call
+		}
+		stored, err := RecordFromItem(ItemFromRecord(rec))
+		return err == nil && reflect.DeepEqual(existing, stored)
+	}
+}

@@ -1,0 +1,365 @@
+package dynamo_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncehq/once/internal/dynamoclient"
+	"github.com/oncehq/once/internal/dynamotest"
+	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/internal/store/dynamo"
+	"github.com/oncehq/once/internal/store/storetest"
+)
+
+// newStore returns a Store on fresh tables of DynamoDB Local.
+func newStore(t testing.TB, opts ...dynamo.Option) (*dynamo.Store, *dynamodb.Client, dynamotest.Names) {
+	t.Helper()
+	client := dynamotest.Client(t)
+	names := dynamotest.Tables(t, client)
+	return dynamo.New(client, names.Idempotency, opts...), client, names
+}
+
+func TestConformance(t *testing.T) {
+	// One set of tables for the whole suite: its tests use keys of their own.
+	s, client, names := newStore(t)
+	storetest.Run(t, func(t *testing.T) (idempotency.Store, storetest.Inspect) {
+		return s, storetest.Inspect{
+			EffectTable: names.Payments,
+			Effects: func(t *testing.T) map[string]storetest.EffectItem {
+				t.Helper()
+				m := map[string]storetest.EffectItem{}
+				p := dynamodb.NewScanPaginator(client, &dynamodb.ScanInput{
+					TableName:      aws.String(names.Payments),
+					ConsistentRead: aws.Bool(true),
+				})
+				for p.HasMorePages() {
+					out, err := p.NextPage(t.Context())
+					if err != nil {
+						t.Fatalf("Scan(%s): %v", names.Payments, err)
+					}
+					var items []storetest.EffectItem
+					if err := attributevalue.UnmarshalListOfMaps(out.Items, &items); err != nil {
+						t.Fatal(err)
+					}
+					for _, it := range items {
+						m[it.PK] = it
+					}
+				}
+				return m
+			},
+		}
+	})
+}
+
+func TestStoredItem(t *testing.T) {
+	store, client, names := newStore(t)
+	ctx := t.Context()
+	t0 := time.Date(2040, 1, 2, 3, 4, 5, 678_000_000, time.UTC)
+	key := idempotency.NewKey("acme", "raw")
+	rec := idempotency.Record{
+		Key: key, Status: idempotency.StatusInProgress, Route: "POST /v1/charges", Fingerprint: "f00d",
+		External: true, LeaseToken: "lease-1", ExpiresAt: t0, Request: []byte(`{"a":1}`),
+		CreatedAt: t0.Add(-30 * time.Second), UpdatedAt: t0.Add(-30 * time.Second),
+	}
+	if err := store.Reserve(ctx, rec, t0.Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	expires := t0.Add(24*time.Hour + 1500*time.Microsecond)
+	if err := store.MarkUnknown(ctx, key, "lease-1", "lease-2", expires, t0); err != nil {
+		t.Fatal(err)
+	}
+	out, err := client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(names.Idempotency),
+		Key:            map[string]types.AttributeValue{"pk": s(key.ID())},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := dynamo.ItemFromRecord(rec)
+	want["status"] = s("UNKNOWN")
+	want["lease_token"] = s("lease-2")
+	want["expires_at"] = &types.AttributeValueMemberN{Value: "2209172646"}
+	want["expires_at_ms"] = &types.AttributeValueMemberN{Value: "2209172645679"}
+	want["updated_at"] = &types.AttributeValueMemberN{Value: "2209086245678"}
+	if diff := cmp.Diff(want, out.Item, ignoreAV); diff != "" {
+		t.Errorf("stored item mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// conflicting makes the first n writes fail as DynamoDB fails a write that a
+// concurrent transaction holds, then lets writes through to the real client.
+type conflicting struct {
+	dynamo.Client
+	n     int
+	calls atomic.Int32
+}
+
+func (c *conflicting) fail() error {
+	if int(c.calls.Add(1)) > c.n {
+		return nil
+	}
+	return &smithy.OperationError{ServiceID: "DynamoDB", OperationName: "write", Err: &types.TransactionConflictException{
+		Message: aws.String("Transaction is ongoing for the item"),
+	}}
+}
+
+func (c *conflicting) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	if int(c.calls.Add(1)) <= c.n {
+		reasons := make([]types.CancellationReason, len(in.TransactItems))
+		for i := range reasons {
+			reasons[i].Code = aws.String("None")
+		}
+		reasons[len(reasons)-1].Code = aws.String("TransactionConflict")
+		return nil, &smithy.OperationError{ServiceID: "DynamoDB", OperationName: "TransactWriteItems",
+			Err: &types.TransactionCanceledException{CancellationReasons: reasons}}
+	}
+	return c.Client.TransactWriteItems(ctx, in, opts...)
+}
+
+func (c *conflicting) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if err := c.fail(); err != nil {
+		return nil, err
+	}
+	return c.Client.PutItem(ctx, in, opts...)
+}
+
+func (c *conflicting) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	if err := c.fail(); err != nil {
+		return nil, err
+	}
+	return c.Client.DeleteItem(ctx, in, opts...)
+}
+
+func (c *conflicting) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if err := c.fail(); err != nil {
+		return nil, err
+	}
+	return c.Client.UpdateItem(ctx, in, opts...)
+}
+
+// TestConflictRetry checks that a write cancelled by a concurrent transaction
+// is attempted again, a bounded number of times.
+func TestConflictRetry(t *testing.T) {
+	real, client, names := newStore(t)
+	t0 := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	ops := []struct {
+		name  string
+		setup func(t *testing.T, s *dynamo.Store, k idempotency.Key)
+		call  func(ctx context.Context, s *dynamo.Store, k idempotency.Key, payments string) error
+	}{
+		{"Commit", nil, func(ctx context.Context, s *dynamo.Store, k idempotency.Key, payments string) error {
+			e := idempotency.Effect{Table: payments, KeyAttr: "pk", Key: k.Hash, Item: map[string]string{"pk": k.Hash}}
+			return s.Commit(ctx, completedRecord(k, "", t0), []idempotency.Effect{e}, t0.Add(-time.Hour))
+		}},
+		{"Reserve", nil, func(ctx context.Context, s *dynamo.Store, k idempotency.Key, _ string) error {
+			return s.Reserve(ctx, reservedRecord(k, "lease", t0), t0.Add(-time.Hour))
+		}},
+		{"Complete", reserve, func(ctx context.Context, s *dynamo.Store, k idempotency.Key, _ string) error {
+			return s.Complete(ctx, completedRecord(k, "lease", t0), "lease", nil)
+		}},
+		{"CompleteEffects", reserve, func(ctx context.Context, s *dynamo.Store, k idempotency.Key, payments string) error {
+			e := idempotency.Effect{Table: payments, KeyAttr: "pk", Key: k.Hash, Item: map[string]string{"pk": k.Hash}}
+			return s.Complete(ctx, completedRecord(k, "lease", t0), "lease", []idempotency.Effect{e})
+		}},
+		{"Release", reserve, func(ctx context.Context, s *dynamo.Store, k idempotency.Key, _ string) error {
+			return s.Release(ctx, k, "lease")
+		}},
+		{"MarkUnknown", reserve, func(ctx context.Context, s *dynamo.Store, k idempotency.Key, _ string) error {
+			return s.MarkUnknown(ctx, k, "lease", "lease-2", t0, t0.Add(-time.Hour))
+		}},
+	}
+	for _, op := range ops {
+		for _, tt := range []struct {
+			failures        int
+			wantCalls       int32
+			wantUnavailable bool
+		}{
+			{failures: 2, wantCalls: 3},
+			{failures: 100, wantCalls: 4, wantUnavailable: true},
+		} {
+			t.Run(fmt.Sprintf("%s/%d failures", op.name, tt.failures), func(t *testing.T) {
+				k := idempotency.NewKey("acme", t.Name())
+				if op.setup != nil {
+					op.setup(t, real, k)
+				}
+				c := &conflicting{Client: client, n: tt.failures}
+				s := dynamo.New(c, names.Idempotency, dynamo.WithConflictRetry(4, time.Millisecond, 2*time.Millisecond))
+				err := op.call(t.Context(), s, k, names.Payments)
+				if got := c.calls.Load(); got != tt.wantCalls {
+					t.Errorf("%s made %d calls, want %d", op.name, got, tt.wantCalls)
+				}
+				if tt.wantUnavailable {
+					if !errors.Is(err, idempotency.ErrUnavailable) {
+						t.Errorf("%s = %v, want ErrUnavailable", op.name, err)
+					}
+					return
+				}
+				if err != nil {
+					t.Errorf("%s = %v, want nil", op.name, err)
+				}
+			})
+		}
+	}
+}
+
+func TestConflictRetryHonoursContext(t *testing.T) {
+	_, client, names := newStore(t)
+	c := &conflicting{Client: client, n: 100}
+	s := dynamo.New(c, names.Idempotency, dynamo.WithConflictRetry(5, time.Hour, time.Hour))
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := s.Reserve(ctx, reservedRecord(idempotency.NewKey("acme", "k"), "lease", time.Now().Add(time.Minute)), time.Now())
+	if !errors.Is(err, idempotency.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Reserve = %v, want ErrUnavailable and DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Reserve took %v, want it to stop when the context ends", d)
+	}
+}
+
+func reserve(t *testing.T, s *dynamo.Store, k idempotency.Key) {
+	t.Helper()
+	if err := s.Reserve(t.Context(), reservedRecord(k, "lease", time.Now().Add(time.Hour)), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func completedRecord(k idempotency.Key, lease string, expires time.Time) idempotency.Record {
+	return idempotency.Record{
+		Key: k, Status: idempotency.StatusCompleted, Route: "POST /v1/payments", Fingerprint: "f", LeaseToken: lease,
+		ExpiresAt: expires, Response: &idempotency.Response{Status: 201, Body: []byte(`{}`)},
+		CreatedAt: expires.Add(-time.Hour), UpdatedAt: expires.Add(-time.Hour),
+	}
+}
+
+func reservedRecord(k idempotency.Key, lease string, expires time.Time) idempotency.Record {
+	return idempotency.Record{
+		Key: k, Status: idempotency.StatusInProgress, Route: "POST /v1/charges", Fingerprint: "f", LeaseToken: lease,
+		ExpiresAt: expires, CreatedAt: expires.Add(-time.Minute), UpdatedAt: expires.Add(-time.Minute),
+	}
+}
+
+// storeOps calls every Store method.
+var storeOps = []struct {
+	name string
+	call func(ctx context.Context, s *dynamo.Store) error
+}{
+	{"Commit", func(ctx context.Context, s *dynamo.Store) error {
+		return s.Commit(ctx, completedRecord(idempotency.NewKey("acme", "k"), "", time.Now().Add(time.Hour)), nil, time.Now())
+	}},
+	{"Reserve", func(ctx context.Context, s *dynamo.Store) error {
+		return s.Reserve(ctx, reservedRecord(idempotency.NewKey("acme", "k"), "lease", time.Now().Add(time.Hour)), time.Now())
+	}},
+	{"Complete", func(ctx context.Context, s *dynamo.Store) error {
+		return s.Complete(ctx, completedRecord(idempotency.NewKey("acme", "k"), "lease", time.Now().Add(time.Hour)), "lease", nil)
+	}},
+	{"Release", func(ctx context.Context, s *dynamo.Store) error {
+		return s.Release(ctx, idempotency.NewKey("acme", "k"), "lease")
+	}},
+	{"MarkUnknown", func(ctx context.Context, s *dynamo.Store) error {
+		return s.MarkUnknown(ctx, idempotency.NewKey("acme", "k"), "lease", "lease-2", time.Now().Add(time.Hour), time.Now())
+	}},
+	{"Get", func(ctx context.Context, s *dynamo.Store) error {
+		_, err := s.Get(ctx, idempotency.NewKey("acme", "k"))
+		return err
+	}},
+}
+
+// unreachable returns a Store whose endpoint is a closed local port, with the
+// SDK retries every function uses.
+func unreachable(t *testing.T) *dynamo.Store {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "http://" + l.Addr().String()
+	l.Close()
+	cfg, err := dynamoclient.Config(t.Context(), dynamoclient.Options{Endpoint: endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dynamo.New(dynamoclient.New(cfg, endpoint), "once-idempotency")
+}
+
+func TestUnreachable(t *testing.T) {
+	s := unreachable(t)
+	for _, op := range storeOps {
+		t.Run(op.name, func(t *testing.T) {
+			start := time.Now()
+			err := op.call(t.Context(), s)
+			if !errors.Is(err, idempotency.ErrUnavailable) {
+				t.Errorf("%s = %v, want ErrUnavailable", op.name, err)
+			}
+			if d := time.Since(start); d > 3*time.Second {
+				t.Errorf("%s took %v, want at most 3s", op.name, d)
+			}
+		})
+	}
+}
+
+func TestContextCanceled(t *testing.T) {
+	s := unreachable(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	for _, op := range storeOps {
+		t.Run(op.name, func(t *testing.T) {
+			if err := op.call(ctx, s); !errors.Is(err, idempotency.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+				t.Errorf("%s = %v, want ErrUnavailable and context.Canceled", op.name, err)
+			}
+		})
+	}
+}
+
+// TestMissingTable checks that a misconfiguration is not reported as the
+// store being unavailable (which would tell clients to retry).
+func TestMissingTable(t *testing.T) {
+	client := dynamotest.Client(t)
+	s := dynamo.New(client, "once-no-such-table")
+	for _, op := range storeOps {
+		t.Run(op.name, func(t *testing.T) {
+			err := op.call(t.Context(), s)
+			var conflict *idempotency.ConflictError
+			var notFound *types.ResourceNotFoundException
+			if !errors.As(err, &notFound) || errors.Is(err, idempotency.ErrUnavailable) || errors.As(err, &conflict) {
+				t.Errorf("%s = %v, want a ResourceNotFoundException that is neither unavailable nor a conflict", op.name, err)
+			}
+		})
+	}
+}
+
+// TestEffectKey checks that an effect whose item does not carry its key is
+// refused before anything is written.
+func TestEffectKey(t *testing.T) {
+	s, _, names := newStore(t)
+	k := idempotency.NewKey("acme", "k")
+	for _, item := range []any{
+		map[string]string{"id": "pay_1"},
+		map[string]string{"pk": "pay_2"},
+		map[string]int{"pk": 1},
+		make(chan int),
+	} {
+		e := idempotency.Effect{Table: names.Payments, KeyAttr: "pk", Key: "pay_1", Item: item}
+		err := s.Commit(t.Context(), completedRecord(k, "", time.Now().Add(time.Hour)), []idempotency.Effect{e}, time.Now())
+		if err == nil || errors.Is(err, idempotency.ErrUnavailable) {
+			t.Errorf("Commit with effect item %v = %v, want an error", item, err)
+		}
+	}
+	if _, err := s.Get(t.Context(), k); !errors.Is(err, idempotency.ErrNotFound) {
+		t.Errorf("Get = %v, want ErrNotFound", err)
+	}
+}

@@ -1,0 +1,9 @@
+// Package storetest is the conformance suite for idempotency.Store
+// implementations: every store runs Run, so the in-memory store the engine's
+// unit tests use behaves as the DynamoDB store does.
+//
+// The suite covers the reclaim condition against every kind of existing
+// record, fencing by lease token, the atomicity of effects, byte-exact
+// responses, millisecond times, a store recognising its own write, and races
+// of many writers on one key, counting the effects that land.
+package storetest

@@ -1,0 +1,819 @@
+package storetest
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/oncehq/once/internal/idempotency"
+)
+
+// EffectItem is the item of the effects the suite writes.
+type EffectItem struct {
+	PK   string `dynamodbav:"pk"`
+	Note string `dynamodbav:"note"`
+}
+
+// Inspect is what the suite needs of a store beyond the interface.
+type Inspect struct {
+	// EffectTable is a table whose string partition key is "pk", for the
+	// suite's effects.
+	EffectTable string
+	// Effects returns the items in EffectTable, by key.
+	Effects func(t *testing.T) map[string]EffectItem
+}
+
+// NewStore returns a store for one test. Tests may share the store's tables:
+// each uses keys (and effect keys) of its own.
+type NewStore func(t *testing.T) (idempotency.Store, Inspect)
+
+// t0 is the suite's reference time, in the future so that DynamoDB's TTL
+// never deletes a record under test, and a whole number of milliseconds
+// as the stores keep times.
+var t0 = time.Date(2040, 1, 2, 3, 4, 5, 678_000_000, time.UTC)
+
+// Run runs the conformance suite against the stores newStore makes, one per
+// subtest.
+func Run(t *testing.T, newStore NewStore) {
+	t.Run("Reclaim", func(t *testing.T) { testReclaim(t, newStore) })
+	t.Run("CommitEffects", func(t *testing.T) { testCommitEffects(t, newStore) })
+	t.Run("Complete", func(t *testing.T) { testComplete(t, newStore) })
+	t.Run("CompleteEffects", func(t *testing.T) { testCompleteEffects(t, newStore) })
+	t.Run("Release", func(t *testing.T) { testRelease(t, newStore) })
+	t.Run("MarkUnknown", func(t *testing.T) { testMarkUnknown(t, newStore) })
+	t.Run("Get", func(t *testing.T) { testGet(t, newStore) })
+	t.Run("Bodies", func(t *testing.T) { testBodies(t, newStore) })
+	t.Run("Headers", func(t *testing.T) { testHeaders(t, newStore) })
+	t.Run("Times", func(t *testing.T) { testTimes(t, newStore) })
+	t.Run("Rewrite", func(t *testing.T) { testRewrite(t, newStore) })
+	t.Run("ConcurrentCommit", func(t *testing.T) { testConcurrentCommit(t, newStore) })
+	t.Run("ConcurrentReserve", func(t *testing.T) { testConcurrentReserve(t, newStore) })
+}
+
+// key returns a key unique to the test and name.
+func key(t *testing.T, name string) idempotency.Key {
+	return idempotency.NewKey("acme", t.Name()+"/"+name)
+}
+
+// completed is a COMPLETED record expiring at expires.
+func completed(key idempotency.Key, fingerprint string, expires time.Time) idempotency.Record {
+	return idempotency.Record{
+		Key:         key,
+		Status:      idempotency.StatusCompleted,
+		Route:       "POST /v1/payments",
+		Fingerprint: fingerprint,
+		ExpiresAt:   expires,
+		Response: &idempotency.Response{
+			Status: 201,
+			Header: map[string]string{"Content-Type": "application/json", "Location": "/v1/payments/pay_" + fingerprint},
+			Body:   []byte(`{"id":"pay_` + fingerprint + `","amount":1000}` + "\n\xff\x00"),
+		},
+		CreatedAt: expires.Add(-24 * time.Hour),
+		UpdatedAt: expires.Add(-24 * time.Hour),
+	}
+}
+
+// reserved is an IN_PROGRESS record under lease, expiring at expires.
+func reserved(key idempotency.Key, fingerprint, lease string, external bool, expires time.Time) idempotency.Record {
+	rec := idempotency.Record{
+		Key:         key,
+		Status:      idempotency.StatusInProgress,
+		Route:       "POST /v1/charges",
+		Fingerprint: fingerprint,
+		External:    external,
+		LeaseToken:  lease,
+		ExpiresAt:   expires,
+		CreatedAt:   expires.Add(-30 * time.Second),
+		UpdatedAt:   expires.Add(-30 * time.Second),
+	}
+	if external {
+		rec.Request = []byte(`{"amount":1000,"currency":"usd"}`)
+	}
+	return rec
+}
+
+// unknown is rec moved to UNKNOWN.
+func unknown(rec idempotency.Record) idempotency.Record {
+	rec.Status = idempotency.StatusUnknown
+	return rec
+}
+
+// done is the COMPLETED record that completes the reservation rec at now.
+func done(rec idempotency.Record, now time.Time) idempotency.Record {
+	c := completed(rec.Key, rec.Fingerprint, now.Add(24*time.Hour))
+	c.Route = rec.Route
+	c.External = rec.External
+	c.LeaseToken = rec.LeaseToken
+	c.Request = rec.Request
+	c.CreatedAt = rec.CreatedAt
+	c.UpdatedAt = now
+	return c
+}
+
+// effect is an insert of the effect item key (scoped to the test) into the
+// effect table.
+func effect(t *testing.T, in Inspect, key, note string) idempotency.Effect {
+	key = scope(t) + key
+	return idempotency.Effect{Table: in.EffectTable, KeyAttr: "pk", Key: key, Item: EffectItem{PK: key, Note: note}}
+}
+
+// scope prefixes the test's effect keys, so that tests may share an effect
+// table.
+func scope(t *testing.T) string {
+	sum := sha256.Sum256([]byte(t.Name()))
+	return hex.EncodeToString(sum[:6]) + ":"
+}
+
+// put stores rec as it is, whatever its status, at a time no record expires.
+func put(t *testing.T, s idempotency.Store, rec idempotency.Record, effects ...idempotency.Effect) {
+	t.Helper()
+	var err error
+	if rec.Status == idempotency.StatusCompleted {
+		err = s.Commit(t.Context(), rec, effects, t0.Add(-time.Hour))
+	} else {
+		err = s.Reserve(t.Context(), rec, t0.Add(-time.Hour))
+	}
+	if err != nil {
+		t.Fatalf("storing %s record: %v", rec.Status, err)
+	}
+}
+
+// wantRecord checks that the store holds want for want.Key.
+func wantRecord(t *testing.T, s idempotency.Store, want idempotency.Record) {
+	t.Helper()
+	got, err := s.Get(t.Context(), want.Key)
+	if err != nil {
+		t.Fatalf("Get(%s) = %v, want the %s record", want.Key.Short(), err, want.Status)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Get(%s) mismatch (-want +got):\n%s", want.Key.Short(), diff)
+	}
+}
+
+// wantAbsent checks that the store holds no record for key.
+func wantAbsent(t *testing.T, s idempotency.Store, key idempotency.Key) {
+	t.Helper()
+	got, err := s.Get(t.Context(), key)
+	if !errors.Is(err, idempotency.ErrNotFound) {
+		t.Errorf("Get(%s) = %+v, %v, want ErrNotFound", key.Short(), got, err)
+	}
+}
+
+// wantConflict checks that err is a *idempotency.ConflictError carrying want
+// (nil for none).
+func wantConflict(t *testing.T, call string, err error, want *idempotency.Record) {
+	t.Helper()
+	var conflict *idempotency.ConflictError
+	if !errors.As(err, &conflict) {
+		t.Fatalf("%s = %v, want a *ConflictError", call, err)
+	}
+	if diff := cmp.Diff(want, conflict.Existing); diff != "" {
+		t.Errorf("%s: ConflictError.Existing mismatch (-want +got):\n%s", call, diff)
+	}
+}
+
+// wantEffects checks the keys of the test's items in the effect table, and
+// returns the items by key, unscoped.
+func wantEffects(t *testing.T, in Inspect, keys ...string) map[string]EffectItem {
+	t.Helper()
+	items := map[string]EffectItem{}
+	for k, item := range in.Effects(t) {
+		if k, ok := strings.CutPrefix(k, scope(t)); ok {
+			items[k] = item
+		}
+	}
+	got := slices.Sorted(maps.Keys(items))
+	want := slices.Sorted(slices.Values(keys))
+	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("effect items mismatch (-want +got):\n%s", diff)
+	}
+	return items
+}
+
+// testReclaim checks Commit's and Reserve's condition against every kind of
+// existing record.
+func testReclaim(t *testing.T, newStore NewStore) {
+	ms := time.Millisecond
+	tests := []struct {
+		name     string
+		existing func(k idempotency.Key) *idempotency.Record // nil: no record
+		now      time.Time
+		wantWin  bool
+	}{
+		{"absent", nil, t0, true},
+		{"completed live", func(k idempotency.Key) *idempotency.Record {
+			r := completed(k, "a", t0)
+			return &r
+		}, t0.Add(-ms), false},
+		{"completed expired", func(k idempotency.Key) *idempotency.Record {
+			r := completed(k, "a", t0)
+			return &r
+		}, t0, true},
+		{"completed external expired", func(k idempotency.Key) *idempotency.Record {
+			r := completed(k, "a", t0)
+			r.External = true
+			return &r
+		}, t0, true},
+		{"in progress live", func(k idempotency.Key) *idempotency.Record {
+			r := reserved(k, "a", "lease-a", false, t0)
+			return &r
+		}, t0.Add(-ms), false},
+		{"in progress expired", func(k idempotency.Key) *idempotency.Record {
+			r := reserved(k, "a", "lease-a", false, t0)
+			return &r
+		}, t0, true},
+		{"in progress external live", func(k idempotency.Key) *idempotency.Record {
+			r := reserved(k, "a", "lease-a", true, t0)
+			return &r
+		}, t0.Add(-ms), false},
+		{"in progress external expired", func(k idempotency.Key) *idempotency.Record {
+			r := reserved(k, "a", "lease-a", true, t0)
+			return &r
+		}, t0.Add(time.Hour), false},
+		{"unknown live", func(k idempotency.Key) *idempotency.Record {
+			r := unknown(reserved(k, "a", "lease-a", true, t0))
+			return &r
+		}, t0.Add(-ms), false},
+		{"unknown expired", func(k idempotency.Key) *idempotency.Record {
+			r := unknown(reserved(k, "a", "lease-a", true, t0))
+			return &r
+		}, t0, true},
+	}
+	for _, op := range []string{"Commit", "Reserve"} {
+		for _, tt := range tests {
+			t.Run(op+"/"+tt.name, func(t *testing.T) {
+				s, in := newStore(t)
+				k := key(t, "k")
+				var existing *idempotency.Record
+				if tt.existing != nil {
+					existing = tt.existing(k)
+					put(t, s, *existing)
+				}
+				var rec idempotency.Record
+				var err error
+				switch op {
+				case "Commit":
+					rec = completed(k, "b", tt.now.Add(24*time.Hour))
+					err = s.Commit(t.Context(), rec, []idempotency.Effect{effect(t, in, "pay_b", "b")}, tt.now)
+				case "Reserve":
+					rec = reserved(k, "b", "lease-b", true, tt.now.Add(30*time.Second))
+					err = s.Reserve(t.Context(), rec, tt.now)
+				}
+				call := fmt.Sprintf("%s(%s) at %s", op, tt.name, tt.now.Format(time.RFC3339Nano))
+				if tt.wantWin {
+					if err != nil {
+						t.Fatalf("%s = %v, want nil", call, err)
+					}
+					wantRecord(t, s, rec)
+					if op == "Commit" {
+						wantEffects(t, in, "pay_b")
+					}
+					return
+				}
+				wantConflict(t, call, err, existing)
+				wantRecord(t, s, *existing)
+				wantEffects(t, in)
+			})
+		}
+	}
+}
+
+// testCommitEffects checks that a Commit whose effect collides writes
+// nothing, and does not report a conflict.
+func testCommitEffects(t *testing.T, newStore NewStore) {
+	s, in := newStore(t)
+	first := completed(key(t, "first"), "a", t0)
+	if err := s.Commit(t.Context(), first, []idempotency.Effect{effect(t, in, "pay_x", "first")}, t0); err != nil {
+		t.Fatalf("Commit(first) = %v, want nil", err)
+	}
+	second := completed(key(t, "second"), "b", t0)
+	err := s.Commit(t.Context(), second, []idempotency.Effect{effect(t, in, "pay_y", "second"), effect(t, in, "pay_x", "second")}, t0)
+	var conflict *idempotency.ConflictError
+	if err == nil || errors.As(err, &conflict) || errors.Is(err, idempotency.ErrUnavailable) {
+		t.Fatalf("Commit(second) with a colliding effect = %v, want an error that is neither a conflict nor unavailable", err)
+	}
+	wantAbsent(t, s, second.Key)
+	items := wantEffects(t, in, "pay_x")
+	if got := items["pay_x"].Note; got != "first" {
+		t.Errorf("effect pay_x note = %q, want %q", got, "first")
+	}
+}
+
+func testComplete(t *testing.T, newStore NewStore) {
+	now := t0.Add(-10 * time.Second)
+	tests := []struct {
+		name    string
+		setup   func(t *testing.T, s idempotency.Store, k idempotency.Key) *idempotency.Record // the current record
+		wantWin bool
+	}{
+		{"held", func(t *testing.T, s idempotency.Store, k idempotency.Key) *idempotency.Record {
+			r := reserved(k, "a", "lease", false, t0)
+			put(t, s, r)
+			return &r
+		}, true},
+		{"held external", func(t *testing.T, s idempotency.Store, k idempotency.Key) *idempotency.Record {
+			r := reserved(k, "a", "lease", true, t0)
+			put(t, s, r)
+			return &r
+		}, true},
+		{"held unknown", func(t *testing.T, s idempotency.Store, k idempotency.Key) *idempotency.Record {
+			r := unknown(reserved(k, "a", "lease", true, t0))
+			put(t, s, r)
+			return &r
+		}, true},
+		{"held past expiry", func(t *testing.T, s idempotency.Store, k idempotency.Key) *idempotency.Record {
+			r := reserved(k, "a", "lease", false, now.Add(-time.Minute))
+			if err := s.Reserve(t.Context(), r, now.Add(-2*time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			return &r
+		}, true},
+		{"other lease", func(t *testing.T, s idempotency.Store, k idempotency.Key) *idempotency.Record {
+			r := reserved(k, "a", "other", false, t0)
+			put(t, s, r)
+			return &r
+		}, false},
+		{"gone", func(t *testing.T, s idempotency.Store, k idempotency.Key) *idempotency.Record {
+			return nil
+		}, false},
+		{"released", func(t *testing.T, s idempotency.Store, k idempotency.Key) *idempotency.Record {
+			put(t, s, reserved(k, "a", "lease", false, t0))
+			if err := s.Release(t.Context(), k, "lease"); err != nil {
+				t.Fatal(err)
+			}
+			return nil
+		}, false},
+		{"completed under the lease", func(t *testing.T, s idempotency.Store, k idempotency.Key) *idempotency.Record {
+			r := reserved(k, "a", "lease", false, t0)
+			put(t, s, r)
+			c := done(r, now.Add(-time.Second))
+			if err := s.Complete(t.Context(), c, "lease", nil); err != nil {
+				t.Fatal(err)
+			}
+			return &c
+		}, false},
+		{"taken over", func(t *testing.T, s idempotency.Store, k idempotency.Key) *idempotency.Record {
+			if err := s.Reserve(t.Context(), reserved(k, "a", "lease", false, now.Add(-time.Minute)), now.Add(-2*time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			r := reserved(k, "a", "newer", false, t0)
+			if err := s.Reserve(t.Context(), r, now); err != nil {
+				t.Fatal(err)
+			}
+			return &r
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, in := newStore(t)
+			k := key(t, "k")
+			current := tt.setup(t, s, k)
+			base := reserved(k, "a", "lease", false, t0)
+			if current != nil {
+				base = *current
+			}
+			base.LeaseToken = "lease"
+			rec := done(base, now)
+			err := s.Complete(t.Context(), rec, "lease", nil)
+			call := fmt.Sprintf("Complete(%s)", tt.name)
+			if tt.wantWin {
+				if err != nil {
+					t.Fatalf("%s = %v, want nil", call, err)
+				}
+				wantRecord(t, s, rec)
+				return
+			}
+			wantConflict(t, call, err, current)
+			if current == nil {
+				wantAbsent(t, s, k)
+			} else {
+				wantRecord(t, s, *current)
+			}
+			wantEffects(t, in)
+		})
+	}
+}
+
+// testCompleteEffects checks that Complete writes its effects with the record
+// or not at all.
+func testCompleteEffects(t *testing.T, newStore NewStore) {
+	now := t0.Add(-10 * time.Second)
+	t.Run("written", func(t *testing.T) {
+		s, in := newStore(t)
+		r := reserved(key(t, "k"), "a", "lease", false, t0)
+		put(t, s, r)
+		c := done(r, now)
+		if err := s.Complete(t.Context(), c, "lease", []idempotency.Effect{effect(t, in, "pay_a", "a"), effect(t, in, "pay_b", "b")}); err != nil {
+			t.Fatalf("Complete with effects = %v, want nil", err)
+		}
+		wantRecord(t, s, c)
+		items := wantEffects(t, in, "pay_a", "pay_b")
+		if diff := cmp.Diff(EffectItem{PK: scope(t) + "pay_b", Note: "b"}, items["pay_b"]); diff != "" {
+			t.Errorf("effect item mismatch (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("collision", func(t *testing.T) {
+		s, in := newStore(t)
+		put(t, s, completed(key(t, "other"), "o", t0), effect(t, in, "pay_x", "other"))
+		r := reserved(key(t, "k"), "a", "lease", false, t0)
+		put(t, s, r)
+		err := s.Complete(t.Context(), done(r, now), "lease", []idempotency.Effect{effect(t, in, "pay_a", "a"), effect(t, in, "pay_x", "a")})
+		var conflict *idempotency.ConflictError
+		if err == nil || errors.As(err, &conflict) || errors.Is(err, idempotency.ErrUnavailable) {
+			t.Fatalf("Complete with a colliding effect = %v, want an error that is neither a conflict nor unavailable", err)
+		}
+		wantRecord(t, s, r)
+		items := wantEffects(t, in, "pay_x")
+		if got := items["pay_x"].Note; got != "other" {
+			t.Errorf("effect pay_x note = %q, want %q", got, "other")
+		}
+	})
+	t.Run("fenced", func(t *testing.T) {
+		s, in := newStore(t)
+		r := reserved(key(t, "k"), "a", "newer", false, t0)
+		put(t, s, r)
+		c := done(r, now)
+		c.LeaseToken = "lease"
+		err := s.Complete(t.Context(), c, "lease", []idempotency.Effect{effect(t, in, "pay_a", "a")})
+		wantConflict(t, "Complete with effects under a lost lease", err, &r)
+		wantRecord(t, s, r)
+		wantEffects(t, in)
+	})
+	t.Run("gone", func(t *testing.T) {
+		s, in := newStore(t)
+		r := reserved(key(t, "k"), "a", "lease", false, t0)
+		err := s.Complete(t.Context(), done(r, now), "lease", []idempotency.Effect{effect(t, in, "pay_a", "a")})
+		wantConflict(t, "Complete with effects of a record that is gone", err, nil)
+		wantAbsent(t, s, r.Key)
+		wantEffects(t, in)
+	})
+}
+
+// leaseTests are the states Release and MarkUnknown are fenced against.
+func leaseTests(now time.Time) []struct {
+	name    string
+	current func(k idempotency.Key) *idempotency.Record
+	wantWin bool
+} {
+	return []struct {
+		name    string
+		current func(k idempotency.Key) *idempotency.Record
+		wantWin bool
+	}{
+		{"held", func(k idempotency.Key) *idempotency.Record {
+			r := reserved(k, "a", "lease", true, t0)
+			return &r
+		}, true},
+		{"held unknown", func(k idempotency.Key) *idempotency.Record {
+			r := unknown(reserved(k, "a", "lease", true, t0))
+			return &r
+		}, true},
+		{"other lease", func(k idempotency.Key) *idempotency.Record {
+			r := reserved(k, "a", "other", true, t0)
+			return &r
+		}, false},
+		{"gone", func(k idempotency.Key) *idempotency.Record { return nil }, false},
+		{"completed under the lease", func(k idempotency.Key) *idempotency.Record {
+			r := done(reserved(k, "a", "lease", true, t0), now.Add(-time.Second))
+			return &r
+		}, false},
+	}
+}
+
+func testRelease(t *testing.T, newStore NewStore) {
+	for _, tt := range leaseTests(t0.Add(-10 * time.Second)) {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := newStore(t)
+			k := key(t, "k")
+			current := tt.current(k)
+			if current != nil {
+				put(t, s, *current)
+			}
+			err := s.Release(t.Context(), k, "lease")
+			call := fmt.Sprintf("Release(%s)", tt.name)
+			if tt.wantWin {
+				if err != nil {
+					t.Fatalf("%s = %v, want nil", call, err)
+				}
+				wantAbsent(t, s, k)
+				return
+			}
+			wantConflict(t, call, err, current)
+			if current != nil {
+				wantRecord(t, s, *current)
+			}
+		})
+	}
+}
+
+func testMarkUnknown(t *testing.T, newStore NewStore) {
+	now := t0.Add(-10 * time.Second)
+	expires := now.Add(24 * time.Hour)
+	for _, tt := range leaseTests(now) {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := newStore(t)
+			k := key(t, "k")
+			current := tt.current(k)
+			if current != nil {
+				put(t, s, *current)
+			}
+			err := s.MarkUnknown(t.Context(), k, "lease", "new-lease", expires, now)
+			call := fmt.Sprintf("MarkUnknown(%s)", tt.name)
+			if tt.wantWin {
+				if err != nil {
+					t.Fatalf("%s = %v, want nil", call, err)
+				}
+				want := *current
+				want.Status = idempotency.StatusUnknown
+				want.LeaseToken = "new-lease"
+				want.ExpiresAt = expires
+				want.UpdatedAt = now
+				wantRecord(t, s, want)
+				return
+			}
+			wantConflict(t, call, err, current)
+			if current != nil {
+				wantRecord(t, s, *current)
+			} else {
+				wantAbsent(t, s, k)
+			}
+		})
+	}
+}
+
+func testGet(t *testing.T, newStore NewStore) {
+	s, _ := newStore(t)
+	k := key(t, "k")
+	wantAbsent(t, s, k)
+	rec := completed(k, "a", t0)
+	put(t, s, rec)
+	got, err := s.Get(t.Context(), k)
+	if err != nil {
+		t.Fatalf("Get = %v, want nil", err)
+	}
+	// The record returned is the caller's.
+	got.Response.Body[0] = 'X'
+	got.Response.Header["Content-Type"] = "text/plain"
+	wantRecord(t, s, rec)
+	wantAbsent(t, s, key(t, "other"))
+	wantAbsent(t, s, idempotency.NewKey("globex", t.Name()+"/k"))
+}
+
+func testBodies(t *testing.T, newStore NewStore) {
+	large := make([]byte, 64<<10)
+	for i := range large {
+		large[i] = byte(i*7 + i>>8)
+	}
+	tests := []struct {
+		name string
+		body []byte
+	}{
+		{"json", []byte(`{"id":"pay_1","amount":1000,"note":"caf\u00e9 ☕"}`)},
+		{"not utf-8", []byte{0xff, 0xfe, 0x00, 0x80, 0xc3, 0x28, 0xed, 0xa0, 0x80, '\n', 0x00}},
+		{"nul only", []byte{0}},
+		{"empty", []byte{}},
+		{"nil", nil},
+		{"large", large},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := newStore(t)
+			k := key(t, "k")
+			rec := completed(k, "a", t0)
+			rec.External = true
+			rec.Request = tt.body
+			rec.Response.Body = tt.body
+			put(t, s, rec)
+			got, err := s.Get(t.Context(), k)
+			if err != nil {
+				t.Fatalf("Get = %v, want nil", err)
+			}
+			checkBody := func(where string, got idempotency.Record) {
+				t.Helper()
+				if got.Response == nil {
+					t.Fatalf("%s: Response = nil, want one", where)
+				}
+				if !bytes.Equal(got.Response.Body, tt.body) || got.Response.Body == nil {
+					t.Errorf("%s: Response.Body = %q, want %q (non-nil)", where, got.Response.Body, tt.body)
+				}
+				if !bytes.Equal(got.Request, tt.body) || (len(tt.body) == 0 && got.Request != nil) {
+					t.Errorf("%s: Request = %q, want %q (nil when empty)", where, got.Request, tt.body)
+				}
+			}
+			checkBody("Get", got)
+			err = s.Commit(t.Context(), completed(k, "b", t0), nil, t0.Add(-time.Hour))
+			var conflict *idempotency.ConflictError
+			if !errors.As(err, &conflict) || conflict.Existing == nil {
+				t.Fatalf("second Commit = %v, want a *ConflictError with the record", err)
+			}
+			checkBody("ConflictError.Existing", *conflict.Existing)
+		})
+	}
+}
+
+func testHeaders(t *testing.T, newStore NewStore) {
+	tests := []struct {
+		name   string
+		header map[string]string
+	}{
+		{"several", map[string]string{
+			"Content-Type":     "application/json; charset=utf-8",
+			"Location":         "/v1/payments/pay_1",
+			"X-Empty":          "",
+			"X-Unicode":        "café ☕",
+			"Cache-Control":    "no-store",
+			"X-Request-Id":     strings.Repeat("r", 200),
+			"Www-Authenticate": `Bearer realm="once", error="invalid_token"`,
+		}},
+		{"empty", map[string]string{}},
+		{"nil", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := newStore(t)
+			rec := completed(key(t, "k"), "a", t0)
+			rec.Response.Header = tt.header
+			put(t, s, rec)
+			got, err := s.Get(t.Context(), rec.Key)
+			if err != nil {
+				t.Fatalf("Get = %v, want nil", err)
+			}
+			want := tt.header
+			if len(want) == 0 {
+				want = nil // no headers are kept as nil
+			}
+			if diff := cmp.Diff(want, got.Response.Header); diff != "" {
+				t.Errorf("Response.Header mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// testTimes checks that times are kept to the millisecond, and that the
+// reclaim condition compares them at that precision, as Record.Reclaimable
+// does on the stored record.
+func testTimes(t *testing.T, newStore NewStore) {
+	s, _ := newStore(t)
+	k := key(t, "k")
+	sub := 999 * time.Microsecond
+	rec := reserved(k, "a", "lease", false, t0.Add(sub))
+	rec.CreatedAt = t0.Add(-time.Minute + sub).In(time.FixedZone("X", 3600))
+	rec.UpdatedAt = rec.CreatedAt
+	if err := s.Reserve(t.Context(), rec, t0.Add(-time.Hour)); err != nil {
+		t.Fatalf("Reserve = %v, want nil", err)
+	}
+	want := rec
+	want.ExpiresAt = t0
+	want.CreatedAt = t0.Add(-time.Minute)
+	want.UpdatedAt = want.CreatedAt
+	got, err := s.Get(t.Context(), k)
+	if err != nil {
+		t.Fatalf("Get = %v, want nil", err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Get mismatch (-want +got):\n%s", diff)
+	}
+	for _, tm := range []time.Time{got.ExpiresAt, got.CreatedAt, got.UpdatedAt} {
+		if tm.Location() != time.UTC {
+			t.Errorf("time %v in %v, want UTC", tm, tm.Location())
+		}
+	}
+	// Stored expiry t0; now = t0 - 1µs is t0 - 1ms at store precision: live.
+	err = s.Reserve(t.Context(), reserved(k, "b", "lease-b", false, t0.Add(time.Minute)), t0.Add(-time.Microsecond))
+	wantConflict(t, "Reserve just before the stored expiry", err, &want)
+	// now = t0 + 1µs: expired.
+	next := reserved(k, "b", "lease-b", false, t0.Add(time.Minute))
+	if err := s.Reserve(t.Context(), next, t0.Add(time.Microsecond)); err != nil {
+		t.Fatalf("Reserve at the stored expiry = %v, want nil", err)
+	}
+}
+
+// testRewrite checks that a write whose exact record is already in place
+// under its lease token succeeds (how a store recognises its own write when
+// its transport retried after a lost response), while a Commit without a
+// lease token conflicts with its twin.
+func testRewrite(t *testing.T, newStore NewStore) {
+	now := t0.Add(-10 * time.Second)
+	s, in := newStore(t)
+	ctx := t.Context()
+	k := key(t, "leased")
+	r := reserved(k, "a", "lease", true, t0)
+	for i := range 2 {
+		if err := s.Reserve(ctx, r, now); err != nil {
+			t.Fatalf("Reserve #%d = %v, want nil", i+1, err)
+		}
+	}
+	for i := range 2 {
+		if err := s.MarkUnknown(ctx, k, "lease", "lease-2", t0.Add(time.Hour), now); err != nil {
+			t.Fatalf("MarkUnknown #%d = %v, want nil", i+1, err)
+		}
+	}
+	r.LeaseToken = "lease-2"
+	c := done(r, now)
+	for i := range 2 {
+		if err := s.Complete(ctx, c, "lease-2", []idempotency.Effect{effect(t, in, "pay_c", "c")}); err != nil {
+			t.Fatalf("Complete #%d = %v, want nil", i+1, err)
+		}
+	}
+	wantRecord(t, s, c)
+	// A Commit of the same completion (the engine's fallback when the record
+	// was released under it) carries the lease token too.
+	if err := s.Commit(ctx, c, []idempotency.Effect{effect(t, in, "pay_c", "c")}, now); err != nil {
+		t.Errorf("Commit of the record in place = %v, want nil", err)
+	}
+	// Another lease's identical-looking write conflicts.
+	other := c
+	other.LeaseToken = "lease-3"
+	wantConflict(t, "Complete under another lease", s.Complete(ctx, other, "lease-3", nil), &c)
+
+	atomic := completed(key(t, "atomic"), "a", t0)
+	if err := s.Commit(ctx, atomic, nil, now); err != nil {
+		t.Fatalf("Commit = %v, want nil", err)
+	}
+	wantConflict(t, "Commit again without a lease token", s.Commit(ctx, atomic, nil, now), &atomic)
+	wantEffects(t, in, "pay_c")
+}
+
+// concurrency is how many goroutines race on one key.
+const concurrency = 12
+
+// race runs write from n goroutines at once and returns each one's error.
+func race(n int, write func(i int) error) []error {
+	errs := make([]error, n)
+	var start, wg sync.WaitGroup
+	start.Add(1)
+	for i := range n {
+		wg.Go(func() {
+			start.Wait()
+			errs[i] = write(i)
+		})
+	}
+	start.Done()
+	wg.Wait()
+	return errs
+}
+
+// winner checks that exactly one write succeeded and that every other one
+// got a *ConflictError carrying the winner's record; it returns the winner.
+func winner(t *testing.T, errs []error, recs []idempotency.Record) int {
+	t.Helper()
+	win := -1
+	for i, err := range errs {
+		if err == nil {
+			if win >= 0 {
+				t.Fatalf("writers %d and %d both succeeded, want exactly one", win, i)
+			}
+			win = i
+		}
+	}
+	if win < 0 {
+		t.Fatalf("no writer succeeded; errors: %v", errs)
+	}
+	for i, err := range errs {
+		if i != win {
+			wantConflict(t, fmt.Sprintf("writer %d", i), err, &recs[win])
+		}
+	}
+	return win
+}
+
+func testConcurrentCommit(t *testing.T, newStore NewStore) {
+	s, in := newStore(t)
+	k := key(t, "k")
+	recs := make([]idempotency.Record, concurrency)
+	for i := range recs {
+		recs[i] = completed(k, fmt.Sprintf("fp%02d", i), t0)
+	}
+	errs := race(concurrency, func(i int) error {
+		e := effect(t, in, fmt.Sprintf("pay_%02d", i), recs[i].Fingerprint)
+		return s.Commit(t.Context(), recs[i], []idempotency.Effect{e}, t0.Add(-time.Hour))
+	})
+	win := winner(t, errs, recs)
+	wantRecord(t, s, recs[win])
+	wantEffects(t, in, fmt.Sprintf("pay_%02d", win))
+}
+
+func testConcurrentReserve(t *testing.T, newStore NewStore) {
+	s, _ := newStore(t)
+	k := key(t, "k")
+	recs := make([]idempotency.Record, concurrency)
+	for i := range recs {
+		recs[i] = reserved(k, fmt.Sprintf("fp%02d", i), fmt.Sprintf("lease%02d", i), i%2 == 0, t0)
+	}
+	errs := race(concurrency, func(i int) error {
+		return s.Reserve(t.Context(), recs[i], t0.Add(-time.Hour))
+	})
+	win := winner(t, errs, recs)
+	wantRecord(t, s, recs[win])
+}

@@ -1,0 +1,52 @@
+// Package stream turns DynamoDB Streams records into typed changes, reports
+// batch item failures the way Lambda expects them, and runs a local event
+// source mapping for the devstack.
+//
+// # Handlers
+//
+// A stream handler receives an events.DynamoDBEvent and returns an
+// events.DynamoDBEventResponse. Process runs a per-record function over a
+// batch in order and stops at the first failure, reporting that record and
+// every later one as batch item failures. Lambda resumes a shard from the
+// lowest failed sequence number, so reporting only the failed record would
+// let later records of the same batch be applied before it on the retry
+// (and again after it): the records of one item must be applied in order.
+// Streams deliver at least once, so the per-record function must be
+// idempotent. NewChange gives the typed view of a record; ByTTL tells a
+// removal by DynamoDB's TTL process from one by a client, but an emulator may
+// omit the identity (see Change.ByTTL), so correctness must not depend on it.
+//
+// # Local event source mapping
+//
+// Poller reads every shard of a table's latest stream through the DynamoDB
+// Streams API, parents before children, and invokes a handler in process with
+// the events Lambda would send, honouring the response as an event source
+// mapping configured with FunctionResponseTypes [ReportBatchItemFailures],
+// BisectBatchOnFunctionError, MaximumRetryAttempts and an on-failure
+// destination:
+//
+//   - Each shard has one batch in flight (ParallelizationFactor 1); shards are
+//     read concurrently, so the handler must be safe for concurrent use.
+//   - A response without batch item failures checkpoints the whole batch.
+//   - Batch item failures checkpoint the records before the lowest failed
+//     sequence number and retry from it. A failure with an empty identifier,
+//     or one naming no record of the batch, fails the whole batch.
+//   - A handler error (or a panic) fails the whole batch. With BisectOnError
+//     a failed batch of more than one record is split in two halves that are
+//     retried in order; splitting does not count as a retry.
+//   - A batch that keeps failing is retried MaxRetryAttempts times, with a
+//     bounded exponential backoff; then its records go to the dead letter and
+//     the shard moves past them. When the last failure was a batch item
+//     failure and BisectOnError is set, only the failed record goes to the
+//     dead letter and the records after it are delivered afresh: this
+//     isolates a poison record the way bisection does for handler errors.
+//     (Lambda, as documented, retries and then discards the whole remaining
+//     batch; with BisectOnError unset, the poller does the same.)
+//
+// Checkpoints are kept in memory: a restarted Poller starts again from
+// StartAt. An expired shard iterator is re-obtained after the last checkpoint.
+// The dead letter receives the records themselves (Lambda's on-failure
+// destination gets only their coordinates), images included, so a dead-letter
+// file may hold response bodies: keep it local and out of version control.
+// ReadDeadLetters reads one back.
+package stream

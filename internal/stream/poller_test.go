@@ -1,0 +1,718 @@
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncehq/once/internal/dynamotest"
+)
+
+// env is one test's DynamoDB Local clients and tables.
+type env struct {
+	db      *dynamodb.Client
+	streams *dynamodbstreams.Client
+	names   dynamotest.Names
+}
+
+func newEnv(t *testing.T) env {
+	t.Helper()
+	db := dynamotest.Client(t)
+	return env{db: db, streams: dynamotest.Streams(t), names: dynamotest.Tables(t, db)}
+}
+
+// opts returns poller options for table with fast retries, logging to t.
+func (e env) opts(t *testing.T, table string, h Handler) PollerOptions {
+	return PollerOptions{
+		Client:       e.streams,
+		DB:           e.db,
+		Table:        table,
+		Name:         "test",
+		Handler:      h,
+		PollInterval: 50 * time.Millisecond,
+		RetryBackoff: 10 * time.Millisecond,
+		Logger:       testLogger(t),
+	}
+}
+
+// start runs a Poller until the end of the test, and then checks that Run
+// returns promptly.
+func start(t *testing.T, opts PollerOptions) {
+	t.Helper()
+	p, err := NewPoller(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run() = %v, want nil after cancellation", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("Run did not return within 10s of cancellation")
+		}
+	})
+}
+
+func (e env) put(t *testing.T, table, pk string, attrs map[string]types.AttributeValue) {
+	t.Helper()
+	item := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: pk}}
+	for k, v := range attrs {
+		item[k] = v
+	}
+	if _, err := e.db.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(table), Item: item}); err != nil {
+		t.Fatalf("PutItem(%s): %v", pk, err)
+	}
+}
+
+func (e env) delete(t *testing.T, table, pk string) {
+	t.Helper()
+	_, err := e.db.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{
+		TableName: aws.String(table),
+		Key:       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: pk}},
+	})
+	if err != nil {
+		t.Fatalf("DeleteItem(%s): %v", pk, err)
+	}
+}
+
+func (e env) streamARN(t *testing.T, table string) string {
+	t.Helper()
+	out, err := e.db.DescribeTable(t.Context(), &dynamodb.DescribeTableInput{TableName: aws.String(table)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return aws.ToString(out.Table.LatestStreamArn)
+}
+
+// log is a goroutine-safe list of what the handlers saw.
+type list[T any] struct {
+	mu   sync.Mutex
+	list []T
+}
+
+func (l *list[T]) add(v T) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.list = append(l.list, v)
+}
+
+func (l *list[T]) get() []T {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]T(nil), l.list...)
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func pkOf(rec events.DynamoDBEventRecord) string {
+	if v, ok := rec.Change.Keys["pk"]; ok {
+		return v.String()
+	}
+	return ""
+}
+
+func seqLess(a, b string) bool {
+	x, ok1 := new(big.Int).SetString(a, 10)
+	y, ok2 := new(big.Int).SetString(b, 10)
+	return ok1 && ok2 && x.Cmp(y) < 0
+}
+
+func TestPollerDeliversChanges(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	table := e.names.Payments
+	var got list[events.DynamoDBEventRecord]
+	start(t, e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		for _, r := range ev.Records {
+			got.add(r)
+		}
+		return events.DynamoDBEventResponse{}, nil
+	}))
+
+	before := time.Now()
+	e.put(t, table, "acme#p1", map[string]types.AttributeValue{
+		"amount":   &types.AttributeValueMemberN{Value: "100"},
+		"status":   &types.AttributeValueMemberS{Value: "pending"},
+		"metadata": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"order": &types.AttributeValueMemberS{Value: "42"}}},
+	})
+	_, err := e.db.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(table),
+		Key:                       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "acme#p1"}},
+		UpdateExpression:          aws.String("SET #s = :s"),
+		ExpressionAttributeNames:  map[string]string{"#s": "status"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":s": &types.AttributeValueMemberS{Value: "succeeded"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.delete(t, table, "acme#p1")
+	waitFor(t, 10*time.Second, "three records", func() bool { return len(got.get()) >= 3 })
+
+	recs := got.get()
+	if len(recs) != 3 {
+		t.Fatalf("got %d records, want 3", len(recs))
+	}
+	arn := e.streamARN(t, table)
+	type payment struct {
+		PK       string            `dynamodbav:"pk"`
+		Amount   int               `dynamodbav:"amount"`
+		Status   string            `dynamodbav:"status"`
+		Metadata map[string]string `dynamodbav:"metadata"`
+	}
+	pending := &payment{PK: "acme#p1", Amount: 100, Status: "pending", Metadata: map[string]string{"order": "42"}}
+	succeeded := &payment{PK: "acme#p1", Amount: 100, Status: "succeeded", Metadata: map[string]string{"order": "42"}}
+	wants := []struct {
+		name     string
+		old, new *payment
+	}{
+		{"INSERT", nil, pending},
+		{"MODIFY", pending, succeeded},
+		{"REMOVE", succeeded, nil},
+	}
+	for i, want := range wants {
+		r := recs[i]
+		c := NewChange(r)
+		if r.EventName != want.name || r.EventSource != "aws:dynamodb" || r.EventVersion != "1.1" ||
+			r.EventSourceArn != arn || r.AWSRegion == "" || r.EventID == "" {
+			t.Errorf("record %d = {eventName %q, eventSource %q, eventVersion %q, eventSourceARN %q, awsRegion %q, eventID %q}, want %s from %s",
+				i, r.EventName, r.EventSource, r.EventVersion, r.EventSourceArn, r.AWSRegion, r.EventID, want.name, arn)
+		}
+		d := r.Change
+		if d.StreamViewType != "NEW_AND_OLD_IMAGES" || d.SizeBytes <= 0 || pkOf(r) != "acme#p1" || len(d.Keys) != 1 {
+			t.Errorf("record %d dynamodb = {StreamViewType %q, SizeBytes %d, Keys %v}, want NEW_AND_OLD_IMAGES, > 0, pk acme#p1",
+				i, d.StreamViewType, d.SizeBytes, d.Keys)
+		}
+		// DynamoDB Local rounds the creation time down to the minute.
+		if at := d.ApproximateCreationDateTime.Time; at.Before(before.Add(-time.Minute)) || at.After(time.Now().Add(time.Minute)) {
+			t.Errorf("record %d ApproximateCreationDateTime = %v, want about %v", i, at, before)
+		}
+		if i > 0 && !seqLess(recs[i-1].Change.SequenceNumber, d.SequenceNumber) {
+			t.Errorf("sequence numbers %s then %s, want increasing", recs[i-1].Change.SequenceNumber, d.SequenceNumber)
+		}
+		if c.ByTTL() || r.UserIdentity != nil {
+			t.Errorf("record %d userIdentity = %+v, want none for a client's write", i, r.UserIdentity)
+		}
+		for _, img := range []struct {
+			which  string
+			want   *payment
+			decode func(any) error
+		}{{"old", want.old, c.DecodeOld}, {"new", want.new, c.DecodeNew}} {
+			var p payment
+			err := img.decode(&p)
+			switch {
+			case img.want == nil && !errors.Is(err, ErrNoImage):
+				t.Errorf("%s: decode %s image = %v, want ErrNoImage", want.name, img.which, err)
+			case img.want != nil && err != nil:
+				t.Errorf("%s: decode %s image: %v", want.name, img.which, err)
+			case img.want != nil:
+				if diff := cmp.Diff(*img.want, p); diff != "" {
+					t.Errorf("%s: %s image (-want +got):\n%s", want.name, img.which, diff)
+				}
+			}
+		}
+	}
+}
+
+// call is one application of a record by a Process function.
+type call struct {
+	PK string
+	OK bool
+}
+
+func TestPollerRedeliversFailedRecord(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	table := e.names.Payments
+	for _, pk := range []string{"a", "b", "c"} {
+		e.put(t, table, pk, nil)
+	}
+	var (
+		calls    list[call]
+		failures atomic.Int32
+		dead     list[Failure]
+	)
+	opts := e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		return Process(ctx, ev, func(ctx context.Context, rec events.DynamoDBEventRecord) error {
+			pk := pkOf(rec)
+			if pk == "b" && failures.Add(1) <= 2 {
+				calls.add(call{pk, false})
+				return errors.New("transient")
+			}
+			calls.add(call{pk, true})
+			return nil
+		}), nil
+	})
+	opts.BisectOnError = true
+	opts.DeadLetter = func(_ context.Context, f Failure) { dead.add(f) }
+	start(t, opts)
+
+	waitFor(t, 10*time.Second, "record c", func() bool {
+		c := calls.get()
+		return len(c) > 0 && c[len(c)-1].PK == "c"
+	})
+	time.Sleep(100 * time.Millisecond) // nothing more should come
+	want := []call{{"a", true}, {"b", false}, {"b", false}, {"b", true}, {"c", true}}
+	if diff := cmp.Diff(want, calls.get()); diff != "" {
+		t.Errorf("applications (-want +got):\n%s", diff)
+	}
+	if d := dead.get(); len(d) != 0 {
+		t.Errorf("dead letters = %+v, want none", d)
+	}
+}
+
+func TestPollerDeadLettersPoisonRecord(t *testing.T) {
+	t.Parallel()
+	perRecord := func(calls *list[call]) Handler {
+		return func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+			return Process(ctx, ev, func(ctx context.Context, rec events.DynamoDBEventRecord) error {
+				pk := pkOf(rec)
+				calls.add(call{pk, pk != "poison"})
+				if pk == "poison" {
+					return errors.New("poison")
+				}
+				return nil
+			}), nil
+		}
+	}
+	wholeBatch := func(calls *list[call]) Handler {
+		return func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+			for _, r := range ev.Records {
+				if pkOf(r) == "poison" {
+					calls.add(call{"poison", false})
+					return events.DynamoDBEventResponse{}, errors.New("poison in batch")
+				}
+			}
+			for _, r := range ev.Records {
+				calls.add(call{pkOf(r), true})
+			}
+			return events.DynamoDBEventResponse{}, nil
+		}
+	}
+	panicking := func(calls *list[call]) Handler {
+		return func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+			for _, r := range ev.Records {
+				if pkOf(r) == "poison" {
+					calls.add(call{"poison", false})
+					panic("poison")
+				}
+			}
+			for _, r := range ev.Records {
+				calls.add(call{pkOf(r), true})
+			}
+			return events.DynamoDBEventResponse{}, nil
+		}
+	}
+	tests := []struct {
+		name       string
+		handler    func(*list[call]) Handler
+		bisect     bool
+		wantDead   []string
+		wantReason string
+		wantOK     []string // records applied, in order, before "later"
+		// wantFailed counts failed invocations: 1 + MaxRetryAttempts (2),
+		// plus the bisections that isolate the poison record.
+		wantFailed int
+	}{
+		{"batch item failure, bisect", perRecord, true, []string{"poison"}, "batch item failure", []string{"a", "b", "d", "e"}, 3},
+		{"batch item failure, no bisect", perRecord, false, []string{"poison", "d", "e"}, "batch item failure", []string{"a", "b"}, 3},
+		// [a b poison d e] -> [a b poison] [d e] -> [a b] [poison] [d e].
+		{"handler error, bisect", wholeBatch, true, []string{"poison"}, "handler error: poison in batch", []string{"a", "b", "d", "e"}, 2 + 3},
+		{"handler error, no bisect", wholeBatch, false, []string{"a", "b", "poison", "d", "e"}, "handler error: poison in batch", nil, 3},
+		{"handler panic, bisect", panicking, true, []string{"poison"}, "handler error: handler panicked: poison", []string{"a", "b", "d", "e"}, 2 + 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			table := e.names.Payments
+			for _, pk := range []string{"a", "b", "poison", "d", "e"} {
+				e.put(t, table, pk, nil)
+			}
+			var (
+				calls list[call]
+				dead  list[Failure]
+			)
+			file := filepath.Join(t.TempDir(), ".devstack", "dlq-test.jsonl")
+			opts := e.opts(t, table, tt.handler(&calls))
+			opts.BisectOnError = tt.bisect
+			opts.MaxRetryAttempts = 2
+			opts.DeadLetter = func(_ context.Context, f Failure) { dead.add(f) }
+			opts.DeadLetterFile = file
+			start(t, opts)
+
+			waitFor(t, 15*time.Second, "dead letters", func() bool { return len(dead.get()) >= len(tt.wantDead) })
+			e.put(t, table, "later", nil)
+			waitFor(t, 10*time.Second, "the record after the poison", func() bool {
+				c := calls.get()
+				return len(c) > 0 && c[len(c)-1].PK == "later"
+			})
+
+			var gotDead []string
+			for _, f := range dead.get() {
+				gotDead = append(gotDead, pkOf(f.Record))
+				if f.Attempts != 3 || f.Reason != tt.wantReason || f.Poller != "test" || f.Table != table || f.ShardID == "" || f.StreamARN == "" {
+					t.Errorf("Failure = {Attempts %d, Reason %q, Poller %q, Table %q, ShardID %q, StreamARN %q}, want 3 attempts, reason %q",
+						f.Attempts, f.Reason, f.Poller, f.Table, f.ShardID, f.StreamARN, tt.wantReason)
+				}
+			}
+			if diff := cmp.Diff(tt.wantDead, gotDead); diff != "" {
+				t.Errorf("dead-lettered records (-want +got):\n%s", diff)
+			}
+			fromFile, err := ReadDeadLetters(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(dead.get(), fromFile, cmp.Comparer(func(a, b events.DynamoDBEventRecord) bool {
+				x, err1 := json.Marshal(a)
+				y, err2 := json.Marshal(b)
+				return err1 == nil && err2 == nil && string(x) == string(y)
+			})); diff != "" {
+				t.Errorf("dead-letter file (-callback +file):\n%s", diff)
+			}
+
+			var ok []string
+			poisonCalls := 0
+			for _, c := range calls.get() {
+				switch {
+				case !c.OK:
+					poisonCalls++
+				case c.PK != "later":
+					ok = append(ok, c.PK)
+				}
+			}
+			if diff := cmp.Diff(tt.wantOK, ok); diff != "" {
+				t.Errorf("records applied (-want +got):\n%s", diff)
+			}
+			if poisonCalls != tt.wantFailed {
+				t.Errorf("poison record failed %d times, want %d", poisonCalls, tt.wantFailed)
+			}
+		})
+	}
+}
+
+func TestPollerTTLRemoval(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	table := e.names.Idempotency
+	ttl, err := e.db.DescribeTimeToLive(t.Context(), &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(table)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := ttl.TimeToLiveDescription; d == nil || d.TimeToLiveStatus != types.TimeToLiveStatusEnabled {
+		_, err := e.db.UpdateTimeToLive(t.Context(), &dynamodb.UpdateTimeToLiveInput{
+			TableName:               aws.String(table),
+			TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: aws.String("expires_at"), Enabled: aws.Bool(true)},
+		})
+		if err != nil {
+			t.Fatalf("enable TTL: %v", err)
+		}
+	}
+
+	removals := make(chan Change, 10)
+	start(t, e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		return Process(ctx, ev, func(ctx context.Context, rec events.DynamoDBEventRecord) error {
+			if c := NewChange(rec); c.EventName == events.DynamoDBOperationTypeRemove {
+				select {
+				case removals <- c:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return nil
+		}), nil
+	}))
+
+	expired := strconv.FormatInt(time.Now().Add(-5*time.Second).Unix(), 10)
+	e.put(t, table, "acme#deleted", map[string]types.AttributeValue{"expires_at": &types.AttributeValueMemberN{Value: "4102444800"}})
+	e.delete(t, table, "acme#deleted")
+	put := time.Now()
+	e.put(t, table, "acme#expired", map[string]types.AttributeValue{
+		"status":     &types.AttributeValueMemberS{Value: "COMPLETED"},
+		"expires_at": &types.AttributeValueMemberN{Value: expired},
+	})
+
+	timeout := time.After(30 * time.Second)
+	for seen := map[string]bool{}; !seen["acme#expired"]; {
+		select {
+		case c := <-removals:
+			pk := c.Keys["pk"].String()
+			seen[pk] = true
+			switch pk {
+			case "acme#deleted":
+				if c.ByTTL() {
+					t.Errorf("client DeleteItem: ByTTL() = true, userIdentity %+v", c.UserIdentity)
+				}
+			case "acme#expired":
+				t.Logf("TTL REMOVE delivered %v after the put; userIdentity %+v", time.Since(put).Round(time.Millisecond), c.UserIdentity)
+				if !c.ByTTL() {
+					t.Errorf("TTL removal: ByTTL() = false, userIdentity %+v", c.UserIdentity)
+				}
+				var old struct {
+					Status    string `dynamodbav:"status"`
+					ExpiresAt int64  `dynamodbav:"expires_at"`
+				}
+				if err := c.DecodeOld(&old); err != nil || old.Status != "COMPLETED" || strconv.FormatInt(old.ExpiresAt, 10) != expired {
+					t.Errorf("TTL removal old image = %+v, %v; want status COMPLETED, expires_at %s", old, err, expired)
+				}
+			}
+		case <-timeout:
+			t.Fatal("no TTL REMOVE within 30s of putting an expired item")
+		}
+	}
+}
+
+// spyStreams wraps the real Streams client to count calls and to inject
+// expired shard iterators.
+type spyStreams struct {
+	StreamsAPI
+	expireEvery int32 // every n-th GetRecords fails with ExpiredIteratorException
+	getRecords  atomic.Int32
+	iterators   atomic.Int32
+	expired     atomic.Int32
+	firstRead   chan struct{}
+	once        sync.Once
+}
+
+func (s *spyStreams) GetShardIterator(ctx context.Context, in *dynamodbstreams.GetShardIteratorInput, optFns ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error) {
+	s.iterators.Add(1)
+	return s.StreamsAPI.GetShardIterator(ctx, in, optFns...)
+}
+
+func (s *spyStreams) GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, optFns ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error) {
+	n := s.getRecords.Add(1)
+	if s.expireEvery > 0 && n%s.expireEvery == 0 {
+		s.expired.Add(1)
+		return nil, &streamtypes.ExpiredIteratorException{Message: aws.String("injected")}
+	}
+	out, err := s.StreamsAPI.GetRecords(ctx, in, optFns...)
+	if s.firstRead != nil {
+		s.once.Do(func() { close(s.firstRead) })
+	}
+	return out, err
+}
+
+func TestPollerExpiredIterator(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	table := e.names.Payments
+	spy := &spyStreams{StreamsAPI: e.streams, expireEvery: 3}
+	var seen list[string]
+	opts := e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		for _, r := range ev.Records {
+			seen.add(pkOf(r))
+		}
+		return events.DynamoDBEventResponse{}, nil
+	})
+	opts.Client = spy
+	opts.BatchSize = 2
+	start(t, opts)
+
+	var want []string
+	for i := range 8 {
+		pk := fmt.Sprintf("k%d", i)
+		want = append(want, pk)
+		e.put(t, table, pk, nil)
+		time.Sleep(30 * time.Millisecond)
+	}
+	waitFor(t, 10*time.Second, "every record", func() bool { return len(seen.get()) >= len(want) })
+	time.Sleep(200 * time.Millisecond) // no duplicates should follow
+	if diff := cmp.Diff(want, seen.get()); diff != "" {
+		t.Errorf("delivered (-want +got):\n%s", diff)
+	}
+	if spy.expired.Load() == 0 || spy.iterators.Load() < 2 {
+		t.Errorf("injected %d expiries, %d iterators obtained; want the iterator re-obtained", spy.expired.Load(), spy.iterators.Load())
+	}
+}
+
+func TestPollerStartAtLatest(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	table := e.names.Payments
+	e.put(t, table, "old", nil)
+	spy := &spyStreams{StreamsAPI: e.streams, firstRead: make(chan struct{})}
+	var seen list[string]
+	opts := e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		for _, r := range ev.Records {
+			seen.add(pkOf(r))
+		}
+		return events.DynamoDBEventResponse{}, nil
+	})
+	opts.Client = spy
+	opts.StartAt = streamtypes.ShardIteratorTypeLatest
+	start(t, opts)
+	select {
+	case <-spy.firstRead:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the poller did not read the stream within 10s")
+	}
+	e.put(t, table, "new", nil)
+	waitFor(t, 10*time.Second, "the new record", func() bool { return len(seen.get()) > 0 })
+	if diff := cmp.Diff([]string{"new"}, seen.get()); diff != "" {
+		t.Errorf("delivered (-want +got):\n%s", diff)
+	}
+}
+
+func TestPollerRunErrors(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	noop := func(context.Context, events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		return events.DynamoDBEventResponse{}, nil
+	}
+	for name, table := range map[string]string{"no stream": e.names.APIKeys, "no table": e.names.APIKeys + "-missing"} {
+		t.Run(name, func(t *testing.T) {
+			p, err := NewPoller(e.opts(t, table, noop))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			if err := p.Run(ctx); err == nil || !strings.Contains(err.Error(), table) {
+				t.Errorf("Run() = %v, want an error naming %s", err, table)
+			}
+		})
+	}
+}
+
+func TestNewPoller(t *testing.T) {
+	valid := func() PollerOptions {
+		return PollerOptions{
+			Client: &dynamodbstreams.Client{}, DB: &dynamodb.Client{}, Table: "t",
+			Handler: func(context.Context, events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+				return events.DynamoDBEventResponse{}, nil
+			},
+		}
+	}
+	p, err := NewPoller(valid())
+	if err != nil {
+		t.Fatalf("NewPoller(valid) = %v", err)
+	}
+	o := p.opts
+	if o.Name != "t" || o.BatchSize != 100 || o.PollInterval != 250*time.Millisecond || o.MaxRetryAttempts != 3 ||
+		o.RetryBackoff != 100*time.Millisecond || o.StartAt != streamtypes.ShardIteratorTypeTrimHorizon || o.BisectOnError {
+		t.Errorf("defaults = %+v", o)
+	}
+	tests := []struct {
+		name   string
+		change func(*PollerOptions)
+	}{
+		{"no client", func(o *PollerOptions) { o.Client = nil }},
+		{"no db", func(o *PollerOptions) { o.DB = nil }},
+		{"no table", func(o *PollerOptions) { o.Table = "" }},
+		{"no handler", func(o *PollerOptions) { o.Handler = nil }},
+		{"batch too large", func(o *PollerOptions) { o.BatchSize = 1001 }},
+		{"negative batch", func(o *PollerOptions) { o.BatchSize = -1 }},
+		{"retry forever", func(o *PollerOptions) { o.MaxRetryAttempts = -1 }},
+		{"negative interval", func(o *PollerOptions) { o.PollInterval = -time.Second }},
+		{"bad start", func(o *PollerOptions) { o.StartAt = streamtypes.ShardIteratorTypeAtSequenceNumber }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := valid()
+			tt.change(&o)
+			if _, err := NewPoller(o); err == nil {
+				t.Errorf("NewPoller() succeeded, want an error")
+			}
+		})
+	}
+}
+
+func TestBackoffBounded(t *testing.T) {
+	p := &Poller{opts: PollerOptions{RetryBackoff: 10 * time.Millisecond}}
+	want := []time.Duration{10, 20, 40, 80, 160, 320, 320, 320}
+	for i, w := range want {
+		if got := p.backoff(i + 1); got != w*time.Millisecond {
+			t.Errorf("backoff(%d) = %v, want %v", i+1, got, w*time.Millisecond)
+		}
+	}
+	if got := p.backoff(1 << 30); got != 320*time.Millisecond {
+		t.Errorf("backoff(huge) = %v, want 320ms", got)
+	}
+}
+
+func TestReadyShards(t *testing.T) {
+	shard := func(id, parent string) streamtypes.Shard {
+		s := streamtypes.Shard{ShardId: aws.String(id)}
+		if parent != "" {
+			s.ParentShardId = aws.String(parent)
+		}
+		return s
+	}
+	// a -> b -> c, a -> e (a split), x (parent trimmed) -> d.
+	shards := []streamtypes.Shard{shard("a", ""), shard("b", "a"), shard("c", "b"), shard("d", "x"), shard("e", "a")}
+	tests := []struct {
+		name              string
+		started, finished []string
+		want              []string
+	}{
+		{"roots and orphans first", nil, nil, []string{"a", "d"}},
+		{"children wait for a parent being read", []string{"a", "d"}, nil, nil},
+		{"children of a finished parent", []string{"a", "d"}, []string{"a"}, []string{"b", "e"}},
+		{"grandchild", []string{"a", "b", "d", "e"}, []string{"a", "b"}, []string{"c"}},
+		{"a parent trimmed while being read still blocks", []string{"x"}, nil, []string{"a"}},
+		{"everything started", []string{"a", "b", "c", "d", "e"}, []string{"a", "b"}, nil},
+	}
+	set := func(ids []string) map[string]bool {
+		m := map[string]bool{}
+		for _, id := range ids {
+			m[id] = true
+		}
+		return m
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, s := range readyShards(shards, set(tt.started), set(tt.finished)) {
+				got = append(got, aws.ToString(s.ShardId))
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("readyShards (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// testLogger logs to t, at debug level.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(b), "\n"))
+	return len(b), nil
+}

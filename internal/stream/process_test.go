@@ -1,0 +1,110 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestProcess(t *testing.T) {
+	tests := []struct {
+		name      string
+		seqs      []string
+		fail      map[string]bool // records fn fails
+		cancelAt  string          // record before which ctx is cancelled
+		wantCalls []string
+		wantFail  []string
+	}{
+		{name: "empty batch"},
+		{name: "all succeed", seqs: []string{"1", "2", "3"}, wantCalls: []string{"1", "2", "3"}},
+		{name: "first fails", seqs: []string{"1", "2", "3"}, fail: map[string]bool{"1": true},
+			wantCalls: []string{"1"}, wantFail: []string{"1", "2", "3"}},
+		{name: "middle fails", seqs: []string{"1", "2", "3"}, fail: map[string]bool{"2": true},
+			wantCalls: []string{"1", "2"}, wantFail: []string{"2", "3"}},
+		{name: "last fails", seqs: []string{"1", "2", "3"}, fail: map[string]bool{"3": true},
+			wantCalls: []string{"1", "2", "3"}, wantFail: []string{"3"}},
+		{name: "stops at the first of several failures", seqs: []string{"1", "2", "3", "4"}, fail: map[string]bool{"2": true, "4": true},
+			wantCalls: []string{"1", "2"}, wantFail: []string{"2", "3", "4"}},
+		{name: "cancelled context", seqs: []string{"1", "2", "3"}, cancelAt: "2",
+			wantCalls: []string{"1"}, wantFail: []string{"2", "3"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			var ev events.DynamoDBEvent
+			for _, s := range tt.seqs {
+				ev.Records = append(ev.Records, events.DynamoDBEventRecord{Change: events.DynamoDBStreamRecord{SequenceNumber: s}})
+			}
+			var calls []string
+			resp := Process(ctx, ev, func(ctx context.Context, rec events.DynamoDBEventRecord) error {
+				seq := rec.Change.SequenceNumber
+				calls = append(calls, seq)
+				if tt.fail[seq] {
+					return errors.New("boom")
+				}
+				for i, s := range tt.seqs {
+					if s == seq && i+1 < len(tt.seqs) && tt.seqs[i+1] == tt.cancelAt {
+						cancel()
+					}
+				}
+				return nil
+			})
+			if diff := cmp.Diff(tt.wantCalls, calls); diff != "" {
+				t.Errorf("fn calls (-want +got):\n%s", diff)
+			}
+			var got []string
+			for _, f := range resp.BatchItemFailures {
+				got = append(got, f.ItemIdentifier)
+			}
+			if diff := cmp.Diff(tt.wantFail, got); diff != "" {
+				t.Errorf("batch item failures (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestOutcome(t *testing.T) {
+	recs := []events.DynamoDBEventRecord{
+		{Change: events.DynamoDBStreamRecord{SequenceNumber: "10"}},
+		{Change: events.DynamoDBStreamRecord{SequenceNumber: "11"}},
+		{Change: events.DynamoDBStreamRecord{SequenceNumber: "12"}},
+	}
+	failures := func(ids ...string) events.DynamoDBEventResponse {
+		var r events.DynamoDBEventResponse
+		for _, id := range ids {
+			r.BatchItemFailures = append(r.BatchItemFailures, events.DynamoDBBatchItemFailure{ItemIdentifier: id})
+		}
+		return r
+	}
+	tests := []struct {
+		name        string
+		resp        events.DynamoDBEventResponse
+		err         error
+		wantNext    int
+		wantPartial bool
+	}{
+		{name: "success", wantNext: 3},
+		{name: "empty failure list", resp: events.DynamoDBEventResponse{BatchItemFailures: []events.DynamoDBBatchItemFailure{}}, wantNext: 3},
+		{name: "handler error", err: errors.New("boom"), wantNext: 0},
+		{name: "handler error wins over failures", resp: failures("12"), err: errors.New("boom"), wantNext: 0},
+		{name: "one failure", resp: failures("11"), wantNext: 1, wantPartial: true},
+		{name: "lowest failure wins", resp: failures("12", "11"), wantNext: 1, wantPartial: true},
+		{name: "empty identifier fails the batch", resp: failures("12", ""), wantNext: 0},
+		{name: "unknown identifier fails the batch", resp: failures("99"), wantNext: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			next, partial, reason := outcome(recs, tt.resp, tt.err)
+			if next != tt.wantNext || partial != tt.wantPartial {
+				t.Errorf("outcome() = %d, %v (%q), want %d, %v", next, partial, reason, tt.wantNext, tt.wantPartial)
+			}
+			if next < len(recs) && reason == "" {
+				t.Errorf("outcome() gave no reason for a failure")
+			}
+		})
+	}
+}
