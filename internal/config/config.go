@@ -20,6 +20,7 @@ const (
 	EnvLease            = "ONCE_LEASE"
 	EnvFaultInjection   = "ONCE_FAULT_INJECTION"
 	EnvProviderURL      = "ONCE_PROVIDER_URL"
+	EnvProviderTimeout  = "ONCE_PROVIDER_TIMEOUT"
 	EnvDynamoDBEndpoint = "DYNAMODB_ENDPOINT"
 	EnvRegion           = "AWS_REGION"
 	EnvLogLevel         = "LOG_LEVEL"
@@ -33,6 +34,10 @@ const (
 	DefaultProviderTable    = "once-provider"
 	DefaultRetention        = 24 * time.Hour
 	DefaultLease            = 30 * time.Second
+	// DefaultProviderTimeout bounds one call to the payment provider. It is
+	// well under DefaultLease, so a request that times out still holds its
+	// lease when it records the ambiguous outcome.
+	DefaultProviderTimeout = 5 * time.Second
 	// DefaultLocalRegion is the region used with a DYNAMODB_ENDPOINT and no
 	// AWS_REGION.
 	DefaultLocalRegion = "us-east-1"
@@ -59,9 +64,10 @@ type Config struct {
 	Region string
 	// LogLevel is the minimum level logged.
 	LogLevel slog.Level
-	// ProviderURL is the payment provider's base URL (issue 3); empty when
-	// unset.
+	// ProviderURL is the payment provider's base URL; empty when unset.
 	ProviderURL string
+	// ProviderTimeout bounds one call to the payment provider.
+	ProviderTimeout time.Duration
 }
 
 // tableName is DynamoDB's rule for table names.
@@ -123,6 +129,10 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		DynamoDBEndpoint: endpoint(EnvDynamoDBEndpoint),
 		Region:           str(EnvRegion, ""),
 		ProviderURL:      endpoint(EnvProviderURL),
+		ProviderTimeout:  duration(EnvProviderTimeout, DefaultProviderTimeout),
+	}
+	if c.Lease > 0 && c.ProviderTimeout > 0 && c.ProviderTimeout >= c.Lease {
+		bad(EnvProviderTimeout, c.ProviderTimeout.String(), "must be shorter than "+EnvLease+" ("+c.Lease.String()+"), or a timed-out request would lose its lease before recording the unknown outcome")
 	}
 	if c.Region == "" && c.DynamoDBEndpoint != "" {
 		c.Region = DefaultLocalRegion

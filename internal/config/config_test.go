@@ -18,6 +18,7 @@ func TestFromEnv(t *testing.T) {
 		Retention:        DefaultRetention,
 		Lease:            DefaultLease,
 		LogLevel:         slog.LevelInfo,
+		ProviderTimeout:  DefaultProviderTimeout,
 	}
 	with := func(f func(*Config)) Config {
 		c := defaults
@@ -45,6 +46,7 @@ func TestFromEnv(t *testing.T) {
 				"AWS_REGION":             "eu-west-1",
 				"LOG_LEVEL":              "debug",
 				"ONCE_PROVIDER_URL":      "https://provider.example.com",
+				"ONCE_PROVIDER_TIMEOUT":  "2500ms",
 			},
 			want: Config{
 				IdempotencyTable: "stack-idempotency",
@@ -58,6 +60,7 @@ func TestFromEnv(t *testing.T) {
 				Region:           "eu-west-1",
 				LogLevel:         slog.LevelDebug,
 				ProviderURL:      "https://provider.example.com",
+				ProviderTimeout:  2500 * time.Millisecond,
 			},
 		},
 		{name: "fault injection true", env: map[string]string{"ONCE_FAULT_INJECTION": "TRUE"},
@@ -72,6 +75,9 @@ func TestFromEnv(t *testing.T) {
 			want: with(func(c *Config) { c.LogLevel = slog.LevelWarn })},
 		{name: "surrounding spaces are ignored", env: map[string]string{"ONCE_RETENTION": " 2h "},
 			want: with(func(c *Config) { c.Retention = 2 * time.Hour })},
+		{name: "provider timeout not under the lease", env: map[string]string{"ONCE_LEASE": "5s", "ONCE_PROVIDER_TIMEOUT": "5s"},
+			wantErr: []string{"ONCE_PROVIDER_TIMEOUT"}},
+		{name: "bad provider timeout", env: map[string]string{"ONCE_PROVIDER_TIMEOUT": "-1s"}, wantErr: []string{"ONCE_PROVIDER_TIMEOUT"}},
 		{name: "bad retention", env: map[string]string{"ONCE_RETENTION": "1 day"}, wantErr: []string{"ONCE_RETENTION"}},
 		{name: "zero retention", env: map[string]string{"ONCE_RETENTION": "0s"}, wantErr: []string{"ONCE_RETENTION=\"0s\": must be positive"}},
 		{name: "negative lease", env: map[string]string{"ONCE_LEASE": "-1s"}, wantErr: []string{"ONCE_LEASE"}},
