@@ -19,6 +19,7 @@ import (
 	"github.com/oncehq/once/internal/idempotency"
 	"github.com/oncehq/once/internal/metrics"
 	"github.com/oncehq/once/internal/payments"
+	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/store/dynamo"
 )
 
@@ -52,7 +53,10 @@ func Logger(w io.Writer, level slog.Level) *slog.Logger {
 }
 
 // API returns the api function's handler: the payments API over the
-// idempotency engine, backed by DynamoDB through client.
+// idempotency engine, backed by DynamoDB through client. POST /v1/charges
+// calls the provider at cfg.ProviderURL, each call bounded by
+// cfg.ProviderTimeout; without a ProviderURL it answers 503
+// provider_unavailable.
 func API(cfg config.Config, client *dynamodb.Client, opts Options) (http.Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = Logger(os.Stdout, cfg.LogLevel)
@@ -79,13 +83,19 @@ func API(cfg config.Config, client *dynamodb.Client, opts Options) (http.Handler
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)
 	}
+	var charger httpapi.Provider // a nil *provider.Client would not be a nil Provider
+	if cfg.ProviderURL != "" {
+		charger = provider.New(cfg.ProviderURL, &http.Client{Timeout: cfg.ProviderTimeout})
+	}
 	return httpapi.NewHandler(httpapi.Deps{
-		Middleware:    mw,
-		Payments:      payments.NewTable(client, cfg.PaymentsTable),
-		PaymentsTable: cfg.PaymentsTable,
-		Logger:        opts.Logger,
-		Metrics:       metrics.New(opts.Metrics, MetricsNamespace, map[string]string{"Service": "api"}),
-		Now:           opts.Now,
-		Fault:         cfg.FaultInjection,
+		Middleware:      mw,
+		Payments:        payments.NewTable(client, cfg.PaymentsTable),
+		PaymentsTable:   cfg.PaymentsTable,
+		Logger:          opts.Logger,
+		Metrics:         metrics.New(opts.Metrics, MetricsNamespace, map[string]string{"Service": "api"}),
+		Now:             opts.Now,
+		Provider:        charger,
+		ProviderTimeout: cfg.ProviderTimeout,
+		Fault:           cfg.FaultInjection,
 	}), nil
 }

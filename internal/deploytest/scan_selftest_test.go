@@ -46,6 +46,13 @@ func New(table string) *Handler { return &Handler{table: table} }
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.get() }
 
 func (h *Handler) get()          { _ = os.Getenv("M_FROM_SERVE") }
+
+// Other is never named by reachable code: its get is not reached by the
+// selector h.get.
+type Other struct{}
+
+func (Other) get()               { _ = os.Getenv("M_OTHER_TYPE") }
+func NewOther() Other             { return Other{} }
 func (h *Handler) Unreached()    { _ = os.Getenv("M_UNREACHED_METHOD") }
 func Unreached()                 { _, _ = os.LookupEnv("M_UNREACHED_FUNC") }
 func Chain() *Handler             { return nil }

@@ -29,9 +29,10 @@ import (
 //     package-level variable through identifiers of its package and
 //     qualified identifiers (pkg.Name) of other module packages;
 //   - a selector x.Name on anything but a package reaches every method called
-//     Name in those packages (an over-approximation that needs no types), and
-//     a reachable type reaches its methods that are called implicitly
-//     (ServeHTTP, Error, String, ...);
+//     Name of a reachable type in those packages (an over-approximation that
+//     needs no type checking: a value of a type whose name no reachable code
+//     mentions cannot exist), and a reachable type reaches its methods that
+//     are called implicitly (ServeHTTP, Error, String, ...);
 //   - the scan records the string literals passed to getenv-like calls, the
 //     names selected (x.Name) outside internal/config, qualified references
 //     to other packages (types.Put), and every string literal.
@@ -204,7 +205,13 @@ func scanMain(pkgs []goPackage, mainPath, quiet string) (*scan, error) {
 		s.Packages = append(s.Packages, p.ImportPath)
 	}
 	seen := map[ast.Node]bool{}
-	var queue []declRef
+	var (
+		queue []declRef
+		// reachedTypes holds "import/path.Type" for the reachable types;
+		// called holds the names of the methods selected on values.
+		reachedTypes = map[string]bool{}
+		called       = map[string]bool{}
+	)
 	push := func(refs ...declRef) {
 		for _, r := range refs {
 			if !seen[r.node] {
@@ -228,8 +235,9 @@ func scanMain(pkgs []goPackage, mainPath, quiet string) (*scan, error) {
 		r := queue[0]
 		queue = queue[1:]
 		if ts, ok := r.node.(*ast.TypeSpec); ok {
+			reachedTypes[r.pkg.path+"."+ts.Name.Name] = true
 			for _, m := range r.pkg.byType[ts.Name.Name] {
-				if implicitMethods[m.node.(*ast.FuncDecl).Name.Name] {
+				if name := m.node.(*ast.FuncDecl).Name.Name; implicitMethods[name] || called[name] {
 					push(m)
 				}
 			}
@@ -251,8 +259,13 @@ func scanMain(pkgs []goPackage, mainPath, quiet string) (*scan, error) {
 				if r.pkg.path != quiet {
 					s.Selected[x.Sel.Name] = true
 				}
+				called[x.Sel.Name] = true
 				for _, pc := range code {
-					push(pc.methods[x.Sel.Name]...)
+					for _, m := range pc.methods[x.Sel.Name] {
+						if reachedTypes[pc.path+"."+recvType(m.node.(*ast.FuncDecl).Recv.List[0].Type)] {
+							push(m)
+						}
+					}
 				}
 				ast.Inspect(x.X, visit)
 				return false

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,13 +28,19 @@ import (
 
 // Environment read by Start besides config.FromEnv's variables.
 const (
-	EnvDevAPIKeys = "ONCE_DEV_API_KEYS"
-	EnvPort       = "PORT"
+	EnvDevAPIKeys   = "ONCE_DEV_API_KEYS"
+	EnvPort         = "PORT"
+	EnvProviderPort = "PROVIDER_PORT"
 )
 
 // Defaults of Start.
 const (
 	DefaultPort = 3000
+	// DefaultProviderPort is where the provider simulator listens when
+	// ONCE_PROVIDER_URL names no provider.
+	DefaultProviderPort = 3001
+	// DefaultStateDir holds the dead letters of the stream mappings.
+	DefaultStateDir = ".devstack"
 	// DefaultShutdownTimeout bounds Close: API Gateway's integration timeout,
 	// so that running requests can finish, and a little more.
 	DefaultShutdownTimeout = gateway.DefaultIntegrationTimeout + 5*time.Second
@@ -60,6 +67,9 @@ type Options struct {
 	DynamoDBLocalDir string
 	// ShutdownTimeout bounds Close (DefaultShutdownTimeout).
 	ShutdownTimeout time.Duration
+	// StateDir receives the stream mappings' dead letters (DefaultStateDir
+	// beside the template when empty).
+	StateDir string
 }
 
 // Stack is a running devstack.
@@ -70,8 +80,11 @@ type Stack struct {
 	cfg    config.Config
 	keys   []auth.Pair
 	port   int
-	tmpl   *samtemplate.Template
-	api    api
+	// providerPort is the simulator's port (PROVIDER_PORT).
+	providerPort int
+	stateDir     string
+	tmpl         *samtemplate.Template
+	api          api
 
 	client   *dynamodb.Client
 	emulator *gateway.Emulator
@@ -105,6 +118,8 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		{"dynamodb", s.startDynamoDB},
 		{"tables", s.createTables},
 		{"api keys", s.seedKeys},
+		{"provider", s.startProvider},
+		{"streams", s.startStreams},
 		{"gateway", s.startGateway},
 	}
 	for _, step := range steps {
@@ -127,7 +142,7 @@ func newStack(opts Options) (*Stack, error) {
 	if out == nil {
 		out = io.Discard
 	}
-	cfg, keys, port, err := fromEnv(opts.Getenv)
+	cfg, keys, port, providerPort, err := fromEnv(opts.Getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -145,47 +160,58 @@ func newStack(opts Options) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
+	stateDir := opts.StateDir
+	if stateDir == "" {
+		stateDir = filepath.Join(filepath.Dir(path), DefaultStateDir)
+	}
 	return &Stack{
-		opts:   opts,
-		output: out,
-		log:    app.Logger(out, cfg.LogLevel),
-		cfg:    cfg,
-		keys:   keys,
-		port:   port,
-		tmpl:   tmpl,
-		api:    a,
-		failed: make(chan error, 1),
+		opts:         opts,
+		output:       out,
+		log:          app.Logger(out, cfg.LogLevel),
+		cfg:          cfg,
+		keys:         keys,
+		port:         port,
+		providerPort: providerPort,
+		stateDir:     stateDir,
+		tmpl:         tmpl,
+		api:          a,
+		failed:       make(chan error, 1),
 	}, nil
 }
 
 // fromEnv parses the devstack's environment, reporting every problem at
 // once.
-func fromEnv(getenv func(string) string) (config.Config, []auth.Pair, int, error) {
+func fromEnv(getenv func(string) string) (cfg config.Config, keys []auth.Pair, port, providerPort int, err error) {
 	var errs []error
-	cfg, err := config.FromEnv(getenv)
+	cfg, err = config.FromEnv(getenv)
 	errs = append(errs, err)
 
 	spec := strings.TrimSpace(getenv(EnvDevAPIKeys))
 	if spec == "" {
 		spec = auth.DefaultDevAPIKeys
 	}
-	keys, err := auth.ParsePairs(spec)
+	keys, err = auth.ParsePairs(spec)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("devstack: %s: %w", EnvDevAPIKeys, err))
 	}
 
-	port := DefaultPort
-	if v := strings.TrimSpace(getenv(EnvPort)); v != "" {
+	portOf := func(name string, def int) int {
+		v := strings.TrimSpace(getenv(name))
+		if v == "" {
+			return def
+		}
 		p, err := strconv.Atoi(v)
 		if err != nil || p < 0 || p > 65535 {
-			errs = append(errs, fmt.Errorf("devstack: %s=%q: not a port number (0-65535)", EnvPort, v))
+			errs = append(errs, fmt.Errorf("devstack: %s=%q: not a port number (0-65535)", name, v))
 		}
-		port = p
+		return p
 	}
+	port = portOf(EnvPort, DefaultPort)
+	providerPort = portOf(EnvProviderPort, DefaultProviderPort)
 	if err := errors.Join(errs...); err != nil {
-		return config.Config{}, nil, 0, err
+		return config.Config{}, nil, 0, 0, err
 	}
-	return cfg, keys, port, nil
+	return cfg, keys, port, providerPort, nil
 }
 
 // onStop registers a started component.

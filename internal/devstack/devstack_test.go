@@ -50,6 +50,7 @@ func testEnv(t *testing.T) map[string]string {
 	env := map[string]string{
 		"DYNAMODB_ENDPOINT":      endpoint,
 		"PORT":                   "0",
+		"PROVIDER_PORT":          "0",
 		"LOG_LEVEL":              "debug",
 		"ONCE_IDEMPOTENCY_TABLE": prefix + "-idempotency",
 		"ONCE_PAYMENTS_TABLE":    prefix + "-payments",
@@ -72,6 +73,7 @@ func start(t *testing.T, env map[string]string, out io.Writer) *devstack.Stack {
 		Getenv:       func(k string) string { return env[k] },
 		Output:       out,
 		TemplatePath: dynamotest.TemplatePath(t),
+		StateDir:     t.TempDir(),
 	})
 	if err != nil {
 		t.Fatalf("Start = %v", err)

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -24,10 +25,13 @@ import (
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/gateway"
 	"github.com/oncehq/once/internal/payments"
+	"github.com/oncehq/once/internal/provider"
+	"github.com/oncehq/once/internal/provider/simulator"
 )
 
 // stack is the api function wired as in production (app.API), served through
-// the Lambda adapter, against per-test DynamoDB Local tables.
+// the Lambda adapter, against per-test DynamoDB Local tables, with the
+// provider simulator (on the test's ProviderTable) behind ONCE_PROVIDER_URL.
 type stack struct {
 	names   dynamotest.Names
 	client  *dynamodb.Client // uncounted, for the tests' own reads
@@ -37,6 +41,10 @@ type stack struct {
 	metrics *syncBuffer
 	clock   *clock
 	cfg     config.Config
+	// sim is the provider simulator the function charges, over HTTP;
+	// provider is a client of it for the tests' own lookups.
+	sim      *simulator.Server
+	provider *provider.Client
 }
 
 type stackOption func(*stackSetup)
@@ -46,6 +54,8 @@ type stackSetup struct {
 	wrap func(s *stack, api http.Handler) http.Handler
 	// client, when set, replaces the function's DynamoDB client.
 	client func(t testing.TB, base *dynamodb.Client) *dynamodb.Client
+	// sim configures the provider simulator.
+	sim simulator.Options
 }
 
 func withConfig(f func(*config.Config)) stackOption {
@@ -74,18 +84,25 @@ func newStack(t testing.TB, opts ...stackOption) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setup := stackSetup{cfg: cfg}
+	setup := stackSetup{cfg: cfg, sim: simulator.Options{SlowDelay: 300 * time.Millisecond, HoldFor: 10 * time.Second}}
 	for _, o := range opts {
 		o(&setup)
 	}
+	setup.sim.DB, setup.sim.Table = base, names.Provider
+	sim := simulator.New(setup.sim)
+	srv := httptest.NewServer(sim)
+	t.Cleanup(srv.Close)
+	setup.cfg.ProviderURL = srv.URL
 	s := &stack{
-		names:   names,
-		client:  base,
-		calls:   &opCounter{ops: map[string]int{}},
-		logs:    &syncBuffer{},
-		metrics: &syncBuffer{},
-		clock:   &clock{t: time.Now()},
-		cfg:     setup.cfg,
+		names:    names,
+		client:   base,
+		calls:    &opCounter{ops: map[string]int{}},
+		logs:     &syncBuffer{},
+		metrics:  &syncBuffer{},
+		clock:    &clock{t: time.Now()},
+		cfg:      setup.cfg,
+		sim:      sim,
+		provider: provider.New(srv.URL, nil),
 	}
 	fnClient := base
 	if setup.client != nil {
@@ -391,4 +408,20 @@ func decode(t testing.TB, r response) map[string]any {
 		t.Fatalf("body %s: %v", r.body, err)
 	}
 	return m
+}
+
+// wantReplay checks that r replays first byte for byte.
+func wantReplay(t testing.TB, r, first response) {
+	t.Helper()
+	if r.status != first.status || string(r.body) != string(first.body) {
+		t.Errorf("replay = %d %s, want %d %s", r.status, r.body, first.status, first.body)
+	}
+	if got := r.header.Get("Idempotent-Replayed"); got != "true" {
+		t.Errorf("replay Idempotent-Replayed = %q, want true", got)
+	}
+	for _, h := range []string{"Content-Type", "Content-Length"} {
+		if got, want := r.header.Get(h), first.header.Get(h); got != want {
+			t.Errorf("replay %s = %q, want %q", h, got, want)
+		}
+	}
 }

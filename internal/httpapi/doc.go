@@ -6,6 +6,7 @@
 //
 //	POST /v1/payments        create a payment (idempotent, Atomic mode)
 //	GET  /v1/payments/{id}   read a payment of the caller's tenant
+//	POST /v1/charges         charge the provider at once (idempotent, External mode)
 //
 // Any other path is a 404 and any other method on a known path a 405, both
 // as problem details.
@@ -26,6 +27,35 @@
 // types (application/*+json) are refused with 415: a type such as
 // application/merge-patch+json announces other semantics than a create.
 //
+// # Charging at once
+//
+// POST /v1/charges takes the same headers and body as a payment, except that
+// source is required, and is checked the same way before anything is
+// reserved. idempotency.Begin then reserves the key IN_PROGRESS under a lease,
+// and the handler calls the provider under the key's forward key
+// (idempotency.Call.ForwardKey), bounded by Deps.ProviderTimeout. What the
+// provider answers decides the response:
+//
+//   - a charge: 201 and the charge, stored and replayed;
+//   - a decline: 402 card_declined, stored and replayed;
+//   - provably not charged (provider.ErrNotCharged, or a 4xx from the
+//     provider, a *provider.StatusError): 503 provider_unavailable with
+//     Retry-After; the engine releases the key, so a retry executes;
+//   - no usable answer (provider.ErrOutcomeUnknown): 504
+//     provider_outcome_unknown with Retry-After; the record goes to UNKNOWN
+//     and retries get 409 until the reconciler finalises it.
+//
+// The 201 and 402 answers are built by ChargeResponse from the reservation
+// (idempotency.Call.Record: the scoped key, the canonical request, the
+// creation time) and the provider's charge only: the charge ID is derived
+// from the key (charges.ID) and created is the reservation's time, so the
+// reconciler, which has the stored record and provider.Client.Lookup, stores
+// exactly the bytes the original request would have sent.
+//
+// Without a Deps.Provider the route is still served and answers a valid
+// request with 503 provider_unavailable, reserving nothing: a stack without
+// ONCE_PROVIDER_URL serves payments and refuses charges.
+//
 // # Errors
 //
 // One table (rules, in problem.go) maps errors to a status, a problem code and
@@ -38,7 +68,8 @@
 //
 // Every request writes one JSON log line (request id, tenant, method, route,
 // status, outcome, the key's short hash, store calls and latency, duration,
-// and the error text of store and internal errors; never the raw key, the API
-// key or a body) and, for an idempotent request, one CloudWatch EMF metric
+// the number and latency of provider calls when there were any, and the error
+// text of store, provider and internal errors; never the raw key, the API key
+// or a body) and, for an idempotent request, one CloudWatch EMF metric
 // document counting its outcome.
 package httpapi

@@ -19,6 +19,7 @@ import (
 const (
 	RouteCreatePayment = "POST /v1/payments"
 	RouteGetPayment    = "GET /v1/payments/{id}"
+	RouteCreateCharge  = "POST /v1/charges"
 )
 
 // PaymentReader reads payments; *payments.Table is one.
@@ -45,6 +46,15 @@ type Deps struct {
 	// Now returns the current time, for the payments' created field
 	// (time.Now when nil).
 	Now func() time.Time
+	// Provider is the payment provider POST /v1/charges charges. When nil,
+	// the route is still served but answers 503 provider_unavailable once the
+	// request is validated, reserving nothing.
+	Provider Provider
+	// ProviderTimeout bounds each provider call (no bound but the provider
+	// client's own when zero). It must be shorter than the idempotency
+	// lease, so that a call that times out still owns its reservation when
+	// it records the unknown outcome.
+	ProviderTimeout time.Duration
 	// Fault enables crash injection through the Once-Fault header.
 	Fault bool
 	// Tenant returns the caller's tenant (gateway.Tenant when nil).
@@ -69,6 +79,7 @@ func NewHandler(d Deps) http.Handler {
 	h := &handler{deps: d, mux: http.NewServeMux()}
 	h.mux.Handle(RouteCreatePayment, d.Middleware.Wrap(idempotency.Atomic, RouteCreatePayment, http.HandlerFunc(h.createPayment)))
 	h.mux.HandleFunc(RouteGetPayment, h.getPayment)
+	h.mux.Handle(RouteCreateCharge, d.Middleware.Wrap(idempotency.External, RouteCreateCharge, http.HandlerFunc(h.createCharge)))
 	h.next = fault.Middleware(d.Fault, http.HandlerFunc(h.route))
 	return h
 }
@@ -85,6 +96,10 @@ type requestInfo struct {
 	pattern string
 	obs     idempotency.Observation
 	err     error // an internal error noted by WriteError
+	// providerCalls and providerLatency count the calls to the payment
+	// provider.
+	providerCalls   int
+	providerLatency time.Duration
 }
 
 type infoKey struct{}
@@ -168,6 +183,11 @@ func (h *handler) observe(r *http.Request, info *requestInfo, status int, took t
 		slog.Int("store_calls", obs.StoreCalls),
 		slog.Float64("store_latency_ms", ms(obs.StoreLatency)),
 		slog.Float64("duration_ms", ms(took)),
+	}
+	if info.providerCalls > 0 {
+		attrs = append(attrs,
+			slog.Int("provider_calls", info.providerCalls),
+			slog.Float64("provider_latency_ms", ms(info.providerLatency)))
 	}
 	switch {
 	case obs.Err != "":

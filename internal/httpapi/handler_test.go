@@ -21,6 +21,7 @@ import (
 	"github.com/oncehq/once/internal/idempotency"
 	"github.com/oncehq/once/internal/metrics"
 	"github.com/oncehq/once/internal/payments"
+	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/store/memory"
 )
 
@@ -282,7 +283,8 @@ func TestRoutes(t *testing.T) {
 		wantAllow    string
 	}{
 		{"GET", "/", 404, ""},
-		{"GET", "/v1/charges", 404, ""},
+		{"GET", "/v1/charges", 405, "POST"},
+		{"GET", "/v1/refunds", 404, ""},
 		{"GET", "/v1/payments/pay_x/refunds", 404, ""},
 		{"DELETE", "/v1/payments", 405, "POST"},
 		{"PUT", "/v1/payments/pay_abcdefghijklmnopqrstuvwx", 405, "GET, HEAD"},
@@ -324,6 +326,11 @@ func TestProblemFor(t *testing.T) {
 		{"method", ErrMethodNotAllowed, 405, "method_not_allowed", ""},
 		{"store unavailable", fmt.Errorf("%w: %w", idempotency.ErrUnavailable, secret), 503, "store_unavailable", "1"},
 		{"payments unavailable", fmt.Errorf("%w: %w", payments.ErrUnavailable, secret), 503, "store_unavailable", "1"},
+		{"declined", fmt.Errorf("provider: charge: %w", &provider.DeclinedError{Code: "card_declined", Charge: provider.Charge{ID: "prch_1"}}), 402, "card_declined", ""},
+		{"not charged", fmt.Errorf("provider: charge: %w: %w", provider.ErrNotCharged, secret), 503, "provider_unavailable", "1"},
+		{"provider refused", fmt.Errorf("provider: charge: %w", &provider.StatusError{StatusCode: 400, Code: "invalid_request"}), 503, "provider_unavailable", "1"},
+		{"no provider", ErrNoProvider, 503, "provider_unavailable", "1"},
+		{"outcome unknown", fmt.Errorf("provider: charge: %w: %w", provider.ErrOutcomeUnknown, secret), 504, "provider_outcome_unknown", "2"},
 		{"anything else", secret, 500, "internal_error", ""},
 	}
 	for _, tt := range tests {

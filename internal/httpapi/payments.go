@@ -14,18 +14,8 @@ import (
 
 // createPayment serves POST /v1/payments inside the idempotency middleware.
 func (h *handler) createPayment(w http.ResponseWriter, r *http.Request) {
-	if !isJSON(r.Header.Values("Content-Type")) {
-		WriteError(w, r, ErrUnsupportedMediaType)
-		return
-	}
-	body, err := io.ReadAll(r.Body) // already read and bounded by the middleware
-	if err != nil {
-		WriteError(w, r, err)
-		return
-	}
-	req, err := payments.Decode(body)
-	if err != nil {
-		WriteError(w, r, err)
+	req, ok := decodeBody(w, r, payments.Decode)
+	if !ok {
 		return
 	}
 	call, ok := idempotency.Begin(w, r)
@@ -76,6 +66,28 @@ func writeJSON(w http.ResponseWriter, r *http.Request, status int, v any, header
 	headers(h)
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// decodeBody checks the Content-Type and decodes the body (already read and
+// bounded by the idempotency middleware) with decode. On failure it answers
+// the problem (415, 400), before anything is reserved, and returns false.
+func decodeBody[T any](w http.ResponseWriter, r *http.Request, decode func([]byte) (T, error)) (T, bool) {
+	var zero T
+	if !isJSON(r.Header.Values("Content-Type")) {
+		WriteError(w, r, ErrUnsupportedMediaType)
+		return zero, false
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		WriteError(w, r, err)
+		return zero, false
+	}
+	v, err := decode(body)
+	if err != nil {
+		WriteError(w, r, err)
+		return zero, false
+	}
+	return v, true
 }
 
 // isJSON reports whether the Content-Type header values declare a JSON body:

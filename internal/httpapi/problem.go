@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncehq/once/internal/idempotency"
 	"github.com/oncehq/once/internal/payments"
+	"github.com/oncehq/once/internal/provider"
 )
 
 // Errors of the HTTP layer itself.
@@ -43,9 +44,7 @@ type Problem struct {
 	Field any `json:"field,omitempty"`
 }
 
-// rule maps the errors that match to a problem. Issue 3 adds its provider
-// errors here (card_declined 402, provider_unavailable 503,
-// provider_outcome_unknown 504).
+// rule maps the errors that match to a problem.
 type rule struct {
 	match  func(error) bool
 	status int
@@ -129,6 +128,28 @@ var rules = []rule{
 		detail: fixed("The data store did not answer in time. Retry with the same Idempotency-Key: the request then either runs or is replayed, never both."),
 		header: func(h http.Header, _ error) { h.Set("Retry-After", "1") },
 	},
+	{
+		match: as[*provider.DeclinedError], status: http.StatusPaymentRequired, code: "card_declined", title: "Card declined",
+		detail: fixed("The payment provider declined the charge; nothing was charged. This answer is final for this Idempotency-Key: to try again, use a new key."),
+	},
+	{
+		// A provable "not charged": the provider could not be reached, said
+		// so (503, 429), or refused the request itself (another 4xx).
+		match: func(err error) bool {
+			return is(provider.ErrNotCharged, ErrNoProvider)(err) || as[*provider.StatusError](err)
+		},
+		status: http.StatusServiceUnavailable, code: "provider_unavailable", title: "Provider unavailable",
+		detail: fixed("The payment provider could not take the charge; nothing was charged. Retry with the same Idempotency-Key."),
+		header: func(h http.Header, _ error) { h.Set("Retry-After", "1") },
+	},
+	{
+		match: is(provider.ErrOutcomeUnknown), status: http.StatusGatewayTimeout, code: "provider_outcome_unknown", title: "Provider outcome unknown",
+		detail: fixed("The payment provider did not answer in time: the charge may or may not have been made. Retry with the same Idempotency-Key " +
+			"after Retry-After: once the outcome is known the retry gets it, and the card is never charged twice."),
+		header: func(h http.Header, _ error) {
+			h.Set("Retry-After", idempotency.RetryAfterHeader(&idempotency.InProgressError{RetryAfter: idempotency.DefaultUnknownRetryAfter}))
+		},
+	},
 }
 
 var internalRule = rule{
@@ -185,23 +206,41 @@ func ProblemFor(err error) Problem {
 // Config.OnError. The text of an error that maps to a 5xx is never sent: it
 // goes to the request's log line.
 func WriteError(w http.ResponseWriter, r *http.Request, err error) {
-	rl := ruleFor(err)
-	if rl.status >= 500 {
+	if Status(err) >= 500 {
 		noteError(r, err)
 	}
+	writeResponse(w, problemResponse(err))
+}
+
+// problemResponse is the complete answer for err: status, headers and body.
+func problemResponse(err error) idempotency.Response {
+	rl := ruleFor(err)
 	p := ProblemFor(err)
 	body, merr := json.Marshal(p)
 	if merr != nil { // cannot happen: Problem holds strings and ints
 		body = []byte(`{"type":"` + ProblemType + `internal_error","title":"Internal error","status":500,"code":"internal_error"}`)
 	}
-	h := w.Header()
+	h := http.Header{}
 	if rl.header != nil {
 		rl.header(h, err)
 	}
 	h.Set("Content-Type", ProblemContentType)
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(p.Status)
-	_, _ = w.Write(body)
+	header := make(map[string]string, len(h))
+	for k := range h {
+		header[k] = h.Get(k)
+	}
+	return idempotency.Response{Status: p.Status, Header: header, Body: body}
+}
+
+// writeResponse sends resp as it is.
+func writeResponse(w http.ResponseWriter, resp idempotency.Response) {
+	h := w.Header()
+	for k, v := range resp.Header {
+		h.Set(k, v)
+	}
+	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(resp.Body)
 }
 
 // noteError hands err to the request's log line, or logs it on its own when

@@ -230,6 +230,17 @@ func (c *Call) Key() Key { return c.key }
 // request's effect there (see Key.Forward).
 func (c *Call) ForwardKey() string { return c.key.Forward() }
 
+// Record is the reservation Begin wrote (Leased and External mode): the
+// record as stored, IN_PROGRESS, with its CreatedAt and, in External mode,
+// the canonical Request. A response built only from it and from the outcome
+// of the external call is one a reconciler can rebuild from the stored record
+// later. In Atomic mode nothing is reserved and Record is the zero Record.
+func (c *Call) Record() Record {
+	rec := c.rec
+	rec.Request = bytes.Clone(rec.Request)
+	return rec
+}
+
 // AddEffect adds a write to be committed with the record (Atomic and Leased
 // mode; in External mode too, with the completion).
 func (c *Call) AddEffect(e Effect) { c.effects = append(c.effects, e) }
@@ -321,7 +332,8 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 	}
 }
 
-// completed is the COMPLETED record storing the handler's response.
+// completed is the COMPLETED record storing the handler's response. An
+// External record keeps its canonical request, as the reservation had it.
 func (c *Call) completed(rec *recorder, now time.Time) Record {
 	return Record{
 		Key:         c.key,
@@ -331,6 +343,7 @@ func (c *Call) completed(rec *recorder, now time.Time) Record {
 		External:    c.mode == External,
 		LeaseToken:  c.rec.LeaseToken,
 		ExpiresAt:   now.Add(c.m.cfg.Retention),
+		Request:     c.rec.Request,
 		Response:    rec.response(),
 		CreatedAt:   createdAt(c.rec, now),
 		UpdatedAt:   now,

@@ -75,8 +75,8 @@ type Record struct {
 	// ExpiresAt is the record's expiry and the store's TTL: the lease deadline
 	// while IN_PROGRESS, the end of the retention otherwise.
 	ExpiresAt time.Time
-	// Request is the canonical request body, kept on External records so that
-	// a reconciler can rebuild the response.
+	// Request is the canonical request body, kept on External records (in
+	// every state) so that a reconciler can rebuild the response.
 	Request []byte
 	// Response is the stored response of a COMPLETED record.
 	Response *Response

@@ -81,14 +81,7 @@ func (p Payment) Location() string { return "/v1/payments/" + p.ID }
 // metadata {} when absent, created in unix seconds. Neither the tenant nor the
 // partition key is rendered.
 func (p Payment) MarshalJSON() ([]byte, error) {
-	var desc *string
-	if p.Description != "" {
-		desc = &p.Description
-	}
-	md := p.Metadata
-	if md == nil {
-		md = map[string]string{}
-	}
+	desc, md := RenderOptional(p.Description, p.Metadata)
 	return json.Marshal(rendering{
 		ID:          p.ID,
 		Object:      "payment",
@@ -100,6 +93,19 @@ func (p Payment) MarshalJSON() ([]byte, error) {
 		Status:      p.Status,
 		Created:     p.Created.Unix(),
 	})
+}
+
+// RenderOptional returns the optional fields of a request as the API renders
+// them: the description null (nil) when empty, the metadata {} when nil.
+func RenderOptional(description string, metadata map[string]string) (*string, map[string]string) {
+	var desc *string
+	if description != "" {
+		desc = &description
+	}
+	if metadata == nil {
+		metadata = map[string]string{}
+	}
+	return desc, metadata
 }
 
 type rendering struct {

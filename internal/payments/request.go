@@ -76,9 +76,17 @@ func invalid(field, format string, args ...any) error {
 	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// Decode parses and validates a create-payment request body. Every failure is
-// a *ValidationError.
-func Decode(body []byte) (Request, error) {
+// Decode parses and validates a create-payment request body; a request
+// without a source charges DefaultSource. Every failure is a
+// *ValidationError.
+func Decode(body []byte) (Request, error) { return decode(body, false) }
+
+// DecodeWithSource is Decode for a request that must name its source (a
+// charge made at once, POST /v1/charges): a missing or null source is a
+// *ValidationError for the field "source", not DefaultSource.
+func DecodeWithSource(body []byte) (Request, error) { return decode(body, true) }
+
+func decode(body []byte, sourceRequired bool) (Request, error) {
 	if err := checkJSON(body); err != nil {
 		return Request{}, err
 	}
@@ -125,7 +133,11 @@ func Decode(body []byte) (Request, error) {
 			return Request{}, invalid(name, "is required")
 		}
 	}
-	if req.Source == "" {
+	switch {
+	case req.Source != "":
+	case sourceRequired:
+		return Request{}, invalid("source", "is required")
+	default:
 		req.Source = DefaultSource
 	}
 	return req, nil

@@ -171,6 +171,42 @@ func TestDecodeInvalid(t *testing.T) {
 	}
 }
 
+func TestDecodeWithSource(t *testing.T) {
+	const ok = `"amount":5,"currency":"USD","customer":"c"`
+	tests := []struct {
+		name      string
+		body      string
+		want      Request
+		wantField string // empty: accepted
+	}{
+		{name: "source given", body: `{` + ok + `,"source":"tok_visa"}`, want: Request{Amount: 5, Currency: "usd", Customer: "c", Source: "tok_visa"}},
+		{name: "source missing", body: `{` + ok + `}`, wantField: "source"},
+		{name: "source null", body: `{` + ok + `,"source":null}`, wantField: "source"},
+		{name: "source empty", body: `{` + ok + `,"source":""}`, wantField: "source"},
+		{name: "source too long", body: `{` + ok + `,"source":"` + strings.Repeat("t", 256) + `"}`, wantField: "source"},
+		{name: "other fields first", body: `{"amount":0,"currency":"USD","customer":"c"}`, wantField: "amount"},
+		{name: "required fields in order", body: `{"amount":5,"currency":"USD"}`, wantField: "customer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := DecodeWithSource([]byte(tt.body))
+			if tt.wantField == "" {
+				if err != nil {
+					t.Fatalf("DecodeWithSource(%.80s) error = %v, want nil", tt.body, err)
+				}
+				if diff := cmp.Diff(tt.want, got); diff != "" {
+					t.Errorf("DecodeWithSource(%.80s) mismatch (-want +got):\n%s", tt.body, diff)
+				}
+				return
+			}
+			var verr *ValidationError
+			if !errors.As(err, &verr) || verr.Field != tt.wantField {
+				t.Errorf("DecodeWithSource(%.80s) = %+v, %v; want a *ValidationError for %q", tt.body, got, err, tt.wantField)
+			}
+		})
+	}
+}
+
 func TestValidationErrorDetail(t *testing.T) {
 	tests := []struct {
 		err  *ValidationError
@@ -216,6 +252,17 @@ func FuzzDecodePayment(f *testing.F) {
 		}
 		if _, err := idempotency.Canonical(body); err != nil {
 			t.Fatalf("Decode(%q) accepted a body the idempotency fingerprint refuses: %v", body, err)
+		}
+		// The stored request of an External record is the canonical body;
+		// it must decode to the same request (a reconciler rebuilds the
+		// response from it).
+		canonical, _ := idempotency.Canonical(body)
+		fromCanonical, err := Decode(canonical)
+		if err != nil {
+			t.Fatalf("Decode(%s) of the canonical form of %q error = %v", canonical, body, err)
+		}
+		if diff := cmp.Diff(req, fromCanonical); diff != "" {
+			t.Fatalf("Decode of %q and of its canonical form %s mismatch (-body +canonical):\n%s", body, canonical, diff)
 		}
 		out, err := json.Marshal(req)
 		if err != nil {

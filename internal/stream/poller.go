@@ -95,6 +95,11 @@ type PollerOptions struct {
 	// appended as a JSON line. Its directory is created if need be.
 	// Discarded records are logged in every case.
 	DeadLetterFile string
+	// Filter, when set, decides which records reach the handler, as an event
+	// source mapping's FilterCriteria do: a record for which it returns false
+	// is dropped before batching and never delivered, retried or
+	// dead-lettered. Nil delivers every record.
+	Filter func(events.DynamoDBEventRecord) bool
 	// StartAt is TRIM_HORIZON (the default) or LATEST. It applies to the
 	// shards present when Run starts; shards that appear later are read from
 	// their start, as Lambda does.
@@ -167,6 +172,11 @@ func NewPoller(opts PollerOptions) (*Poller, error) {
 	}
 	log = log.With("poller", opts.Name, "table", opts.Table)
 	return &Poller{opts: opts, log: log}, nil
+}
+
+// keep reports whether rec passes the Filter.
+func (p *Poller) keep(rec events.DynamoDBEventRecord) bool {
+	return p.opts.Filter == nil || p.opts.Filter(rec)
 }
 
 // Run polls the table's latest stream until ctx is done, then waits for the

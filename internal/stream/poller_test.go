@@ -716,3 +716,30 @@ func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(b), "\n"))
 	return len(b), nil
 }
+
+func TestPollerFilter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	table := e.names.Payments
+	var seen list[string]
+	opts := e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		for _, r := range ev.Records {
+			seen.add(r.EventName + " " + pkOf(r))
+		}
+		return events.DynamoDBEventResponse{}, nil
+	})
+	opts.Filter = func(rec events.DynamoDBEventRecord) bool {
+		return rec.EventName == "INSERT" && strings.HasPrefix(pkOf(rec), "keep")
+	}
+	start(t, opts)
+	for _, pk := range []string{"drop-1", "keep-1", "drop-2", "keep-2"} {
+		e.put(t, table, pk, nil)
+	}
+	e.delete(t, table, "keep-1")
+	e.put(t, table, "last", nil)
+	e.put(t, table, "keep-3", nil)
+	waitFor(t, 10*time.Second, "keep-3", func() bool { return len(seen.get()) >= 3 })
+	if diff := cmp.Diff([]string{"INSERT keep-1", "INSERT keep-2", "INSERT keep-3"}, seen.get()); diff != "" {
+		t.Errorf("delivered (-want +got):\n%s", diff)
+	}
+}

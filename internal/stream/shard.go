@@ -138,7 +138,9 @@ func (s *shardReader) deliver(ctx context.Context, raw []streamtypes.Record) boo
 				bad, why = &rec, err
 				break
 			}
-			batch = append(batch, rec)
+			if s.p.keep(rec) {
+				batch = append(batch, rec)
+			}
 			raw = raw[1:]
 		}
 		if len(batch) > 0 && !s.deliverBatch(ctx, batch) {

@@ -1,0 +1,232 @@
+package devstack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+
+	"github.com/oncehq/once/internal/app"
+	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/dynamoclient"
+	"github.com/oncehq/once/internal/provider/simulator"
+	"github.com/oncehq/once/internal/samtemplate"
+	"github.com/oncehq/once/internal/stream"
+)
+
+// streamFunctions builds the handler of each stream-triggered function of
+// the template, exactly as its main does.
+var streamFunctions = map[string]func(config.Config, *dynamodb.Client, app.Options) (stream.Handler, error){
+	"WorkerFunction":     app.Worker,
+	"SweeperFunction":    app.Sweeper,
+	"ReconcilerFunction": app.Reconciler,
+}
+
+// mapping is one DynamoDB event source of the template, emulated by a
+// stream.Poller.
+type mapping struct {
+	function   string // logical ID of the function
+	event      string // the event's name in Events
+	table      string // logical ID of the table whose stream it reads
+	batchSize  int
+	maxRetries int
+	bisect     bool
+	startAt    string
+	filters    []*samtemplate.Pattern
+}
+
+// mappingsFromTemplate reads the DynamoDB events of the template's
+// functions.
+func mappingsFromTemplate(tmpl *samtemplate.Template) ([]mapping, error) {
+	vars := tmpl.ParameterDefaults()
+	var out []mapping
+	for id, fn := range tmpl.Functions() {
+		for _, ev := range fn.Events() {
+			if ev.Type != "DynamoDB" {
+				continue
+			}
+			m := mapping{function: id, event: ev.Name, batchSize: stream.DefaultBatchSize, maxRetries: stream.DefaultMaxRetryAttempts}
+			where := id + " " + ev.Name
+			for _, r := range samtemplate.Refs(ev.Properties["Stream"]) {
+				if r.Attribute == "StreamArn" {
+					m.table = r.Name
+				}
+			}
+			if m.table == "" {
+				return nil, fmt.Errorf("devstack: %s: Stream is not !GetAtt <Table>.StreamArn", where)
+			}
+			num := func(key string, into *int) error {
+				v, ok := ev.Properties[key]
+				if !ok {
+					return nil
+				}
+				s, err := samtemplate.String(v, vars)
+				if err != nil {
+					return fmt.Errorf("devstack: %s %s: %w", where, key, err)
+				}
+				n, err := strconv.Atoi(s)
+				if err != nil {
+					return fmt.Errorf("devstack: %s %s %q: not a number", where, key, s)
+				}
+				*into = n
+				return nil
+			}
+			if err := errors.Join(num("BatchSize", &m.batchSize), num("MaximumRetryAttempts", &m.maxRetries)); err != nil {
+				return nil, err
+			}
+			m.bisect, _ = ev.Properties["BisectBatchOnFunctionError"].(bool)
+			m.startAt, _ = ev.Properties["StartingPosition"].(string)
+			patterns, err := ev.FilterPatterns()
+			if err != nil {
+				return nil, fmt.Errorf("devstack: %w", err)
+			}
+			for _, p := range patterns {
+				c, err := samtemplate.CompilePattern([]byte(p))
+				if err != nil {
+					return nil, fmt.Errorf("devstack: %s filter: %w", where, err)
+				}
+				m.filters = append(m.filters, c)
+			}
+			out = append(out, m)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].function+out[i].event < out[j].function+out[j].event })
+	return out, nil
+}
+
+// filter is the mapping's FilterCriteria as a Poller filter: a record passes
+// when it matches any pattern, or when there are none.
+func (m mapping) filter() func(events.DynamoDBEventRecord) bool {
+	if len(m.filters) == 0 {
+		return nil
+	}
+	return func(rec events.DynamoDBEventRecord) bool {
+		doc, err := json.Marshal(rec)
+		if err != nil {
+			return true // let the handler see (and fail on) what cannot be filtered
+		}
+		for _, p := range m.filters {
+			if ok, err := p.Match(doc); err == nil && ok {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// startProvider serves the provider simulator on 127.0.0.1:PROVIDER_PORT,
+// unless ONCE_PROVIDER_URL names a provider already.
+func (s *Stack) startProvider(context.Context) error {
+	if s.cfg.ProviderURL != "" {
+		s.log.Info("devstack: using the provider at ONCE_PROVIDER_URL", "url", s.cfg.ProviderURL)
+		return nil
+	}
+	sim := simulator.New(simulator.Options{
+		DB:     s.client,
+		Table:  s.cfg.ProviderTable,
+		Logger: s.log.With("function", "provider"),
+	})
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(s.providerPort)))
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			s.fail(fmt.Errorf("devstack: provider: %w", err))
+		}
+	}()
+	s.onStop("provider simulator", func(ctx context.Context) error {
+		// tok_timeout holds its answer for long; do not wait for it.
+		return srv.Close()
+	})
+	s.cfg.ProviderURL = "http://" + ln.Addr().String()
+	s.log.Info("devstack: provider simulator ready", "url", s.cfg.ProviderURL, "table", s.cfg.ProviderTable)
+	return nil
+}
+
+// startStreams runs one Poller per DynamoDB event of the template, invoking
+// the functions in process the way Lambda's event source mappings do:
+// filtered, batched, with partial batch failures, bisection and bounded
+// retries; what would go to the on-failure destination is logged and
+// appended to <StateDir>/dlq-<function>.jsonl.
+func (s *Stack) startStreams(ctx context.Context) error {
+	mappings, err := mappingsFromTemplate(s.tmpl)
+	if err != nil {
+		return err
+	}
+	awsCfg, err := dynamoclient.Config(ctx, dynamoclient.Options{Endpoint: s.cfg.DynamoDBEndpoint, Region: s.cfg.Region})
+	if err != nil {
+		return err
+	}
+	streams := dynamoclient.NewStreams(awsCfg, s.cfg.DynamoDBEndpoint)
+	tables := map[string]string{
+		"IdempotencyTable": s.cfg.IdempotencyTable,
+		"PaymentsTable":    s.cfg.PaymentsTable,
+		"ApiKeysTable":     s.cfg.APIKeysTable,
+		"ProviderTable":    s.cfg.ProviderTable,
+	}
+	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	stop := func(context.Context) error {
+		cancel()
+		wg.Wait()
+		return nil
+	}
+	for _, m := range mappings {
+		build, ok := streamFunctions[m.function]
+		if !ok {
+			return errors.Join(fmt.Errorf("devstack: no handler for %s, triggered by %s's stream", m.function, m.table), stop(ctx))
+		}
+		table := tables[m.table]
+		if table == "" {
+			return errors.Join(fmt.Errorf("devstack: %s reads the stream of unknown table %s", m.function, m.table), stop(ctx))
+		}
+		log := s.log.With("function", samtemplate.FunctionFolder(m.function))
+		h, err := build(s.cfg, s.client, app.Options{Logger: log, Metrics: s.output})
+		if err != nil {
+			return errors.Join(fmt.Errorf("devstack: %s: %w", m.function, err), stop(ctx))
+		}
+		p, err := stream.NewPoller(stream.PollerOptions{
+			Client:           streams,
+			DB:               s.client,
+			Table:            table,
+			Name:             samtemplate.FunctionFolder(m.function),
+			Handler:          h,
+			BatchSize:        m.batchSize,
+			MaxRetryAttempts: m.maxRetries,
+			BisectOnError:    m.bisect,
+			Filter:           m.filter(),
+			DeadLetterFile:   filepath.Join(s.stateDir, "dlq-"+samtemplate.FunctionFolder(m.function)+".jsonl"),
+			// TRIM_HORIZON, as the template says: a restarted stack also
+			// finishes what an earlier run left (the handlers are idempotent).
+			StartAt: streamtypes.ShardIteratorType(m.startAt),
+			Logger:  s.log.With("component", "stream"),
+		})
+		if err != nil {
+			return errors.Join(fmt.Errorf("devstack: %s: %w", m.function, err), stop(ctx))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.Run(life); err != nil {
+				s.fail(fmt.Errorf("devstack: stream of %s for %s: %w", table, m.function, err))
+			}
+		}()
+		s.log.Info("devstack: stream mapping", "function", m.function, "table", table,
+			"batch_size", m.batchSize, "max_retries", m.maxRetries, "filters", len(m.filters))
+	}
+	s.onStop("stream mappings", stop)
+	return nil
+}

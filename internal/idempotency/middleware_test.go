@@ -1,0 +1,83 @@
+package idempotency_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/internal/store/memory"
+)
+
+// TestCallRecord checks that Call.Record is the reservation as stored, so a
+// response built from it can be rebuilt from the store.
+func TestCallRecord(t *testing.T) {
+	now := time.Unix(1700000000, 123_456_789)
+	tests := []struct {
+		mode idempotency.Mode
+		want idempotency.Record // LeaseToken is checked apart
+	}{
+		{idempotency.Atomic, idempotency.Record{}},
+		{idempotency.Leased, idempotency.Record{
+			Key: idempotency.NewKey("acme", "k"), Status: idempotency.StatusInProgress, Route: "POST /v1/things",
+			ExpiresAt: now.Add(idempotency.DefaultLease), CreatedAt: now, UpdatedAt: now,
+		}},
+		{idempotency.External, idempotency.Record{
+			Key: idempotency.NewKey("acme", "k"), Status: idempotency.StatusInProgress, Route: "POST /v1/things", External: true,
+			ExpiresAt: now.Add(idempotency.DefaultLease), Request: []byte(`{"a":1,"b":"x"}`), CreatedAt: now, UpdatedAt: now,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.mode.String(), func(t *testing.T) {
+			store := memory.New()
+			mw, err := idempotency.New(idempotency.Config{
+				Store:  store,
+				Tenant: func(*http.Request) (string, bool) { return "acme", true },
+				OnError: func(w http.ResponseWriter, _ *http.Request, err error) {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+				},
+				Now: func() time.Time { return now },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got idempotency.Record
+			h := mw.Wrap(tt.mode, "POST /v1/things", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				call, ok := idempotency.Begin(w, r)
+				if !ok {
+					t.Fatal("Begin() = false, want true")
+				}
+				got = call.Record()
+				w.WriteHeader(http.StatusCreated)
+			}))
+			r := httptest.NewRequest("POST", "/v1/things", strings.NewReader(`{ "b": "x", "a": 1 }`))
+			r.Header.Set(idempotency.Header, "k")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != http.StatusCreated {
+				t.Fatalf("status = %d %s, want 201", w.Code, w.Body)
+			}
+			if diff := cmp.Diff(tt.want, got, cmpopts.IgnoreFields(idempotency.Record{}, "Fingerprint", "LeaseToken")); diff != "" {
+				t.Errorf("Record() mismatch (-want +got):\n%s", diff)
+			}
+			if tt.mode == idempotency.Atomic {
+				return
+			}
+			if got.LeaseToken == "" || got.Fingerprint == "" {
+				t.Errorf("Record() = %+v, want a lease token and a fingerprint", got)
+			}
+			stored, err := store.Get(t.Context(), got.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stored.CreatedAt.Unix() != got.CreatedAt.Unix() || string(stored.Request) != string(got.Request) {
+				t.Errorf("stored record created %v request %s, want Record()'s %v %s", stored.CreatedAt, stored.Request, got.CreatedAt, got.Request)
+			}
+		})
+	}
+}

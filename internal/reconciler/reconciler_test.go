@@ -1,0 +1,476 @@
+package reconciler_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/internal/metrics"
+	"github.com/oncehq/once/internal/provider"
+	"github.com/oncehq/once/internal/provider/simulator"
+	"github.com/oncehq/once/internal/reconciler"
+	"github.com/oncehq/once/internal/store/dynamo"
+)
+
+const (
+	route           = "POST /v1/charges"
+	retention       = time.Hour
+	providerTimeout = 600 * time.Millisecond
+)
+
+// chargeRequest is the request every test records and charges.
+var chargeRequest = provider.ChargeRequest{Amount: 1999, Currency: "usd", Source: "tok_visa", Customer: "cus_1"}
+
+// world is env plus the provider simulator, served over HTTP.
+type world struct {
+	env
+	provider *provider.Client
+}
+
+func newWorld(t *testing.T) world {
+	t.Helper()
+	e := newEnv(t)
+	srv := httptest.NewServer(simulator.New(simulator.Options{DB: e.db, Table: e.names.Provider}))
+	t.Cleanup(srv.Close)
+	return world{env: e, provider: provider.New(srv.URL, &http.Client{Timeout: providerTimeout})}
+}
+
+// charge makes the provider charge under key's forward key, with source
+// deciding the outcome (tok_visa, tok_chargeDeclined).
+func (w world) charge(t *testing.T, key idempotency.Key, source string) {
+	t.Helper()
+	req := chargeRequest
+	req.Source = source
+	_, err := w.provider.Charge(context.WithoutCancel(t.Context()), key.Forward(), req)
+	var declined *provider.DeclinedError
+	if err != nil && !errors.As(err, &declined) {
+		t.Errorf("provider Charge(%s, %s): %v", key.Short(), source, err)
+	}
+}
+
+// rebuild is the tests' stand-in for httpapi.ChargeResponse: 201 with the
+// charge and the recorded request, or 402 for a failed charge.
+func rebuild(rec idempotency.Record, c provider.Charge) (idempotency.Response, error) {
+	if len(rec.Request) == 0 {
+		return idempotency.Response{}, errors.New("no recorded request")
+	}
+	status := http.StatusCreated
+	if c.Status == provider.StatusFailed {
+		status = http.StatusPaymentRequired
+	}
+	body, err := json.Marshal(map[string]any{
+		"charge": c.ID, "status": c.Status, "failure_code": c.FailureCode, "request": json.RawMessage(rec.Request),
+	})
+	if err != nil {
+		return idempotency.Response{}, err
+	}
+	return idempotency.Response{Status: status, Header: map[string]string{"Content-Type": "application/json"}, Body: body}, nil
+}
+
+// harness is a Reconciler with its metrics and logs.
+type harness struct {
+	r       *reconciler.Reconciler
+	metrics *syncBuffer
+	logs    *syncBuffer
+}
+
+func newHarness(t *testing.T, cfg reconciler.Config) harness {
+	t.Helper()
+	h := harness{metrics: &syncBuffer{}, logs: &syncBuffer{}}
+	cfg.Logger = slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg.Metrics = metrics.New(h.metrics, "once", map[string]string{"Service": "reconciler"})
+	if cfg.Rebuild == nil {
+		cfg.Rebuild = rebuild
+	}
+	if cfg.ProviderTimeout == 0 {
+		cfg.ProviderTimeout = providerTimeout
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = retention
+	}
+	r, err := reconciler.New(cfg)
+	if err != nil {
+		t.Fatalf("reconciler.New: %v", err)
+	}
+	h.r = r
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("reconciler logs:\n%s", h.logs.String())
+		}
+	})
+	return h
+}
+
+// handle runs the reconciler on recs and returns the failed sequence
+// numbers.
+func (h harness) handle(ctx context.Context, t *testing.T, recs ...events.DynamoDBEventRecord) []string {
+	t.Helper()
+	resp, err := h.r.Handle(ctx, events.DynamoDBEvent{Records: recs})
+	if err != nil {
+		t.Fatalf("Handle() error = %v, want nil (failures are reported per record)", err)
+	}
+	var failed []string
+	for _, f := range resp.BatchItemFailures {
+		failed = append(failed, f.ItemIdentifier)
+	}
+	return failed
+}
+
+// reservation is an External IN_PROGRESS record as the middleware writes it.
+func reservation(key idempotency.Key, created time.Time, lease time.Duration) idempotency.Record {
+	body, _ := json.Marshal(chargeRequest)
+	canonical, _ := idempotency.Canonical(body)
+	return idempotency.Record{
+		Key:         key,
+		Status:      idempotency.StatusInProgress,
+		Route:       route,
+		Fingerprint: idempotency.Fingerprint(http.MethodPost, route, canonical),
+		External:    true,
+		LeaseToken:  idempotency.NewToken(),
+		ExpiresAt:   created.Add(lease),
+		Request:     canonical,
+		CreatedAt:   created,
+		UpdatedAt:   created,
+	}
+}
+
+// unknown reserves key and marks it UNKNOWN at markedAt, as the api does when
+// its provider call times out. It returns the reservation, the UNKNOWN record
+// and the MODIFY stream record of the change.
+func (w world) unknown(t *testing.T, key idempotency.Key, markedAt time.Time) (idempotency.Record, idempotency.Record, events.DynamoDBEventRecord) {
+	t.Helper()
+	created := markedAt.Add(-10 * time.Second)
+	res := reservation(key, created, 30*time.Second)
+	if err := w.store.Reserve(t.Context(), res, created); err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	old := image(w.item(t, key))
+	if err := w.store.MarkUnknown(t.Context(), key, res.LeaseToken, idempotency.NewToken(), markedAt.Add(retention), markedAt); err != nil {
+		t.Fatalf("MarkUnknown: %v", err)
+	}
+	item := w.item(t, key)
+	rec, err := dynamo.RecordFromItem(item)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, rec, streamRecord(events.DynamoDBOperationTypeModify, old, image(item), nil, markedAt)
+}
+
+func TestReconciler(t *testing.T) {
+	w := newWorld(t)
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close()
+	tests := []struct {
+		name       string
+		charge     string        // source of a charge made before handling ("" for none)
+		late       bool          // the charge is made 150ms into handling instead
+		markedAgo  time.Duration // how long before handling the record became UNKNOWN
+		deadline   time.Duration // bound on the invocation (none when 0)
+		before     func(t *testing.T, key idempotency.Key, rec idempotency.Record)
+		down       bool // the provider cannot be reached
+		badRebuild bool
+		want       idempotency.Status // "" for no record
+		failed     bool
+		metrics    map[string]int
+		minTime    time.Duration // handling takes at least this long
+		maxTime    time.Duration // and at most this long (when set)
+	}{
+		{
+			name: "succeeded charge: completed", charge: "tok_visa", markedAgo: 10 * time.Second,
+			want: idempotency.StatusCompleted, metrics: map[string]int{"reconcile_resolved": 1},
+		},
+		{
+			name: "declined charge: completed", charge: "tok_chargeDeclined", markedAgo: 10 * time.Second,
+			want: idempotency.StatusCompleted, metrics: map[string]int{"reconcile_resolved": 1},
+		},
+		{
+			name: "succeeded charge, just marked: completed without waiting", charge: "tok_visa",
+			want: idempotency.StatusCompleted, metrics: map[string]int{"reconcile_resolved": 1},
+			maxTime: providerTimeout / 2,
+		},
+		{
+			name: "no charge, settled: released", markedAgo: 10 * time.Second,
+			metrics: map[string]int{"reconcile_resolved": 1}, maxTime: providerTimeout / 2,
+		},
+		{
+			name:    "no charge, just marked: released once the provider timeout has passed",
+			metrics: map[string]int{"reconcile_resolved": 1}, minTime: providerTimeout - 50*time.Millisecond,
+		},
+		{
+			name: "charge lands while waiting: completed", charge: "tok_visa", late: true,
+			want: idempotency.StatusCompleted, metrics: map[string]int{"reconcile_resolved": 1},
+		},
+		{
+			name: "no charge, just marked, no time to wait: fails", deadline: 300 * time.Millisecond,
+			want: idempotency.StatusUnknown, failed: true, metrics: map[string]int{"reconcile_failed": 1},
+		},
+		{
+			name: "completed elsewhere: left alone", charge: "tok_visa", markedAgo: 10 * time.Second,
+			before: func(t *testing.T, key idempotency.Key, rec idempotency.Record) {
+				done := rec
+				done.Status, done.Request = idempotency.StatusCompleted, nil
+				done.Response = &idempotency.Response{Status: http.StatusCreated, Body: []byte(`{"by":"the original request"}`)}
+				if err := w.store.Complete(t.Context(), done, rec.LeaseToken, nil); err != nil {
+					t.Fatalf("Complete: %v", err)
+				}
+			},
+			want: idempotency.StatusCompleted, metrics: map[string]int{},
+		},
+		{
+			name: "released elsewhere, provider has a charge: left alone", charge: "tok_visa", markedAgo: 10 * time.Second,
+			before: func(t *testing.T, key idempotency.Key, rec idempotency.Record) {
+				if err := w.store.Release(t.Context(), key, rec.LeaseToken); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+			},
+			metrics: map[string]int{},
+		},
+		{
+			name: "marked again under a newer lease: left alone", markedAgo: 10 * time.Second,
+			before: func(t *testing.T, key idempotency.Key, rec idempotency.Record) {
+				if err := w.store.MarkUnknown(t.Context(), key, rec.LeaseToken, idempotency.NewToken(), rec.ExpiresAt, rec.UpdatedAt); err != nil {
+					t.Fatalf("MarkUnknown: %v", err)
+				}
+			},
+			want: idempotency.StatusUnknown, metrics: map[string]int{},
+		},
+		{
+			name: "provider unreachable: fails", charge: "tok_visa", markedAgo: 10 * time.Second, down: true,
+			want: idempotency.StatusUnknown, failed: true, metrics: map[string]int{"reconcile_failed": 1},
+		},
+		{
+			name: "response cannot be rebuilt: fails", charge: "tok_visa", markedAgo: 10 * time.Second, badRebuild: true,
+			want: idempotency.StatusUnknown, failed: true, metrics: map[string]int{"reconcile_failed": 1},
+		},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := idempotency.NewKey("acme", fmt.Sprintf("reconciler-case-%d", i))
+			_, rec, ev := w.unknown(t, key, time.Now().Add(-tt.markedAgo))
+			if tt.charge != "" && !tt.late {
+				w.charge(t, key, tt.charge)
+			}
+			if tt.before != nil {
+				tt.before(t, key, rec)
+			}
+			var snapshot *idempotency.Record
+			if r, err := w.store.Get(t.Context(), key); err == nil {
+				snapshot = &r
+			}
+
+			cfg := reconciler.Config{Store: w.store, Provider: w.provider}
+			if tt.down {
+				cfg.Provider = provider.New(down.URL, &http.Client{Timeout: providerTimeout})
+			}
+			if tt.badRebuild {
+				cfg.Rebuild = func(idempotency.Record, provider.Charge) (idempotency.Response, error) {
+					return idempotency.Response{}, errors.New("cannot rebuild")
+				}
+			}
+			h := newHarness(t, cfg)
+			ctx := t.Context()
+			if tt.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.deadline)
+				defer cancel()
+			}
+			if tt.late {
+				go func() {
+					time.Sleep(150 * time.Millisecond)
+					w.charge(t, key, tt.charge)
+				}()
+			}
+			start := time.Now()
+			failed := h.handle(ctx, t, ev)
+			elapsed := time.Since(start)
+			end := time.Now()
+
+			if got, want := len(failed) > 0, tt.failed; got != want {
+				t.Errorf("Handle() failures = %v, want failed %v", failed, want)
+			}
+			if elapsed < tt.minTime || (tt.maxTime > 0 && elapsed > tt.maxTime) {
+				t.Errorf("Handle() took %v, want %v to %v", elapsed, tt.minTime, tt.maxTime)
+			}
+			got, err := w.store.Get(t.Context(), key)
+			switch {
+			case tt.want == "":
+				if !errors.Is(err, idempotency.ErrNotFound) {
+					t.Errorf("Get() = %s, %v; want ErrNotFound (released)", got.Status, err)
+				}
+			case err != nil:
+				t.Fatalf("Get() = %v, want a %s record", err, tt.want)
+			case tt.want == idempotency.StatusCompleted && snapshot != nil && snapshot.Status == idempotency.StatusUnknown:
+				checkCompleted(t, w, rec, got, start, end)
+			default:
+				if diff := cmp.Diff(*snapshot, got); diff != "" {
+					t.Errorf("record changed (-before +after):\n%s", diff)
+				}
+			}
+			if diff := cmp.Diff(tt.metrics, counts(t, h.metrics, "reconciler")); diff != "" {
+				t.Errorf("metrics mismatch (-want +got):\n%s", diff)
+			}
+			if logs := h.logs.String(); strings.Contains(logs, key.Hash) || !strings.Contains(logs, key.Short()) {
+				t.Errorf("logs hold the full key hash or not its short form %s:\n%s", key.Short(), logs)
+			}
+		})
+	}
+}
+
+// checkCompleted checks that got is rec completed by the reconciler between
+// start and end with the response rebuilt from the provider's charge.
+func checkCompleted(t *testing.T, w world, rec, got idempotency.Record, start, end time.Time) {
+	t.Helper()
+	charge, err := w.provider.Lookup(t.Context(), rec.Key.Forward())
+	if err != nil {
+		t.Fatalf("provider Lookup: %v", err)
+	}
+	resp, err := rebuild(rec, charge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := idempotency.Record{
+		Key:         rec.Key,
+		Status:      idempotency.StatusCompleted,
+		Route:       rec.Route,
+		Fingerprint: rec.Fingerprint,
+		External:    true,
+		LeaseToken:  rec.LeaseToken,
+		ExpiresAt:   got.UpdatedAt.Add(retention),
+		Response:    &resp,
+		CreatedAt:   rec.CreatedAt,
+		UpdatedAt:   got.UpdatedAt,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("completed record mismatch (-want +got):\n%s", diff)
+	}
+	if got.UpdatedAt.Before(start.Truncate(time.Millisecond)) || got.UpdatedAt.After(end) {
+		t.Errorf("completed at %v, want between %v and %v", got.UpdatedAt, start, end)
+	}
+}
+
+// TestReconcilerBatch checks that a failed record fails the rest of its
+// batch, which is not applied before it.
+func TestReconcilerBatch(t *testing.T) {
+	w := newWorld(t)
+	past := time.Now().Add(-time.Minute)
+	_, _, first := w.unknown(t, idempotency.NewKey("acme", "batch-first"), past)
+	first.EventName = string(events.DynamoDBOperationTypeRemove) // not the reconciler's
+	_, _, bad := w.unknown(t, idempotency.NewKey("acme", "batch-bad"), past)
+	bad.Change.NewImage[dynamo.AttrPK] = events.NewStringAttribute("no-separator")
+	lastKey := idempotency.NewKey("acme", "batch-last")
+	_, last, good := w.unknown(t, lastKey, past)
+	w.charge(t, lastKey, "tok_visa")
+
+	h := newHarness(t, reconciler.Config{Store: w.store, Provider: w.provider})
+	failed := h.handle(t.Context(), t, first, bad, good)
+	if diff := cmp.Diff([]string{bad.Change.SequenceNumber, good.Change.SequenceNumber}, failed); diff != "" {
+		t.Errorf("batch item failures mismatch (-want +got):\n%s", diff)
+	}
+	if got, err := w.store.Get(t.Context(), lastKey); err != nil || !cmp.Equal(last, got) {
+		t.Errorf("record after the failed one: Get() = %+v, %v; want it untouched, %+v", got, err, last)
+	}
+	if diff := cmp.Diff(map[string]int{"reconcile_failed": 1}, counts(t, h.metrics, "reconciler")); diff != "" {
+		t.Errorf("metrics mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestReconcilerIgnores checks that records that are not UNKNOWN are left
+// alone: the provider, unreachable here, is never asked.
+func TestReconcilerIgnores(t *testing.T) {
+	w := newWorld(t)
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close()
+	key := idempotency.NewKey("acme", "ignored")
+	now := time.Now()
+	res, rec, marked := w.unknown(t, key, now.Add(-time.Minute))
+	reserved := image(dynamo.ItemFromRecord(res))
+	unknown := marked.Change.NewImage
+	done := rec
+	done.Status, done.Request = idempotency.StatusCompleted, nil
+	done.Response = &idempotency.Response{Status: http.StatusCreated, Body: []byte("{}")}
+	completed := image(dynamo.ItemFromRecord(done))
+	tests := []struct {
+		name string
+		rec  events.DynamoDBEventRecord
+	}{
+		{"REMOVE UNKNOWN by TTL", streamRecord(events.DynamoDBOperationTypeRemove, unknown, nil, ttlIdentity, now)},
+		{"INSERT IN_PROGRESS", streamRecord(events.DynamoDBOperationTypeInsert, nil, reserved, nil, now)},
+		{"MODIFY UNKNOWN -> COMPLETED", streamRecord(events.DynamoDBOperationTypeModify, unknown, completed, nil, now)},
+		{"MODIFY COMPLETED -> IN_PROGRESS", streamRecord(events.DynamoDBOperationTypeModify, completed, reserved, nil, now)},
+		{"MODIFY without a new image", streamRecord(events.DynamoDBOperationTypeModify, unknown, nil, nil, now)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, reconciler.Config{Store: w.store, Provider: provider.New(down.URL, nil)})
+			if failed := h.handle(t.Context(), t, tt.rec); failed != nil {
+				t.Errorf("Handle() failures = %v, want none", failed)
+			}
+			if got, err := w.store.Get(t.Context(), key); err != nil || !cmp.Equal(rec, got) {
+				t.Errorf("Get() = %+v, %v; want the UNKNOWN record untouched", got, err)
+			}
+			if got := counts(t, h.metrics, "reconciler"); len(got) != 0 {
+				t.Errorf("metrics = %v, want none", got)
+			}
+		})
+	}
+}
+
+// TestZombieAfterReconcile checks that the original request, back after the
+// reconciler finalised its key, cannot overwrite the recorded response.
+func TestZombieAfterReconcile(t *testing.T) {
+	w := newWorld(t)
+	key := idempotency.NewKey("acme", "zombie")
+	res, rec, ev := w.unknown(t, key, time.Now().Add(-time.Minute))
+	w.charge(t, key, "tok_visa")
+	h := newHarness(t, reconciler.Config{Store: w.store, Provider: w.provider})
+	if failed := h.handle(t.Context(), t, ev); failed != nil {
+		t.Fatalf("Handle() failures = %v, want none", failed)
+	}
+	final, err := w.store.Get(t.Context(), key)
+	if err != nil || final.Status != idempotency.StatusCompleted {
+		t.Fatalf("Get() = %s, %v; want COMPLETED", final.Status, err)
+	}
+	for _, lease := range []struct{ name, token string }{
+		{"the original request's lease", res.LeaseToken},
+		{"the UNKNOWN record's lease", rec.LeaseToken},
+	} {
+		zombie := res
+		zombie.Status, zombie.Request, zombie.UpdatedAt = idempotency.StatusCompleted, nil, time.Now()
+		zombie.ExpiresAt = zombie.UpdatedAt.Add(retention)
+		zombie.Response = &idempotency.Response{Status: http.StatusCreated, Body: []byte(`{"zombie":true}`)}
+		err := w.store.Complete(t.Context(), zombie, lease.token, nil)
+		var conflict *idempotency.ConflictError
+		if !errors.As(err, &conflict) || conflict.Existing == nil || conflict.Existing.Status != idempotency.StatusCompleted {
+			t.Errorf("Complete under %s = %v, want a *ConflictError carrying the COMPLETED record", lease.name, err)
+		}
+		if err := w.store.Release(t.Context(), key, lease.token); !errors.As(err, &conflict) {
+			t.Errorf("Release under %s = %v, want a *ConflictError", lease.name, err)
+		}
+	}
+	if got, err := w.store.Get(t.Context(), key); err != nil || !cmp.Equal(final, got) {
+		t.Errorf("after the zombie: Get() = %+v, %v; want the reconciled record unchanged", got, err)
+	}
+}
+
+func TestNew(t *testing.T) {
+	_, err := reconciler.New(reconciler.Config{})
+	if err == nil {
+		t.Fatal("New(Config{}) = nil error, want one")
+	}
+	for _, field := range []string{"Store", "Provider", "Rebuild", "ProviderTimeout"} {
+		if !strings.Contains(err.Error(), field) {
+			t.Errorf("New(Config{}) error = %q, want it to name %s", err, field)
+		}
+	}
+}

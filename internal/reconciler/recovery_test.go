@@ -1,0 +1,207 @@
+package reconciler_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncehq/once/internal/dynamotest"
+	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/internal/metrics"
+	"github.com/oncehq/once/internal/reconciler"
+	"github.com/oncehq/once/internal/samtemplate"
+	"github.com/oncehq/once/internal/stream"
+	"github.com/oncehq/once/internal/sweeper"
+)
+
+// templateFilter returns the FilterCriteria of function's stream event in
+// template.yaml, as a Poller filter.
+func templateFilter(t *testing.T, function string) func(events.DynamoDBEventRecord) bool {
+	t.Helper()
+	tmpl, err := samtemplate.Load(dynamotest.TemplatePath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patterns []string
+	for _, ev := range tmpl.Functions()[function].Events() {
+		if ev.Type == "DynamoDB" {
+			if patterns, err = ev.FilterPatterns(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(patterns) == 0 {
+		t.Fatalf("template.yaml: %s has no stream FilterCriteria", function)
+	}
+	return func(rec events.DynamoDBEventRecord) bool {
+		b, err := json.Marshal(rec)
+		if err != nil {
+			t.Errorf("marshal stream record: %v", err)
+			return false
+		}
+		ok, err := samtemplate.MatchFilters(patterns, b)
+		if err != nil {
+			t.Errorf("FilterCriteria of %s: %v", function, err)
+		}
+		return ok
+	}
+}
+
+// run starts an event source mapping for h on the idempotency table until the
+// test ends.
+func (w world) run(t *testing.T, function string, h stream.Handler, logs *syncBuffer) {
+	t.Helper()
+	p, err := stream.NewPoller(stream.PollerOptions{
+		Client:        dynamotest.Streams(t),
+		DB:            w.db,
+		Table:         w.names.Idempotency,
+		Name:          function,
+		Handler:       h,
+		PollInterval:  100 * time.Millisecond,
+		RetryBackoff:  50 * time.Millisecond,
+		BisectOnError: true,
+		Filter:        templateFilter(t, function),
+		Logger:        slog.New(slog.NewJSONHandler(logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := p.Run(ctx); err != nil {
+			t.Errorf("%s poller: %v", function, err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+// TestRecoveryThroughTTL runs the whole recovery path on DynamoDB Local:
+// reservations abandoned with a 1s lease are deleted by TTL, the sweeper
+// (behind the template's FilterCriteria) sees the REMOVEs on the real stream,
+// and the reconciler the UNKNOWN records the sweeper restores, with the
+// provider simulator over HTTP. No client retries.
+func TestRecoveryThroughTTL(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	sweeperMetrics, reconcilerMetrics, logs := &syncBuffer{}, &syncBuffer{}, &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", logs.String())
+		}
+	})
+	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	s, err := sweeper.New(sweeper.Config{
+		Store: w.store, Retention: retention, Logger: logger,
+		Metrics: metrics.New(sweeperMetrics, "once", map[string]string{"Service": "sweeper"}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := reconciler.New(reconciler.Config{
+		Store: w.store, Provider: w.provider, Rebuild: rebuild, ProviderTimeout: providerTimeout,
+		Retention: retention, Logger: logger,
+		Metrics: metrics.New(reconcilerMetrics, "once", map[string]string{"Service": "reconciler"}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.run(t, "SweeperFunction", s.Handle, logs)
+	w.run(t, "ReconcilerFunction", r.Handle, logs)
+
+	now := time.Now()
+	reserve := func(raw string, external bool, lease time.Duration) idempotency.Record {
+		rec := reservation(idempotency.NewKey("acme", raw), now, lease)
+		if !external {
+			rec.External, rec.Request = false, nil
+		}
+		if err := w.store.Reserve(t.Context(), rec, now); err != nil {
+			t.Fatalf("Reserve(%s): %v", raw, err)
+		}
+		return rec
+	}
+	// The request called the provider, which charged, and died.
+	charged := reserve("charged", true, time.Second)
+	w.charge(t, charged.Key, "tok_visa")
+	// The request died before its call reached the provider.
+	uncharged := reserve("uncharged", true, time.Second)
+	// A Leased request died: nothing to reconcile.
+	leased := reserve("leased", false, time.Second)
+	// A request released its key after a 5xx, within its lease.
+	released := reserve("released", true, 30*time.Second)
+	if err := w.store.Release(t.Context(), released.Key, released.LeaseToken); err != nil {
+		t.Fatal(err)
+	}
+
+	// Three abandoned reservations swept, two of them external and restored
+	// for reconciliation, and both reconciled: one completed, one released.
+	want := struct{ swept, resolved map[string]int }{
+		swept:    map[string]int{"zombie_swept": 3, "reconcile_scheduled": 2},
+		resolved: map[string]int{"reconcile_resolved": 2},
+	}
+	deadline := time.Now().Add(35 * time.Second)
+	var final idempotency.Record
+	for {
+		got, err := w.store.Get(t.Context(), charged.Key)
+		done := err == nil && got.Status == idempotency.StatusCompleted &&
+			cmp.Equal(want.swept, counts(t, sweeperMetrics, "sweeper")) &&
+			cmp.Equal(want.resolved, counts(t, reconcilerMetrics, "reconciler"))
+		if done {
+			final = got
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("35s after the reservations: charged key %s (%v); sweeper metrics %v, reconciler metrics %v; want COMPLETED, %v, %v",
+				got.Status, err, counts(t, sweeperMetrics, "sweeper"), counts(t, reconcilerMetrics, "reconciler"), want.swept, want.resolved)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Logf("recovered %v after the reservations", time.Since(now).Round(time.Millisecond))
+
+	charge, err := w.provider.Lookup(t.Context(), charged.Key.Forward())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := rebuild(charged, charge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(&resp, final.Response); diff != "" {
+		t.Errorf("charged key: stored response mismatch (-want +got):\n%s", diff)
+	}
+	if final.Fingerprint != charged.Fingerprint || final.Route != charged.Route || !final.External {
+		t.Errorf("charged key: completed record %+v does not keep the request's fingerprint, route and mode", final)
+	}
+	for _, rec := range []idempotency.Record{uncharged, leased, released} {
+		if got, err := w.store.Get(t.Context(), rec.Key); !errors.Is(err, idempotency.ErrNotFound) {
+			t.Errorf("key %s: Get() = %s, %v; want ErrNotFound", rec.Key.Short(), got.Status, err)
+		}
+	}
+	if n := counts(t, reconcilerMetrics, "reconciler")["reconcile_failed"]; n != 0 {
+		t.Errorf("reconcile_failed = %d, want 0", n)
+	}
+
+	// The original request of the charged key comes back and completes
+	// with its own, stale lease: rejected, the stored response unchanged.
+	zombie := charged
+	zombie.Status, zombie.Request = idempotency.StatusCompleted, nil
+	zombie.Response = &idempotency.Response{Status: http.StatusCreated, Body: []byte(`{"zombie":true}`)}
+	var conflict *idempotency.ConflictError
+	if err := w.store.Complete(t.Context(), zombie, charged.LeaseToken, nil); !errors.As(err, &conflict) {
+		t.Errorf("zombie Complete = %v, want a *ConflictError", err)
+	}
+	if got, err := w.store.Get(t.Context(), charged.Key); err != nil || !cmp.Equal(final, got) {
+		t.Errorf("after the zombie: Get() = %+v, %v; want the reconciled record unchanged", got, err)
+	}
+}

@@ -1,0 +1,387 @@
+package sweeper_test
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/internal/metrics"
+	"github.com/oncehq/once/internal/store/dynamo"
+	"github.com/oncehq/once/internal/sweeper"
+)
+
+const (
+	route     = "POST /v1/charges"
+	retention = time.Hour
+)
+
+// harness is a Sweeper with its metrics and logs.
+type harness struct {
+	s       *sweeper.Sweeper
+	metrics *syncBuffer
+	logs    *syncBuffer
+}
+
+func newHarness(t *testing.T, store sweeper.Store, now func() time.Time) harness {
+	t.Helper()
+	h := harness{metrics: &syncBuffer{}, logs: &syncBuffer{}}
+	s, err := sweeper.New(sweeper.Config{
+		Store:     store,
+		Retention: retention,
+		Logger:    slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics:   metrics.New(h.metrics, "once", map[string]string{"Service": "sweeper"}),
+		Now:       now,
+	})
+	if err != nil {
+		t.Fatalf("sweeper.New: %v", err)
+	}
+	h.s = s
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("sweeper logs:\n%s", h.logs.String())
+		}
+	})
+	return h
+}
+
+// handle runs the sweeper on recs and returns the failed sequence numbers.
+func (h harness) handle(t *testing.T, recs ...events.DynamoDBEventRecord) []string {
+	t.Helper()
+	resp, err := h.s.Handle(t.Context(), events.DynamoDBEvent{Records: recs})
+	if err != nil {
+		t.Fatalf("Handle() error = %v, want nil (failures are reported per record)", err)
+	}
+	var failed []string
+	for _, f := range resp.BatchItemFailures {
+		failed = append(failed, f.ItemIdentifier)
+	}
+	return failed
+}
+
+// reservation is an IN_PROGRESS record as the middleware writes it.
+func reservation(key idempotency.Key, external bool, created, deadline time.Time) idempotency.Record {
+	rec := idempotency.Record{
+		Key:         key,
+		Status:      idempotency.StatusInProgress,
+		Route:       route,
+		Fingerprint: "f1e2d3c4b5a6",
+		External:    external,
+		LeaseToken:  idempotency.NewToken(),
+		ExpiresAt:   deadline,
+		CreatedAt:   created,
+		UpdatedAt:   created,
+	}
+	if external {
+		rec.Request = []byte(`{"amount":1999,"currency":"usd","customer":"cus_1","source":"tok_visa"}`)
+	}
+	return rec
+}
+
+func TestSweeper(t *testing.T) {
+	e := newEnv(t)
+	tests := []struct {
+		name     string
+		external bool
+		lease    time.Duration // lease deadline relative to the removal
+		identity *events.DynamoDBUserIdentity
+		release  bool // removed by Store.Release rather than by TTL
+		newer    bool // a newer request reserves the key after the removal
+		twice    bool // the stream delivers the record twice
+		want     idempotency.Status
+		metrics  map[string]int
+	}{
+		{
+			name: "external, TTL deletion with its user identity: restored UNKNOWN", external: true,
+			lease: -3 * time.Second, identity: ttlIdentity,
+			want: idempotency.StatusUnknown, metrics: map[string]int{"zombie_swept": 1, "reconcile_scheduled": 1},
+		},
+		{
+			name: "external, TTL deletion without user identity (LocalStack): restored UNKNOWN", external: true,
+			lease: -2 * time.Second,
+			want:  idempotency.StatusUnknown, metrics: map[string]int{"zombie_swept": 1, "reconcile_scheduled": 1},
+		},
+		{
+			name: "external, release within the lease: ignored", external: true,
+			lease: 30 * time.Second, release: true,
+			metrics: map[string]int{},
+		},
+		{
+			name:  "not external, TTL deletion: swept, nothing restored",
+			lease: -3 * time.Second, identity: ttlIdentity,
+			metrics: map[string]int{"zombie_swept": 1},
+		},
+		{
+			name:    "not external, TTL deletion without user identity: swept",
+			lease:   -2 * time.Second,
+			metrics: map[string]int{"zombie_swept": 1},
+		},
+		{
+			name:  "not external, release within the lease: ignored",
+			lease: 30 * time.Second, release: true,
+			metrics: map[string]int{},
+		},
+		{
+			name: "external, newer owner: not overwritten", external: true,
+			lease: -3 * time.Second, identity: ttlIdentity, newer: true,
+			want: idempotency.StatusInProgress, metrics: map[string]int{"zombie_swept": 1},
+		},
+		{
+			name: "external, redelivered: restored once", external: true,
+			lease: -3 * time.Second, identity: ttlIdentity, twice: true,
+			want: idempotency.StatusUnknown, metrics: map[string]int{"zombie_swept": 2, "reconcile_scheduled": 1},
+		},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := idempotency.NewKey("acme", "sweeper-case-"+string(rune('a'+i)))
+			removed := time.Now()
+			old := reservation(key, tt.external, removed.Add(-time.Minute), removed.Add(tt.lease))
+			if err := e.store.Reserve(t.Context(), old, removed.Add(-time.Minute)); err != nil {
+				t.Fatalf("Reserve: %v", err)
+			}
+			item := e.item(t, key)
+			if tt.release {
+				if err := e.store.Release(t.Context(), key, old.LeaseToken); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+			} else {
+				e.deleteItem(t, key)
+			}
+			var newer idempotency.Record
+			if tt.newer {
+				newer = reservation(key, true, removed, removed.Add(30*time.Second))
+				if err := e.store.Reserve(t.Context(), newer, removed); err != nil {
+					t.Fatalf("Reserve(newer): %v", err)
+				}
+			}
+			rec := streamRecord(events.DynamoDBOperationTypeRemove, image(item), nil, tt.identity, removed)
+
+			now := time.Now()
+			h := newHarness(t, e.store, func() time.Time { return now })
+			if failed := h.handle(t, rec); failed != nil {
+				t.Fatalf("Handle() failures = %v, want none", failed)
+			}
+			var first idempotency.Record
+			if tt.twice {
+				first, _ = e.store.Get(t.Context(), key)
+				if failed := h.handle(t, rec); failed != nil {
+					t.Fatalf("Handle() again: failures = %v, want none", failed)
+				}
+			}
+
+			got, err := e.store.Get(t.Context(), key)
+			switch {
+			case tt.want == "":
+				if !errors.Is(err, idempotency.ErrNotFound) {
+					t.Errorf("Get() = %+v, %v; want ErrNotFound (nothing restored)", got, err)
+				}
+			case err != nil:
+				t.Fatalf("Get() = %v, want a %s record", err, tt.want)
+			case tt.newer:
+				if got.LeaseToken != newer.LeaseToken || got.Status != idempotency.StatusInProgress {
+					t.Errorf("Get() = %s under lease %q, want the newer owner's IN_PROGRESS under %q", got.Status, got.LeaseToken, newer.LeaseToken)
+				}
+			default:
+				want := idempotency.Record{
+					Key:         key,
+					Status:      idempotency.StatusUnknown,
+					Route:       route,
+					Fingerprint: old.Fingerprint,
+					External:    true,
+					LeaseToken:  got.LeaseToken,
+					ExpiresAt:   now.Add(retention).Truncate(time.Millisecond).UTC(),
+					Request:     old.Request,
+					CreatedAt:   old.CreatedAt.Truncate(time.Millisecond).UTC(),
+					UpdatedAt:   now.Truncate(time.Millisecond).UTC(),
+				}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("restored record mismatch (-want +got):\n%s", diff)
+				}
+				if got.LeaseToken == "" || got.LeaseToken == old.LeaseToken {
+					t.Errorf("restored lease token = %q, want a fresh one (old %q)", got.LeaseToken, old.LeaseToken)
+				}
+				if tt.twice && got.LeaseToken != first.LeaseToken {
+					t.Errorf("after redelivery lease token = %q, want the first restore's %q", got.LeaseToken, first.LeaseToken)
+				}
+			}
+			if diff := cmp.Diff(tt.metrics, counts(t, h.metrics, "sweeper")); diff != "" {
+				t.Errorf("metrics mismatch (-want +got):\n%s", diff)
+			}
+			logs := h.logs.String()
+			if strings.Contains(logs, key.Hash) {
+				t.Errorf("logs hold the full key hash:\n%s", logs)
+			}
+			if tt.metrics["zombie_swept"] > 0 && !strings.Contains(logs, key.Short()) {
+				t.Errorf("logs do not name the key by its short hash %s:\n%s", key.Short(), logs)
+			}
+		})
+	}
+}
+
+// TestSweeperIgnores checks that records other than REMOVEs of IN_PROGRESS
+// records are left alone, whatever their timing.
+func TestSweeperIgnores(t *testing.T) {
+	e := newEnv(t)
+	key := idempotency.NewKey("acme", "ignored")
+	past := time.Now().Add(-time.Hour)
+	inProgress := reservation(key, true, past, past.Add(time.Second))
+	if err := e.store.Reserve(t.Context(), inProgress, past); err != nil {
+		t.Fatal(err)
+	}
+	reserved := image(e.item(t, key))
+	if err := e.store.MarkUnknown(t.Context(), key, inProgress.LeaseToken, idempotency.NewToken(), past.Add(2*time.Second), past); err != nil {
+		t.Fatal(err)
+	}
+	unknown := image(e.item(t, key))
+	e.deleteItem(t, key)
+	completed := image(dynamo.ItemFromRecord(idempotency.Record{
+		Key: key, Status: idempotency.StatusCompleted, Route: route, Fingerprint: "f", External: true,
+		ExpiresAt: past.Add(time.Second), Response: &idempotency.Response{Status: 201, Body: []byte("{}")},
+	}))
+	now := time.Now()
+	tests := []struct {
+		name string
+		rec  events.DynamoDBEventRecord
+	}{
+		{"INSERT IN_PROGRESS", streamRecord(events.DynamoDBOperationTypeInsert, nil, reserved, nil, now)},
+		{"MODIFY IN_PROGRESS -> UNKNOWN", streamRecord(events.DynamoDBOperationTypeModify, reserved, unknown, nil, now)},
+		{"REMOVE UNKNOWN by TTL", streamRecord(events.DynamoDBOperationTypeRemove, unknown, nil, ttlIdentity, now)},
+		{"REMOVE COMPLETED by TTL", streamRecord(events.DynamoDBOperationTypeRemove, completed, nil, ttlIdentity, now)},
+		{"REMOVE without an old image", streamRecord(events.DynamoDBOperationTypeRemove, nil, nil, ttlIdentity, now)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, e.store, time.Now)
+			if failed := h.handle(t, tt.rec); failed != nil {
+				t.Errorf("Handle() failures = %v, want none", failed)
+			}
+			if got, err := e.store.Get(t.Context(), key); !errors.Is(err, idempotency.ErrNotFound) {
+				t.Errorf("Get() = %+v, %v; want ErrNotFound", got, err)
+			}
+			if got := counts(t, h.metrics, "sweeper"); len(got) != 0 {
+				t.Errorf("metrics = %v, want none", got)
+			}
+		})
+	}
+}
+
+// TestSweeperFailures checks that a record that cannot be handled fails,
+// with every later record of its batch, and that nothing after it is
+// applied.
+func TestSweeperFailures(t *testing.T) {
+	e := newEnv(t)
+	now := time.Now()
+	abandoned := func(t *testing.T, raw string) (idempotency.Key, events.DynamoDBEventRecord) {
+		key := idempotency.NewKey("acme", raw)
+		old := reservation(key, true, now.Add(-time.Minute), now.Add(-5*time.Second))
+		if err := e.store.Reserve(t.Context(), old, now.Add(-time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		item := image(e.item(t, key))
+		e.deleteItem(t, key)
+		return key, streamRecord(events.DynamoDBOperationTypeRemove, item, nil, ttlIdentity, now)
+	}
+	badImage := func(mutate func(map[string]events.DynamoDBAttributeValue)) events.DynamoDBEventRecord {
+		key := idempotency.NewKey("acme", "bad")
+		img := image(dynamo.ItemFromRecord(reservation(key, true, now, now.Add(-time.Second))))
+		mutate(img)
+		return streamRecord(events.DynamoDBOperationTypeRemove, img, nil, ttlIdentity, now)
+	}
+
+	tests := []struct {
+		name  string
+		store func() sweeper.Store       // when set, the bad record is a valid one this store fails
+		bad   events.DynamoDBEventRecord // otherwise, an undecodable record
+	}{
+		{name: "malformed partition key", bad: badImage(func(m map[string]events.DynamoDBAttributeValue) {
+			m[dynamo.AttrPK] = events.NewStringAttribute("no-tenant-separator")
+		})},
+		{name: "missing lease deadline", bad: badImage(func(m map[string]events.DynamoDBAttributeValue) {
+			delete(m, dynamo.AttrExpiresAtMS)
+		})},
+		{name: "lease deadline of the wrong type", bad: badImage(func(m map[string]events.DynamoDBAttributeValue) {
+			m[dynamo.AttrExpiresAtMS] = events.NewStringAttribute("soon")
+		})},
+		{name: "store write fails (missing table)", store: func() sweeper.Store { return dynamo.New(e.db, e.names.Idempotency+"-missing") }},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := sweeper.Store(e.store)
+			if tt.store != nil {
+				store = tt.store()
+			}
+			_, ignored := abandoned(t, "failures-before-"+string(rune('a'+i)))
+			bad := tt.bad
+			if tt.store != nil {
+				_, bad = abandoned(t, "failures-bad-"+string(rune('a'+i)))
+			}
+			afterKey, after := abandoned(t, "failures-after-"+string(rune('a'+i)))
+			ignored.EventName = string(events.DynamoDBOperationTypeInsert)
+
+			h := newHarness(t, store, time.Now)
+			failed := h.handle(t, ignored, bad, after)
+			want := []string{bad.Change.SequenceNumber, after.Change.SequenceNumber}
+			if diff := cmp.Diff(want, failed); diff != "" {
+				t.Errorf("batch item failures mismatch (-want +got):\n%s", diff)
+			}
+			if got, err := e.store.Get(t.Context(), afterKey); !errors.Is(err, idempotency.ErrNotFound) {
+				t.Errorf("record after the failure: Get() = %+v, %v; want ErrNotFound (not applied before the failed record)", got, err)
+			}
+			if got := counts(t, h.metrics, "sweeper"); len(got) != 0 {
+				t.Errorf("metrics = %v, want none", got)
+			}
+		})
+	}
+}
+
+func TestRemovedByTTL(t *testing.T) {
+	deadline := time.Date(2026, 1, 1, 0, 0, 10, 250e6, time.UTC) // expires_at = ...:11
+	whole := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)        // expires_at = ...:10
+	at := func(d time.Duration) time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(d) }
+	other := &events.DynamoDBUserIdentity{Type: "Service", PrincipalID: "example.amazonaws.com"}
+	tests := []struct {
+		name     string
+		deadline time.Time
+		identity *events.DynamoDBUserIdentity
+		removed  time.Time // ApproximateCreationDateTime, zero when absent
+		now      time.Time
+		want     bool
+	}{
+		{"TTL identity, whatever the time", deadline, ttlIdentity, at(time.Second), at(time.Second), true},
+		{"no identity, the second after the deadline", deadline, nil, at(11 * time.Second), at(time.Minute), true},
+		{"no identity, well after the deadline", deadline, nil, at(time.Hour), at(time.Hour), true},
+		{"no identity, within the lease", deadline, nil, at(9 * time.Second), at(time.Minute), false},
+		{"no identity, in the deadline's second (seconds precision)", deadline, nil, at(10 * time.Second), at(time.Minute), false},
+		{"no identity, in the deadline's second, after it (TTL cannot have run)", deadline, nil, at(10*time.Second + 900*time.Millisecond), at(time.Minute), false},
+		{"no identity, at a whole-second deadline", whole, nil, at(10 * time.Second), at(time.Minute), true},
+		{"no identity, just before a whole-second deadline", whole, nil, at(10*time.Second - time.Millisecond), at(time.Minute), false},
+		{"another identity, within the lease", deadline, other, at(5 * time.Second), at(time.Minute), false},
+		{"no creation time, handled after the deadline", deadline, nil, time.Time{}, at(11 * time.Second), true},
+		{"no creation time, handled within the lease", deadline, nil, time.Time{}, at(5 * time.Second), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := events.DynamoDBEventRecord{
+				EventName:    string(events.DynamoDBOperationTypeRemove),
+				Change:       events.DynamoDBStreamRecord{ApproximateCreationDateTime: events.SecondsEpochTime{Time: tt.removed}},
+				UserIdentity: tt.identity,
+			}
+			old := idempotency.Record{Status: idempotency.StatusInProgress, ExpiresAt: tt.deadline}
+			if got := sweeper.RemovedByTTL(rec, old, tt.now); got != tt.want {
+				t.Errorf("RemovedByTTL(removed %v, deadline %v) = %v, want %v", tt.removed, tt.deadline, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestNew(t *testing.T) {
+	if _, err := sweeper.New(sweeper.Config{}); err == nil {
+		t.Error("New(Config{}) = nil error, want one naming Store")
+	}
+}

@@ -1,0 +1,59 @@
+// Package worker is the outbox worker: it charges new pending payments
+// through the payment provider and settles them, driven by the payments
+// table's stream (a Lambda event source mapping in AWS, a stream.Poller in
+// the devstack).
+//
+// # What a record does
+//
+// A payment is written pending by the API, in the same transaction as the
+// idempotency record of its 201 (see payments.Effect); its INSERT stream
+// record is the outbox entry. For each such record Worker.Handle:
+//
+//  1. decodes the new image into a payments.Payment and checks that it is
+//     one (pk = "<tenant>#<id>", a valid payment ID);
+//  2. charges it with Charger.Charge under ChargeKey(tenant, id), a key
+//     derived from the payment alone, so every delivery of the record, and
+//     every retry of it, sends the same key and the same parameters, and the
+//     provider charges at most once;
+//  3. settles it with Settler.Settle: succeeded with the charge's ID, or
+//     failed with the decline code (card_declined) and the ID of the failed
+//     charge the provider recorded. Settle only moves a pending payment; a
+//     payment found already settled (a redelivery, or a concurrent delivery
+//     that won) is a success, not an error.
+//
+// Records that are not an INSERT with a new image whose status is the string
+// "pending" (MODIFY and REMOVE records, settled payments, items of another
+// shape) are ignored, exactly as the template's FilterCriteria
+// {"eventName": ["INSERT"], "dynamodb": {"NewImage": {"status": {"S":
+// ["pending"]}}}} drops them before they reach the function.
+//
+// # Failures
+//
+// A record fails, and is reported with every later record of its batch as a
+// batch item failure (stream.Process), when its image does not decode into a
+// payment (a poison record), when the provider answers ErrNotCharged (503,
+// 429, no connection) or ErrOutcomeUnknown (a timeout after the request was
+// sent, a 5xx), when the provider refuses the request as wrong (a
+// *provider.StatusError: a bug or a misconfiguration, never settled on a
+// guess), and when the settle cannot be written. Lambda retries from the
+// failed record, bisecting the batch; the retry sends the same key, so the
+// provider either charges for the first time or replays the charge it made.
+// After MaximumRetryAttempts the record goes to the on-failure destination
+// and the shard moves on: a poison record never blocks the records after it
+// for longer than its retries. Handle itself never returns an error.
+//
+// # Observability
+//
+// Each record handled writes one JSON log line, "worker: record", with its
+// event_id, sequence_number and outcome, plus tenant and payment once the
+// payment is decoded: outcome succeeded or failed (this delivery settled the
+// payment), already_settled, ignored (at debug level), or error (with err,
+// at warn level for the provider's transient outcomes and DynamoDB outages,
+// error otherwise). The provider idempotency key is never logged.
+//
+// Two EMF metrics count settlements made by this worker, one per payment
+// however many times its record is delivered: worker_charged when it settles
+// a payment succeeded, worker_failed when it settles one failed (declined).
+// Records that fail are not counted; they show in the logs, the function's
+// Errors and IteratorAge metrics and the on-failure destination.
+package worker

@@ -1,0 +1,237 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/oncehq/once/internal/metrics"
+	"github.com/oncehq/once/internal/payments"
+	"github.com/oncehq/once/internal/provider"
+	"github.com/oncehq/once/internal/stream"
+)
+
+// Metric names (EMF, see the package documentation).
+const (
+	MetricCharged = "worker_charged"
+	MetricFailed  = "worker_failed"
+)
+
+// Outcomes of a record, as logged in the "outcome" attribute.
+const (
+	outcomeSucceeded      = "succeeded"
+	outcomeFailed         = "failed"
+	outcomeAlreadySettled = "already_settled"
+	outcomeIgnored        = "ignored"
+	outcomeError          = "error"
+)
+
+// declinedCode is the failure code recorded when the provider declines a
+// charge without saying why.
+const declinedCode = "declined"
+
+// Charger charges the provider; *provider.Client implements it.
+type Charger interface {
+	// Charge charges req under the idempotency key. It returns the
+	// succeeded charge, a *provider.DeclinedError when the provider recorded
+	// a failed charge, an error wrapping provider.ErrNotCharged or
+	// provider.ErrOutcomeUnknown, or another error (a *provider.StatusError)
+	// for a request the provider refused as wrong.
+	Charge(ctx context.Context, key string, req provider.ChargeRequest) (provider.Charge, error)
+}
+
+// Settler settles payments; *payments.Table implements it.
+type Settler interface {
+	// Settle moves tenant's pending payment id to status (succeeded with
+	// chargeID, or failed with failureCode). It returns a
+	// *payments.NotPendingError when the payment is already settled, and
+	// errors wrapping payments.ErrNotFound or payments.ErrUnavailable.
+	Settle(ctx context.Context, tenant, id string, status payments.Status, chargeID, failureCode string) error
+}
+
+// Config holds a Worker's dependencies.
+type Config struct {
+	// Charger charges the provider. Required.
+	Charger Charger
+	// Settler settles the payments. Required.
+	Settler Settler
+	// Logger receives one line per record (default: discard).
+	Logger *slog.Logger
+	// Metrics receives worker_charged and worker_failed (nil discards).
+	Metrics *metrics.Emitter
+}
+
+// Worker charges and settles the pending payments of a payments table
+// stream. It is safe for concurrent use.
+type Worker struct {
+	charger Charger
+	settler Settler
+	log     *slog.Logger
+	metrics *metrics.Emitter
+}
+
+// New returns a Worker for cfg, or an error naming every missing
+// dependency.
+func New(cfg Config) (*Worker, error) {
+	var errs []error
+	if cfg.Charger == nil {
+		errs = append(errs, errors.New("worker: Config.Charger is required"))
+	}
+	if cfg.Settler == nil {
+		errs = append(errs, errors.New("worker: Config.Settler is required"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Worker{charger: cfg.Charger, settler: cfg.Settler, log: log, metrics: cfg.Metrics}, nil
+}
+
+// Handle processes a batch of payments table stream records in order (see
+// the package documentation) and reports the first failed record and every
+// later one as batch item failures. Its error is always nil: a failure
+// concerns records, never the whole batch. It has the signature of
+// stream.Handler and of a Lambda handler.
+func (w *Worker) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+	return stream.Process(ctx, ev, w.record), nil
+}
+
+// record handles one record and logs its outcome.
+func (w *Worker) record(ctx context.Context, rec events.DynamoDBEventRecord) error {
+	c := stream.NewChange(rec)
+	log := w.log.With("event_id", c.EventID, "sequence_number", c.SequenceNumber)
+	if !pendingInsert(c) {
+		log.Debug("worker: record", "outcome", outcomeIgnored, "event_name", string(c.EventName))
+		return nil
+	}
+	p, err := decode(c)
+	if err != nil {
+		log.Error("worker: record", "outcome", outcomeError, "err", err)
+		return err
+	}
+	log = log.With("tenant", p.Tenant, "payment", p.ID)
+	res, err := w.process(ctx, p)
+	if err != nil {
+		log.Log(ctx, errorLevel(err), "worker: record", "outcome", outcomeError, "err", err)
+		return err
+	}
+	attrs := []any{"outcome", res.outcome, "status", string(res.status)}
+	level := slog.LevelInfo
+	if res.conflict {
+		// Another settlement than this charge's: worth a look, but the
+		// payment is settled and retrying would not change it.
+		level = slog.LevelWarn
+		attrs = append(attrs, "conflict", "the stored settlement differs from the provider's answer")
+	}
+	log.Log(ctx, level, "worker: record", attrs...)
+	return nil
+}
+
+// result is what processing a pending payment came to.
+type result struct {
+	outcome string
+	// status is the payment's status now.
+	status payments.Status
+	// conflict is set when the payment was already settled otherwise than
+	// the provider's answer says.
+	conflict bool
+}
+
+// process charges p and settles it.
+func (w *Worker) process(ctx context.Context, p payments.Payment) (result, error) {
+	status, chargeID, failureCode, err := w.charge(ctx, p)
+	if err != nil {
+		return result{}, err
+	}
+	err = w.settler.Settle(ctx, p.Tenant, p.ID, status, chargeID, failureCode)
+	var settled *payments.NotPendingError
+	switch {
+	case errors.As(err, &settled):
+		s := settled.Payment
+		return result{
+			outcome:  outcomeAlreadySettled,
+			status:   s.Status,
+			conflict: s.Status != status || s.ProviderChargeID != chargeID || s.FailureCode != failureCode,
+		}, nil
+	case err != nil:
+		return result{}, fmt.Errorf("worker: settle payment %s: %w", p.ID, err)
+	}
+	if status == payments.StatusSucceeded {
+		w.metrics.Count(MetricCharged)
+		return result{outcome: outcomeSucceeded, status: status}, nil
+	}
+	w.metrics.Count(MetricFailed)
+	return result{outcome: outcomeFailed, status: status}, nil
+}
+
+// charge charges p under its key and returns how to settle it.
+func (w *Worker) charge(ctx context.Context, p payments.Payment) (status payments.Status, chargeID, failureCode string, err error) {
+	ch, err := w.charger.Charge(ctx, ChargeKey(p.Tenant, p.ID), provider.ChargeRequest{
+		Amount:      p.Amount,
+		Currency:    p.Currency,
+		Source:      p.Source,
+		Customer:    p.Customer,
+		Description: p.Description,
+		Metadata:    p.Metadata,
+	})
+	var declined *provider.DeclinedError
+	switch {
+	case err == nil:
+		if ch.ID == "" {
+			return "", "", "", fmt.Errorf("worker: charge payment %s: the provider's charge has no ID", p.ID)
+		}
+		return payments.StatusSucceeded, ch.ID, "", nil
+	case errors.As(err, &declined):
+		code := declined.Code
+		if code == "" {
+			code = declinedCode
+		}
+		return payments.StatusFailed, declined.Charge.ID, code, nil
+	default:
+		return "", "", "", fmt.Errorf("worker: charge payment %s: %w", p.ID, err)
+	}
+}
+
+// pendingInsert reports whether c is the outbox entry of a payment: an
+// INSERT whose new image has the string status "pending" (the template's
+// filter).
+func pendingInsert(c stream.Change) bool {
+	if c.EventName != events.DynamoDBOperationTypeInsert {
+		return false
+	}
+	s, ok := c.NewImage["status"]
+	return ok && s.DataType() == events.DataTypeString && s.String() == string(payments.StatusPending)
+}
+
+// decode returns the pending payment of c's new image, checked to be one.
+func decode(c stream.Change) (payments.Payment, error) {
+	var p payments.Payment
+	if err := c.DecodeNew(&p); err != nil {
+		return payments.Payment{}, fmt.Errorf("worker: payment image: %w", err)
+	}
+	switch {
+	case !payments.ValidID(p.ID):
+		return payments.Payment{}, fmt.Errorf("worker: payment image: id %q is not a payment ID", p.ID)
+	case p.Tenant == "" || p.PK != payments.PK(p.Tenant, p.ID):
+		return payments.Payment{}, fmt.Errorf("worker: payment image %s: pk does not match the tenant and id", p.ID)
+	case !validKey(ChargeKey(p.Tenant, p.ID)):
+		return payments.Payment{}, fmt.Errorf("worker: payment image %s: the tenant makes no valid provider key", p.ID)
+	}
+	return p, nil
+}
+
+// errorLevel is the level of a failed record's log line: warn for the
+// outcomes a retry is expected to cure, error for the rest.
+func errorLevel(err error) slog.Level {
+	if errors.Is(err, provider.ErrNotCharged) || errors.Is(err, provider.ErrOutcomeUnknown) ||
+		errors.Is(err, payments.ErrUnavailable) {
+		return slog.LevelWarn
+	}
+	return slog.LevelError
+}
