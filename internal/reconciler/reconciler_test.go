@@ -26,7 +26,7 @@ import (
 const (
 	route           = "POST /v1/charges"
 	retention       = time.Hour
-	providerTimeout = 600 * time.Millisecond
+	providerTimeout = time.Second
 )
 
 // chargeRequest is the request every test records and charges.

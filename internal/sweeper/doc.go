@@ -32,14 +32,24 @@
 //     after the old image's lease deadline rounded up to the second (the
 //     expires_at attribute).
 //
-// TTL deletes a record only once its expires_at has passed, so a TTL deletion
-// always meets the second rule, whatever the precision of the timestamp.
-// A release happens within the lease (before expires_at_ms, and so before
-// expires_at), so an in-time release never meets it. A release by a request
-// that overran its lease does, and is treated as abandoned: for an External
-// record that means one needless reconciliation, which is safe; the opposite
-// mistake would not be. A record without ApproximateCreationDateTime is judged
-// by the time it is handled instead, which errs the same way.
+// A release happens within the lease, before expires_at_ms and so before
+// expires_at: a timestamp rounded down, to any precision, stays before it, so
+// an in-time release never meets the rule. TTL deletes a record only after
+// its expires_at, so a TTL deletion meets the rule when the timestamp is
+// precise to the second, as AWS gives it. DynamoDB Local (and AWS in the
+// past) round it down to the minute: a TTL deletion without a user identity
+// in the minute of the lease deadline is then taken for a release. AWS and
+// DynamoDB Local mark every TTL deletion, so this concerns emulators such as
+// LocalStack, whose TTL job runs long after the deadline; and it is safe: the
+// abandoned External reservation is not restored, the key is free, and a
+// retry executes anew with the same forward key, which the provider,
+// idempotent by key, answers with the charge it made.
+//
+// A release by a request that overran its lease meets the rule and is treated
+// as abandoned: for an External record that means one needless
+// reconciliation, which releases the key once the provider timeout has
+// passed. A record without ApproximateCreationDateTime is judged by the time
+// it is handled instead, which errs the same way.
 //
 // Records the sweeper cannot decode fail (a batch item failure), so that the
 // event source mapping retries them a bounded number of times and then sends

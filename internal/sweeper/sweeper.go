@@ -127,7 +127,7 @@ func (s *Sweeper) record(ctx context.Context, er events.DynamoDBEventRecord) err
 		if conflict.Existing != nil {
 			existing = string(conflict.Existing.Status)
 		}
-		log.Info("abandoned external reservation swept; key already taken, not restored", "existing", existing)
+		log.Info("abandoned external reservation swept; not restored: the key is held already", "existing", existing)
 		return nil
 	case err != nil:
 		err = fmt.Errorf("sweeper: restore %s as UNKNOWN: %w", old.Key.Short(), err)
