@@ -1,0 +1,302 @@
+package devstack_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncehq/once/internal/dynamotest"
+	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/internal/payments"
+	"github.com/oncehq/once/internal/store/dynamo"
+)
+
+// recoveryEnv is a devstack environment with crash injection on and a short
+// lease and provider timeout, so that recovery takes seconds.
+func recoveryEnv(t *testing.T) map[string]string {
+	t.Helper()
+	env := testEnv(t)
+	env["ONCE_FAULT_INJECTION"] = "1"
+	env["ONCE_LEASE"] = "2s"
+	env["ONCE_PROVIDER_TIMEOUT"] = "1s"
+	env["LOG_LEVEL"] = "info"
+	return env
+}
+
+// send posts body to path with the key and, when fault is set, a Once-Fault
+// header.
+func send(t *testing.T, base, path, key, fault, body string) response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), "POST", base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer sk_test_acme")
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	if fault != "" {
+		req.Header.Set("Once-Fault", fault)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+// charges returns how many charges the provider simulator made under key.
+func charges(t *testing.T, providerURL, key string) int {
+	t.Helper()
+	resp, err := http.Get(providerURL + "/v1/_test/charges?idempotency_key=" + url.QueryEscape(key))
+	if err != nil {
+		t.Fatalf("count charges: %v", err)
+	}
+	defer resp.Body.Close()
+	var out struct{ Count int }
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("count charges: %d, %v", resp.StatusCode, err)
+	}
+	return out.Count
+}
+
+// settled reports whether r is an answer a retry can end on: anything but
+// "in progress" (409), a crash (500) and an unknown outcome (504).
+func settled(r response) bool {
+	switch r.status {
+	case http.StatusConflict, http.StatusInternalServerError, http.StatusGatewayTimeout:
+		return false
+	}
+	return true
+}
+
+// retryUntilSettled retries the request as a client would, honouring
+// Retry-After up to a second, until the answer is settled.
+func retryUntilSettled(t *testing.T, base, path, key, body string, within time.Duration) response {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		r := send(t, base, path, key, "", body)
+		if settled(r) {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no settled answer within %v; last %d %s", within, r.status, r.body)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// TestRecoveryMatrix crashes or confuses a charge at every fault point with
+// every source token, then retries as a client would, with the sweeper,
+// reconciler and worker running from the streams as in AWS. Whatever
+// happened, the provider charged at most once (exactly once when the client
+// was told it succeeded), the key ends in a final state, and every later
+// retry gets the same answer.
+func TestRecoveryMatrix(t *testing.T) {
+	env := recoveryEnv(t)
+	var out syncBuffer
+	stack := start(t, env, &out)
+	cfg := stack.Config()
+	store := dynamo.New(dynamotest.Client(t), cfg.IdempotencyTable)
+
+	type final struct {
+		status  int
+		code    string // problem code, for errors
+		charged int    // charges at the provider
+		record  string // idempotency record status, "" when absent
+	}
+	outcomes := map[string]final{
+		"tok_visa":           {status: http.StatusCreated, charged: 1, record: string(idempotency.StatusCompleted)},
+		"tok_chargeDeclined": {status: http.StatusPaymentRequired, code: "card_declined", charged: 1, record: string(idempotency.StatusCompleted)},
+		"tok_unavailable":    {status: http.StatusServiceUnavailable, code: "provider_unavailable", charged: 0},
+		// The provider holds its answer past ONCE_PROVIDER_TIMEOUT (tok_timeout)
+		// or answers after it (tok_slow, 3s): the api answers 504, and the
+		// reconciler finds the charge.
+		"tok_timeout": {status: http.StatusCreated, charged: 1, record: string(idempotency.StatusCompleted)},
+		"tok_slow":    {status: http.StatusCreated, charged: 1, record: string(idempotency.StatusCompleted)},
+	}
+	faults := []string{"", "after-reserve", "after-provider-call", "after-complete"}
+	run := fmt.Sprint(time.Now().UnixNano())
+	for token, want := range outcomes {
+		for _, fault := range faults {
+			name := token + "/" + fault
+			if fault == "" {
+				name = token + "/no-fault"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				key := fmt.Sprintf("matrix-%s-%s-%s", run, token, fault)
+				body := fmt.Sprintf(`{"amount": 1500, "currency": "USD", "customer": "cus_42", "source": %q}`, token)
+				first := send(t, stack.URL(), "/v1/charges", key, fault, body)
+				// after-complete is reached only when a response is stored:
+				// not for 503 (released) nor 504 (left UNKNOWN).
+				crashes := fault != "" && (fault != "after-complete" || (token != "tok_unavailable" && token != "tok_timeout" && token != "tok_slow"))
+				if crashes && (first.status != http.StatusInternalServerError || first.body != `{"message":"Internal Server Error"}`) {
+					t.Errorf("first answer with Once-Fault: %s = %d %s, want API Gateway's 500", fault, first.status, first.body)
+				}
+				if !crashes && first.status == http.StatusInternalServerError {
+					t.Errorf("first answer with Once-Fault: %q = %d %s, want no crash", fault, first.status, first.body)
+				}
+
+				got := retryUntilSettled(t, stack.URL(), "/v1/charges", key, body, 45*time.Second)
+				if got.status != want.status {
+					t.Fatalf("settled answer = %d %s, want %d", got.status, got.body, want.status)
+				}
+				if want.code != "" && !strings.Contains(got.body, `"code":"`+want.code+`"`) {
+					t.Errorf("settled answer %s, want code %s", got.body, want.code)
+				}
+				// Every later retry gets the same answer; a stored one is
+				// replayed byte for byte.
+				for i := range 3 {
+					again := send(t, stack.URL(), "/v1/charges", key, "", body)
+					if again.status != got.status {
+						t.Fatalf("retry %d = %d %s, want %d", i, again.status, again.body, got.status)
+					}
+					if want.record != "" && (again.body != got.body || again.header.Get("Idempotent-Replayed") != "true") {
+						t.Errorf("retry %d = %s (replayed %q), want the replay of %s", i, again.body, again.header.Get("Idempotent-Replayed"), got.body)
+					}
+				}
+
+				k := idempotency.NewKey("acme", key)
+				if n := charges(t, cfg.ProviderURL, k.Forward()); n != want.charged {
+					t.Errorf("provider charges for the key = %d, want %d", n, want.charged)
+				}
+				rec, err := store.Get(t.Context(), k)
+				switch {
+				case want.record == "" && !errors.Is(err, idempotency.ErrNotFound):
+					t.Errorf("record = %+v, %v; want none (released)", rec.Status, err)
+				case want.record != "" && err != nil:
+					t.Errorf("record: %v, want %s", err, want.record)
+				case want.record != "" && string(rec.Status) != want.record:
+					t.Errorf("record status = %s, want %s", rec.Status, want.record)
+				}
+			})
+		}
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("stack output:\n%s", out.String())
+		}
+	})
+}
+
+// TestRecoveryWithoutRetry crashes a charge after the provider charged and
+// never retries: DynamoDB's TTL deletes the abandoned reservation, the
+// sweeper restores it as UNKNOWN and the reconciler completes it from the
+// provider's record. The next request, however late, gets the charge.
+func TestRecoveryWithoutRetry(t *testing.T) {
+	env := recoveryEnv(t)
+	var out syncBuffer
+	stack := start(t, env, &out)
+	cfg := stack.Config()
+	store := dynamo.New(dynamotest.Client(t), cfg.IdempotencyTable)
+	key := fmt.Sprintf("no-retry-%d", time.Now().UnixNano())
+	body := `{"amount": 4200, "currency": "EUR", "customer": "cus_7", "source": "tok_visa"}`
+
+	if r := send(t, stack.URL(), "/v1/charges", key, "after-provider-call", body); r.status != http.StatusInternalServerError {
+		t.Fatalf("crash = %d %s, want 500", r.status, r.body)
+	}
+	k := idempotency.NewKey("acme", key)
+	// DynamoDB Local deletes expired items about ten seconds after expiry.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		rec, err := store.Get(t.Context(), k)
+		if err == nil && rec.Status == idempotency.StatusCompleted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("record not completed without a retry within 60s: %+v, %v\n%s", rec.Status, err, out.String())
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	r := send(t, stack.URL(), "/v1/charges", key, "", body)
+	if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("first retry after recovery = %d %s (replayed %q), want the stored 201", r.status, r.body, r.header.Get("Idempotent-Replayed"))
+	}
+	if n := charges(t, cfg.ProviderURL, k.Forward()); n != 1 {
+		t.Errorf("provider charges = %d, want 1", n)
+	}
+	metrics := metricNames(t, out.String())
+	for _, name := range []string{"zombie_swept", "reconcile_scheduled", "reconcile_resolved"} {
+		if metrics[name] == 0 {
+			t.Errorf("no %s metric in the output", name)
+		}
+	}
+}
+
+// TestWorkerThroughStream creates payments and waits for the worker, run from
+// the payments stream, to settle them.
+func TestWorkerThroughStream(t *testing.T) {
+	env := testEnv(t)
+	var out syncBuffer
+	stack := start(t, env, &out)
+	for source, want := range map[string]payments.Status{"tok_visa": payments.StatusSucceeded, "tok_chargeDeclined": payments.StatusFailed} {
+		t.Run(source, func(t *testing.T) {
+			body := fmt.Sprintf(`{"amount": 990, "currency": "EUR", "customer": "cus_1", "source": %q}`, source)
+			created := send(t, stack.URL(), "/v1/payments", "worker-"+source, "", body)
+			if created.status != http.StatusCreated {
+				t.Fatalf("create = %d %s", created.status, created.body)
+			}
+			var p struct{ ID string }
+			if err := json.Unmarshal([]byte(created.body), &p); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				r := call(t, "GET", stack.URL()+"/v1/payments/"+p.ID, "sk_test_acme", "", "")
+				var got struct{ Status payments.Status }
+				_ = json.Unmarshal([]byte(r.body), &got)
+				if got.Status == want {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("payment %s = %d %s after 20s, want status %s", p.ID, r.status, r.body, want)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		})
+	}
+	metrics := metricNames(t, out.String())
+	if metrics["worker_charged"] != 1 || metrics["worker_failed"] != 1 {
+		t.Errorf("worker metrics = charged %d, failed %d; want 1 and 1", metrics["worker_charged"], metrics["worker_failed"])
+	}
+}
+
+// metricNames sums the EMF metric values in the output by name.
+func metricNames(t *testing.T, output string) map[string]int {
+	t.Helper()
+	sums := map[string]int{}
+	for _, line := range strings.Split(output, "\n") {
+		var doc map[string]any
+		if json.Unmarshal([]byte(line), &doc) != nil {
+			continue
+		}
+		aws, ok := doc["_aws"].(map[string]any)
+		if !ok {
+			continue
+		}
+		directives, _ := aws["CloudWatchMetrics"].([]any)
+		for _, d := range directives {
+			dm, _ := d.(map[string]any)
+			ms, _ := dm["Metrics"].([]any)
+			for _, m := range ms {
+				name, _ := m.(map[string]any)["Name"].(string)
+				if v, ok := doc[name].(float64); ok {
+					sums[name] += int(v)
+				}
+			}
+		}
+	}
+	return sums
+}
