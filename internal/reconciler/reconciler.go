@@ -207,6 +207,7 @@ func (r *Reconciler) complete(ctx context.Context, log *slog.Logger, rec idempot
 		External:    rec.External,
 		LeaseToken:  rec.LeaseToken,
 		ExpiresAt:   now.Add(r.cfg.Retention),
+		Request:     rec.Request,
 		Response:    &resp,
 		CreatedAt:   created,
 		UpdatedAt:   now,

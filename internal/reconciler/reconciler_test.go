@@ -347,6 +347,7 @@ func checkCompleted(t *testing.T, w world, rec, got idempotency.Record, start, e
 		External:    true,
 		LeaseToken:  rec.LeaseToken,
 		ExpiresAt:   got.UpdatedAt.Add(retention),
+		Request:     rec.Request,
 		Response:    &resp,
 		CreatedAt:   rec.CreatedAt,
 		UpdatedAt:   got.UpdatedAt,
