@@ -1,0 +1,417 @@
+package events_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncehq/once/internal/auth"
+	"github.com/oncehq/once/internal/dynamotest"
+	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/internal/payments"
+	"github.com/oncehq/once/internal/samtemplate"
+	"github.com/oncehq/once/internal/store/dynamo"
+	"github.com/oncehq/once/internal/stream"
+)
+
+// template returns the parsed template.yaml.
+func template(t *testing.T) *samtemplate.Template {
+	t.Helper()
+	tmpl, err := samtemplate.Load(dynamotest.TemplatePath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tmpl
+}
+
+// functionOf returns the logical ID of the function an event file is for,
+// from its name's prefix: api-create-payment.json is for ApiFunction.
+func functionOf(file string) string {
+	prefix, _, _ := strings.Cut(file, "-")
+	return samtemplate.FunctionLogicalID(prefix)
+}
+
+func TestEveryFileHasACase(t *testing.T) {
+	entries, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, e := range entries {
+		if !e.IsDir() && !strings.HasSuffix(e.Name(), "_test.go") {
+			files = append(files, e.Name())
+		}
+	}
+	if diff := cmp.Diff(slices.Sorted(maps.Keys(fixtures)), files); diff != "" {
+		t.Errorf("events/ mismatch (-cases +files):\n%s", diff)
+	}
+	fns := template(t).Functions()
+	for _, f := range files {
+		if _, ok := fns[functionOf(f)]; filepath.Ext(f) != ".json" || !ok {
+			t.Errorf("%s: want <function>-<case>.json, <function> the folder of a function of template.yaml", f)
+		}
+	}
+}
+
+// streamTrigger is a function's DynamoDB event source in the template.
+type streamTrigger struct {
+	table    string // logical ID
+	patterns []string
+}
+
+func streamTriggers(t *testing.T) map[string]streamTrigger {
+	t.Helper()
+	out := map[string]streamTrigger{}
+	for id, fn := range template(t).Functions() {
+		for _, ev := range fn.Events() {
+			if ev.Type != "DynamoDB" {
+				continue
+			}
+			getAtt, _ := ev.Properties["Stream"].(map[string]any)["Fn::GetAtt"].([]any)
+			if len(getAtt) != 2 {
+				t.Fatalf("%s: Stream = %v, want !GetAtt <table>.StreamArn", id, ev.Properties["Stream"])
+			}
+			patterns, err := ev.FilterPatterns()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[id] = streamTrigger{table: fmt.Sprint(getAtt[0]), patterns: patterns}
+		}
+	}
+	return out
+}
+
+// TestStreamFilters holds every record of the stream event files to the
+// FilterCriteria of the functions on the same stream: a record reaches the
+// function it is a fixture of (an event Lambda would never deliver would be
+// no use to `sam local invoke`), and no other. The filters cannot tell
+// everything apart: the worker's poison record is a pending INSERT, and the
+// sweeper's release is a REMOVE of an IN_PROGRESS record like a TTL deletion;
+// the handlers tell them apart (TestEvents). Each file's eventSourceARN names
+// its table as deployed by samconfig.toml's stack.
+func TestStreamFilters(t *testing.T) {
+	triggers := streamTriggers(t)
+	cfg, err := samtemplate.LoadSAMConfig(filepath.Join(filepath.Dir(dynamotest.TemplatePath(t)), "samconfig.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stackName := fmt.Sprint(cfg.Parameters("default", "deploy")["stack_name"])
+	tables, err := template(t).Tables(stackName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tableNames := map[string]string{}
+	for _, tbl := range tables {
+		tableNames[tbl.LogicalID] = *tbl.Input.TableName
+	}
+	for _, file := range slices.Sorted(maps.Keys(fixtures)) {
+		own, ok := triggers[functionOf(file)]
+		if !ok {
+			continue
+		}
+		var ev struct {
+			Records []json.RawMessage `json:"Records"`
+		}
+		if err := json.Unmarshal(readFile(t, file), &ev); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if len(ev.Records) == 0 {
+			t.Errorf("%s: no records", file)
+		}
+		for i, raw := range ev.Records {
+			var rec events.DynamoDBEventRecord
+			if err := json.Unmarshal(raw, &rec); err != nil {
+				t.Fatalf("%s record %d: %v", file, i, err)
+			}
+			if want := ":table/" + tableNames[own.table] + "/stream/"; !strings.Contains(rec.EventSourceArn, want) {
+				t.Errorf("%s record %d: eventSourceARN = %q, want one holding %q", file, i, rec.EventSourceArn, want)
+			}
+			for fn, trig := range triggers {
+				if trig.table != own.table {
+					continue
+				}
+				got, err := samtemplate.MatchFilters(trig.patterns, raw)
+				if err != nil {
+					t.Fatalf("%s record %d: %v", file, i, err)
+				}
+				if want := fn == functionOf(file); got != want {
+					t.Errorf("%s record %d: delivered to %s = %v, want %v", file, i, fn, got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestAPIEvents holds the API Gateway and authorizer event files to the
+// template's routes and stage, and to the devstack's API keys.
+func TestAPIEvents(t *testing.T) {
+	tmpl := template(t)
+	stage := tmpl.ParameterDefaults()["StageName"]
+	routes := map[string]bool{}
+	for _, ev := range tmpl.Functions()[apiFunction].Events() {
+		routes[strings.ToUpper(fmt.Sprint(ev.Properties["Method"]))+" "+fmt.Sprint(ev.Properties["Path"])] = true
+	}
+	pairs, err := auth.ParsePairs(auth.DefaultDevAPIKeys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenantOf := map[string]string{}
+	for _, p := range pairs {
+		tenantOf[p.Key] = p.Tenant
+	}
+	for _, file := range slices.Sorted(maps.Keys(fixtures)) {
+		raw := readFile(t, file)
+		var probe struct {
+			Version string `json:"version"`
+		}
+		decode(t, file, raw, &probe)
+		switch fn := functionOf(file); {
+		case fn == apiFunction && probe.Version == "2.0":
+			var ev events.APIGatewayV2HTTPRequest
+			decode(t, file, raw, &ev)
+			route := ev.RequestContext.HTTP.Method + " " + ev.RawPath
+			if !routes[route] || ev.RouteKey != route || ev.RequestContext.RouteKey != route {
+				t.Errorf("%s: route %q (routeKey %q), want one of %v", file, route, ev.RouteKey, routes)
+			}
+			checkCaller(t, file, ev.Headers["authorization"], ev.RequestContext.Authorizer.Lambda["tenant"], tenantOf)
+			checkLength(t, file, ev.Headers["content-length"], ev.Body)
+		case fn == apiFunction:
+			var ev events.APIGatewayProxyRequest
+			decode(t, file, raw, &ev)
+			rc := ev.RequestContext
+			if route := ev.HTTPMethod + " " + ev.Resource; !routes[route] || rc.HTTPMethod != ev.HTTPMethod || rc.ResourcePath != ev.Resource {
+				t.Errorf("%s: route %q, want one of %v", file, route, routes)
+			}
+			if rc.Stage != stage || rc.Path != "/"+stage+ev.Path {
+				t.Errorf("%s: stage %q, path %q; want stage %q and path /%s%s", file, rc.Stage, rc.Path, stage, stage, ev.Path)
+			}
+			if id := ev.PathParameters["id"]; strings.Contains(ev.Resource, "{id}") && ev.Path != strings.Replace(ev.Resource, "{id}", id, 1) {
+				t.Errorf("%s: path %q, want %q with id %q", file, ev.Path, ev.Resource, id)
+			}
+			if rc.Authorizer["principalId"] != rc.Authorizer["tenant"] {
+				t.Errorf("%s: authorizer principalId %v, want the tenant %v", file, rc.Authorizer["principalId"], rc.Authorizer["tenant"])
+			}
+			checkCaller(t, file, ev.Headers["Authorization"], rc.Authorizer["tenant"], tenantOf)
+			checkLength(t, file, ev.Headers["Content-Length"], ev.Body)
+			checkMultiValue(t, file, ev.Headers, ev.MultiValueHeaders)
+		case fn == authorizerFunction:
+			var ev events.APIGatewayCustomAuthorizerRequestTypeRequest
+			decode(t, file, raw, &ev)
+			rc := ev.RequestContext
+			arn := fmt.Sprintf("arn:aws:execute-api:us-east-1:%s:%s/%s/%s%s", rc.AccountID, rc.APIID, rc.Stage, ev.HTTPMethod, ev.Path)
+			if ev.Type != "REQUEST" || ev.MethodArn != arn {
+				t.Errorf("%s: type %q, methodArn %q; want REQUEST and %q", file, ev.Type, ev.MethodArn, arn)
+			}
+			if route := ev.HTTPMethod + " " + ev.Resource; !routes[route] || rc.Stage != stage {
+				t.Errorf("%s: route %q on stage %q, want one of %v on %q", file, route, rc.Stage, routes, stage)
+			}
+			checkMultiValue(t, file, ev.Headers, ev.MultiValueHeaders)
+		}
+	}
+}
+
+// decode decodes an event file into v.
+func decode(t *testing.T, file string, raw []byte, v any) {
+	t.Helper()
+	if err := json.Unmarshal(raw, v); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+}
+
+// checkCaller checks that the Authorization header carries an API key of
+// the tenant the authorizer context names.
+func checkCaller(t *testing.T, file, authorization string, tenant any, tenantOf map[string]string) {
+	t.Helper()
+	key, ok := auth.BearerKey(authorization)
+	if !ok || tenantOf[key] == "" || tenantOf[key] != tenant {
+		t.Errorf("%s: Authorization %q with authorizer tenant %v, want a devstack key of that tenant", file, authorization, tenant)
+	}
+}
+
+// checkLength checks a Content-Length header against the body.
+func checkLength(t *testing.T, file, length, body string) {
+	t.Helper()
+	if length != "" && length != fmt.Sprint(len(body)) {
+		t.Errorf("%s: Content-Length %s, body of %d bytes", file, length, len(body))
+	}
+}
+
+// checkMultiValue checks that a REST API event's multiValueHeaders hold its
+// headers, as API Gateway sends them.
+func checkMultiValue(t *testing.T, file string, single map[string]string, multi map[string][]string) {
+	t.Helper()
+	want := map[string][]string{}
+	for k, v := range single {
+		want[k] = []string{v}
+	}
+	if diff := cmp.Diff(want, multi); diff != "" {
+		t.Errorf("%s: multiValueHeaders mismatch (-headers +multiValueHeaders):\n%s", file, diff)
+	}
+}
+
+// TestStreamImages holds the stream event files to the code: each record
+// has the shape Lambda sends (DynamoDB Streams 1.1, NEW_AND_OLD_IMAGES,
+// Keys of the item, ordered sequence numbers, the TTL identity only on a
+// REMOVE); each image is exactly the item the code writes (it survives a
+// round trip through the code's decoder and encoder), and an idempotency
+// record's pk, fingerprint and request are derived from its origin request as
+// the idempotency engine derives them.
+func TestStreamImages(t *testing.T) {
+	triggers := streamTriggers(t)
+	for _, file := range slices.Sorted(maps.Keys(fixtures)) {
+		trig, ok := triggers[functionOf(file)]
+		if !ok {
+			continue
+		}
+		f := fixtures[file]
+		ev := streamEvent(t, file)
+		for i, rec := range ev.Records {
+			where := fmt.Sprintf("%s record %d", file, i)
+			c := rec.Change
+			if rec.EventSource != "aws:dynamodb" || rec.EventVersion != "1.1" || rec.AWSRegion != "us-east-1" ||
+				c.StreamViewType != "NEW_AND_OLD_IMAGES" || len(rec.EventID) != 32 {
+				t.Errorf("%s: eventSource %q, eventVersion %q, awsRegion %q, StreamViewType %q, eventID %q; want aws:dynamodb, 1.1, us-east-1, NEW_AND_OLD_IMAGES, 32 hex digits",
+					where, rec.EventSource, rec.EventVersion, rec.AWSRegion, c.StreamViewType, rec.EventID)
+			}
+			if i > 0 && !sequenceBefore(ev.Records[i-1].Change.SequenceNumber, c.SequenceNumber) {
+				t.Errorf("%s: SequenceNumber %s does not follow %s", where, c.SequenceNumber, ev.Records[i-1].Change.SequenceNumber)
+			}
+			if c.ApproximateCreationDateTime.IsZero() || c.SizeBytes <= 0 {
+				t.Errorf("%s: ApproximateCreationDateTime %v, SizeBytes %d; want both set", where, c.ApproximateCreationDateTime, c.SizeBytes)
+			}
+			wantOld, wantNew := rec.EventName != "INSERT", rec.EventName != "REMOVE"
+			if (c.OldImage != nil) != wantOld || (c.NewImage != nil) != wantNew {
+				t.Errorf("%s: %s with OldImage %v, NewImage %v", where, rec.EventName, c.OldImage != nil, c.NewImage != nil)
+			}
+			if id := rec.UserIdentity; id != nil && (rec.EventName != "REMOVE" || !stream.NewChange(rec).ByTTL()) {
+				t.Errorf("%s: userIdentity %+v on %s, want only DynamoDB's TTL identity on a REMOVE", where, *id, rec.EventName)
+			}
+			for _, img := range []map[string]events.DynamoDBAttributeValue{c.OldImage, c.NewImage} {
+				if img == nil {
+					continue
+				}
+				if diff := cmp.Diff(plainMap(stream.ToSDK(map[string]events.DynamoDBAttributeValue{"pk": img["pk"]})), plainMap(stream.ToSDK(c.Keys))); diff != "" {
+					t.Errorf("%s: Keys mismatch (-image +Keys):\n%s", where, diff)
+				}
+				switch trig.table {
+				case "PaymentsTable":
+					checkPaymentImage(t, where, img, slices.Contains(f.poison, i))
+				case "IdempotencyTable":
+					checkRecordImage(t, where, img, f.origin)
+				default:
+					t.Errorf("%s: no checks for images of %s", where, trig.table)
+				}
+			}
+		}
+	}
+}
+
+// checkPaymentImage checks a payment image: the item payments writes, with
+// a pk made of its tenant and ID. A poison image must not decode.
+func checkPaymentImage(t *testing.T, where string, img map[string]events.DynamoDBAttributeValue, poison bool) {
+	t.Helper()
+	item := stream.ToSDK(img)
+	var p payments.Payment
+	err := attributevalue.UnmarshalMap(item, &p)
+	if poison {
+		if err == nil {
+			t.Errorf("%s: the poison image decodes as a payment, want an error", where)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	if !payments.ValidID(p.ID) || p.PK != payments.PK(p.Tenant, p.ID) || !auth.ValidTenant(p.Tenant) {
+		t.Errorf("%s: pk %q, id %q, tenant %q; want pk %q, a payment ID and a tenant", where, p.PK, p.ID, p.Tenant, payments.PK(p.Tenant, p.ID))
+	}
+	back, err := attributevalue.MarshalMap(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(plainMap(back), plainMap(item)); diff != "" {
+		t.Errorf("%s: image is not the item payments writes (-written +image):\n%s", where, diff)
+	}
+}
+
+// checkRecordImage checks an idempotency record image against the request
+// it was made from.
+func checkRecordImage(t *testing.T, where string, img map[string]events.DynamoDBAttributeValue, o *origin) {
+	t.Helper()
+	if o == nil {
+		t.Fatalf("%s: the fixture has no origin", where)
+	}
+	rec, err := dynamo.RecordFromStreamImage(img)
+	if err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	if diff := cmp.Diff(plainMap(dynamo.ItemFromRecord(rec)), plainMap(stream.ToSDK(img))); diff != "" {
+		t.Errorf("%s: image is not the item the store writes (-written +image):\n%s", where, diff)
+	}
+	canonical, err := idempotency.Canonical([]byte(o.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key := idempotency.NewKey(o.tenant, o.key); rec.Key != key {
+		t.Errorf("%s: pk %q, want %q (tenant %q, key %q)", where, rec.Key.ID(), key.ID(), o.tenant, o.key)
+	}
+	if want := idempotency.Fingerprint("POST", rec.Route, canonical); rec.Fingerprint != want {
+		t.Errorf("%s: fingerprint %s, want %s", where, rec.Fingerprint, want)
+	}
+	var wantRequest []byte
+	if rec.External {
+		wantRequest = canonical
+	}
+	if string(rec.Request) != string(wantRequest) {
+		t.Errorf("%s: request %q, want %q (the canonical body of an External record only)", where, rec.Request, wantRequest)
+	}
+	if len(rec.LeaseToken) != 32 || rec.CreatedAt.IsZero() || rec.UpdatedAt.IsZero() {
+		t.Errorf("%s: lease token %q, created %v, updated %v; want a token of 32 hex digits and both times", where, rec.LeaseToken, rec.CreatedAt, rec.UpdatedAt)
+	}
+}
+
+// sequenceBefore reports whether sequence number a comes before b (both
+// decimal strings).
+func sequenceBefore(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
+}
+
+// plainMap turns an item into plain Go values, for cmp.
+func plainMap(item map[string]types.AttributeValue) map[string]any {
+	out := make(map[string]any, len(item))
+	for k, v := range item {
+		out[k] = plain(v)
+	}
+	return out
+}
+
+func plain(v types.AttributeValue) any {
+	switch v := v.(type) {
+	case *types.AttributeValueMemberS:
+		return "S:" + v.Value
+	case *types.AttributeValueMemberN:
+		return "N:" + v.Value
+	case *types.AttributeValueMemberB:
+		return "B:" + string(v.Value)
+	case *types.AttributeValueMemberBOOL:
+		return v.Value
+	case *types.AttributeValueMemberM:
+		return plainMap(v.Value)
+	case *types.AttributeValueMemberNULL:
+		return nil
+	}
+	return fmt.Sprintf("%T", v)
+}
