@@ -19,26 +19,27 @@ import (
 // faultEnv enables crash injection: never part of a deployment.
 const faultEnv = "ONCE_FAULT_INJECTION"
 
-// notFromTemplate reports whether a variable is set by Lambda itself (AWS_*)
-// or only locally (DYNAMODB_ENDPOINT), never by the template.
+// notFromTemplate reports whether a variable is set by Lambda itself (AWS_*),
+// never by the template.
 func notFromTemplate(name string) bool {
-	return strings.HasPrefix(name, "AWS_") || strings.HasPrefix(name, "_") || name == "DYNAMODB_ENDPOINT"
+	return strings.HasPrefix(name, "AWS_") || strings.HasPrefix(name, "_")
 }
 
 // designEnv is docs/design.md's "Environment per function", less
 // ONCE_FAULT_INJECTION.
 var designEnv = map[string][]string{
-	"ApiFunction":        {"LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_RETENTION"},
-	"AuthorizerFunction": {"LOG_LEVEL", "ONCE_API_KEYS_TABLE"},
-	"WorkerFunction":     {"LOG_LEVEL", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL"},
-	"SweeperFunction":    {"LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_RETENTION"},
-	"ReconcilerFunction": {"LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_RETENTION"},
-	"ProviderFunction":   {"LOG_LEVEL", "ONCE_PROVIDER_TABLE"},
+	"ApiFunction":        {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_RETENTION"},
+	"AuthorizerFunction": {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_API_KEYS_TABLE"},
+	"WorkerFunction":     {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL"},
+	"SweeperFunction":    {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_RETENTION"},
+	"ReconcilerFunction": {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_RETENTION"},
+	"ProviderFunction":   {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_PROVIDER_TABLE"},
 }
 
 // envSource is what each variable must be set from.
 var envSource = map[string]any{
 	"LOG_LEVEL":              map[string]any{"Ref": "LogLevel"},
+	"DYNAMODB_ENDPOINT":      map[string]any{"Ref": "DynamoDBEndpoint"},
 	"ONCE_IDEMPOTENCY_TABLE": map[string]any{"Ref": "IdempotencyTable"},
 	"ONCE_PAYMENTS_TABLE":    map[string]any{"Ref": "PaymentsTable"},
 	"ONCE_API_KEYS_TABLE":    map[string]any{"Ref": "ApiKeysTable"},

@@ -27,7 +27,7 @@ func TestParameters(t *testing.T) {
 	want := map[string]string{ // name -> default
 		"StageName": "prod", "Architecture": "arm64", "LogLevel": "info",
 		"Retention": "24h", "Lease": "30s", "ProviderTimeout": "5s",
-		"DeployProviderSimulator": "true", "ProviderUrl": "", "AlarmTopicArn": "",
+		"DeployProviderSimulator": "true", "ProviderUrl": "", "AlarmTopicArn": "", "DynamoDBEndpoint": "",
 	}
 	if diff := cmp.Diff(sortedKeys(want), sortedKeys(params)); diff != "" {
 		t.Errorf("parameters mismatch (-want +got):\n%s", diff)
