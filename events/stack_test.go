@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -22,6 +21,7 @@ import (
 	"github.com/oncehq/once/internal/dynamoclient"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/gateway"
+	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/provider/simulator"
@@ -50,7 +50,7 @@ type stack struct {
 	simURL   string
 	// handlers and metrics are by function logical ID.
 	handlers map[string]lambda.Handler
-	metrics  map[string]*syncBuffer
+	metrics  map[string]*lambdatest.Buffer
 }
 
 func newStack(t *testing.T) *stack {
@@ -79,11 +79,11 @@ func newStack(t *testing.T) *stack {
 		provider: provider.New(srv.URL, nil),
 		simURL:   srv.URL,
 		handlers: map[string]lambda.Handler{},
-		metrics:  map[string]*syncBuffer{},
+		metrics:  map[string]*lambdatest.Buffer{},
 	}
 	logger := app.Logger(t.Output(), cfg.LogLevel)
 	opts := func(fn string) app.Options {
-		s.metrics[fn] = &syncBuffer{}
+		s.metrics[fn] = &lambdatest.Buffer{}
 		return app.Options{Logger: logger.With("function", fn), Metrics: s.metrics[fn]}
 	}
 
@@ -294,24 +294,6 @@ func (s *stack) seedKeys(t *testing.T) {
 	if err := auth.Seed(t.Context(), s.client, s.names.APIKeys, pairs); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// syncBuffer collects a function's metric lines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // readFile returns the content of an event file.

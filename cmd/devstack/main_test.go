@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 
 	"github.com/oncehq/once/internal/ddblocal"
 	"github.com/oncehq/once/internal/dynamotest"
+	"github.com/oncehq/once/internal/lambdatest"
 )
 
 // runStack runs run with env until the test cancels it, and returns the URL it
@@ -135,7 +134,7 @@ func TestRunDynamoDBLocal(t *testing.T) {
 	if _, err := os.Stat("../../" + ddblocal.DefaultDir + "/DynamoDBLocal.jar"); err != nil {
 		skipOrFail(t, "DynamoDB Local not fetched (scripts/dynamodb-local.sh fetch): %v", err)
 	}
-	var out syncBuffer
+	var out lambdatest.Buffer
 	url, cancel, done := runStack(t, map[string]string{"PORT": "0", "PROVIDER_PORT": "0"}, &out)
 	check(t, url)
 	stopped(t, url, cancel, done)
@@ -153,24 +152,6 @@ func TestRunDynamoDBLocal(t *testing.T) {
 	if _, err := http.Post(endpoint, "application/json", nil); err == nil {
 		t.Errorf("DynamoDB Local still answers on %s after run returned", endpoint)
 	}
-}
-
-// syncBuffer collects output written from several goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func skipOrFail(t *testing.T, format string, args ...any) {

@@ -8,10 +8,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/aws/aws-lambda-go/lambda"
-
 	"github.com/oncehq/once/internal/app"
-	"github.com/oncehq/once/internal/config"
 )
 
 func main() {
@@ -22,18 +19,5 @@ func main() {
 }
 
 func run(ctx context.Context, getenv func(string) string) error {
-	cfg, err := config.FromEnv(getenv)
-	if err != nil {
-		return err
-	}
-	client, err := app.DynamoDB(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	h, err := app.Reconciler(cfg, client, app.Options{Logger: app.Logger(os.Stdout, cfg.LogLevel), Metrics: os.Stdout})
-	if err != nil {
-		return err
-	}
-	lambda.StartWithOptions(h, lambda.WithContext(ctx))
-	return nil
+	return app.StartStream(ctx, getenv, app.Reconciler)
 }

@@ -38,6 +38,41 @@ type Options struct {
 	Now func() time.Time
 }
 
+// withDefaults returns o with its nil fields set: a JSON logger on stdout at
+// cfg.LogLevel, metrics on stdout, time.Now.
+func (o Options) withDefaults(cfg config.Config) Options {
+	if o.Logger == nil {
+		o.Logger = Logger(os.Stdout, cfg.LogLevel)
+	}
+	if o.Metrics == nil {
+		o.Metrics = os.Stdout
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// emitter returns the metrics emitter of the function service, on o.Metrics.
+func (o Options) emitter(service string) *metrics.Emitter {
+	return metrics.New(o.Metrics, MetricsNamespace, map[string]string{"Service": service})
+}
+
+// newProvider returns the client of the provider at cfg.ProviderURL, each
+// call bounded by cfg.ProviderTimeout.
+func newProvider(cfg config.Config) *provider.Client {
+	return provider.New(cfg.ProviderURL, &http.Client{Timeout: cfg.ProviderTimeout})
+}
+
+// requireProvider returns newProvider(cfg) for function, which cannot run
+// without a provider: an error when cfg.ProviderURL is not set.
+func requireProvider(cfg config.Config, function string) (*provider.Client, error) {
+	if cfg.ProviderURL == "" {
+		return nil, fmt.Errorf("app: %s: %s is not set", function, config.EnvProviderURL)
+	}
+	return newProvider(cfg), nil
+}
+
 // DynamoDB returns the DynamoDB client for cfg.
 func DynamoDB(ctx context.Context, cfg config.Config) (*dynamodb.Client, error) {
 	awsCfg, err := dynamoclient.Config(ctx, dynamoclient.Options{Endpoint: cfg.DynamoDBEndpoint, Region: cfg.Region})
@@ -58,15 +93,7 @@ func Logger(w io.Writer, level slog.Level) *slog.Logger {
 // cfg.ProviderTimeout; without a ProviderURL it answers 503
 // provider_unavailable.
 func API(cfg config.Config, client *dynamodb.Client, opts Options) (http.Handler, error) {
-	if opts.Logger == nil {
-		opts.Logger = Logger(os.Stdout, cfg.LogLevel)
-	}
-	if opts.Metrics == nil {
-		opts.Metrics = os.Stdout
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
+	opts = opts.withDefaults(cfg)
 	var hook func(context.Context, string)
 	if cfg.FaultInjection {
 		hook = fault.Check
@@ -85,14 +112,14 @@ func API(cfg config.Config, client *dynamodb.Client, opts Options) (http.Handler
 	}
 	var charger httpapi.Provider // a nil *provider.Client would not be a nil Provider
 	if cfg.ProviderURL != "" {
-		charger = provider.New(cfg.ProviderURL, &http.Client{Timeout: cfg.ProviderTimeout})
+		charger = newProvider(cfg)
 	}
 	return httpapi.NewHandler(httpapi.Deps{
 		Middleware:      mw,
 		Payments:        payments.NewTable(client, cfg.PaymentsTable),
 		PaymentsTable:   cfg.PaymentsTable,
 		Logger:          opts.Logger,
-		Metrics:         metrics.New(opts.Metrics, MetricsNamespace, map[string]string{"Service": "api"}),
+		Metrics:         opts.emitter("api"),
 		Now:             opts.Now,
 		Provider:        charger,
 		ProviderTimeout: cfg.ProviderTimeout,

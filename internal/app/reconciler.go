@@ -2,16 +2,11 @@ package app
 
 import (
 	"fmt"
-	"net/http"
-	"os"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/httpapi"
-	"github.com/oncehq/once/internal/metrics"
-	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/reconciler"
 	"github.com/oncehq/once/internal/store/dynamo"
 	"github.com/oncehq/once/internal/stream"
@@ -21,26 +16,19 @@ import (
 // records of the idempotency table, through client, resolved with the
 // provider at cfg.ProviderURL.
 func Reconciler(cfg config.Config, client *dynamodb.Client, opts Options) (stream.Handler, error) {
-	if cfg.ProviderURL == "" {
-		return nil, fmt.Errorf("app: reconciler: %s is not set", config.EnvProviderURL)
+	looker, err := requireProvider(cfg, "reconciler")
+	if err != nil {
+		return nil, err
 	}
-	if opts.Logger == nil {
-		opts.Logger = Logger(os.Stdout, cfg.LogLevel)
-	}
-	if opts.Metrics == nil {
-		opts.Metrics = os.Stdout
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
+	opts = opts.withDefaults(cfg)
 	r, err := reconciler.New(reconciler.Config{
 		Store:           dynamo.New(client, cfg.IdempotencyTable),
-		Provider:        provider.New(cfg.ProviderURL, &http.Client{Timeout: cfg.ProviderTimeout}),
+		Provider:        looker,
 		Rebuild:         httpapi.ChargeResponse,
 		ProviderTimeout: cfg.ProviderTimeout,
 		Retention:       cfg.Retention,
 		Logger:          opts.Logger,
-		Metrics:         metrics.New(opts.Metrics, MetricsNamespace, map[string]string{"Service": "reconciler"}),
+		Metrics:         opts.emitter("reconciler"),
 		Now:             opts.Now,
 	})
 	if err != nil {

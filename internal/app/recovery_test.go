@@ -1,18 +1,11 @@
 package app_test
 
 import (
-	"bytes"
-	"context"
 	"log/slog"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/internal/app"
@@ -20,39 +13,10 @@ import (
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/httpapi"
 	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/provider"
-	"github.com/oncehq/once/internal/provider/simulator"
 	"github.com/oncehq/once/internal/store/dynamo"
-	"github.com/oncehq/once/internal/stream"
 )
-
-func TestReconcilerNeedsProviderURL(t *testing.T) {
-	cfg, err := config.FromEnv(func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := app.Reconciler(cfg, nil, app.Options{}); err == nil || !strings.Contains(err.Error(), config.EnvProviderURL) {
-		t.Errorf("Reconciler(no provider URL) error = %v, want one naming %s", err, config.EnvProviderURL)
-	}
-}
-
-// recoveryBuffer is a bytes.Buffer safe for concurrent use.
-type recoveryBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *recoveryBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *recoveryBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // TestSweeperAndReconciler runs the composed sweeper and reconciler behind
 // Pollers on the idempotency table: an abandoned charge reservation removed
@@ -61,42 +25,22 @@ func (b *recoveryBuffer) String() string {
 // ended minutes before the removal, because DynamoDB Local rounds a stream
 // record's ApproximateCreationDateTime down to the minute.
 func TestSweeperAndReconciler(t *testing.T) {
-	client := dynamotest.Client(t)
-	names := dynamotest.Tables(t, client)
-	srv := httptest.NewServer(simulator.New(simulator.Options{DB: client, Table: names.Provider}))
-	t.Cleanup(srv.Close)
-	env := map[string]string{
-		config.EnvIdempotencyTable: names.Idempotency,
-		config.EnvProviderURL:      srv.URL,
+	f := newFixture(t)
+	cfg := f.config(t, map[string]string{
+		config.EnvIdempotencyTable: f.names.Idempotency,
 		config.EnvProviderTimeout:  "500ms",
-		config.EnvDynamoDBEndpoint: dynamotest.Endpoint(t),
-	}
-	cfg, err := config.FromEnv(func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sweeperOut, reconcilerOut recoveryBuffer
-	sweep, err := app.Sweeper(cfg, client, app.Options{Logger: slog.New(slog.DiscardHandler), Metrics: &sweeperOut})
+	})
+	var sweeperOut, reconcilerOut lambdatest.Buffer
+	sweep, err := app.Sweeper(cfg, f.client, app.Options{Logger: slog.New(slog.DiscardHandler), Metrics: &sweeperOut})
 	if err != nil {
 		t.Fatalf("Sweeper() error = %v", err)
 	}
-	reconcile, err := app.Reconciler(cfg, client, app.Options{Logger: slog.New(slog.DiscardHandler), Metrics: &reconcilerOut})
+	reconcile, err := app.Reconciler(cfg, f.client, app.Options{Logger: slog.New(slog.DiscardHandler), Metrics: &reconcilerOut})
 	if err != nil {
 		t.Fatalf("Reconciler() error = %v", err)
 	}
-	for _, h := range []stream.Handler{sweep, reconcile} {
-		p, err := stream.NewPoller(stream.PollerOptions{
-			Client: dynamotest.Streams(t), DB: client, Table: names.Idempotency, Handler: h,
-			PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- p.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
-	}
+	f.poll(t, f.names.Idempotency, sweep)
+	f.poll(t, f.names.Idempotency, reconcile)
 
 	body := []byte(`{"amount":1999,"currency":"usd","customer":"cus_1","source":"tok_visa"}`)
 	canonical, err := idempotency.Canonical(body)
@@ -105,7 +49,7 @@ func TestSweeperAndReconciler(t *testing.T) {
 	}
 	now := time.Now()
 	key := idempotency.NewKey("acme", "order-1")
-	store := dynamo.New(client, names.Idempotency)
+	store := dynamo.New(f.client, f.names.Idempotency)
 	res := idempotency.Record{
 		Key: key, Status: idempotency.StatusInProgress, Route: "POST /v1/charges",
 		Fingerprint: idempotency.Fingerprint("POST", "POST /v1/charges", canonical), External: true,
@@ -119,17 +63,12 @@ func TestSweeperAndReconciler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc := provider.New(srv.URL, nil)
+	pc := provider.New(f.providerURL, nil)
 	charge, err := pc.Charge(t.Context(), key.Forward(), provider.ChargeRequest{Amount: 1999, Currency: "usd", Customer: "cus_1", Source: "tok_visa"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{
-		TableName: aws.String(names.Idempotency),
-		Key:       map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: key.ID()}},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	dynamotest.Delete(t, f.client, f.names.Idempotency, key.ID())
 
 	deadline := time.Now().Add(15 * time.Second)
 	var got idempotency.Record
@@ -151,7 +90,7 @@ func TestSweeperAndReconciler(t *testing.T) {
 		t.Errorf("stored response mismatch (-want +got):\n%s", diff)
 	}
 	for _, m := range []struct {
-		out  *recoveryBuffer
+		out  *lambdatest.Buffer
 		want []string
 	}{
 		{&sweeperOut, []string{`"Service":"sweeper"`, `"zombie_swept":1`, `"reconcile_scheduled":1`}},

@@ -2,13 +2,10 @@ package app
 
 import (
 	"fmt"
-	"os"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/oncehq/once/internal/config"
-	"github.com/oncehq/once/internal/metrics"
 	"github.com/oncehq/once/internal/store/dynamo"
 	"github.com/oncehq/once/internal/stream"
 	"github.com/oncehq/once/internal/sweeper"
@@ -17,20 +14,12 @@ import (
 // Sweeper returns the sweeper function's stream handler: abandoned
 // reservations of the idempotency table, through client.
 func Sweeper(cfg config.Config, client *dynamodb.Client, opts Options) (stream.Handler, error) {
-	if opts.Logger == nil {
-		opts.Logger = Logger(os.Stdout, cfg.LogLevel)
-	}
-	if opts.Metrics == nil {
-		opts.Metrics = os.Stdout
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
+	opts = opts.withDefaults(cfg)
 	s, err := sweeper.New(sweeper.Config{
 		Store:     dynamo.New(client, cfg.IdempotencyTable),
 		Retention: cfg.Retention,
 		Logger:    opts.Logger,
-		Metrics:   metrics.New(opts.Metrics, MetricsNamespace, map[string]string{"Service": "sweeper"}),
+		Metrics:   opts.emitter("sweeper"),
 		Now:       opts.Now,
 	})
 	if err != nil {

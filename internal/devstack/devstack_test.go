@@ -1,7 +1,6 @@
 package devstack_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -9,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,25 +16,8 @@ import (
 
 	"github.com/oncehq/once/internal/devstack"
 	"github.com/oncehq/once/internal/dynamotest"
+	"github.com/oncehq/once/internal/lambdatest"
 )
-
-// syncBuffer collects the stack's output from its goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // testEnv returns an environment for a stack on the test DynamoDB endpoint,
 // on a free port, with tables of its own that are deleted when the test ends.
@@ -125,7 +106,7 @@ const order = `{"amount": 2500, "currency": "EUR", "customer": "cus_42", "descri
 // authorizer, api function, DynamoDB.
 func TestDevstack(t *testing.T) {
 	env := testEnv(t)
-	var out syncBuffer
+	var out lambdatest.Buffer
 	stack := start(t, env, &out)
 	api := stack.URL() + "/v1/payments"
 

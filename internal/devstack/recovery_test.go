@@ -11,22 +11,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncehq/once/internal/devstack"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/store/dynamo"
 )
 
-// recoveryEnv is a devstack environment with crash injection on and a short
-// lease and provider timeout, so that recovery takes seconds.
-func recoveryEnv(t *testing.T) map[string]string {
+// startRecovery starts a devstack with crash injection on and a short lease
+// and provider timeout, so that recovery takes seconds. It returns the stack,
+// its output, and the idempotency store on its table.
+func startRecovery(t *testing.T) (*devstack.Stack, *lambdatest.Buffer, *dynamo.Store) {
 	t.Helper()
 	env := testEnv(t)
 	env["ONCE_FAULT_INJECTION"] = "1"
 	env["ONCE_LEASE"] = "2s"
 	env["ONCE_PROVIDER_TIMEOUT"] = "1s"
 	env["LOG_LEVEL"] = "info"
-	return env
+	out := &lambdatest.Buffer{}
+	stack := start(t, env, out)
+	return stack, out, dynamo.New(dynamotest.Client(t), stack.Config().IdempotencyTable)
 }
 
 // send posts body to path with the key and, when fault is set, a Once-Fault
@@ -104,11 +109,8 @@ func retryUntilSettled(t *testing.T, base, path, key, body string, within time.D
 // was told it succeeded), the key ends in a final state, and every later
 // retry gets the same answer.
 func TestRecoveryMatrix(t *testing.T) {
-	env := recoveryEnv(t)
-	var out syncBuffer
-	stack := start(t, env, &out)
+	stack, out, store := startRecovery(t)
 	cfg := stack.Config()
-	store := dynamo.New(dynamotest.Client(t), cfg.IdempotencyTable)
 
 	type final struct {
 		status  int
@@ -196,11 +198,8 @@ func TestRecoveryMatrix(t *testing.T) {
 // sweeper restores it as UNKNOWN and the reconciler completes it from the
 // provider's record. The next request, however late, gets the charge.
 func TestRecoveryWithoutRetry(t *testing.T) {
-	env := recoveryEnv(t)
-	var out syncBuffer
-	stack := start(t, env, &out)
+	stack, out, store := startRecovery(t)
 	cfg := stack.Config()
-	store := dynamo.New(dynamotest.Client(t), cfg.IdempotencyTable)
 	key := fmt.Sprintf("no-retry-%d", time.Now().UnixNano())
 	body := `{"amount": 4200, "currency": "EUR", "customer": "cus_7", "source": "tok_visa"}`
 
@@ -227,7 +226,7 @@ func TestRecoveryWithoutRetry(t *testing.T) {
 	if n := charges(t, cfg.ProviderURL, k.Forward()); n != 1 {
 		t.Errorf("provider charges = %d, want 1", n)
 	}
-	metrics := metricNames(t, out.String())
+	metrics := lambdatest.CountsAmong(out.String())
 	for _, name := range []string{"zombie_swept", "reconcile_scheduled", "reconcile_resolved"} {
 		if metrics[name] == 0 {
 			t.Errorf("no %s metric in the output", name)
@@ -239,7 +238,7 @@ func TestRecoveryWithoutRetry(t *testing.T) {
 // the payments stream, to settle them.
 func TestWorkerThroughStream(t *testing.T) {
 	env := testEnv(t)
-	var out syncBuffer
+	var out lambdatest.Buffer
 	stack := start(t, env, &out)
 	for source, want := range map[string]payments.Status{"tok_visa": payments.StatusSucceeded, "tok_chargeDeclined": payments.StatusFailed} {
 		t.Run(source, func(t *testing.T) {
@@ -267,36 +266,8 @@ func TestWorkerThroughStream(t *testing.T) {
 			}
 		})
 	}
-	metrics := metricNames(t, out.String())
+	metrics := lambdatest.CountsAmong(out.String())
 	if metrics["worker_charged"] != 1 || metrics["worker_failed"] != 1 {
 		t.Errorf("worker metrics = charged %d, failed %d; want 1 and 1", metrics["worker_charged"], metrics["worker_failed"])
 	}
-}
-
-// metricNames sums the EMF metric values in the output by name.
-func metricNames(t *testing.T, output string) map[string]int {
-	t.Helper()
-	sums := map[string]int{}
-	for _, line := range strings.Split(output, "\n") {
-		var doc map[string]any
-		if json.Unmarshal([]byte(line), &doc) != nil {
-			continue
-		}
-		aws, ok := doc["_aws"].(map[string]any)
-		if !ok {
-			continue
-		}
-		directives, _ := aws["CloudWatchMetrics"].([]any)
-		for _, d := range directives {
-			dm, _ := d.(map[string]any)
-			ms, _ := dm["Metrics"].([]any)
-			for _, m := range ms {
-				name, _ := m.(map[string]any)["Name"].(string)
-				if v, ok := doc[name].(float64); ok {
-					sums[name] += int(v)
-				}
-			}
-		}
-	}
-	return sums
 }

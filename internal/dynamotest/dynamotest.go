@@ -21,6 +21,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 
 	"github.com/oncehq/once/internal/dynamoclient"
@@ -114,6 +115,39 @@ func Tables(t testing.TB, client *dynamodb.Client) Names {
 	names.APIKeys = names.ByLogicalID["ApiKeysTable"]
 	names.Provider = names.ByLogicalID["ProviderTable"]
 	return names
+}
+
+// Item returns the item of table whose key pk (the key of every table of
+// template.yaml) is pk, as DynamoDB holds it (a consistent read). It fails t
+// when there is none.
+func Item(t testing.TB, client *dynamodb.Client, table, pk string) map[string]types.AttributeValue {
+	t.Helper()
+	out, err := client.GetItem(t.Context(), &dynamodb.GetItemInput{
+		TableName:      aws.String(table),
+		Key:            key(pk),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		t.Fatalf("GetItem(%s): %v", pk, err)
+	}
+	if len(out.Item) == 0 {
+		t.Fatalf("GetItem(%s): no item", pk)
+	}
+	return out.Item
+}
+
+// Delete deletes the item of table whose key is pk, unconditionally, as
+// DynamoDB's TTL process does.
+func Delete(t testing.TB, client *dynamodb.Client, table, pk string) {
+	t.Helper()
+	_, err := client.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{TableName: aws.String(table), Key: key(pk)})
+	if err != nil {
+		t.Fatalf("DeleteItem(%s): %v", pk, err)
+	}
+}
+
+func key(pk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: pk}}
 }
 
 // TemplatePath returns the path of the repository's template.yaml.

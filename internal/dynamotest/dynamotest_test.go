@@ -5,6 +5,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 func TestTablesFromTemplate(t *testing.T) {
@@ -28,5 +31,27 @@ func TestTablesFromTemplate(t *testing.T) {
 	}
 	if d.Table.LatestStreamArn == nil {
 		t.Errorf("payments table has no stream")
+	}
+}
+
+func TestItemAndDelete(t *testing.T) {
+	c := Client(t)
+	names := Tables(t, c)
+	for id, table := range names.ByLogicalID {
+		item := map[string]types.AttributeValue{
+			"pk":   &types.AttributeValueMemberS{Value: "acme#1"},
+			"note": &types.AttributeValueMemberS{Value: id},
+		}
+		if _, err := c.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(table), Item: item}); err != nil {
+			t.Fatalf("%s: PutItem: %v", id, err)
+		}
+		if diff := cmp.Diff(item, Item(t, c, table, "acme#1"), cmpopts.IgnoreUnexported(types.AttributeValueMemberS{})); diff != "" {
+			t.Errorf("%s: Item() (-want +got):\n%s", id, diff)
+		}
+		Delete(t, c, table, "acme#1")
+		out, err := c.GetItem(t.Context(), &dynamodb.GetItemInput{TableName: aws.String(table), Key: key("acme#1"), ConsistentRead: aws.Bool(true)})
+		if err != nil || out.Item != nil {
+			t.Errorf("%s: GetItem after Delete = %v, %v; want no item", id, out.Item, err)
+		}
 	}
 }

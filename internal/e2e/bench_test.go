@@ -25,6 +25,7 @@ func BenchmarkCreatePayment(b *testing.B) {
 	for i := range payloads {
 		payloads[i] = s.event(b, request{tenant: "acme", keys: []string{fmt.Sprintf("bench-%d", i)}, body: body1001})
 	}
+	s.calls.take()
 	b.ResetTimer()
 	for i := range b.N {
 		out, err := s.invoke(b.Context(), payloads[i])
@@ -33,6 +34,7 @@ func BenchmarkCreatePayment(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	reportCalls(b, s)
 	if r := s.do(b, request{tenant: "acme", keys: []string{"bench-0"}, body: body1001}); r.header.Get("Idempotent-Replayed") != "true" {
 		b.Fatalf("bench-0 was not stored: %d %s", r.status, r.body)
 	}
@@ -46,12 +48,61 @@ func BenchmarkReplayPayment(b *testing.B) {
 	if r := s.do(b, request{tenant: "acme", keys: []string{"bench-replay"}, body: body1001}); r.status != http.StatusCreated {
 		b.Fatalf("POST = %d %s", r.status, r.body)
 	}
+	s.calls.take()
 	for b.Loop() {
 		out, err := s.invoke(b.Context(), payload)
 		if err != nil || !bytes.Contains(out, []byte(`Idempotent-Replayed`)) {
 			b.Fatalf("invoke: %s, %v", out, err)
 		}
 	}
+	reportCalls(b, s)
+}
+
+// BenchmarkCreateCharge is a first POST /v1/charges through the Lambda
+// handler: a conditional PutItem reserving the key under a lease, the
+// provider simulator's charge over loopback HTTP, and the fenced completion.
+func BenchmarkCreateCharge(b *testing.B) {
+	s := newStack(b)
+	payloads := make([][]byte, b.N)
+	for i := range payloads {
+		payloads[i] = s.event(b, request{path: "/v1/charges", tenant: "acme", keys: []string{fmt.Sprintf("bench-charge-%d", i)}, body: chargeBody("tok_visa")})
+	}
+	s.calls.take()
+	b.ResetTimer()
+	for i := range b.N {
+		out, err := s.invoke(b.Context(), payloads[i])
+		if err != nil || !bytes.Contains(out, []byte(`"statusCode":201`)) {
+			b.Fatalf("invoke: %s, %v", out, err)
+		}
+	}
+	b.StopTimer()
+	reportCalls(b, s)
+}
+
+// BenchmarkReplayCharge is a replay of a charge: one PutItem whose failed
+// condition returns the record; the provider is not called.
+func BenchmarkReplayCharge(b *testing.B) {
+	s := newStack(b)
+	rq := request{path: "/v1/charges", tenant: "acme", keys: []string{"bench-charge-replay"}, body: chargeBody("tok_visa")}
+	payload := s.event(b, rq)
+	if r := s.do(b, rq); r.status != http.StatusCreated {
+		b.Fatalf("POST = %d %s", r.status, r.body)
+	}
+	s.calls.take()
+	for b.Loop() {
+		out, err := s.invoke(b.Context(), payload)
+		if err != nil || !bytes.Contains(out, []byte(`Idempotent-Replayed`)) {
+			b.Fatalf("invoke: %s, %v", out, err)
+		}
+	}
+	reportCalls(b, s)
+}
+
+// reportCalls reports the api function's DynamoDB calls per operation.
+func reportCalls(b *testing.B, s *stack) {
+	b.Helper()
+	_, n := s.calls.take()
+	b.ReportMetric(float64(n)/float64(b.N), "ddb-calls/op")
 }
 
 // BenchmarkBareWrite is the floor: the same payment item written with one

@@ -328,7 +328,7 @@ func TestChargesContract(t *testing.T) {
 
 	t.Run("log lines", func(t *testing.T) {
 		var unknown, provider int
-		for _, l := range s.logs.lines(t) {
+		for _, l := range s.logs.Lines(t) {
 			if l["route"] != httpapi.RouteCreateCharge {
 				t.Errorf("log line %v, want route %s", l, httpapi.RouteCreateCharge)
 				continue
@@ -410,7 +410,7 @@ func TestChargesFaultInjection(t *testing.T) {
 	}
 
 	var crashes int
-	for _, l := range s.logs.lines(t) {
+	for _, l := range s.logs.Lines(t) {
 		if l["crash"] != nil {
 			crashes++
 			if l["status"] != 500.0 || l["route"] != httpapi.RouteCreateCharge {

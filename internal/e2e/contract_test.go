@@ -282,7 +282,7 @@ func TestContract(t *testing.T) {
 	})
 
 	t.Run("log lines", func(t *testing.T) {
-		lines := s.logs.lines(t)
+		lines := s.logs.Lines(t)
 		if len(lines) < 20 {
 			t.Fatalf("%d log lines, want one per request", len(lines))
 		}
@@ -311,7 +311,7 @@ func TestContract(t *testing.T) {
 
 	t.Run("metrics", func(t *testing.T) {
 		counts := map[string]int{}
-		for _, m := range s.metrics.lines(t) {
+		for _, m := range s.metrics.Lines(t) {
 			aws := m["_aws"].(map[string]any)
 			if _, ok := aws["Timestamp"].(float64); !ok {
 				t.Errorf("EMF document without Timestamp: %v", m)
@@ -383,7 +383,7 @@ func TestContractV2(t *testing.T) {
 	if r := s.do(t, request{v2: true, method: "GET", path: "/v1/payments/" + id, tenant: "globex"}); r.status != http.StatusNotFound {
 		t.Errorf("GET as another tenant = %d, want 404", r.status)
 	}
-	for _, l := range s.logs.lines(t) {
+	for _, l := range s.logs.Lines(t) {
 		if id, _ := l["request_id"].(string); !strings.HasPrefix(id, "v2-") && !strings.HasPrefix(id, "v1-") {
 			t.Errorf("request_id = %q, want API Gateway's", id)
 		}

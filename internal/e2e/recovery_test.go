@@ -140,7 +140,7 @@ func TestStoreUnavailable(t *testing.T) {
 	if n := len(s.payments(t)); n != 0 {
 		t.Errorf("%d payments written during the outage, want 0", n)
 	}
-	lines := s.logs.lines(t)
+	lines := s.logs.Lines(t)
 	if len(lines) != 2 || lines[0]["outcome"] != "store_error" || lines[0]["level"] != "ERROR" {
 		t.Fatalf("log lines = %v, want a store_error line per request", lines)
 	}
@@ -278,7 +278,7 @@ func TestFaultInjection(t *testing.T) {
 		t.Errorf("%d payments, want 3 (one per key)", n)
 	}
 	var crashes int
-	for _, l := range s.logs.lines(t) {
+	for _, l := range s.logs.Lines(t) {
 		if l["crash"] != nil {
 			crashes++
 			if l["status"] != 500.0 {

@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -24,6 +22,7 @@ import (
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/gateway"
+	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/provider/simulator"
@@ -37,8 +36,8 @@ type stack struct {
 	client  *dynamodb.Client // uncounted, for the tests' own reads
 	calls   *opCounter       // DynamoDB operations made by the function
 	invoke  func(context.Context, json.RawMessage) (json.RawMessage, error)
-	logs    *syncBuffer
-	metrics *syncBuffer
+	logs    *lambdatest.Buffer
+	metrics *lambdatest.Buffer
 	clock   *clock
 	cfg     config.Config
 	// sim is the provider simulator the function charges, over HTTP;
@@ -97,8 +96,8 @@ func newStack(t testing.TB, opts ...stackOption) *stack {
 		names:    names,
 		client:   base,
 		calls:    &opCounter{ops: map[string]int{}},
-		logs:     &syncBuffer{},
-		metrics:  &syncBuffer{},
+		logs:     &lambdatest.Buffer{},
+		metrics:  &lambdatest.Buffer{},
 		clock:    &clock{t: time.Now()},
 		cfg:      setup.cfg,
 		sim:      sim,
@@ -181,40 +180,6 @@ func (c *opCounter) take() (map[string]int, int) {
 	}
 	c.ops = map[string]int{}
 	return ops, n
-}
-
-// syncBuffer collects lines written concurrently.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// lines parses every line as a JSON object.
-func (s *syncBuffer) lines(t testing.TB) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	sc := bufio.NewScanner(strings.NewReader(s.String()))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("line %q is not JSON: %v", sc.Text(), err)
-		}
-		out = append(out, m)
-	}
-	return out
 }
 
 // request is one API call, turned into a proxy event of either version.

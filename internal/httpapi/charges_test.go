@@ -143,7 +143,7 @@ func TestCreateChargeWithoutProvider(t *testing.T) {
 	if w := e.do(t, req{path: "/v1/charges", tenant: "acme", key: "media", ct: "text/plain", body: body}); w.Code != http.StatusUnsupportedMediaType {
 		t.Errorf("POST text/plain = %d %s, want 415", w.Code, w.Body)
 	}
-	logs := e.logs.lines(t)
+	logs := e.logs.Lines(t)
 	if len(logs) != 5 {
 		t.Fatalf("%d log lines, want 5", len(logs))
 	}

@@ -1,8 +1,6 @@
 package httpapi
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +16,7 @@ import (
 
 	"github.com/oncehq/once/internal/fault"
 	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/metrics"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
@@ -46,51 +44,17 @@ func (m memPayments) Get(_ context.Context, tenant, id string) (payments.Payment
 	return payments.Payment{}, payments.ErrNotFound
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines(t *testing.T) []map[string]any {
-	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(s.b.Bytes()))
-	for sc.Scan() {
-		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("line %q is not JSON: %v", sc.Text(), err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type env struct {
 	h       http.Handler
 	store   *memory.Store
-	logs    *syncBuffer
-	metrics *syncBuffer
+	logs    *lambdatest.Buffer
+	metrics *lambdatest.Buffer
 	now     time.Time
 }
 
 func newEnv(t *testing.T, faults bool) *env {
 	t.Helper()
-	e := &env{store: memory.New(), logs: &syncBuffer{}, metrics: &syncBuffer{}, now: time.Unix(1700000000, 0)}
+	e := &env{store: memory.New(), logs: &lambdatest.Buffer{}, metrics: &lambdatest.Buffer{}, now: time.Unix(1700000000, 0)}
 	now := func() time.Time { return e.now }
 	var hook func(context.Context, string)
 	if faults {
@@ -392,7 +356,7 @@ func TestLogAndMetrics(t *testing.T) {
 	e.do(t, req{tenant: "acme", key: "other", ct: "text/plain", body: validBody})
 	e.do(t, req{method: "GET", path: "/v1/payments/" + payments.NewID(), tenant: "acme"})
 
-	logs := e.logs.lines(t)
+	logs := e.logs.Lines(t)
 	if len(logs) != 5 {
 		t.Fatalf("%d log lines, want 5:\n%s", len(logs), e.logs)
 	}
@@ -433,7 +397,7 @@ func TestLogAndMetrics(t *testing.T) {
 	}
 
 	var names []string
-	for _, m := range e.metrics.lines(t) {
+	for _, m := range e.metrics.Lines(t) {
 		for _, d := range m["_aws"].(map[string]any)["CloudWatchMetrics"].([]any) {
 			for _, mm := range d.(map[string]any)["Metrics"].([]any) {
 				name := mm.(map[string]any)["Name"].(string)
@@ -461,7 +425,7 @@ func TestFault(t *testing.T) {
 				}()
 				e.do(t, req{tenant: "acme", key: "k", ct: "application/json", body: validBody, header: http.Header{fault.Header: {point}}})
 			}()
-			logs := e.logs.lines(t)
+			logs := e.logs.Lines(t)
 			if len(logs) != 1 || logs[0]["crash"] != point || logs[0]["status"] != 500.0 {
 				t.Errorf("log lines = %v, want one with crash %s and status 500", logs, point)
 			}

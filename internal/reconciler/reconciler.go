@@ -117,7 +117,7 @@ func (r *Reconciler) Handle(ctx context.Context, ev events.DynamoDBEvent) (event
 // record handles one stream record, counting and logging a failure.
 func (r *Reconciler) record(ctx context.Context, er events.DynamoDBEventRecord) error {
 	c := stream.NewChange(er)
-	if c.EventName == events.DynamoDBOperationTypeRemove || !hasStatus(c.NewImage, idempotency.StatusUnknown) {
+	if c.EventName == events.DynamoDBOperationTypeRemove || dynamo.StreamImageStatus(c.NewImage) != idempotency.StatusUnknown {
 		return nil // not a record waiting for reconciliation
 	}
 	log := r.cfg.Logger.With("event_id", c.EventID, "sequence_number", c.SequenceNumber)
@@ -252,11 +252,4 @@ func superseded(log *slog.Logger, err error) bool {
 	}
 	log.Info("unknown outcome already finalised elsewhere; nothing to do", "existing", existing)
 	return true
-}
-
-// hasStatus reports whether image holds the string attribute status with the
-// value want.
-func hasStatus(image map[string]events.DynamoDBAttributeValue, want idempotency.Status) bool {
-	v, ok := image[dynamo.AttrStatus]
-	return ok && v.DataType() == events.DataTypeString && v.String() == string(want)
 }

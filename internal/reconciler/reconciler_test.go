@@ -13,14 +13,18 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/metrics"
 	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/provider/simulator"
 	"github.com/oncehq/once/internal/reconciler"
 	"github.com/oncehq/once/internal/store/dynamo"
+	"github.com/oncehq/once/internal/stream"
 )
 
 const (
@@ -32,18 +36,30 @@ const (
 // chargeRequest is the request every test records and charges.
 var chargeRequest = provider.ChargeRequest{Amount: 1999, Currency: "usd", Source: "tok_visa", Customer: "cus_1"}
 
-// world is env plus the provider simulator, served over HTTP.
+// world is one test's DynamoDB Local tables and idempotency store, with the
+// provider simulator served over HTTP.
 type world struct {
-	env
+	db       *dynamodb.Client
+	names    dynamotest.Names
+	store    *dynamo.Store
 	provider *provider.Client
 }
 
 func newWorld(t *testing.T) world {
 	t.Helper()
-	e := newEnv(t)
-	srv := httptest.NewServer(simulator.New(simulator.Options{DB: e.db, Table: e.names.Provider}))
+	w := world{db: dynamotest.Client(t)}
+	w.names = dynamotest.Tables(t, w.db)
+	w.store = dynamo.New(w.db, w.names.Idempotency)
+	srv := httptest.NewServer(simulator.New(simulator.Options{DB: w.db, Table: w.names.Provider}))
 	t.Cleanup(srv.Close)
-	return world{env: e, provider: provider.New(srv.URL, &http.Client{Timeout: providerTimeout})}
+	w.provider = provider.New(srv.URL, &http.Client{Timeout: providerTimeout})
+	return w
+}
+
+// image returns key's stored item as a stream image.
+func (w world) image(t *testing.T, key idempotency.Key) map[string]events.DynamoDBAttributeValue {
+	t.Helper()
+	return stream.FromSDK(dynamotest.Item(t, w.db, w.names.Idempotency, key.ID()))
 }
 
 // charge makes the provider charge under key's forward key, with source
@@ -81,13 +97,13 @@ func rebuild(rec idempotency.Record, c provider.Charge) (idempotency.Response, e
 // harness is a Reconciler with its metrics and logs.
 type harness struct {
 	r       *reconciler.Reconciler
-	metrics *syncBuffer
-	logs    *syncBuffer
+	metrics *lambdatest.Buffer
+	logs    *lambdatest.Buffer
 }
 
 func newHarness(t *testing.T, cfg reconciler.Config) harness {
 	t.Helper()
-	h := harness{metrics: &syncBuffer{}, logs: &syncBuffer{}}
+	h := harness{metrics: &lambdatest.Buffer{}, logs: &lambdatest.Buffer{}}
 	cfg.Logger = slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.Metrics = metrics.New(h.metrics, "once", map[string]string{"Service": "reconciler"})
 	if cfg.Rebuild == nil {
@@ -120,11 +136,7 @@ func (h harness) handle(ctx context.Context, t *testing.T, recs ...events.Dynamo
 	if err != nil {
 		t.Fatalf("Handle() error = %v, want nil (failures are reported per record)", err)
 	}
-	var failed []string
-	for _, f := range resp.BatchItemFailures {
-		failed = append(failed, f.ItemIdentifier)
-	}
-	return failed
+	return lambdatest.Failures(resp)
 }
 
 // reservation is an External IN_PROGRESS record as the middleware writes it.
@@ -155,16 +167,16 @@ func (w world) unknown(t *testing.T, key idempotency.Key, markedAt time.Time) (i
 	if err := w.store.Reserve(t.Context(), res, created); err != nil {
 		t.Fatalf("Reserve: %v", err)
 	}
-	old := image(w.item(t, key))
+	old := w.image(t, key)
 	if err := w.store.MarkUnknown(t.Context(), key, res.LeaseToken, idempotency.NewToken(), markedAt.Add(retention), markedAt); err != nil {
 		t.Fatalf("MarkUnknown: %v", err)
 	}
-	item := w.item(t, key)
+	item := dynamotest.Item(t, w.db, w.names.Idempotency, key.ID())
 	rec, err := dynamo.RecordFromItem(item)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return res, rec, streamRecord(events.DynamoDBOperationTypeModify, old, image(item), nil, markedAt)
+	return res, rec, lambdatest.Record(events.DynamoDBOperationTypeModify, old, stream.FromSDK(item), nil, markedAt)
 }
 
 func TestReconciler(t *testing.T) {
@@ -317,7 +329,7 @@ func TestReconciler(t *testing.T) {
 					t.Errorf("record changed (-before +after):\n%s", diff)
 				}
 			}
-			if diff := cmp.Diff(tt.metrics, counts(t, h.metrics, "reconciler")); diff != "" {
+			if diff := cmp.Diff(tt.metrics, lambdatest.Counts(t, h.metrics.String(), "reconciler")); diff != "" {
 				t.Errorf("metrics mismatch (-want +got):\n%s", diff)
 			}
 			if logs := h.logs.String(); strings.Contains(logs, key.Hash) || !strings.Contains(logs, key.Short()) {
@@ -381,7 +393,7 @@ func TestReconcilerBatch(t *testing.T) {
 	if got, err := w.store.Get(t.Context(), lastKey); err != nil || !cmp.Equal(last, got) {
 		t.Errorf("record after the failed one: Get() = %+v, %v; want it untouched, %+v", got, err, last)
 	}
-	if diff := cmp.Diff(map[string]int{"reconcile_failed": 1}, counts(t, h.metrics, "reconciler")); diff != "" {
+	if diff := cmp.Diff(map[string]int{"reconcile_failed": 1}, lambdatest.Counts(t, h.metrics.String(), "reconciler")); diff != "" {
 		t.Errorf("metrics mismatch (-want +got):\n%s", diff)
 	}
 }
@@ -395,21 +407,21 @@ func TestReconcilerIgnores(t *testing.T) {
 	key := idempotency.NewKey("acme", "ignored")
 	now := time.Now()
 	res, rec, marked := w.unknown(t, key, now.Add(-time.Minute))
-	reserved := image(dynamo.ItemFromRecord(res))
+	reserved := stream.FromSDK(dynamo.ItemFromRecord(res))
 	unknown := marked.Change.NewImage
 	done := rec
 	done.Status, done.Request = idempotency.StatusCompleted, nil
 	done.Response = &idempotency.Response{Status: http.StatusCreated, Body: []byte("{}")}
-	completed := image(dynamo.ItemFromRecord(done))
+	completed := stream.FromSDK(dynamo.ItemFromRecord(done))
 	tests := []struct {
 		name string
 		rec  events.DynamoDBEventRecord
 	}{
-		{"REMOVE UNKNOWN by TTL", streamRecord(events.DynamoDBOperationTypeRemove, unknown, nil, ttlIdentity, now)},
-		{"INSERT IN_PROGRESS", streamRecord(events.DynamoDBOperationTypeInsert, nil, reserved, nil, now)},
-		{"MODIFY UNKNOWN -> COMPLETED", streamRecord(events.DynamoDBOperationTypeModify, unknown, completed, nil, now)},
-		{"MODIFY COMPLETED -> IN_PROGRESS", streamRecord(events.DynamoDBOperationTypeModify, completed, reserved, nil, now)},
-		{"MODIFY without a new image", streamRecord(events.DynamoDBOperationTypeModify, unknown, nil, nil, now)},
+		{"REMOVE UNKNOWN by TTL", lambdatest.Record(events.DynamoDBOperationTypeRemove, unknown, nil, lambdatest.TTLIdentity(), now)},
+		{"INSERT IN_PROGRESS", lambdatest.Record(events.DynamoDBOperationTypeInsert, nil, reserved, nil, now)},
+		{"MODIFY UNKNOWN -> COMPLETED", lambdatest.Record(events.DynamoDBOperationTypeModify, unknown, completed, nil, now)},
+		{"MODIFY COMPLETED -> IN_PROGRESS", lambdatest.Record(events.DynamoDBOperationTypeModify, completed, reserved, nil, now)},
+		{"MODIFY without a new image", lambdatest.Record(events.DynamoDBOperationTypeModify, unknown, nil, nil, now)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -420,7 +432,7 @@ func TestReconcilerIgnores(t *testing.T) {
 			if got, err := w.store.Get(t.Context(), key); err != nil || !cmp.Equal(rec, got) {
 				t.Errorf("Get() = %+v, %v; want the UNKNOWN record untouched", got, err)
 			}
-			if got := counts(t, h.metrics, "reconciler"); len(got) != 0 {
+			if got := lambdatest.Counts(t, h.metrics.String(), "reconciler"); len(got) != 0 {
 				t.Errorf("metrics = %v, want none", got)
 			}
 		})

@@ -1,7 +1,6 @@
 package reconciler_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/metrics"
 	"github.com/oncehq/once/internal/reconciler"
 	"github.com/oncehq/once/internal/samtemplate"
@@ -56,7 +56,7 @@ func templateFilter(t *testing.T, function string) func(events.DynamoDBEventReco
 
 // run starts an event source mapping for h on the idempotency table until the
 // test ends.
-func (w world) run(t *testing.T, function string, h stream.Handler, logs *syncBuffer) {
+func (w world) run(t *testing.T, function string, h stream.Handler, logs *lambdatest.Buffer) {
 	t.Helper()
 	p, err := stream.NewPoller(stream.PollerOptions{
 		Client:        dynamotest.Streams(t),
@@ -73,18 +73,7 @@ func (w world) run(t *testing.T, function string, h stream.Handler, logs *syncBu
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := p.Run(ctx); err != nil {
-			t.Errorf("%s poller: %v", function, err)
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	lambdatest.Start(t, p)
 }
 
 // TestRecoveryThroughTTL runs the whole recovery path on DynamoDB Local:
@@ -95,7 +84,7 @@ func (w world) run(t *testing.T, function string, h stream.Handler, logs *syncBu
 func TestRecoveryThroughTTL(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	sweeperMetrics, reconcilerMetrics, logs := &syncBuffer{}, &syncBuffer{}, &syncBuffer{}
+	sweeperMetrics, reconcilerMetrics, logs := &lambdatest.Buffer{}, &lambdatest.Buffer{}, &lambdatest.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("logs:\n%s", logs.String())
@@ -155,15 +144,15 @@ func TestRecoveryThroughTTL(t *testing.T) {
 	for {
 		got, err := w.store.Get(t.Context(), charged.Key)
 		done := err == nil && got.Status == idempotency.StatusCompleted &&
-			cmp.Equal(want.swept, counts(t, sweeperMetrics, "sweeper")) &&
-			cmp.Equal(want.resolved, counts(t, reconcilerMetrics, "reconciler"))
+			cmp.Equal(want.swept, lambdatest.Counts(t, sweeperMetrics.String(), "sweeper")) &&
+			cmp.Equal(want.resolved, lambdatest.Counts(t, reconcilerMetrics.String(), "reconciler"))
 		if done {
 			final = got
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("35s after the reservations: charged key %s (%v); sweeper metrics %v, reconciler metrics %v; want COMPLETED, %v, %v",
-				got.Status, err, counts(t, sweeperMetrics, "sweeper"), counts(t, reconcilerMetrics, "reconciler"), want.swept, want.resolved)
+				got.Status, err, lambdatest.Counts(t, sweeperMetrics.String(), "sweeper"), lambdatest.Counts(t, reconcilerMetrics.String(), "reconciler"), want.swept, want.resolved)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -188,7 +177,7 @@ func TestRecoveryThroughTTL(t *testing.T) {
 			t.Errorf("key %s: Get() = %s, %v; want ErrNotFound", rec.Key.Short(), got.Status, err)
 		}
 	}
-	if n := counts(t, reconcilerMetrics, "reconciler")["reconcile_failed"]; n != 0 {
+	if n := lambdatest.Counts(t, reconcilerMetrics.String(), "reconciler")["reconcile_failed"]; n != 0 {
 		t.Errorf("reconcile_failed = %d, want 0", n)
 	}
 

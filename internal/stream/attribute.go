@@ -55,6 +55,60 @@ func toSDK(v events.DynamoDBAttributeValue) types.AttributeValue {
 	}
 }
 
+// FromSDK converts the DynamoDB SDK's attribute values (an item as GetItem
+// returns it) to a Lambda event image, the inverse of ToSDK: the image a
+// stream record carries for that item. A nil map gives nil. A nil value, or
+// one of a type the SDK does not know (types.UnknownUnionMember), has no event
+// form and is left out.
+func FromSDK(m map[string]types.AttributeValue) map[string]events.DynamoDBAttributeValue {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]events.DynamoDBAttributeValue, len(m))
+	for k, v := range m {
+		if e, ok := fromSDK(v); ok {
+			out[k] = e
+		}
+	}
+	return out
+}
+
+func fromSDK(v types.AttributeValue) (events.DynamoDBAttributeValue, bool) {
+	switch v := v.(type) {
+	case *types.AttributeValueMemberS:
+		return events.NewStringAttribute(v.Value), true
+	case *types.AttributeValueMemberN:
+		return events.NewNumberAttribute(v.Value), true
+	case *types.AttributeValueMemberB:
+		return events.NewBinaryAttribute(nonNil(v.Value)), true
+	case *types.AttributeValueMemberBOOL:
+		return events.NewBooleanAttribute(v.Value), true
+	case *types.AttributeValueMemberNULL:
+		return events.NewNullAttribute(), true
+	case *types.AttributeValueMemberSS:
+		return events.NewStringSetAttribute(nonNil(v.Value)), true
+	case *types.AttributeValueMemberNS:
+		return events.NewNumberSetAttribute(nonNil(v.Value)), true
+	case *types.AttributeValueMemberBS:
+		bs := make([][]byte, len(v.Value))
+		for i, b := range v.Value {
+			bs[i] = nonNil(b)
+		}
+		return events.NewBinarySetAttribute(bs), true
+	case *types.AttributeValueMemberL:
+		l := make([]events.DynamoDBAttributeValue, 0, len(v.Value))
+		for _, e := range v.Value {
+			if c, ok := fromSDK(e); ok {
+				l = append(l, c)
+			}
+		}
+		return events.NewListAttribute(l), true
+	case *types.AttributeValueMemberM:
+		return events.NewMapAttribute(nonNilMap(FromSDK(v.Value))), true
+	}
+	return events.DynamoDBAttributeValue{}, false
+}
+
 // fromStreams converts a DynamoDB Streams image to the Lambda event's form.
 func fromStreams(m map[string]streamtypes.AttributeValue) (map[string]events.DynamoDBAttributeValue, error) {
 	if m == nil {
@@ -98,10 +152,7 @@ func fromStreamsValue(v streamtypes.AttributeValue) (events.DynamoDBAttributeVal
 		if err != nil {
 			return events.DynamoDBAttributeValue{}, err
 		}
-		if m == nil {
-			m = map[string]events.DynamoDBAttributeValue{}
-		}
-		return events.NewMapAttribute(m), nil
+		return events.NewMapAttribute(nonNilMap(m)), nil
 	case *streamtypes.AttributeValueMemberN:
 		return events.NewNumberAttribute(v.Value), nil
 	case *streamtypes.AttributeValueMemberNS:
@@ -124,4 +175,12 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
+}
+
+// nonNilMap returns m, or an empty map for nil, for the same reason.
+func nonNilMap(m map[string]events.DynamoDBAttributeValue) map[string]events.DynamoDBAttributeValue {
+	if m == nil {
+		return map[string]events.DynamoDBAttributeValue{}
+	}
+	return m
 }

@@ -124,19 +124,17 @@ func TestAttributeConversions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Through JSON too, as the handler receives it.
-	b, err := json.Marshal(ev)
-	if err != nil {
-		t.Fatal(err)
+	// Through JSON too, as the handler receives it; and back from the SDK's
+	// form, which FromSDK converts to the same event form.
+	images := map[string]map[string]events.DynamoDBAttributeValue{
+		"fromStreams":          ev,
+		"fromStreams via JSON": viaJSON(t, ev),
+		"FromSDK":              FromSDK(want),
+		"FromSDK via JSON":     viaJSON(t, FromSDK(want)),
 	}
-	var decoded map[string]events.DynamoDBAttributeValue
-	if err := json.Unmarshal(b, &decoded); err != nil {
-		t.Fatalf("unmarshal %s: %v", b, err)
-	}
-	for name, m := range map[string]map[string]events.DynamoDBAttributeValue{"direct": ev, "via JSON": decoded} {
-		got := ToSDK(m)
-		if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(allMembers...)); diff != "" {
-			t.Errorf("%s: ToSDK(fromStreams()) (-want +got):\n%s", name, diff)
+	for name, m := range images {
+		if diff := cmp.Diff(want, ToSDK(m), cmpopts.IgnoreUnexported(allMembers...)); diff != "" {
+			t.Errorf("ToSDK(%s) (-want +got):\n%s", name, diff)
 		}
 	}
 	if ToSDK(nil) != nil {
@@ -147,9 +145,50 @@ func TestAttributeConversions(t *testing.T) {
 	}
 }
 
+// viaJSON returns img as a handler decodes it from the event's JSON.
+func viaJSON(t *testing.T, img map[string]events.DynamoDBAttributeValue) map[string]events.DynamoDBAttributeValue {
+	t.Helper()
+	b, err := json.Marshal(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var decoded map[string]events.DynamoDBAttributeValue
+	if err := json.Unmarshal(b, &decoded); err != nil {
+		t.Fatalf("unmarshal %s: %v", b, err)
+	}
+	return decoded
+}
+
 var allMembers = []any{
 	types.AttributeValueMemberS{}, types.AttributeValueMemberN{}, types.AttributeValueMemberB{},
 	types.AttributeValueMemberBOOL{}, types.AttributeValueMemberNULL{}, types.AttributeValueMemberSS{},
 	types.AttributeValueMemberNS{}, types.AttributeValueMemberBS{}, types.AttributeValueMemberL{},
 	types.AttributeValueMemberM{},
+}
+
+func TestFromSDKEdges(t *testing.T) {
+	if got := FromSDK(nil); got != nil {
+		t.Errorf("FromSDK(nil) = %v, want nil", got)
+	}
+	// Nil slices and maps become empty ones, which the event's JSON form
+	// holds; values with no event form are left out.
+	got := ToSDK(FromSDK(map[string]types.AttributeValue{
+		"nilb":    &types.AttributeValueMemberB{},
+		"nilbs":   &types.AttributeValueMemberBS{Value: [][]byte{nil}},
+		"nilm":    &types.AttributeValueMemberM{},
+		"nill":    &types.AttributeValueMemberL{},
+		"nil":     nil,
+		"unknown": &types.UnknownUnionMember{Tag: "Z"},
+		"l":       &types.AttributeValueMemberL{Value: []types.AttributeValue{&types.UnknownUnionMember{Tag: "Z"}, &types.AttributeValueMemberS{Value: "y"}}},
+	}))
+	want := map[string]types.AttributeValue{
+		"nilb":  &types.AttributeValueMemberB{Value: []byte{}},
+		"nilbs": &types.AttributeValueMemberBS{Value: [][]byte{{}}},
+		"nilm":  &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}},
+		"nill":  &types.AttributeValueMemberL{Value: []types.AttributeValue{}},
+		"l":     &types.AttributeValueMemberL{Value: []types.AttributeValue{&types.AttributeValueMemberS{Value: "y"}}},
+	}
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(allMembers...)); diff != "" {
+		t.Errorf("ToSDK(FromSDK()) (-want +got):\n%s", diff)
+	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/internal/dynamotest"
+	"github.com/oncehq/once/internal/lambdatest"
 )
 
 // env is one test's DynamoDB Local clients and tables.
@@ -61,20 +62,7 @@ func start(t *testing.T, opts PollerOptions) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run() = %v, want nil after cancellation", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Errorf("Run did not return within 10s of cancellation")
-		}
-	})
+	lambdatest.Start(t, p)
 }
 
 func (e env) put(t *testing.T, table, pk string, attrs map[string]types.AttributeValue) {
@@ -85,17 +73,6 @@ func (e env) put(t *testing.T, table, pk string, attrs map[string]types.Attribut
 	}
 	if _, err := e.db.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(table), Item: item}); err != nil {
 		t.Fatalf("PutItem(%s): %v", pk, err)
-	}
-}
-
-func (e env) delete(t *testing.T, table, pk string) {
-	t.Helper()
-	_, err := e.db.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{
-		TableName: aws.String(table),
-		Key:       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: pk}},
-	})
-	if err != nil {
-		t.Fatalf("DeleteItem(%s): %v", pk, err)
 	}
 }
 
@@ -124,18 +101,6 @@ func (l *list[T]) get() []T {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]T(nil), l.list...)
-}
-
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func pkOf(rec events.DynamoDBEventRecord) string {
@@ -179,8 +144,8 @@ func TestPollerDeliversChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.delete(t, table, "acme#p1")
-	waitFor(t, 10*time.Second, "three records", func() bool { return len(got.get()) >= 3 })
+	dynamotest.Delete(t, e.db, table, "acme#p1")
+	lambdatest.WaitFor(t, 10*time.Second, "three records", func() bool { return len(got.get()) >= 3 })
 
 	recs := got.get()
 	if len(recs) != 3 {
@@ -280,7 +245,7 @@ func TestPollerRedeliversFailedRecord(t *testing.T) {
 	opts.DeadLetter = func(_ context.Context, f Failure) { dead.add(f) }
 	start(t, opts)
 
-	waitFor(t, 10*time.Second, "record c", func() bool {
+	lambdatest.WaitFor(t, 10*time.Second, "record c", func() bool {
 		c := calls.get()
 		return len(c) > 0 && c[len(c)-1].PK == "c"
 	})
@@ -374,9 +339,9 @@ func TestPollerDeadLettersPoisonRecord(t *testing.T) {
 			opts.DeadLetterFile = file
 			start(t, opts)
 
-			waitFor(t, 15*time.Second, "dead letters", func() bool { return len(dead.get()) >= len(tt.wantDead) })
+			lambdatest.WaitFor(t, 15*time.Second, "dead letters", func() bool { return len(dead.get()) >= len(tt.wantDead) })
 			e.put(t, table, "later", nil)
-			waitFor(t, 10*time.Second, "the record after the poison", func() bool {
+			lambdatest.WaitFor(t, 10*time.Second, "the record after the poison", func() bool {
 				c := calls.get()
 				return len(c) > 0 && c[len(c)-1].PK == "later"
 			})
@@ -458,7 +423,7 @@ func TestPollerTTLRemoval(t *testing.T) {
 
 	expired := strconv.FormatInt(time.Now().Add(-5*time.Second).Unix(), 10)
 	e.put(t, table, "acme#deleted", map[string]types.AttributeValue{"expires_at": &types.AttributeValueMemberN{Value: "4102444800"}})
-	e.delete(t, table, "acme#deleted")
+	dynamotest.Delete(t, e.db, table, "acme#deleted")
 	put := time.Now()
 	e.put(t, table, "acme#expired", map[string]types.AttributeValue{
 		"status":     &types.AttributeValueMemberS{Value: "COMPLETED"},
@@ -548,7 +513,7 @@ func TestPollerExpiredIterator(t *testing.T) {
 		e.put(t, table, pk, nil)
 		time.Sleep(30 * time.Millisecond)
 	}
-	waitFor(t, 10*time.Second, "every record", func() bool { return len(seen.get()) >= len(want) })
+	lambdatest.WaitFor(t, 10*time.Second, "every record", func() bool { return len(seen.get()) >= len(want) })
 	time.Sleep(200 * time.Millisecond) // no duplicates should follow
 	if diff := cmp.Diff(want, seen.get()); diff != "" {
 		t.Errorf("delivered (-want +got):\n%s", diff)
@@ -580,7 +545,7 @@ func TestPollerStartAtLatest(t *testing.T) {
 		t.Fatal("the poller did not read the stream within 10s")
 	}
 	e.put(t, table, "new", nil)
-	waitFor(t, 10*time.Second, "the new record", func() bool { return len(seen.get()) > 0 })
+	lambdatest.WaitFor(t, 10*time.Second, "the new record", func() bool { return len(seen.get()) > 0 })
 	if diff := cmp.Diff([]string{"new"}, seen.get()); diff != "" {
 		t.Errorf("delivered (-want +got):\n%s", diff)
 	}
@@ -735,10 +700,10 @@ func TestPollerFilter(t *testing.T) {
 	for _, pk := range []string{"drop-1", "keep-1", "drop-2", "keep-2"} {
 		e.put(t, table, pk, nil)
 	}
-	e.delete(t, table, "keep-1")
+	dynamotest.Delete(t, e.db, table, "keep-1")
 	e.put(t, table, "last", nil)
 	e.put(t, table, "keep-3", nil)
-	waitFor(t, 10*time.Second, "keep-3", func() bool { return len(seen.get()) >= 3 })
+	lambdatest.WaitFor(t, 10*time.Second, "keep-3", func() bool { return len(seen.get()) >= 3 })
 	if diff := cmp.Diff([]string{"INSERT keep-1", "INSERT keep-2", "INSERT keep-3"}, seen.get()); diff != "" {
 		t.Errorf("delivered (-want +got):\n%s", diff)
 	}

@@ -79,7 +79,7 @@ func (s *Sweeper) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.D
 // record handles one stream record.
 func (s *Sweeper) record(ctx context.Context, er events.DynamoDBEventRecord) error {
 	c := stream.NewChange(er)
-	if c.EventName != events.DynamoDBOperationTypeRemove || !hasStatus(c.OldImage, idempotency.StatusInProgress) {
+	if c.EventName != events.DynamoDBOperationTypeRemove || dynamo.StreamImageStatus(c.OldImage) != idempotency.StatusInProgress {
 		return nil // not an IN_PROGRESS reservation leaving the table
 	}
 	log := s.cfg.Logger.With("event_id", c.EventID, "sequence_number", c.SequenceNumber)
@@ -158,11 +158,4 @@ func RemovedByTTL(rec events.DynamoDBEventRecord, old idempotency.Record, now ti
 		deadline = deadline.Add(time.Second)
 	}
 	return !removedAt.Truncate(time.Second).Before(deadline)
-}
-
-// hasStatus reports whether image holds the string attribute status with the
-// value want.
-func hasStatus(image map[string]events.DynamoDBAttributeValue, want idempotency.Status) bool {
-	v, ok := image[dynamo.AttrStatus]
-	return ok && v.DataType() == events.DataTypeString && v.String() == string(want)
 }

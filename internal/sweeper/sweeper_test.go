@@ -8,11 +8,15 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/metrics"
 	"github.com/oncehq/once/internal/store/dynamo"
+	"github.com/oncehq/once/internal/stream"
 	"github.com/oncehq/once/internal/sweeper"
 )
 
@@ -21,16 +25,42 @@ const (
 	retention = time.Hour
 )
 
+// env is one test's DynamoDB Local tables and idempotency store.
+type env struct {
+	db    *dynamodb.Client
+	names dynamotest.Names
+	store *dynamo.Store
+}
+
+func newEnv(t *testing.T) env {
+	t.Helper()
+	db := dynamotest.Client(t)
+	names := dynamotest.Tables(t, db)
+	return env{db: db, names: names, store: dynamo.New(db, names.Idempotency)}
+}
+
+// image returns key's stored item as a stream image.
+func (e env) image(t *testing.T, key idempotency.Key) map[string]events.DynamoDBAttributeValue {
+	t.Helper()
+	return stream.FromSDK(dynamotest.Item(t, e.db, e.names.Idempotency, key.ID()))
+}
+
+// expire deletes key's item as DynamoDB's TTL process does.
+func (e env) expire(t *testing.T, key idempotency.Key) {
+	t.Helper()
+	dynamotest.Delete(t, e.db, e.names.Idempotency, key.ID())
+}
+
 // harness is a Sweeper with its metrics and logs.
 type harness struct {
 	s       *sweeper.Sweeper
-	metrics *syncBuffer
-	logs    *syncBuffer
+	metrics *lambdatest.Buffer
+	logs    *lambdatest.Buffer
 }
 
 func newHarness(t *testing.T, store sweeper.Store, now func() time.Time) harness {
 	t.Helper()
-	h := harness{metrics: &syncBuffer{}, logs: &syncBuffer{}}
+	h := harness{metrics: &lambdatest.Buffer{}, logs: &lambdatest.Buffer{}}
 	s, err := sweeper.New(sweeper.Config{
 		Store:     store,
 		Retention: retention,
@@ -57,11 +87,7 @@ func (h harness) handle(t *testing.T, recs ...events.DynamoDBEventRecord) []stri
 	if err != nil {
 		t.Fatalf("Handle() error = %v, want nil (failures are reported per record)", err)
 	}
-	var failed []string
-	for _, f := range resp.BatchItemFailures {
-		failed = append(failed, f.ItemIdentifier)
-	}
-	return failed
+	return lambdatest.Failures(resp)
 }
 
 // reservation is an IN_PROGRESS record as the middleware writes it.
@@ -98,7 +124,7 @@ func TestSweeper(t *testing.T) {
 	}{
 		{
 			name: "external, TTL deletion with its user identity: restored UNKNOWN", external: true,
-			lease: -3 * time.Second, identity: ttlIdentity,
+			lease: -3 * time.Second, identity: lambdatest.TTLIdentity(),
 			want: idempotency.StatusUnknown, metrics: map[string]int{"zombie_swept": 1, "reconcile_scheduled": 1},
 		},
 		{
@@ -113,7 +139,7 @@ func TestSweeper(t *testing.T) {
 		},
 		{
 			name:  "not external, TTL deletion: swept, nothing restored",
-			lease: -3 * time.Second, identity: ttlIdentity,
+			lease: -3 * time.Second, identity: lambdatest.TTLIdentity(),
 			metrics: map[string]int{"zombie_swept": 1},
 		},
 		{
@@ -128,12 +154,12 @@ func TestSweeper(t *testing.T) {
 		},
 		{
 			name: "external, newer owner: not overwritten", external: true,
-			lease: -3 * time.Second, identity: ttlIdentity, newer: true,
+			lease: -3 * time.Second, identity: lambdatest.TTLIdentity(), newer: true,
 			want: idempotency.StatusInProgress, metrics: map[string]int{"zombie_swept": 1},
 		},
 		{
 			name: "external, redelivered: restored once", external: true,
-			lease: -3 * time.Second, identity: ttlIdentity, twice: true,
+			lease: -3 * time.Second, identity: lambdatest.TTLIdentity(), twice: true,
 			want: idempotency.StatusUnknown, metrics: map[string]int{"zombie_swept": 2, "reconcile_scheduled": 1},
 		},
 	}
@@ -145,13 +171,13 @@ func TestSweeper(t *testing.T) {
 			if err := e.store.Reserve(t.Context(), old, removed.Add(-time.Minute)); err != nil {
 				t.Fatalf("Reserve: %v", err)
 			}
-			item := e.item(t, key)
+			item := e.image(t, key)
 			if tt.release {
 				if err := e.store.Release(t.Context(), key, old.LeaseToken); err != nil {
 					t.Fatalf("Release: %v", err)
 				}
 			} else {
-				e.deleteItem(t, key)
+				e.expire(t, key)
 			}
 			var newer idempotency.Record
 			if tt.newer {
@@ -160,7 +186,7 @@ func TestSweeper(t *testing.T) {
 					t.Fatalf("Reserve(newer): %v", err)
 				}
 			}
-			rec := streamRecord(events.DynamoDBOperationTypeRemove, image(item), nil, tt.identity, removed)
+			rec := lambdatest.Record(events.DynamoDBOperationTypeRemove, item, nil, tt.identity, removed)
 
 			now := time.Now()
 			h := newHarness(t, e.store, func() time.Time { return now })
@@ -210,7 +236,7 @@ func TestSweeper(t *testing.T) {
 					t.Errorf("after redelivery lease token = %q, want the first restore's %q", got.LeaseToken, first.LeaseToken)
 				}
 			}
-			if diff := cmp.Diff(tt.metrics, counts(t, h.metrics, "sweeper")); diff != "" {
+			if diff := cmp.Diff(tt.metrics, lambdatest.Counts(t, h.metrics.String(), "sweeper")); diff != "" {
 				t.Errorf("metrics mismatch (-want +got):\n%s", diff)
 			}
 			logs := h.logs.String()
@@ -234,13 +260,13 @@ func TestSweeperIgnores(t *testing.T) {
 	if err := e.store.Reserve(t.Context(), inProgress, past); err != nil {
 		t.Fatal(err)
 	}
-	reserved := image(e.item(t, key))
+	reserved := e.image(t, key)
 	if err := e.store.MarkUnknown(t.Context(), key, inProgress.LeaseToken, idempotency.NewToken(), past.Add(2*time.Second), past); err != nil {
 		t.Fatal(err)
 	}
-	unknown := image(e.item(t, key))
-	e.deleteItem(t, key)
-	completed := image(dynamo.ItemFromRecord(idempotency.Record{
+	unknown := e.image(t, key)
+	e.expire(t, key)
+	completed := stream.FromSDK(dynamo.ItemFromRecord(idempotency.Record{
 		Key: key, Status: idempotency.StatusCompleted, Route: route, Fingerprint: "f", External: true,
 		ExpiresAt: past.Add(time.Second), Response: &idempotency.Response{Status: 201, Body: []byte("{}")},
 	}))
@@ -249,11 +275,11 @@ func TestSweeperIgnores(t *testing.T) {
 		name string
 		rec  events.DynamoDBEventRecord
 	}{
-		{"INSERT IN_PROGRESS", streamRecord(events.DynamoDBOperationTypeInsert, nil, reserved, nil, now)},
-		{"MODIFY IN_PROGRESS -> UNKNOWN", streamRecord(events.DynamoDBOperationTypeModify, reserved, unknown, nil, now)},
-		{"REMOVE UNKNOWN by TTL", streamRecord(events.DynamoDBOperationTypeRemove, unknown, nil, ttlIdentity, now)},
-		{"REMOVE COMPLETED by TTL", streamRecord(events.DynamoDBOperationTypeRemove, completed, nil, ttlIdentity, now)},
-		{"REMOVE without an old image", streamRecord(events.DynamoDBOperationTypeRemove, nil, nil, ttlIdentity, now)},
+		{"INSERT IN_PROGRESS", lambdatest.Record(events.DynamoDBOperationTypeInsert, nil, reserved, nil, now)},
+		{"MODIFY IN_PROGRESS -> UNKNOWN", lambdatest.Record(events.DynamoDBOperationTypeModify, reserved, unknown, nil, now)},
+		{"REMOVE UNKNOWN by TTL", lambdatest.Record(events.DynamoDBOperationTypeRemove, unknown, nil, lambdatest.TTLIdentity(), now)},
+		{"REMOVE COMPLETED by TTL", lambdatest.Record(events.DynamoDBOperationTypeRemove, completed, nil, lambdatest.TTLIdentity(), now)},
+		{"REMOVE without an old image", lambdatest.Record(events.DynamoDBOperationTypeRemove, nil, nil, lambdatest.TTLIdentity(), now)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -264,7 +290,7 @@ func TestSweeperIgnores(t *testing.T) {
 			if got, err := e.store.Get(t.Context(), key); !errors.Is(err, idempotency.ErrNotFound) {
 				t.Errorf("Get() = %+v, %v; want ErrNotFound", got, err)
 			}
-			if got := counts(t, h.metrics, "sweeper"); len(got) != 0 {
+			if got := lambdatest.Counts(t, h.metrics.String(), "sweeper"); len(got) != 0 {
 				t.Errorf("metrics = %v, want none", got)
 			}
 		})
@@ -283,15 +309,15 @@ func TestSweeperFailures(t *testing.T) {
 		if err := e.store.Reserve(t.Context(), old, now.Add(-time.Minute)); err != nil {
 			t.Fatal(err)
 		}
-		item := image(e.item(t, key))
-		e.deleteItem(t, key)
-		return key, streamRecord(events.DynamoDBOperationTypeRemove, item, nil, ttlIdentity, now)
+		item := e.image(t, key)
+		e.expire(t, key)
+		return key, lambdatest.Record(events.DynamoDBOperationTypeRemove, item, nil, lambdatest.TTLIdentity(), now)
 	}
 	badImage := func(mutate func(map[string]events.DynamoDBAttributeValue)) events.DynamoDBEventRecord {
 		key := idempotency.NewKey("acme", "bad")
-		img := image(dynamo.ItemFromRecord(reservation(key, true, now, now.Add(-time.Second))))
+		img := stream.FromSDK(dynamo.ItemFromRecord(reservation(key, true, now, now.Add(-time.Second))))
 		mutate(img)
-		return streamRecord(events.DynamoDBOperationTypeRemove, img, nil, ttlIdentity, now)
+		return lambdatest.Record(events.DynamoDBOperationTypeRemove, img, nil, lambdatest.TTLIdentity(), now)
 	}
 
 	tests := []struct {
@@ -333,7 +359,7 @@ func TestSweeperFailures(t *testing.T) {
 			if got, err := e.store.Get(t.Context(), afterKey); !errors.Is(err, idempotency.ErrNotFound) {
 				t.Errorf("record after the failure: Get() = %+v, %v; want ErrNotFound (not applied before the failed record)", got, err)
 			}
-			if got := counts(t, h.metrics, "sweeper"); len(got) != 0 {
+			if got := lambdatest.Counts(t, h.metrics.String(), "sweeper"); len(got) != 0 {
 				t.Errorf("metrics = %v, want none", got)
 			}
 		})
@@ -353,7 +379,7 @@ func TestRemovedByTTL(t *testing.T) {
 		now      time.Time
 		want     bool
 	}{
-		{"TTL identity, whatever the time", deadline, ttlIdentity, at(time.Second), at(time.Second), true},
+		{"TTL identity, whatever the time", deadline, lambdatest.TTLIdentity(), at(time.Second), at(time.Second), true},
 		{"no identity, the second after the deadline", deadline, nil, at(11 * time.Second), at(time.Minute), true},
 		{"no identity, well after the deadline", deadline, nil, at(time.Hour), at(time.Hour), true},
 		{"no identity, within the lease", deadline, nil, at(9 * time.Second), at(time.Minute), false},

@@ -1,14 +1,10 @@
 package worker_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 
 	"github.com/oncehq/once/internal/dynamotest"
+	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/metrics"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
@@ -45,8 +42,8 @@ type env struct {
 	worker   *worker.Worker
 	// requests counts the HTTP requests that reached the simulator.
 	requests atomic.Int64
-	logs     syncBuffer
-	metrics  syncBuffer
+	logs     lambdatest.Buffer
+	metrics  lambdatest.Buffer
 }
 
 func newEnv(t *testing.T) *env {
@@ -154,25 +151,7 @@ func run(t *testing.T, opts stream.PollerOptions) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Poller.Run() = %v, want nil after cancellation", err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Errorf("Poller.Run did not return within 10s of cancellation")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return lambdatest.Start(t, p)
 }
 
 // records reads table's stream from its start until it has n records, as
@@ -189,7 +168,7 @@ func (e *env) records(t *testing.T, table string, n int) []events.DynamoDBEventR
 		recs = append(recs, ev.Records...)
 		return events.DynamoDBEventResponse{}, nil
 	}))
-	waitFor(t, 10*time.Second, "stream records", func() bool {
+	lambdatest.WaitFor(t, 10*time.Second, "stream records", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(recs) >= n
@@ -201,18 +180,6 @@ func (e *env) records(t *testing.T, table string, n int) []events.DynamoDBEventR
 	return recs
 }
 
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func pkOf(rec events.DynamoDBEventRecord) string {
 	if v, ok := rec.Change.Keys["pk"]; ok {
 		return v.String()
@@ -220,87 +187,18 @@ func pkOf(rec events.DynamoDBEventRecord) string {
 	return ""
 }
 
-// sequenceNumbers returns the identifiers of a response's failures.
-func sequenceNumbers(resp events.DynamoDBEventResponse) []string {
-	var out []string
-	for _, f := range resp.BatchItemFailures {
-		out = append(out, f.ItemIdentifier)
-	}
-	return out
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// lines parses the JSON lines written to b.
-func (b *syncBuffer) lines(t *testing.T) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	sc := bufio.NewScanner(strings.NewReader(b.String()))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("line %q is not JSON: %v", sc.Text(), err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
 // counts sums the EMF metrics written to e.metrics, checking each document's
 // namespace and dimensions.
 func (e *env) counts(t *testing.T) map[string]int {
 	t.Helper()
-	out := map[string]int{}
-	for _, doc := range e.metrics.lines(t) {
-		var emf struct {
-			CloudWatchMetrics []struct {
-				Namespace  string
-				Dimensions [][]string
-				Metrics    []struct{ Name, Unit string }
-			}
-		}
-		raw, _ := json.Marshal(doc["_aws"])
-		if err := json.Unmarshal(raw, &emf); err != nil || len(emf.CloudWatchMetrics) != 1 {
-			t.Fatalf("EMF document %v: want one CloudWatchMetrics directive", doc)
-		}
-		d := emf.CloudWatchMetrics[0]
-		if d.Namespace != "once" || len(d.Dimensions) != 1 || len(d.Dimensions[0]) != 1 ||
-			d.Dimensions[0][0] != "Service" || doc["Service"] != "worker" {
-			t.Errorf("EMF document %v: want namespace once, dimension Service=worker", doc)
-		}
-		for _, m := range d.Metrics {
-			v, ok := doc[m.Name].(float64)
-			if !ok || m.Unit != "Count" {
-				t.Errorf("EMF document %v: metric %s has no count value", doc, m.Name)
-			}
-			out[m.Name] += int(v)
-		}
-	}
-	return out
+	return lambdatest.Counts(t, e.metrics.String(), "worker")
 }
 
 // recordLogs returns the "worker: record" log lines about payment id.
 func (e *env) recordLogs(t *testing.T, id string) []map[string]any {
 	t.Helper()
 	var out []map[string]any
-	for _, l := range e.logs.lines(t) {
+	for _, l := range e.logs.Lines(t) {
 		if l["msg"] == "worker: record" && l["payment"] == id {
 			out = append(out, l)
 		}

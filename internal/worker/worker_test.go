@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider/simulator"
 	"github.com/oncehq/once/internal/stream"
@@ -69,7 +70,7 @@ func TestPollerSettles(t *testing.T) {
 			run(t, e.pollerOptions(t, e.names.Payments, e.worker.Handle))
 			p := e.pay(t, tt.source)
 			// The log line comes last, after the settle and the metric.
-			waitFor(t, 10*time.Second, "the payment's log line", func() bool {
+			lambdatest.WaitFor(t, 10*time.Second, "the payment's log line", func() bool {
 				return len(e.recordLogs(t, p.ID)) > 0
 			})
 
@@ -214,7 +215,7 @@ func TestHandleProviderErrors(t *testing.T) {
 			}
 			ev := events.DynamoDBEvent{Records: []events.DynamoDBEventRecord{rec}}
 			resp, err := e.worker.Handle(t.Context(), ev)
-			if diff := cmp.Diff([]string{rec.Change.SequenceNumber}, sequenceNumbers(resp)); err != nil || diff != "" {
+			if diff := cmp.Diff([]string{rec.Change.SequenceNumber}, lambdatest.Failures(resp)); err != nil || diff != "" {
 				t.Errorf("Handle() error = %v, batch item failures (-want +got):\n%s", err, diff)
 			}
 			if got := e.get(t, p); got.Status != payments.StatusPending {
@@ -263,7 +264,7 @@ func TestHandlePoisonInBatch(t *testing.T) {
 		t.Fatalf("Handle() error = %v", err)
 	}
 	want := []string{recs[1].Change.SequenceNumber, recs[2].Change.SequenceNumber}
-	if diff := cmp.Diff(want, sequenceNumbers(resp)); diff != "" {
+	if diff := cmp.Diff(want, lambdatest.Failures(resp)); diff != "" {
 		t.Errorf("batch item failures (-want +got):\n%s", diff)
 	}
 	if got := e.get(t, a); got.Status != payments.StatusSucceeded {
@@ -273,7 +274,7 @@ func TestHandlePoisonInBatch(t *testing.T) {
 		t.Errorf("payment after the poison: %s with %d charges, want pending with 0", got.Status, n)
 	}
 	var poisonLogs int
-	for _, l := range e.logs.lines(t) {
+	for _, l := range e.logs.Lines(t) {
 		if l["msg"] == "worker: record" && l["sequence_number"] == recs[1].Change.SequenceNumber {
 			poisonLogs++
 			if l["level"] != "ERROR" || l["outcome"] != "error" || l["err"] == nil {
@@ -303,7 +304,7 @@ func TestPollerDeadLettersPoison(t *testing.T) {
 	a := e.pay(t, simulator.TokenVisa)
 	poison := e.poison(t)
 	c := e.pay(t, simulator.TokenVisa)
-	waitFor(t, 15*time.Second, "the payment after the poison to settle", func() bool {
+	lambdatest.WaitFor(t, 15*time.Second, "the payment after the poison to settle", func() bool {
 		return len(e.recordLogs(t, c.ID)) > 0
 	})
 
@@ -390,7 +391,7 @@ func TestHandleIgnores(t *testing.T) {
 		t.Errorf("metrics = %v, want none", got)
 	}
 	var ignored int
-	for _, l := range e.logs.lines(t) {
+	for _, l := range e.logs.Lines(t) {
 		if l["msg"] == "worker: record" {
 			if l["outcome"] != "ignored" || l["level"] != "DEBUG" {
 				t.Errorf("log line = %v, want a DEBUG line with outcome ignored", l)
@@ -438,7 +439,7 @@ func TestHandleStopsWhenCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	resp, err := e.worker.Handle(ctx, events.DynamoDBEvent{Records: recs})
-	if diff := cmp.Diff([]string{recs[0].Change.SequenceNumber}, sequenceNumbers(resp)); err != nil || diff != "" {
+	if diff := cmp.Diff([]string{recs[0].Change.SequenceNumber}, lambdatest.Failures(resp)); err != nil || diff != "" {
 		t.Errorf("Handle(cancelled) error = %v, batch item failures (-want +got):\n%s", err, diff)
 	}
 	if got, n := e.get(t, p), e.charges(t, p); got.Status != payments.StatusPending || n != 0 {

@@ -1,8 +1,8 @@
 // Package dynamo is the DynamoDB implementation of idempotency.Store.
 //
 // One item per scoped key, laid out as docs/design.md describes the
-// IdempotencyTable (ItemFromRecord, RecordFromItem and RecordFromStreamImage
-// are the one mapping every package uses). Every Store method is one request:
+// IdempotencyTable (ItemFromRecord, RecordFromItem, RecordFromStreamImage and
+// StreamImageStatus are the one mapping every package uses). Every Store method is one request:
 // Commit, and Complete with effects, are one TransactWriteItems; Reserve and
 // Complete without effects one conditional PutItem; Release a conditional
 // DeleteItem; MarkUnknown a conditional UpdateItem; Get a consistent GetItem.

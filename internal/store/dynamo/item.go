@@ -131,6 +131,17 @@ func RecordFromStreamImage(image map[string]events.DynamoDBAttributeValue) (idem
 	return RecordFromItem(item)
 }
 
+// StreamImageStatus returns the status of the record a stream image holds
+// without decoding the rest, or "" when the image has no status string: the
+// stream handlers use it to pass over the records that are not theirs.
+func StreamImageStatus(image map[string]events.DynamoDBAttributeValue) idempotency.Status {
+	v, ok := image[AttrStatus]
+	if !ok || v.DataType() != events.DataTypeString {
+		return ""
+	}
+	return idempotency.Status(v.String())
+}
+
 // fromEvent converts a Lambda event attribute value to the SDK's.
 func fromEvent(v events.DynamoDBAttributeValue) types.AttributeValue {
 	switch v.DataType() {

@@ -152,6 +152,18 @@ func TestRecordFromItemErrors(t *testing.T) {
 	}
 }
 
+func TestStreamImageStatusAbsent(t *testing.T) {
+	for name, image := range map[string]map[string]events.DynamoDBAttributeValue{
+		"no image":     nil,
+		"no status":    {dynamo.AttrPK: events.NewStringAttribute("acme#k")},
+		"not a string": {dynamo.AttrStatus: events.NewNumberAttribute("1")},
+	} {
+		if s := dynamo.StreamImageStatus(image); s != "" {
+			t.Errorf("%s: StreamImageStatus = %q, want \"\"", name, s)
+		}
+	}
+}
+
 func TestRecordFromStreamImage(t *testing.T) {
 	data, err := os.ReadFile("testdata/stream-event.json")
 	if err != nil {
@@ -201,6 +213,9 @@ func TestRecordFromStreamImage(t *testing.T) {
 			got, err := dynamo.RecordFromStreamImage(tt.image)
 			if err != nil {
 				t.Fatalf("RecordFromStreamImage = %v", err)
+			}
+			if s := dynamo.StreamImageStatus(tt.image); s != tt.want.Status {
+				t.Errorf("StreamImageStatus = %q, want %q", s, tt.want.Status)
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("RecordFromStreamImage mismatch (-want +got):\n%s", diff)
