@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/oncehq/once/internal/idempotency"
 	"github.com/oncehq/once/internal/payments"
@@ -124,6 +125,35 @@ func BenchmarkBareWrite(b *testing.B) {
 			Item:                item,
 			ConditionExpression: aws.String("attribute_not_exists(pk)"),
 		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkBareTransaction is the floor of any one-round-trip design: the
+// same payment item and a minimal marker item for its key, written in one
+// TransactWriteItems with attribute_not_exists on both. Against
+// BenchmarkBareWrite it prices DynamoDB's transaction itself.
+func BenchmarkBareTransaction(b *testing.B) {
+	s := newStack(b)
+	req, err := payments.Decode([]byte(body1001))
+	if err != nil {
+		b.Fatal(err)
+	}
+	i := 0
+	for b.Loop() {
+		i++
+		p := payments.New("acme", req, time.Now())
+		item, err := attributevalue.MarshalMap(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		marker := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: fmt.Sprintf("acme#bare-%d", i)}}
+		_, err = s.client.TransactWriteItems(b.Context(), &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+			{Put: &types.Put{TableName: aws.String(s.names.Idempotency), Item: marker, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
+			{Put: &types.Put{TableName: aws.String(s.names.Payments), Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
+		}})
 		if err != nil {
 			b.Fatal(err)
 		}
