@@ -2,7 +2,7 @@
 //
 // Each file is an event as AWS sends it to one function, named
 // <function>-<case>.json (api-*, authorizer-*, worker-*, sweeper-*,
-// reconciler-*), for `sam local invoke -e events/<file>.json <LogicalId>`.
+// reconciler-*, provider-*), for `sam local invoke -e events/<file>.json <LogicalId>`.
 // TestEvents feeds every file to its function's handler, built as
 // functions/<name>/main.go builds it and invoked through lambda.NewHandler
 // (so the file is decoded exactly as the Lambda runtime decodes it), against
@@ -397,6 +397,30 @@ var fixtures = map[string]fixture{
 			checkMetrics(t, s, reconcilerFunction, []string{`"reconcile_resolved":1`}, []string{"reconcile_failed"})
 		},
 	},
+
+	// The provider simulator behind its function URL (payload 2.0).
+	"provider-function-url-charge.json": {run: func(t *testing.T, s *stack, file string) {
+		var ev events.LambdaFunctionURLRequest
+		if err := json.Unmarshal(readFile(t, file), &ev); err != nil {
+			t.Fatal(err)
+		}
+		key := ev.Headers["idempotency-key"]
+		first := s.functionURL(t, file)
+		if first.StatusCode != http.StatusCreated || first.header("Idempotent-Replayed") != "" {
+			t.Fatalf("first = %d (replayed %q) %s, want 201", first.StatusCode, first.header("Idempotent-Replayed"), first.Body)
+		}
+		var c struct{ ID, Status string }
+		if err := json.Unmarshal([]byte(first.Body), &c); err != nil || !strings.HasPrefix(c.ID, "prch_") || c.Status != "succeeded" {
+			t.Errorf("charge = %+v (%v), want a succeeded prch_ charge", c, err)
+		}
+		again := s.functionURL(t, file)
+		if again.StatusCode != http.StatusCreated || again.Body != first.Body || again.header("Idempotent-Replayed") != "true" {
+			t.Errorf("again = %d (replayed %q) %s, want the replay of %s", again.StatusCode, again.header("Idempotent-Replayed"), again.Body, first.Body)
+		}
+		if n := s.charges(t, key); n != 1 {
+			t.Errorf("charges under the key = %d, want 1", n)
+		}
+	}},
 }
 
 func TestEvents(t *testing.T) {

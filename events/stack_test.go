@@ -36,6 +36,7 @@ const (
 	workerFunction     = "WorkerFunction"
 	sweeperFunction    = "SweeperFunction"
 	reconcilerFunction = "ReconcilerFunction"
+	providerFunction   = "ProviderFunction"
 )
 
 // stack is every function's handler, built as its functions/<name>/main.go
@@ -109,6 +110,9 @@ func newStack(t *testing.T) *stack {
 		s.handlers[fn] = lambda.NewHandler(h)
 	}
 
+	// functions/provider.
+	s.handlers[providerFunction] = lambda.NewHandler(gateway.NewLambdaHandler(app.Provider(cfg, fnClient, opts(providerFunction))))
+
 	// functions/authorizer.
 	awsCfg, err := dynamoclient.Config(t.Context(), dynamoclient.Options{Endpoint: cfg.DynamoDBEndpoint, Region: cfg.Region})
 	if err != nil {
@@ -181,6 +185,20 @@ func (s *stack) api(t *testing.T, file string) proxyResponse {
 	}
 	if r.IsBase64Encoded {
 		t.Fatalf("%s: response body is base64; the API only writes JSON", file)
+	}
+	return r
+}
+
+// functionURL feeds the function URL event file to the provider function.
+func (s *stack) functionURL(t *testing.T, file string) proxyResponse {
+	t.Helper()
+	out, err := s.invoke(t, providerFunction, file)
+	if err != nil {
+		t.Fatalf("%s: invoke error = %v, want a response", file, err)
+	}
+	var r proxyResponse
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("%s: response %s: %v", file, out, err)
 	}
 	return r
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamoclient"
-	"github.com/oncehq/once/internal/provider/simulator"
 	"github.com/oncehq/once/internal/samtemplate"
 	"github.com/oncehq/once/internal/stream"
 )
@@ -132,11 +131,7 @@ func (s *Stack) startProvider(context.Context) error {
 		s.log.Info("devstack: using the provider at ONCE_PROVIDER_URL", "url", s.cfg.ProviderURL)
 		return nil
 	}
-	sim := simulator.New(simulator.Options{
-		DB:     s.client,
-		Table:  s.cfg.ProviderTable,
-		Logger: s.log.With("function", "provider"),
-	})
+	sim := app.Provider(s.cfg, s.client, app.Options{Logger: s.log.With("function", "provider")})
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(s.providerPort)))
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
