@@ -111,7 +111,7 @@ func newStack(t *testing.T) *stack {
 	}
 
 	// functions/provider.
-	s.handlers[providerFunction] = lambda.NewHandler(gateway.NewLambdaHandler(app.Provider(cfg, fnClient, opts(providerFunction))))
+	s.handlers[providerFunction] = lambda.NewHandler(gateway.NewLambdaHandler(app.ProviderSimulator(cfg, fnClient, opts(providerFunction))))
 
 	// functions/authorizer.
 	awsCfg, err := dynamoclient.Config(t.Context(), dynamoclient.Options{Endpoint: cfg.DynamoDBEndpoint, Region: cfg.Region})

@@ -32,7 +32,7 @@ func run(ctx context.Context, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	h := app.Provider(cfg, client, app.Options{})
+	h := app.ProviderSimulator(cfg, client, app.Options{})
 	lambda.StartWithOptions(gateway.NewLambdaHandler(h), lambda.WithContext(ctx))
 	return nil
 }

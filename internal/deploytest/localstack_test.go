@@ -20,7 +20,7 @@ import (
 // localstackPort is LocalStack's edge port, as the Makefile and README use it.
 const localstackPort = "4566"
 
-var localstackServices = []string{"apigateway", "cloudformation", "cloudwatch", "dynamodb", "dynamodbstreams", "iam", "lambda", "logs", "s3", "sqs", "sts"}
+var localstackServices = []string{"apigateway", "cloudformation", "cloudwatch", "dynamodb", "dynamodbstreams", "iam", "kinesis", "kms", "lambda", "logs", "s3", "sqs", "sts"}
 
 // The scripts the Makefile's localstack-* targets run, and the ready hook.
 var localstackScripts = []string{"up.sh", "deploy.sh", "down.sh", "init/ready.d/10-deploy-once.sh"}

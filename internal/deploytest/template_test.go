@@ -78,11 +78,17 @@ func TestParameters(t *testing.T) {
 	if lease <= apiTimeout || lease <= 29*time.Second {
 		t.Errorf("Lease default %v must exceed ApiFunction Timeout %v and API Gateway's 29s", lease, apiTimeout)
 	}
-	// ApplicationLogLevel follows LogLevel.
+	// ApplicationLogLevel follows LogLevel down to DEBUG but never filters
+	// above INFO: Lambda files lines without a "level" (the EMF metric lines)
+	// as INFO, and dropping them would silence the metrics and the alarms.
 	levels := mapOf(template(t).Section("Mappings")["LogLevels"])
 	for _, lv := range list(mapOf(params["LogLevel"])["AllowedValues"]) {
-		if got := mapOf(levels[fmt.Sprint(lv)])["Lambda"]; got != strings.ToUpper(fmt.Sprint(lv)) {
-			t.Errorf("Mappings.LogLevels.%v.Lambda = %v, want %s", lv, got, strings.ToUpper(fmt.Sprint(lv)))
+		want := "INFO"
+		if lv == "debug" {
+			want = "DEBUG"
+		}
+		if got := mapOf(levels[fmt.Sprint(lv)])["Lambda"]; got != want {
+			t.Errorf("Mappings.LogLevels.%v.Lambda = %v, want %s", lv, got, want)
 		}
 	}
 	// ProviderUrl is required without the simulator.

@@ -131,7 +131,7 @@ func (s *Stack) startProvider(context.Context) error {
 		s.log.Info("devstack: using the provider at ONCE_PROVIDER_URL", "url", s.cfg.ProviderURL)
 		return nil
 	}
-	sim := app.Provider(s.cfg, s.client, app.Options{Logger: s.log.With("function", "provider")})
+	sim := app.ProviderSimulator(s.cfg, s.client, app.Options{Logger: s.log.With("function", "provider")})
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(s.providerPort)))
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
