@@ -159,14 +159,18 @@ var fixtures = map[string]fixture{
 			body.Amount != want.Amount || body.Currency != want.Currency {
 			t.Errorf("charge = %+v, want %s, a succeeded charge of %d %s", body, charges.ID(key), want.Amount, want.Currency)
 		}
-		c, err := s.provider.Lookup(t.Context(), key.Forward())
+		fp, err := idempotency.RequestFingerprint(http.MethodPost, httpapi.RouteCreateCharge, []byte(req.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := s.provider.Lookup(t.Context(), key.Forward(fp))
 		if err != nil {
 			t.Fatalf("provider lookup of the forwarded key: %v", err)
 		}
 		if body.ProviderChargeID != c.ID {
 			t.Errorf("provider_charge_id = %q, want the provider's charge %q", body.ProviderChargeID, c.ID)
 		}
-		if n := s.charges(t, key.Forward()); n != 1 {
+		if n := s.charges(t, key.Forward(fp)); n != 1 {
 			t.Errorf("provider charges under the forwarded key = %d, want 1", n)
 		}
 		checkRecordAnswer(t, s, key, got)
@@ -367,7 +371,7 @@ var fixtures = map[string]fixture{
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, err := s.provider.Charge(t.Context(), rec.Key.Forward(), charges.ProviderRequest(req))
+			c, err := s.provider.Charge(t.Context(), rec.ForwardKey(), charges.ProviderRequest(req))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -391,7 +395,7 @@ var fixtures = map[string]fixture{
 			if diff := cmp.Diff(&want, got.Response); diff != "" {
 				t.Errorf("stored response mismatch (-want +got):\n%s", diff)
 			}
-			if n := s.charges(t, rec.Key.Forward()); n != 1 {
+			if n := s.charges(t, rec.ForwardKey()); n != 1 {
 				t.Errorf("provider charges under the forwarded key = %d, want 1", n)
 			}
 			checkMetrics(t, s, reconcilerFunction, []string{`"reconcile_resolved":1`}, []string{"reconcile_failed"})

@@ -64,7 +64,7 @@ func TestSweeperAndReconciler(t *testing.T) {
 		t.Fatal(err)
 	}
 	pc := provider.New(f.providerURL, nil)
-	charge, err := pc.Charge(t.Context(), key.Forward(), provider.ChargeRequest{Amount: 1999, Currency: "usd", Customer: "cus_1", Source: "tok_visa"})
+	charge, err := pc.Charge(t.Context(), res.ForwardKey(), provider.ChargeRequest{Amount: 1999, Currency: "usd", Customer: "cus_1", Source: "tok_visa"})
 	if err != nil {
 		t.Fatal(err)
 	}

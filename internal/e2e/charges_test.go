@@ -47,14 +47,26 @@ func (s *stack) record(t testing.TB, key string) (idempotency.Record, error) {
 	return dynamo.New(s.client, s.names.Idempotency).Get(t.Context(), idempotency.NewKey("acme", key))
 }
 
-// charged is the number of charges the simulator made for acme's raw key.
-func (s *stack) charged(t testing.TB, key string) int {
+// charged is the number of charges the simulator made for acme's raw key and
+// the charge request body.
+func (s *stack) charged(t testing.TB, key, body string) int {
 	t.Helper()
-	n, err := s.sim.Count(t.Context(), idempotency.NewKey("acme", key).Forward())
+	n, err := s.sim.Count(t.Context(), forwardKey(t, key, body))
 	if err != nil {
 		t.Fatalf("simulator Count: %v", err)
 	}
 	return n
+}
+
+// forwardKey is the key the api sends the provider for acme's raw key and
+// the charge request body.
+func forwardKey(t testing.TB, key, body string) string {
+	t.Helper()
+	canonical, err := idempotency.Canonical([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return idempotency.NewKey("acme", key).Forward(idempotency.Fingerprint(http.MethodPost, httpapi.RouteCreateCharge, canonical))
 }
 
 // rebuilt is the response the reconciler would store for acme's raw key:
@@ -65,7 +77,7 @@ func (s *stack) rebuilt(t testing.TB, key string) (idempotency.Record, idempoten
 	if err != nil {
 		t.Fatalf("record: %v", err)
 	}
-	c, err := s.provider.Lookup(t.Context(), rec.Key.Forward())
+	c, err := s.provider.Lookup(t.Context(), rec.ForwardKey())
 	if err != nil {
 		t.Fatalf("Lookup: %v", err)
 	}
@@ -116,7 +128,7 @@ func TestChargesContract(t *testing.T) {
 		if first.status != http.StatusCreated {
 			t.Fatalf("POST = %d %s, want 201", first.status, first.body)
 		}
-		c, err := s.provider.Lookup(t.Context(), idempotency.NewKey("acme", key).Forward())
+		c, err := s.provider.Lookup(t.Context(), forwardKey(t, key, chargeBody("tok_visa")))
 		if err != nil {
 			t.Fatalf("Lookup: %v", err)
 		}
@@ -138,7 +150,7 @@ func TestChargesContract(t *testing.T) {
 		}
 
 		wantReplay(t, s.charge(t, key, chargeBody("tok_visa"), nil), first)
-		if n := s.charged(t, key); n != 1 {
+		if n := s.charged(t, key, chargeBody("tok_visa")); n != 1 {
 			t.Errorf("simulator charges for the key = %d, want 1", n)
 		}
 
@@ -159,7 +171,7 @@ func TestChargesContract(t *testing.T) {
 		first := s.charge(t, key, chargeBody("tok_chargeDeclined"), nil)
 		wantProblem(t, first, http.StatusPaymentRequired, "card_declined", "")
 		wantReplay(t, s.charge(t, key, chargeBody("tok_chargeDeclined"), nil), first)
-		if n := s.charged(t, key); n != 1 {
+		if n := s.charged(t, key, chargeBody("tok_chargeDeclined")); n != 1 {
 			t.Errorf("simulator charges for the key = %d, want 1 (the failed charge)", n)
 		}
 		rec, resp := s.rebuilt(t, key)
@@ -181,7 +193,7 @@ func TestChargesContract(t *testing.T) {
 				t.Errorf("record after attempt %d: %v, want none (released)", i+1, err)
 			}
 		}
-		if n := s.charged(t, key); n != 0 {
+		if n := s.charged(t, key, chargeBody("tok_unavailable")); n != 0 {
 			t.Errorf("simulator charges for the key = %d, want 0", n)
 		}
 	})
@@ -200,7 +212,7 @@ func TestChargesContract(t *testing.T) {
 			t.Errorf("UNKNOWN record has no request to reconcile from")
 		}
 		wantProblem(t, s.charge(t, key, chargeBody("tok_timeout"), nil), http.StatusConflict, "idempotency_request_in_progress", "2")
-		if n := s.charged(t, key); n != 1 {
+		if n := s.charged(t, key, chargeBody("tok_timeout")); n != 1 {
 			t.Errorf("simulator charges for the key = %d, want 1 (charged, answer lost)", n)
 		}
 
@@ -220,7 +232,7 @@ func TestChargesContract(t *testing.T) {
 		if got["id"] != charges.ID(rec.Key) || got["created"] != float64(rec.CreatedAt.Unix()) || got["status"] != "succeeded" {
 			t.Errorf("reconciled charge = %s, want id %s created %d", again.body, charges.ID(rec.Key), rec.CreatedAt.Unix())
 		}
-		if n := s.charged(t, key); n != 1 {
+		if n := s.charged(t, key, chargeBody("tok_timeout")); n != 1 {
 			t.Errorf("simulator charges for the key = %d, want 1", n)
 		}
 	})
@@ -228,7 +240,7 @@ func TestChargesContract(t *testing.T) {
 	t.Run("different body", func(t *testing.T) {
 		r := s.charge(t, "charge-visa", strings.Replace(chargeBody("tok_visa"), "2500", "2501", 1), nil)
 		wantProblem(t, r, http.StatusUnprocessableEntity, "idempotency_key_reused", "")
-		if n := s.charged(t, "charge-visa"); n != 1 {
+		if n := s.charged(t, "charge-visa", chargeBody("tok_visa")); n != 1 {
 			t.Errorf("simulator charges for the key = %d, want 1", n)
 		}
 	})
@@ -256,7 +268,7 @@ func TestChargesContract(t *testing.T) {
 				if _, err := s.record(t, key); !errors.Is(err, idempotency.ErrNotFound) {
 					t.Errorf("record after 400: %v, want none", err)
 				}
-				if n := s.charged(t, key); n != 0 {
+				if n := s.charged(t, key, tt.body); n != 0 {
 					t.Errorf("simulator charges for the key = %d, want 0", n)
 				}
 			})
@@ -297,7 +309,7 @@ func TestChargesContract(t *testing.T) {
 				t.Errorf("201 bodies differ: %s and %s", r.body, fresh[0].body)
 			}
 		}
-		if n := s.charged(t, key); n != 1 {
+		if n := s.charged(t, key, chargeBody("tok_slow")); n != 1 {
 			t.Errorf("simulator charges for the key = %d, want 1", n)
 		}
 	})
@@ -309,7 +321,7 @@ func TestChargesContract(t *testing.T) {
 		// The simulator records the charge before its delay: once it is
 		// counted the original holds the lease for 300ms more.
 		deadline := time.Now().Add(5 * time.Second)
-		for s.charged(t, key) == 0 {
+		for s.charged(t, key, chargeBody("tok_slow")) == 0 {
 			if time.Now().After(deadline) {
 				t.Fatal("the original request never reached the simulator")
 			}
@@ -321,7 +333,7 @@ func TestChargesContract(t *testing.T) {
 		if first := <-done; first.status != http.StatusCreated {
 			t.Errorf("original = %d %s, want 201", first.status, first.body)
 		}
-		if n := s.charged(t, key); n != 1 {
+		if n := s.charged(t, key, chargeBody("tok_slow")); n != 1 {
 			t.Errorf("simulator charges for the key = %d, want 1", n)
 		}
 	})
@@ -378,7 +390,7 @@ func TestChargesFaultInjection(t *testing.T) {
 			}
 			rec, err := s.record(t, key)
 			wantStatus(t, key, rec, err, tt.wantStatus)
-			if n := s.charged(t, key); n != tt.wantCharges {
+			if n := s.charged(t, key, chargeBody("tok_visa")); n != tt.wantCharges {
 				t.Errorf("simulator charges for the key = %d, want %d", n, tt.wantCharges)
 			}
 			retry := s.charge(t, key, chargeBody("tok_visa"), nil)
@@ -404,7 +416,7 @@ func TestChargesFaultInjection(t *testing.T) {
 		wantProblem(t, r, http.StatusConflict, "idempotency_request_in_progress", "2")
 		rec, err := s.record(t, key)
 		wantStatus(t, key, rec, err, idempotency.StatusUnknown)
-		if n := s.charged(t, key); n != tt.wantCharges {
+		if n := s.charged(t, key, chargeBody("tok_visa")); n != tt.wantCharges {
 			t.Errorf("%s: simulator charges for the key = %d, want %d", tt.point, n, tt.wantCharges)
 		}
 	}

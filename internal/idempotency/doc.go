@@ -22,6 +22,9 @@
 //	                                                                        or lease lost while calling out)
 //	                      UNKNOWN     --Complete------> COMPLETED          (reconciled)
 //	                      UNKNOWN     --Release-------> (absent)           (provably nothing happened)
+//	                      UNKNOWN     --MarkUnknown---> UNKNOWN            (a retry after UnknownRedrive:
+//	                                                                        a new lease token re-announces
+//	                                                                        the record to the reconciler)
 //
 // Three modes cover the ways an endpoint can have effects. In Atomic mode the
 // effects are DynamoDB writes (Effect values) committed in the same transaction

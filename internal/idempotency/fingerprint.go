@@ -29,3 +29,13 @@ func Fingerprint(method, route string, canonicalBody []byte) string {
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
+
+// RequestFingerprint is Fingerprint of the canonical form of a JSON body: the
+// fingerprint the middleware gives the request.
+func RequestFingerprint(method, route string, body []byte) (string, error) {
+	canonical, err := Canonical(body)
+	if err != nil {
+		return "", err
+	}
+	return Fingerprint(method, route, canonical), nil
+}

@@ -91,3 +91,18 @@ func FuzzCanonical(f *testing.F) {
 		}
 	})
 }
+
+func TestRequestFingerprint(t *testing.T) {
+	body := []byte(`{"b": 1, "a": [true, null]}`)
+	canonical, err := Canonical(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := RequestFingerprint("POST", "POST /v1/x", body)
+	if want := Fingerprint("POST", "POST /v1/x", canonical); err != nil || got != want {
+		t.Errorf("RequestFingerprint = %q, %v; want %q", got, err, want)
+	}
+	if _, err := RequestFingerprint("POST", "POST /v1/x", []byte(`{"a":`)); err == nil {
+		t.Error("RequestFingerprint of invalid JSON = nil error, want one")
+	}
+}

@@ -88,10 +88,14 @@ func (k Key) Short() string {
 }
 
 // Forward is the key to send to another system that is idempotent by key (a
-// payment provider): stable for the scoped key, distinct across tenants, and
+// payment provider) for the request with the given fingerprint: stable for
+// the scoped key and the request, so that every retry, a late zombie and the
+// reconciler all name the same operation there; distinct across tenants and
+// across requests, so that a key reused with another request after its
+// retention is a new operation at the provider too (not a clash there); and
 // revealing neither the tenant nor the raw key.
-func (k Key) Forward() string {
-	sum := sha256.Sum256([]byte("once-forward\x00" + k.Tenant + "\x00" + k.Hash))
+func (k Key) Forward(fingerprint string) string {
+	sum := sha256.Sum256([]byte("once-forward\x00" + k.Tenant + "\x00" + k.Hash + "\x00" + fingerprint))
 	return "once_" + hex.EncodeToString(sum[:20])
 }
 

@@ -48,11 +48,20 @@ func TestParseKey(t *testing.T) {
 
 func TestKeyScoping(t *testing.T) {
 	a, b := NewKey("acme", "k1"), NewKey("globex", "k1")
-	if a.ID() == b.ID() || a.Forward() == b.Forward() {
+	if a.ID() == b.ID() || a.Forward("fp") == b.Forward("fp") {
 		t.Errorf("same raw key in two tenants shares an identity: %v %v", a, b)
 	}
-	if strings.Contains(a.ID(), "k1") || strings.Contains(a.Forward(), "k1") {
-		t.Errorf("raw key leaks into ID %q or Forward %q", a.ID(), a.Forward())
+	if strings.Contains(a.ID(), "k1") || strings.Contains(a.Forward("fp"), "k1") || strings.Contains(a.Forward("fp"), "acme") {
+		t.Errorf("raw key or tenant leaks into ID %q or Forward %q", a.ID(), a.Forward("fp"))
+	}
+	if a.Forward("fp") != NewKey("acme", "k1").Forward("fp") {
+		t.Errorf("Forward is not deterministic")
+	}
+	if a.Forward("fp1") == a.Forward("fp2") {
+		t.Errorf("Forward(%q) = Forward(%q): a key reused with another request names the same operation", "fp1", "fp2")
+	}
+	if rec := (Record{Key: a, Fingerprint: "fp"}); rec.ForwardKey() != a.Forward("fp") {
+		t.Errorf("Record.ForwardKey() = %q, want Key.Forward(fingerprint) %q", rec.ForwardKey(), a.Forward("fp"))
 	}
 	if a != NewKey("acme", "k1") {
 		t.Errorf("NewKey is not deterministic")

@@ -39,6 +39,7 @@ const (
 	DefaultLease             = 30 * time.Second
 	DefaultMaxBody           = 64 << 10
 	DefaultUnknownRetryAfter = 2 * time.Second
+	DefaultUnknownRedrive    = time.Minute
 )
 
 // Config configures a Middleware. Store, Tenant and OnError are required.
@@ -62,6 +63,11 @@ type Config struct {
 	// UnknownRetryAfter is the Retry-After given while a record is UNKNOWN
 	// (DefaultUnknownRetryAfter).
 	UnknownRetryAfter time.Duration
+	// UnknownRedrive is how long a record may stay UNKNOWN before a retry of
+	// its request announces it to the reconciler again (DefaultUnknownRedrive):
+	// the reconciler may have given up on it after its bounded retries, and a
+	// client that keeps retrying must still reach a final answer.
+	UnknownRedrive time.Duration
 	// Now returns the current time (time.Now).
 	Now func() time.Time
 	// Hook, if set, is called at each fault point (PointAfterReserve,
@@ -100,6 +106,9 @@ func New(cfg Config) (*Middleware, error) {
 	}
 	if cfg.UnknownRetryAfter <= 0 {
 		cfg.UnknownRetryAfter = DefaultUnknownRetryAfter
+	}
+	if cfg.UnknownRedrive <= 0 {
+		cfg.UnknownRedrive = DefaultUnknownRedrive
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -228,7 +237,7 @@ func (c *Call) Key() Key { return c.key }
 
 // ForwardKey is the idempotency key to send to another system for this
 // request's effect there (see Key.Forward).
-func (c *Call) ForwardKey() string { return c.key.Forward() }
+func (c *Call) ForwardKey() string { return c.key.Forward(c.fingerprint) }
 
 // Record is the reservation Begin wrote (Leased and External mode): the
 // record as stored, IN_PROGRESS, with its CreatedAt and, in External mode,
@@ -319,9 +328,18 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 			}
 			c.answer(w)
 			return
+		case err != nil && c.mode == External:
+			// The call out happened and the handler's answer says how it
+			// ended, but it could not be recorded. Send it as it is, not
+			// stored: the reservation stays, expires into reconciliation, and
+			// the reconciler records the same answer from the other system.
+			c.obs.Outcome, c.obs.Err = OutcomeStoreError, err.Error()
+			rec.flush(w)
+			return
 		case err != nil:
-			// The effect may have happened but could not be recorded: the
-			// reservation stays and expires into reconciliation.
+			// The completion's transaction (the effects with it) may or may
+			// not have landed: a retry either replays it or, once the lease
+			// has run out, executes again.
 			c.decide(OutcomeStoreError, c.errorAnswer(r, fmt.Errorf("%w: %w", ErrUnavailable, err)))
 			c.answer(w)
 			return
@@ -385,9 +403,15 @@ func (c *Call) decideExisting(r *http.Request, existing *Record, now time.Time, 
 		c.decide(OutcomeReplayed, replay(*existing.Response))
 	case existing.Status == StatusInProgress && !existing.Expired(now):
 		inProgress(existing.ExpiresAt.Sub(now))
-	case existing.Status == StatusInProgress && existing.External && mayAbandon:
-		// The owner lost its lease while calling out: its effect is unknown.
-		// Hand the key to reconciliation rather than executing again.
+	case mayAbandon && (existing.Status == StatusInProgress && existing.External ||
+		existing.Status == StatusUnknown && !now.Before(existing.UpdatedAt.Add(c.m.cfg.UnknownRedrive))):
+		// Either the owner lost its lease while calling out, so its effect is
+		// unknown, or an UNKNOWN record has waited UnknownRedrive for the
+		// reconciler, which may have given up on it. Hand the key to
+		// reconciliation (again) rather than executing again: the new lease
+		// token is a stream MODIFY to UNKNOWN that triggers the reconciler,
+		// and the write's condition on the old token lets one request per
+		// UnknownRedrive do it.
 		err := c.timed(func() error {
 			return c.m.cfg.Store.MarkUnknown(r.Context(), c.key, existing.LeaseToken, NewToken(),
 				now.Add(c.m.cfg.Retention), now)

@@ -91,6 +91,10 @@ func (r Record) Expired(now time.Time) bool {
 	return !r.ExpiresAt.After(now)
 }
 
+// ForwardKey is the key under which the request of r was sent to another
+// system (Key.Forward of its fingerprint).
+func (r Record) ForwardKey() string { return r.Key.Forward(r.Fingerprint) }
+
 // Reclaimable reports whether a new request may overwrite r at now: its expiry
 // has passed and it is not an External reservation (which must be reconciled
 // through UNKNOWN first). Stores implement the same rule in their conditions.

@@ -3,7 +3,8 @@
 // provider/simulator implements it).
 //
 // Charge sends one charge request under an idempotency key (in once, the
-// request's idempotency.Key.Forward()) and classifies every way it can end,
+// request's idempotency.Call.ForwardKey(): the scoped key and the request's
+// fingerprint) and classifies every way it can end,
 // because the crash-window logic depends on telling them apart:
 //
 //   - (Charge, nil): the provider charged (status succeeded).
@@ -18,9 +19,15 @@
 //     usable answer came: a timeout, a reset connection, a 5xx other than 503,
 //     a 3xx, an answer that does not parse. The charge may exist; Lookup by
 //     the same key tells, or a retry with the same key replays it.
-//   - any other error (a 4xx such as 400 or 422, as a *StatusError; an
-//     unusable key or base URL): a bug on the caller's side; nothing was
-//     charged by this request.
+//   - ErrRejected, matched by a *StatusError of 400, 413 or 422: the
+//     provider refused the request itself as wrong; nothing was charged by
+//     it, and the same request would be refused again: a final answer.
+//   - any other error (another 4xx, such as 401 or 404, as a *StatusError; an
+//     unusable key or base URL): a bug or a misconfiguration on the caller's
+//     side; nothing was charged by this request.
+//
+// A *StatusError's text is its status and code only, never the provider's
+// message, which may echo request values (a card token).
 //
 // Errors are wrapped with context ("provider: charge: ..."); test them with
 // errors.Is and errors.As. An ErrNotCharged or ErrOutcomeUnknown also wraps

@@ -138,7 +138,7 @@ func (r *Reconciler) record(ctx context.Context, er events.DynamoDBEventRecord) 
 
 // reconcile finalises rec from what the provider did.
 func (r *Reconciler) reconcile(ctx context.Context, log *slog.Logger, rec idempotency.Record) error {
-	key := rec.Key.Forward()
+	key := rec.ForwardKey()
 	start := r.cfg.Now()
 	charge, err := r.cfg.Provider.Lookup(ctx, key)
 	if errors.Is(err, provider.ErrNoCharge) {

@@ -68,7 +68,7 @@ func (w world) charge(t *testing.T, key idempotency.Key, source string) {
 	t.Helper()
 	req := chargeRequest
 	req.Source = source
-	_, err := w.provider.Charge(context.WithoutCancel(t.Context()), key.Forward(), req)
+	_, err := w.provider.Charge(context.WithoutCancel(t.Context()), reservation(key, time.Time{}, 0).ForwardKey(), req)
 	var declined *provider.DeclinedError
 	if err != nil && !errors.As(err, &declined) {
 		t.Errorf("provider Charge(%s, %s): %v", key.Short(), source, err)
@@ -343,7 +343,7 @@ func TestReconciler(t *testing.T) {
 // start and end with the response rebuilt from the provider's charge.
 func checkCompleted(t *testing.T, w world, rec, got idempotency.Record, start, end time.Time) {
 	t.Helper()
-	charge, err := w.provider.Lookup(t.Context(), rec.Key.Forward())
+	charge, err := w.provider.Lookup(t.Context(), rec.ForwardKey())
 	if err != nil {
 		t.Fatalf("provider Lookup: %v", err)
 	}

@@ -158,7 +158,7 @@ func TestRecoveryThroughTTL(t *testing.T) {
 	}
 	t.Logf("recovered %v after the reservations", time.Since(now).Round(time.Millisecond))
 
-	charge, err := w.provider.Lookup(t.Context(), charged.Key.Forward())
+	charge, err := w.provider.Lookup(t.Context(), charged.ForwardKey())
 	if err != nil {
 		t.Fatal(err)
 	}

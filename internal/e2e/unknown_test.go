@@ -1,0 +1,117 @@
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/idempotency"
+)
+
+// failCompletion is an HTTP client for the DynamoDB SDK that fails every
+// PutItem writing a COMPLETED record, as an outage that starts between the
+// provider's answer and the completion would.
+type failCompletion struct {
+	next interface {
+		Do(*http.Request) (*http.Response, error)
+	}
+}
+
+func (d failCompletion) Do(r *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".PutItem") && r.Body != nil {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return nil, err
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if bytes.Contains(body, []byte(`"S":"COMPLETED"`)) {
+			return nil, errors.New("injected: connection reset while completing")
+		}
+	}
+	return d.next.Do(r)
+}
+
+// TestChargeCompletionUnrecorded: the provider charged but the answer could
+// not be stored. The client is told the truth (the charge's 201, not stored)
+// rather than "store unavailable", the reservation stays for the reconciler,
+// and the answer the reconciler will rebuild is the same bytes.
+func TestChargeCompletionUnrecorded(t *testing.T) {
+	s := newStack(t,
+		withConfig(func(c *config.Config) { c.ProviderTimeout = chargeTimeout }),
+		func(setup *stackSetup) {
+			setup.client = func(t testing.TB, base *dynamodb.Client) *dynamodb.Client {
+				return dynamodb.New(base.Options(), func(o *dynamodb.Options) {
+					o.HTTPClient = failCompletion{next: o.HTTPClient}
+					o.RetryMaxAttempts = 2
+				})
+			}
+		})
+	const key = "charge-unrecorded"
+	body := chargeBody("tok_visa")
+	first := s.charge(t, key, body, nil)
+	if first.status != http.StatusCreated || first.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("POST = %d (replayed %q) %s, want the charge's 201, not replayed", first.status, first.header.Get("Idempotent-Replayed"), first.body)
+	}
+	rec, err := s.record(t, key)
+	wantStatus(t, key, rec, err, idempotency.StatusInProgress)
+	if n := s.charged(t, key, body); n != 1 {
+		t.Errorf("simulator charges = %d, want 1", n)
+	}
+	if _, resp := s.rebuilt(t, key); !bytes.Equal(resp.Body, first.body) || resp.Status != first.status {
+		t.Errorf("the reconciler would store %d %s, the client got %d %s", resp.Status, resp.Body, first.status, first.body)
+	}
+	if lines := s.logs.Lines(t); len(lines) != 1 || lines[0]["outcome"] != idempotency.OutcomeStoreError {
+		t.Errorf("log lines = %v, want one store_error line", lines)
+	}
+	// Within the lease a retry waits; the engine never executes it again.
+	wantProblem(t, s.charge(t, key, body, nil), http.StatusConflict, "idempotency_request_in_progress", "30")
+}
+
+// TestUnknownRedrive: a record left UNKNOWN longer than the redrive interval
+// (its reconciliation went to the on-failure queue) is announced to the
+// reconciler again by the next retry: a new lease token, which is a stream
+// MODIFY to UNKNOWN; at most once per interval.
+func TestUnknownRedrive(t *testing.T) {
+	s := newStack(t, withConfig(func(c *config.Config) { c.ProviderTimeout = chargeTimeout }))
+	const key = "charge-stuck"
+	body := chargeBody("tok_timeout")
+	wantProblem(t, s.charge(t, key, body, nil), http.StatusGatewayTimeout, "provider_outcome_unknown", "2")
+	marked, err := s.record(t, key)
+	wantStatus(t, key, marked, err, idempotency.StatusUnknown)
+
+	steps := []struct {
+		name    string
+		advance bool
+		redrive bool
+	}{
+		{"within the interval", false, false},
+		{"after the interval", true, true},
+		{"again within the new interval", false, false},
+		{"after the next interval", true, true},
+	}
+	prev := marked
+	for _, step := range steps {
+		if step.advance {
+			s.clock.Advance(idempotency.DefaultUnknownRedrive)
+		}
+		wantProblem(t, s.charge(t, key, body, nil), http.StatusConflict, "idempotency_request_in_progress", "2")
+		got, err := s.record(t, key)
+		wantStatus(t, key, got, err, idempotency.StatusUnknown)
+		if redriven := got.LeaseToken != prev.LeaseToken; redriven != step.redrive {
+			t.Errorf("%s: lease token changed = %v, want %v", step.name, redriven, step.redrive)
+		}
+		if step.redrive && (!got.UpdatedAt.Equal(s.clock.Now().Truncate(1e6)) || got.Fingerprint != marked.Fingerprint || !bytes.Equal(got.Request, marked.Request)) {
+			t.Errorf("%s: record = updated %v fingerprint %s; want updated now (%v) and the same request", step.name, got.UpdatedAt, got.Fingerprint, s.clock.Now())
+		}
+		prev = got
+	}
+	if n := s.charged(t, key, body); n != 1 {
+		t.Errorf("simulator charges = %d, want 1", n)
+	}
+}
