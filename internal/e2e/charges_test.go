@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -15,6 +16,8 @@ import (
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/httpapi"
 	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/internal/payments"
+	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/store/dynamo"
 )
 
@@ -181,6 +184,30 @@ func TestChargesContract(t *testing.T) {
 		}
 	})
 
+	t.Run("rejected by the provider", func(t *testing.T) {
+		// The API accepts any well-formed token; the simulator knows five.
+		const key = "charge-rejected"
+		first := s.charge(t, key, chargeBody("tok_mastercard"), nil)
+		wantProblem(t, first, http.StatusUnprocessableEntity, "provider_rejected", "")
+		p := problem(t, first)
+		want := httpapi.ProblemFor(fmt.Errorf("provider: charge: %w", &provider.StatusError{StatusCode: http.StatusBadRequest}))
+		if p["title"] != want.Title || p["detail"] != want.Detail {
+			t.Errorf("problem = %s, want title %q and detail %q", first.body, want.Title, want.Detail)
+		}
+		if strings.Contains(string(first.body), "tok_mastercard") {
+			t.Errorf("problem %s echoes the provider's message", first.body)
+		}
+		wantReplay(t, s.charge(t, key, chargeBody("tok_mastercard"), nil), first)
+		if n := s.charged(t, key, chargeBody("tok_mastercard")); n != 0 {
+			t.Errorf("simulator charges for the key = %d, want 0", n)
+		}
+		rec, err := s.record(t, key)
+		wantStatus(t, key, rec, err, idempotency.StatusCompleted)
+		if err == nil && (rec.Response == nil || cmp.Diff(asStored(first), *rec.Response) != "") {
+			t.Errorf("stored response = %+v, want the 422 sent", rec.Response)
+		}
+	})
+
 	t.Run("provider unavailable is not stored", func(t *testing.T) {
 		const key = "charge-unavailable"
 		for i := range 2 {
@@ -339,7 +366,7 @@ func TestChargesContract(t *testing.T) {
 	})
 
 	t.Run("log lines", func(t *testing.T) {
-		var unknown, provider int
+		var unknown, rejected, provider int
 		for _, l := range s.logs.Lines(t) {
 			if l["route"] != httpapi.RouteCreateCharge {
 				t.Errorf("log line %v, want route %s", l, httpapi.RouteCreateCharge)
@@ -351,20 +378,81 @@ func TestChargesContract(t *testing.T) {
 					t.Errorf("unknown-outcome log line = %v, want an ERROR 504 with the provider error", l)
 				}
 			}
+			if l["status"] == 422.0 && l["outcome"] == idempotency.OutcomeCreated {
+				rejected++
+				if l["level"] != "INFO" || l["error"] != "provider: charge: status 400: invalid_request" {
+					t.Errorf("provider_rejected log line = %v, want an INFO 422 with the provider's status and code", l)
+				}
+			}
 			if l["provider_calls"] != nil {
 				provider++
 			}
 		}
-		if unknown != 1 || provider == 0 {
-			t.Errorf("%d unknown-outcome lines and %d with provider calls, want 1 and some", unknown, provider)
+		if unknown != 1 || rejected != 1 || provider == 0 {
+			t.Errorf("%d unknown-outcome lines, %d rejected and %d with provider calls, want 1, 1 and some", unknown, rejected, provider)
 		}
 		logs := s.logs.String()
-		for _, secret := range []string{"charge-visa", "charge-timeout", "cus_42", "Order 1001", "sk_test_"} {
+		for _, secret := range []string{"charge-visa", "charge-timeout", "cus_42", "Order 1001", "sk_test_", "tok_mastercard"} {
 			if strings.Contains(logs, secret) {
 				t.Errorf("the logs contain %q", secret)
 			}
 		}
 	})
+}
+
+// TestChargesMaximalBody sends the largest charge the API accepts, every
+// string at its limit in characters of several byte lengths: the provider
+// takes it, counting characters as the API does and reading the longest
+// escaped form ("<" is sent as \u003c).
+func TestChargesMaximalBody(t *testing.T) {
+	s := newChargeStack(t)
+	for i, char := range []string{"é", "€", "😀", "<"} {
+		t.Run(char, func(t *testing.T) {
+			key := fmt.Sprintf("charge-maximal-%d", i)
+			body := maximalBody(t, char)
+			r := s.charge(t, key, body, nil)
+			if r.status != http.StatusCreated {
+				t.Fatalf("POST (%d bytes) = %d %s, want 201", len(body), r.status, r.body)
+			}
+			sent := decode(t, response{body: []byte(body)})
+			got := decode(t, r)
+			for _, field := range []string{"amount", "customer", "description", "metadata"} {
+				if diff := cmp.Diff(sent[field], got[field]); diff != "" {
+					t.Errorf("charge %s (-sent +got):\n%s", field, diff)
+				}
+			}
+			if n := s.charged(t, key, body); n != 1 {
+				t.Errorf("simulator charges for the key = %d, want 1", n)
+			}
+		})
+	}
+}
+
+// maximalBody is the largest create-charge body the API accepts, its
+// strings made of char, each at its limit in characters.
+func maximalBody(t testing.TB, char string) string {
+	t.Helper()
+	metadata := make(map[string]string, payments.MaxMetadataKeys)
+	for i := range payments.MaxMetadataKeys {
+		k := fmt.Sprintf("%02d", i) + strings.Repeat(char, payments.MaxMetadataKeyLength-2)
+		metadata[k] = strings.Repeat(char, payments.MaxMetadataValue)
+	}
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(map[string]any{
+		"amount": payments.MaxAmount, "currency": "EUR", "source": "tok_visa",
+		"customer":    strings.Repeat(char, payments.MaxCustomerLength),
+		"description": strings.Repeat(char, payments.MaxDescriptionLength),
+		"metadata":    metadata,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := payments.DecodeWithSource([]byte(b.String())); err != nil {
+		t.Fatalf("maximal body of %q: %v, want a valid request", char, err)
+	}
+	return b.String()
 }
 
 // TestChargesFaultInjection crashes the function at each fault point of a

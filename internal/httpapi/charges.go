@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/oncehq/once/internal/charges"
@@ -18,8 +19,9 @@ import (
 type Provider interface {
 	// Charge charges req under the idempotency key. It returns the succeeded
 	// charge, or an error that is a *provider.DeclinedError, wraps
-	// provider.ErrNotCharged or provider.ErrOutcomeUnknown, or is another
-	// error for a request that was wrong (a *provider.StatusError for a 4xx).
+	// provider.ErrNotCharged or provider.ErrOutcomeUnknown, matches
+	// provider.ErrRejected (the provider refused the request itself), or is
+	// another error for a call that was wrong.
 	Charge(ctx context.Context, key string, req provider.ChargeRequest) (provider.Charge, error)
 }
 
@@ -56,8 +58,10 @@ func (h *handler) createCharge(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, err)
 		return
 	default:
-		// Nothing was charged (503) or the request was wrong (500): the
-		// engine releases the key, so a retry executes.
+		// The provider rejected the request (422, final: the engine stores
+		// it, as a decline), nothing was charged (503), or something else
+		// went wrong (500): the engine releases the key of a 5xx, so a retry
+		// executes.
 		WriteError(w, r, err)
 		return
 	}
@@ -112,6 +116,12 @@ func ChargeResponse(rec idempotency.Record, c provider.Charge) (idempotency.Resp
 	req, err := charges.Decode(rec.Request)
 	if err != nil {
 		return idempotency.Response{}, fmt.Errorf("httpapi: charge response: the recorded request: %w", err)
+	}
+	if c.Amount != req.Amount || !strings.EqualFold(c.Currency, req.Currency) {
+		// Not this request's charge: never tell a client it was charged
+		// what it was not.
+		return idempotency.Response{}, fmt.Errorf("httpapi: charge response: charge %s is of %d %s, the request of %d %s",
+			c.ID, c.Amount, c.Currency, req.Amount, req.Currency)
 	}
 	body, err := json.Marshal(charges.New(rec.Key, req, c.ID, rec.CreatedAt))
 	if err != nil {

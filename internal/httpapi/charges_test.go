@@ -46,7 +46,7 @@ func TestChargeResponse(t *testing.T) {
 		{
 			name: "succeeded without optional fields",
 			rec:  rec(`{"amount":1,"currency":"usd","customer":"c","source":"tok_visa","description":null}`),
-			c:    succeeded,
+			c:    provider.Charge{ID: "prch_1", Status: provider.StatusSucceeded, Amount: 1, Currency: "usd"},
 			want: idempotency.Response{Status: http.StatusCreated, Header: map[string]string{"Content-Type": "application/json"}, Body: []byte(
 				`{"id":"` + id + `","object":"charge","amount":1,"currency":"usd","customer":"c","description":null,` +
 					`"metadata":{},"status":"succeeded","provider_charge_id":"prch_1","created":1700000000}`)},
@@ -86,7 +86,7 @@ func TestChargeResponse(t *testing.T) {
 func TestChargeResponseErrors(t *testing.T) {
 	key := idempotency.NewKey("acme", "k")
 	good := []byte(`{"amount":1,"currency":"usd","customer":"c","source":"tok_visa"}`)
-	ok := provider.Charge{ID: "prch_1", Status: provider.StatusSucceeded}
+	ok := provider.Charge{ID: "prch_1", Status: provider.StatusSucceeded, Amount: 1, Currency: "usd"}
 	tests := []struct {
 		name string
 		rec  idempotency.Record
@@ -96,6 +96,8 @@ func TestChargeResponseErrors(t *testing.T) {
 		{"no creation time", idempotency.Record{Key: key, Request: good}, ok},
 		{"no request", idempotency.Record{Key: key, CreatedAt: time.Unix(1, 0)}, ok},
 		{"request without source", idempotency.Record{Key: key, Request: []byte(`{"amount":1,"currency":"usd","customer":"c"}`), CreatedAt: time.Unix(1, 0)}, ok},
+		{"another amount", idempotency.Record{Key: key, Request: good, CreatedAt: time.Unix(1, 0)}, provider.Charge{ID: "prch_1", Status: provider.StatusSucceeded, Amount: 2, Currency: "usd"}},
+		{"another currency", idempotency.Record{Key: key, Request: good, CreatedAt: time.Unix(1, 0)}, provider.Charge{ID: "prch_1", Status: provider.StatusSucceeded, Amount: 1, Currency: "eur"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

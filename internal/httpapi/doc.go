@@ -38,12 +38,17 @@
 //
 //   - a charge: 201 and the charge, stored and replayed;
 //   - a decline: 402 card_declined, stored and replayed;
-//   - provably not charged (provider.ErrNotCharged, or a 4xx from the
-//     provider, a *provider.StatusError): 503 provider_unavailable with
-//     Retry-After; the engine releases the key, so a retry executes;
+//   - a refusal of the request itself (provider.ErrRejected: a 400, 413 or
+//     422 from the provider): 422 provider_rejected, stored and replayed;
+//     nothing was charged and the same request would be refused again;
+//   - provably not charged (provider.ErrNotCharged): 503
+//     provider_unavailable with Retry-After; the engine releases the key, so
+//     a retry executes;
 //   - no usable answer (provider.ErrOutcomeUnknown): 504
 //     provider_outcome_unknown with Retry-After; the record goes to UNKNOWN
-//     and retries get 409 until the reconciler finalises it.
+//     and retries get 409 until the reconciler finalises it;
+//   - anything else (another 4xx from the provider, such as 401 for a wrong
+//     API key): 500 internal_error; the key is released.
 //
 // The 201 and 402 answers are built by ChargeResponse from the reservation
 // (idempotency.Call.Record: the scoped key, the canonical request, the
@@ -61,8 +66,9 @@
 // One table (rules, in problem.go) maps errors to a status, a problem code and
 // a title, as benbjohnson/wtf's http.go does. The detail of a client error
 // explains what to fix; the text of an internal error is never sent, only
-// logged. A 5xx tells the client that retrying with the same key is safe: the
-// engine never stores one.
+// logged, and so is the provider's status and code behind a
+// provider_rejected. A 5xx tells the client that retrying with the same key
+// is safe: the engine never stores one.
 //
 // # Observability
 //

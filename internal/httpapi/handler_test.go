@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -292,7 +294,12 @@ func TestProblemFor(t *testing.T) {
 		{"payments unavailable", fmt.Errorf("%w: %w", payments.ErrUnavailable, secret), 503, "store_unavailable", "1"},
 		{"declined", fmt.Errorf("provider: charge: %w", &provider.DeclinedError{Code: "card_declined", Charge: provider.Charge{ID: "prch_1"}}), 402, "card_declined", ""},
 		{"not charged", fmt.Errorf("provider: charge: %w: %w", provider.ErrNotCharged, secret), 503, "provider_unavailable", "1"},
-		{"provider refused", fmt.Errorf("provider: charge: %w", &provider.StatusError{StatusCode: 400, Code: "invalid_request"}), 503, "provider_unavailable", "1"},
+		{"provider rejected", fmt.Errorf("provider: charge: %w", &provider.StatusError{StatusCode: 400, Code: "invalid_request", Message: "unknown source token secret"}), 422, "provider_rejected", ""},
+		{"provider rejected, 413", fmt.Errorf("provider: charge: %w", &provider.StatusError{StatusCode: 413}), 422, "provider_rejected", ""},
+		{"provider rejected, 422", fmt.Errorf("provider: charge: %w", &provider.StatusError{StatusCode: 422, Code: "idempotency_key_reused", Message: "secret"}), 422, "provider_rejected", ""},
+		{"provider credentials", fmt.Errorf("provider: charge: %w", &provider.StatusError{StatusCode: 401, Code: "invalid_api_key", Message: "secret"}), 500, "internal_error", ""},
+		{"provider URL", fmt.Errorf("provider: charge: %w", &provider.StatusError{StatusCode: 404}), 500, "internal_error", ""},
+		{"provider key in use", fmt.Errorf("provider: charge: %w", &provider.StatusError{StatusCode: 409}), 500, "internal_error", ""},
 		{"no provider", ErrNoProvider, 503, "provider_unavailable", "1"},
 		{"outcome unknown", fmt.Errorf("provider: charge: %w: %w", provider.ErrOutcomeUnknown, secret), 504, "provider_outcome_unknown", "2"},
 		{"anything else", secret, 500, "internal_error", ""},
@@ -326,6 +333,21 @@ func TestProblemFor(t *testing.T) {
 	}
 }
 
+// TestProblemCodesDocumented: every code of the rules table has its row in
+// README.md's errors table, with the anchor its problem type points at.
+func TestProblemCodesDocumented(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range append(rules, internalRule) {
+		row := fmt.Sprintf("| %d | <a id=%q></a>`%s` |", r.status, r.code, r.code)
+		if !strings.Contains(string(readme), row) {
+			t.Errorf("README.md has no errors table row starting %q", row)
+		}
+	}
+}
+
 func TestProblemRendering(t *testing.T) {
 	tests := []struct {
 		err  error
@@ -335,6 +357,10 @@ func TestProblemRendering(t *testing.T) {
 			`{"type":"https://github.com/oncehq/once/blob/main/README.md#invalid_request","title":"Invalid request","status":400,"detail":"metadata.order must be a string.","code":"invalid_request","field":"metadata.order"}`},
 		{&payments.ValidationError{Reason: "the body must be a JSON object"},
 			`{"type":"https://github.com/oncehq/once/blob/main/README.md#invalid_request","title":"Invalid request","status":400,"detail":"The body must be a JSON object.","code":"invalid_request","field":null}`},
+		{fmt.Errorf("provider: charge: %w", &provider.StatusError{StatusCode: 400, Code: "invalid_request", Message: `unknown source token "tok_mastercard"`}),
+			`{"type":"https://github.com/oncehq/once/blob/main/README.md#provider_rejected","title":"Provider rejected the request","status":422,` +
+				`"detail":"The payment provider rejected the request; nothing was charged. Retrying the same request will not help: ` +
+				`this answer is final for this Idempotency-Key. To try again, change the request and use a new key.","code":"provider_rejected"}`},
 		{fmt.Errorf("%w: character 3 is outside 0x21-0x7E", idempotency.ErrKeyInvalid),
 			`{"type":"https://github.com/oncehq/once/blob/main/README.md#idempotency_key_invalid","title":"Idempotency-Key invalid","status":400,"detail":"The Idempotency-Key header must be given once, as a token or a structured-field string of 1 to 255 characters in the range 0x21-0x7E; here character 3 is outside 0x21-0x7E.","code":"idempotency_key_invalid"}`},
 	}

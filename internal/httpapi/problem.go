@@ -55,6 +55,8 @@ type rule struct {
 	detail func(err error) string
 	// header sets response headers (Retry-After).
 	header func(h http.Header, err error)
+	// log puts err's text in the request's log line, as for every 5xx.
+	log bool
 }
 
 // rules is THE table from errors to problems, first match wins. Anything
@@ -133,12 +135,17 @@ var rules = []rule{
 		detail: fixed("The payment provider declined the charge; nothing was charged. This answer is final for this Idempotency-Key: to try again, use a new key."),
 	},
 	{
-		// A provable "not charged": the provider could not be reached, said
-		// so (503, 429), or refused the request itself (another 4xx).
-		match: func(err error) bool {
-			return is(provider.ErrNotCharged, ErrNoProvider)(err) || as[*provider.StatusError](err)
-		},
-		status: http.StatusServiceUnavailable, code: "provider_unavailable", title: "Provider unavailable",
+		// Final, as a decline is: stored and replayed. The provider's own
+		// message is never sent; it may echo the request (a card token).
+		match: is(provider.ErrRejected), status: http.StatusUnprocessableEntity, code: "provider_rejected", title: "Provider rejected the request",
+		detail: fixed("The payment provider rejected the request; nothing was charged. Retrying the same request will not help: " +
+			"this answer is final for this Idempotency-Key. To try again, change the request and use a new key."),
+		log: true,
+	},
+	{
+		// A provable "not charged": the provider could not be reached or
+		// said so (503, 429).
+		match: is(provider.ErrNotCharged, ErrNoProvider), status: http.StatusServiceUnavailable, code: "provider_unavailable", title: "Provider unavailable",
 		detail: fixed("The payment provider could not take the charge; nothing was charged. Retry with the same Idempotency-Key."),
 		header: func(h http.Header, _ error) { h.Set("Retry-After", "1") },
 	},
@@ -203,10 +210,10 @@ func ProblemFor(err error) Problem {
 }
 
 // WriteError answers err as a problem. It is the idempotency middleware's
-// Config.OnError. The text of an error that maps to a 5xx is never sent: it
-// goes to the request's log line.
+// Config.OnError. The text of an error that maps to a 5xx or to
+// provider_rejected is never sent: it goes to the request's log line.
 func WriteError(w http.ResponseWriter, r *http.Request, err error) {
-	if Status(err) >= 500 {
+	if rl := ruleFor(err); rl.status >= 500 || rl.log {
 		noteError(r, err)
 	}
 	writeResponse(w, problemResponse(err))

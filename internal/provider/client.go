@@ -84,8 +84,10 @@ func New(baseURL string, httpClient *http.Client) *Client {
 
 // Charge asks the provider to charge req under the idempotency key. It
 // returns the succeeded charge, or an error that is a *DeclinedError, wraps
-// ErrNotCharged or ErrOutcomeUnknown, or is anything else for a request that
-// was wrong (a *StatusError for a 4xx); see the package documentation.
+// ErrNotCharged or ErrOutcomeUnknown, matches ErrRejected (a *StatusError for
+// a request the provider refused as wrong), or is anything else for a call
+// that was wrong (a *StatusError for another 4xx); see the package
+// documentation.
 func (c *Client) Charge(ctx context.Context, key string, req ChargeRequest) (Charge, error) {
 	ch, err := c.charge(ctx, key, req)
 	if err != nil {

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -188,11 +190,69 @@ func TestChargeKeyReused(t *testing.T) {
 	if !errors.As(err, &se) || se.StatusCode != 422 || se.Code != "idempotency_key_reused" {
 		t.Fatalf("Charge with other parameters = %v, want a 422 idempotency_key_reused *StatusError", err)
 	}
-	if errors.Is(err, provider.ErrNotCharged) || errors.Is(err, provider.ErrOutcomeUnknown) {
-		t.Errorf("Charge = %v, want neither ErrNotCharged nor ErrOutcomeUnknown", err)
+	if errors.Is(err, provider.ErrNotCharged) || errors.Is(err, provider.ErrOutcomeUnknown) || !errors.Is(err, provider.ErrRejected) {
+		t.Errorf("Charge = %v, want ErrRejected, neither ErrNotCharged nor ErrOutcomeUnknown", err)
 	}
 	if n := e.count(t, "reused"); n != 1 {
 		t.Errorf("count = %d, want 1", n)
+	}
+}
+
+// TestChargeRejected: the simulator refuses a source token it does not know;
+// the error is final, and its text leaves out the provider's message, which
+// names the token.
+func TestChargeRejected(t *testing.T) {
+	e := newEnv(t, 2*time.Second)
+	_, err := e.client.Charge(t.Context(), "rejected", request("tok_mastercard"))
+	var se *provider.StatusError
+	if !errors.As(err, &se) || !errors.Is(err, provider.ErrRejected) {
+		t.Fatalf("Charge(tok_mastercard) = %v, want a *StatusError matching ErrRejected", err)
+	}
+	if got, want := err.Error(), "provider: charge: status 400: invalid_request"; got != want {
+		t.Errorf("Charge(tok_mastercard) error = %q, want %q", got, want)
+	}
+	if !strings.Contains(se.Message, "tok_mastercard") {
+		t.Errorf("StatusError.Message = %q, want the provider's message, naming the token", se.Message)
+	}
+	if n := e.count(t, "rejected"); n != 0 {
+		t.Errorf("count = %d, want 0", n)
+	}
+}
+
+func TestStatusError(t *testing.T) {
+	const message = `unknown source token "tok_secret"`
+	tests := []struct {
+		err          *provider.StatusError
+		want         string
+		wantRejected bool
+	}{
+		{&provider.StatusError{StatusCode: 400, Code: "invalid_request", Message: message}, "status 400: invalid_request", true},
+		{&provider.StatusError{StatusCode: 400, Message: message}, "status 400", true},
+		{&provider.StatusError{StatusCode: 413}, "status 413", true},
+		{&provider.StatusError{StatusCode: 422, Code: "idempotency_key_reused", Message: message}, "status 422: idempotency_key_reused", true},
+		{&provider.StatusError{StatusCode: 401, Code: "invalid_api_key", Message: message}, "status 401: invalid_api_key", false},
+		{&provider.StatusError{StatusCode: 403}, "status 403", false},
+		{&provider.StatusError{StatusCode: 404, Code: "resource_missing"}, "status 404: resource_missing", false},
+		{&provider.StatusError{StatusCode: 408}, "status 408", false},
+		{&provider.StatusError{StatusCode: 409, Code: "idempotency_key_in_use"}, "status 409: idempotency_key_in_use", false},
+		{&provider.StatusError{StatusCode: 429}, "status 429", false},
+		{&provider.StatusError{StatusCode: 500}, "status 500", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			if got := tt.err.Error(); got != tt.want {
+				t.Errorf("Error() = %q, want %q", got, tt.want)
+			}
+			wrapped := fmt.Errorf("provider: charge: %w", tt.err)
+			if got := errors.Is(wrapped, provider.ErrRejected); got != tt.wantRejected {
+				t.Errorf("errors.Is(%v, ErrRejected) = %v, want %v", wrapped, got, tt.wantRejected)
+			}
+			for _, other := range []error{provider.ErrNotCharged, provider.ErrOutcomeUnknown, provider.ErrNoCharge} {
+				if errors.Is(wrapped, other) {
+					t.Errorf("errors.Is(%v, %v) = true, want false", wrapped, other)
+				}
+			}
+		})
 	}
 }
 
@@ -326,7 +386,9 @@ func TestClassification(t *testing.T) {
 		name   string
 		status int
 		body   string
-		// want: "ok", "declined", "not-charged", "unknown", "no-charge", "status" (a *StatusError)
+		// want: "ok", "declined", "not-charged", "unknown", "no-charge",
+		// "rejected" (a *StatusError matching ErrRejected), "status" (another
+		// *StatusError)
 		charge, lookup string
 	}{
 		{"201 charge", 201, okCharge, "ok", "status"},
@@ -339,12 +401,15 @@ func TestClassification(t *testing.T) {
 		{"402 decline", 402, `{"error":{"type":"card_error","code":"card_declined","message":"no","charge":"prch_1"}}`, "declined", "status"},
 		{"402 garbage", 402, `oops`, "unknown", "status"},
 		{"302", 302, ``, "unknown", "status"},
-		{"400", 400, `{"error":{"code":"invalid_request","message":"bad"}}`, "status", "status"},
+		{"400", 400, `{"error":{"code":"invalid_request","message":"bad"}}`, "rejected", "rejected"},
 		{"401", 401, `{"message":"Unauthorized"}`, "status", "status"},
+		{"403", 403, ``, "status", "status"},
 		{"404 resource_missing", 404, `{"error":{"code":"resource_missing"}}`, "status", "no-charge"},
 		{"404 from elsewhere", 404, `404 page not found`, "status", "status"},
+		{"408", 408, ``, "status", "status"},
 		{"409", 409, ``, "status", "status"},
-		{"422", 422, `{"error":{"code":"idempotency_key_reused"}}`, "status", "status"},
+		{"413", 413, ``, "rejected", "rejected"},
+		{"422", 422, `{"error":{"code":"idempotency_key_reused"}}`, "rejected", "rejected"},
 		{"429", 429, ``, "not-charged", "status"},
 		{"500", 500, `{"message":"Internal Server Error"}`, "unknown", "status"},
 		{"502", 502, ``, "unknown", "status"},
@@ -388,6 +453,8 @@ func classify(err error) string {
 		return "unknown"
 	case errors.Is(err, provider.ErrNoCharge):
 		return "no-charge"
+	case errors.Is(err, provider.ErrRejected) && errors.As(err, &se):
+		return "rejected"
 	case errors.As(err, &se):
 		return "status"
 	}

@@ -3,6 +3,7 @@ package provider
 import (
 	"errors"
 	"fmt"
+	"net/http"
 )
 
 // Outcomes of Charge and Lookup; see the package documentation. They are
@@ -17,6 +18,11 @@ var (
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 	// ErrNoCharge: the provider has no charge for the key (Lookup).
 	ErrNoCharge = errors.New("no charge for the key")
+	// ErrRejected: the provider refused the charge request itself as wrong
+	// (400, 413 or 422): nothing was charged by it, and sending the same
+	// request again will not help. Charge never returns it as such: its
+	// *StatusError matches it (errors.Is).
+	ErrRejected = errors.New("rejected")
 )
 
 // DeclinedError is the provider's final refusal of a charge (402): it
@@ -38,22 +44,38 @@ func (e *DeclinedError) Error() string {
 }
 
 // StatusError is an answer that maps to no outcome: from Charge, a 4xx other
-// than 402 and 429, which says the request itself was wrong (nothing was
-// charged by it, and sending it again will not help); from Lookup, anything
-// but 200 and 404 resource_missing.
+// than 402 and 429, which says that nothing was charged by the request; from
+// Lookup, anything but 200 and 404 resource_missing.
 type StatusError struct {
 	// StatusCode is the HTTP status.
 	StatusCode int
 	// Code is the provider's error code, when the body had one.
 	Code string
-	// Message is the provider's explanation, for logs.
+	// Message is the provider's explanation. It may echo request values (a
+	// card token): Error leaves it out, and a caller logs it only on purpose.
 	Message string
 }
 
-// Error describes the answer.
+// Error describes the answer by its status and code only.
 func (e *StatusError) Error() string {
 	if e.Code == "" {
 		return fmt.Sprintf("status %d", e.StatusCode)
 	}
-	return fmt.Sprintf("status %d: %s: %s", e.StatusCode, e.Code, e.Message)
+	return fmt.Sprintf("status %d: %s", e.StatusCode, e.Code)
+}
+
+// Is reports whether target is ErrRejected and e an answer about the
+// request's own content: 400, 413 or 422. The other 4xx are not: 401 and 403
+// point at the caller's credentials, 404 and 405 at a wrong URL, 408, 409
+// (the key is in use by a concurrent request) and 425 ask for a retry;
+// fixing the configuration or retrying may well help with them.
+func (e *StatusError) Is(target error) bool {
+	if target != ErrRejected {
+		return false
+	}
+	switch e.StatusCode {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		return true
+	}
+	return false
 }

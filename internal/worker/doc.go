@@ -15,11 +15,14 @@
 //     derived from the payment alone, so every delivery of the record, and
 //     every retry of it, sends the same key and the same parameters, and the
 //     provider charges at most once;
-//  3. settles it with Settler.Settle: succeeded with the charge's ID, or
+//  3. settles it with Settler.Settle: succeeded with the charge's ID;
 //     failed with the decline code (card_declined) and the ID of the failed
-//     charge the provider recorded. Settle only moves a pending payment; a
-//     payment found already settled (a redelivery, or a concurrent delivery
-//     that won) is a success, not an error.
+//     charge the provider recorded; or failed with the code
+//     provider_rejected and no charge when the provider refused the request
+//     itself (provider.ErrRejected: a 400, 413 or 422, nothing charged, and
+//     the same payment would be refused again). Settle only moves a pending
+//     payment; a payment found already settled (a redelivery, or a
+//     concurrent delivery that won) is a success, not an error.
 //
 // Records that are not an INSERT with a new image whose status is the string
 // "pending" (MODIFY and REMOVE records, settled payments, items of another
@@ -33,11 +36,12 @@
 // batch item failure (stream.Process), when its image does not decode into a
 // payment (a poison record), when the provider answers ErrNotCharged (503,
 // 429, no connection) or ErrOutcomeUnknown (a timeout after the request was
-// sent, a 5xx), when the provider refuses the request as wrong (a
-// *provider.StatusError: a bug or a misconfiguration, never settled on a
-// guess), and when the settle cannot be written. Lambda retries from the
-// failed record, bisecting the batch; the retry sends the same key, so the
-// provider either charges for the first time or replays the charge it made.
+// sent, a 5xx), when the provider answers another 4xx (a
+// *provider.StatusError that is not provider.ErrRejected, such as 401 for a
+// wrong API key: a misconfiguration, never settled on a guess), and when the
+// settle cannot be written. Lambda retries from the failed record, bisecting
+// the batch; the retry sends the same key, so the provider either charges
+// for the first time or replays the charge it made.
 // After MaximumRetryAttempts the record goes to the on-failure destination
 // and the shard moves on: a poison record never blocks the records after it
 // for longer than its retries. Handle itself never returns an error.
@@ -47,13 +51,15 @@
 // Each record handled writes one JSON log line, "worker: record", with its
 // event_id, sequence_number and outcome, plus tenant and payment once the
 // payment is decoded: outcome succeeded or failed (this delivery settled the
-// payment), already_settled, ignored (at debug level), or error (with err,
-// at warn level for the provider's transient outcomes and DynamoDB outages,
-// error otherwise). The provider idempotency key is never logged.
+// payment; a failed one settled provider_rejected is logged at warn level
+// with err, the provider's status and code), already_settled, ignored (at
+// debug level), or error (with err, at warn level for the provider's
+// transient outcomes and DynamoDB outages, error otherwise). The provider
+// idempotency key is never logged.
 //
 // Two EMF metrics count settlements made by this worker, one per payment
 // however many times its record is delivered: worker_charged when it settles
-// a payment succeeded, worker_failed when it settles one failed (declined).
-// Records that fail are not counted; they show in the logs, the function's
-// Errors and IteratorAge metrics and the on-failure destination.
+// a payment succeeded, worker_failed when it settles one failed (declined or
+// rejected). Records that fail are not counted; they show in the logs, the
+// function's Errors and IteratorAge metrics and the on-failure destination.
 package worker

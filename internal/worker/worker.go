@@ -29,17 +29,23 @@ const (
 	outcomeError          = "error"
 )
 
-// declinedCode is the failure code recorded when the provider declines a
-// charge without saying why.
-const declinedCode = "declined"
+// Failure codes the worker records itself.
+const (
+	// declinedCode: the provider declined the charge without saying why.
+	declinedCode = "declined"
+	// rejectedCode: the provider refused the charge request itself
+	// (provider.ErrRejected); it made no charge.
+	rejectedCode = "provider_rejected"
+)
 
 // Charger charges the provider; *provider.Client implements it.
 type Charger interface {
 	// Charge charges req under the idempotency key. It returns the
 	// succeeded charge, a *provider.DeclinedError when the provider recorded
 	// a failed charge, an error wrapping provider.ErrNotCharged or
-	// provider.ErrOutcomeUnknown, or another error (a *provider.StatusError)
-	// for a request the provider refused as wrong.
+	// provider.ErrOutcomeUnknown, an error matching provider.ErrRejected for
+	// a request the provider refused as wrong, or another error (a
+	// *provider.StatusError for another 4xx).
 	Charge(ctx context.Context, key string, req provider.ChargeRequest) (provider.Charge, error)
 }
 
@@ -123,6 +129,11 @@ func (w *Worker) record(ctx context.Context, rec events.DynamoDBEventRecord) err
 	}
 	attrs := []any{"outcome", res.outcome, "status", string(res.status)}
 	level := slog.LevelInfo
+	if res.rejected != nil {
+		// The API accepted what the provider refuses: worth a look.
+		level = slog.LevelWarn
+		attrs = append(attrs, "err", res.rejected)
+	}
 	if res.conflict {
 		// Another settlement than this charge's: worth a look, but the
 		// payment is settled and retrying would not change it.
@@ -141,37 +152,49 @@ type result struct {
 	// conflict is set when the payment was already settled otherwise than
 	// the provider's answer says.
 	conflict bool
+	// rejected is the provider's refusal of the charge request, when it
+	// settled the payment failed.
+	rejected error
+}
+
+// settlement is what the provider's answer settles a payment to.
+type settlement struct {
+	status                payments.Status
+	chargeID, failureCode string
+	// rejected is the provider's refusal of the request (failureCode
+	// rejectedCode).
+	rejected error
 }
 
 // process charges p and settles it.
 func (w *Worker) process(ctx context.Context, p payments.Payment) (result, error) {
-	status, chargeID, failureCode, err := w.charge(ctx, p)
+	s, err := w.charge(ctx, p)
 	if err != nil {
 		return result{}, err
 	}
-	err = w.settler.Settle(ctx, p.Tenant, p.ID, status, chargeID, failureCode)
+	err = w.settler.Settle(ctx, p.Tenant, p.ID, s.status, s.chargeID, s.failureCode)
 	var settled *payments.NotPendingError
 	switch {
 	case errors.As(err, &settled):
-		s := settled.Payment
+		got := settled.Payment
 		return result{
 			outcome:  outcomeAlreadySettled,
-			status:   s.Status,
-			conflict: s.Status != status || s.ProviderChargeID != chargeID || s.FailureCode != failureCode,
+			status:   got.Status,
+			conflict: got.Status != s.status || got.ProviderChargeID != s.chargeID || got.FailureCode != s.failureCode,
 		}, nil
 	case err != nil:
 		return result{}, fmt.Errorf("worker: settle payment %s: %w", p.ID, err)
 	}
-	if status == payments.StatusSucceeded {
+	if s.status == payments.StatusSucceeded {
 		w.metrics.Count(MetricCharged)
-		return result{outcome: outcomeSucceeded, status: status}, nil
+		return result{outcome: outcomeSucceeded, status: s.status}, nil
 	}
 	w.metrics.Count(MetricFailed)
-	return result{outcome: outcomeFailed, status: status}, nil
+	return result{outcome: outcomeFailed, status: s.status, rejected: s.rejected}, nil
 }
 
 // charge charges p under its key and returns how to settle it.
-func (w *Worker) charge(ctx context.Context, p payments.Payment) (status payments.Status, chargeID, failureCode string, err error) {
+func (w *Worker) charge(ctx context.Context, p payments.Payment) (settlement, error) {
 	ch, err := w.charger.Charge(ctx, ChargeKey(p.Tenant, p.ID), provider.ChargeRequest{
 		Amount:      p.Amount,
 		Currency:    p.Currency,
@@ -184,17 +207,21 @@ func (w *Worker) charge(ctx context.Context, p payments.Payment) (status payment
 	switch {
 	case err == nil:
 		if ch.ID == "" {
-			return "", "", "", fmt.Errorf("worker: charge payment %s: the provider's charge has no ID", p.ID)
+			return settlement{}, fmt.Errorf("worker: charge payment %s: the provider's charge has no ID", p.ID)
 		}
-		return payments.StatusSucceeded, ch.ID, "", nil
+		return settlement{status: payments.StatusSucceeded, chargeID: ch.ID}, nil
 	case errors.As(err, &declined):
 		code := declined.Code
 		if code == "" {
 			code = declinedCode
 		}
-		return payments.StatusFailed, declined.Charge.ID, code, nil
+		return settlement{status: payments.StatusFailed, chargeID: declined.Charge.ID, failureCode: code}, nil
+	case errors.Is(err, provider.ErrRejected):
+		// No charge was made, and the payment, which never changes, would
+		// be refused again: settle it instead of failing the record forever.
+		return settlement{status: payments.StatusFailed, failureCode: rejectedCode, rejected: err}, nil
 	default:
-		return "", "", "", fmt.Errorf("worker: charge payment %s: %w", p.ID, err)
+		return settlement{}, fmt.Errorf("worker: charge payment %s: %w", p.ID, err)
 	}
 }
 

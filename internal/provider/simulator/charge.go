@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // The source tokens the simulator understands.
@@ -29,16 +30,25 @@ const (
 	StatusFailed    = "failed"
 )
 
-// Limits on a charge request.
+// Limits on a charge request. Lengths count characters (Unicode code
+// points), not bytes, and are no lower than the API's (internal/payments,
+// not imported: the simulator stands for an external system), so that it
+// refuses nothing the API accepts; a request it refuses is a final error.
 const (
-	MaxKeyLength     = 255
-	maxBody          = 64 << 10
-	maxAmount        = 99_999_999 // Stripe's eight digits
-	maxString        = 500
-	maxMetadataKeys  = 50
-	maxMetadataKey   = 40
-	idPrefix         = "prch_"
-	pointerKeyPrefix = "id#"
+	MaxKeyLength      = 255
+	maxAmount         = 99_999_999 // Stripe's eight digits
+	maxCustomer       = 255
+	maxDescription    = 1000
+	maxMetadataKeys   = 20
+	maxMetadataKey    = 40
+	maxMetadataValue  = 500
+	idPrefix          = "prch_"
+	pointerKeyPrefix  = "id#"
+	maxCharacterBytes = 6 // a character JSON-escaped, as encoding/json does "<": \u003c
+	// maxBody holds the largest request within the limits above with every
+	// character escaped, plus 4 KiB for the rest (names, punctuation, the
+	// source).
+	maxBody = maxCharacterBytes*(maxCustomer+maxDescription+maxMetadataKeys*(maxMetadataKey+maxMetadataValue)) + 4<<10
 )
 
 // behaviour is what a source token makes the simulator do.
@@ -132,18 +142,18 @@ func parseChargeRequest(w http.ResponseWriter, r *http.Request) (chargeRequest, 
 		return req, 0, invalid("currency", "must be a three-letter ISO currency code")
 	}
 	req.Currency = strings.ToLower(req.Currency)
-	if req.Customer == "" || len(req.Customer) > maxString {
-		return req, 0, invalid("customer", "must be 1 to %d bytes", maxString)
+	if n := utf8.RuneCountInString(req.Customer); n < 1 || n > maxCustomer {
+		return req, 0, invalid("customer", "must be 1 to %d characters", maxCustomer)
 	}
-	if len(req.Description) > maxString {
-		return req, 0, invalid("description", "must be at most %d bytes", maxString)
+	if utf8.RuneCountInString(req.Description) > maxDescription {
+		return req, 0, invalid("description", "must be at most %d characters", maxDescription)
 	}
 	if len(req.Metadata) > maxMetadataKeys {
 		return req, 0, invalid("metadata", "at most %d keys", maxMetadataKeys)
 	}
 	for k, v := range req.Metadata {
-		if k == "" || len(k) > maxMetadataKey || len(v) > maxString {
-			return req, 0, invalid("metadata", "keys must be 1 to %d bytes and values at most %d", maxMetadataKey, maxString)
+		if n := utf8.RuneCountInString(k); n < 1 || n > maxMetadataKey || utf8.RuneCountInString(v) > maxMetadataValue {
+			return req, 0, invalid("metadata", "keys must be 1 to %d characters and values at most %d", maxMetadataKey, maxMetadataValue)
 		}
 	}
 	b, ok := tokens[req.Source]

@@ -24,7 +24,10 @@
 //   - tok_slow: the charge succeeds and is recorded, and the answer comes
 //     after SlowDelay.
 //
-// Any other source is a 400 invalid_request.
+// Any other source is a 400 invalid_request, as is a request outside the
+// limits, which count characters, not bytes, and are the API's: amount 1 to
+// 99999999, customer 1 to 255 characters, description up to 1000, metadata
+// up to 20 pairs, keys of 1 to 40 characters, values up to 500.
 //
 // # Idempotency
 //

@@ -3,6 +3,7 @@ package simulator_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -305,6 +306,79 @@ func TestInvalidRequests(t *testing.T) {
 	if a := e.post(t, "k1", request("tok_visa")); a.status != 201 {
 		t.Errorf("corrected POST = %d %s, want 201", a.status, a.body)
 	}
+}
+
+// TestLimits: lengths count characters, not bytes, up to the API's limits
+// (internal/payments): at the limit a request is charged, one character more
+// is a 400.
+func TestLimits(t *testing.T) {
+	e := newEnv(t)
+	metadata := func(pairs, keyLen, valueLen int, char string) map[string]string {
+		m := map[string]string{}
+		for i := range pairs {
+			m[fmt.Sprintf("%02d", i)+strings.Repeat(char, keyLen-2)] = strings.Repeat(char, valueLen)
+		}
+		return m
+	}
+	tests := []struct {
+		name      string
+		field     string
+		value     any
+		wantParam string // "" for a 201
+	}{
+		{"customer of 255 characters", "customer", strings.Repeat("é", 255), ""},
+		{"customer of 256 characters", "customer", strings.Repeat("é", 256), "customer"},
+		{"customer of 255 four-byte characters", "customer", strings.Repeat("😀", 255), ""},
+		{"description of 1000 characters", "description", strings.Repeat("€", 1000), ""},
+		{"description of 1001 characters", "description", strings.Repeat("€", 1001), "description"},
+		{"20 metadata pairs of 40 and 500 characters", "metadata", metadata(20, 40, 500, "ü"), ""},
+		{"21 metadata pairs", "metadata", metadata(21, 2, 1, "ü"), "metadata"},
+		{"metadata key of 41 characters", "metadata", metadata(1, 41, 1, "ü"), "metadata"},
+		{"metadata value of 501 characters", "metadata", metadata(1, 2, 501, "ü"), "metadata"},
+		{"empty metadata key", "metadata", map[string]string{"": "v"}, "metadata"},
+		{"amount 99999999", "amount", 99_999_999, ""},
+		{"amount 100000000", "amount", 100_000_000, "amount"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := request(simulator.TokenVisa)
+			body[tt.field] = tt.value
+			key := fmt.Sprintf("limits-%d", i)
+			a := e.post(t, key, body)
+			if tt.wantParam == "" {
+				if a.status != http.StatusCreated {
+					t.Fatalf("POST = %d %s, want 201", a.status, a.body)
+				}
+				if got := a.json(t)[tt.field]; !cmp.Equal(got, mustJSON(t, tt.value)) {
+					t.Errorf("charge %s = %v, want %v", tt.field, got, tt.value)
+				}
+				return
+			}
+			if a.status != http.StatusBadRequest {
+				t.Fatalf("POST = %d %s, want 400", a.status, a.body)
+			}
+			if p := a.json(t)["error"].(map[string]any)["param"]; p != tt.wantParam {
+				t.Errorf("param = %v, want %s", p, tt.wantParam)
+			}
+			if n := e.count(t, key); n != 0 {
+				t.Errorf("count = %d after a 400, want 0", n)
+			}
+		})
+	}
+}
+
+// mustJSON is v as encoding/json decodes it into an any.
+func mustJSON(t *testing.T, v any) any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func TestReplay(t *testing.T) {
