@@ -32,12 +32,7 @@ func cachedDir(t *testing.T) string {
 		}
 		t.Skipf("%v", err)
 	}
-	if _, err := exec.LookPath("java"); err != nil {
-		if os.Getenv("ONCE_REQUIRE_DYNAMODB") == "1" {
-			t.Fatalf("ONCE_REQUIRE_DYNAMODB=1 but java is missing: %v", err)
-		}
-		t.Skipf("java: %v", err)
-	}
+	needJava(t)
 	return dir
 }
 
@@ -169,9 +164,7 @@ func TestStartMissingJar(t *testing.T) {
 }
 
 func TestStartReportsEarlyExit(t *testing.T) {
-	if _, err := exec.LookPath("java"); err != nil {
-		t.Skipf("java: %v", err)
-	}
+	needJava(t)
 	_, err := Start(t.Context(), Options{Dir: fakeDir(t), StartTimeout: 30 * time.Second})
 	if err == nil {
 		t.Fatal("Start with a corrupt jar succeeded, want an error")
@@ -184,9 +177,7 @@ func TestStartReportsEarlyExit(t *testing.T) {
 }
 
 func TestStartPortInUse(t *testing.T) {
-	if _, err := exec.LookPath("java"); err != nil {
-		t.Skipf("java: %v", err)
-	}
+	needJava(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -214,5 +205,17 @@ func TestOutputTail(t *testing.T) {
 	}
 	if got := (&output{log: slog.New(slog.DiscardHandler)}).tail(); !strings.Contains(got, "no output") {
 		t.Errorf("tail of nothing = %q, want it to say no output", got)
+	}
+}
+
+// needJava skips the test without Java, or fails it under
+// ONCE_REQUIRE_DYNAMODB=1 (make test), where Java must be there.
+func needJava(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("java"); err != nil {
+		if os.Getenv("ONCE_REQUIRE_DYNAMODB") == "1" {
+			t.Fatalf("ONCE_REQUIRE_DYNAMODB=1 but java is missing: %v", err)
+		}
+		t.Skipf("java: %v", err)
 	}
 }

@@ -149,11 +149,8 @@ func TestLocalStackScripts(t *testing.T) {
 }
 
 // TestMakefileLocalStackTargets checks that make localstack-up, -deploy and
-// -down run the scripts, once the Makefile has them.
+// -down run the scripts.
 func TestMakefileLocalStackTargets(t *testing.T) {
-	if _, err := os.Stat(filepath.Join(root(t), "Makefile")); err != nil {
-		t.Skip("no Makefile yet")
-	}
 	for target, script := range map[string]string{"localstack-up": "localstack/up.sh", "localstack-deploy": "localstack/deploy.sh", "localstack-down": "localstack/down.sh"} {
 		cmd := exec.Command("make", "--no-print-directory", "-n", target)
 		cmd.Dir = root(t)
@@ -244,14 +241,14 @@ func TestSAMConfig(t *testing.T) {
 }
 
 // TestLocalStackRender runs localstack/render for real (building every
-// function) once every function's folder exists.
+// function).
 func TestLocalStackRender(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every function")
 	}
 	for id := range template(t).Functions() {
 		if !hasFolder(t, samtemplate.FunctionFolder(id)) {
-			t.Skipf("functions/%s does not exist yet", samtemplate.FunctionFolder(id))
+			t.Fatalf("functions/%s does not exist", samtemplate.FunctionFolder(id))
 		}
 	}
 	out := t.TempDir()
