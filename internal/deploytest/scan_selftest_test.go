@@ -55,6 +55,18 @@ func (Other) get()               { _ = os.Getenv("M_OTHER_TYPE") }
 func NewOther() Other             { return Other{} }
 func (h *Handler) Unreached()    { _ = os.Getenv("M_UNREACHED_METHOD") }
 func Unreached()                 { _, _ = os.LookupEnv("M_UNREACHED_FUNC") }
+
+// Options has a field named like the function Table: a literal that sets the
+// field does not reach the function; one keyed by a constant in a map does.
+type Options struct{ Table string }
+
+func Table() string              { return os.Getenv("M_FIELD_NAMESAKE") }
+
+const K = "M_MAP_KEY_CONST"
+
+func Use() (Options, map[string]int) {
+	return Options{Table: "t"}, map[string]int{K: 1}
+}
 func Chain() *Handler             { return nil }
 `,
 		"cmd/app/main.go": `package main
@@ -76,6 +88,7 @@ func run(getenv func(string) string) {
 	cfg := config.FromEnv(getenv)
 	_ = getenv(envLocal)
 	_ = lib.Chain().ServeHTTP
+	_, _ = lib.Use()
 	http.ListenAndServe(":0", lib.New(cfg.Used))
 }
 `,
@@ -105,6 +118,9 @@ func run(getenv func(string) string) {
 	}
 	if !s.Strings["M_USED"] {
 		t.Errorf("Strings lacks M_USED (a reachable constant)")
+	}
+	if !s.Strings["M_MAP_KEY_CONST"] {
+		t.Errorf("Strings lacks M_MAP_KEY_CONST (a constant used as a map literal's key)")
 	}
 	if got, want := len(s.Packages), 3; got != want {
 		t.Errorf("len(Packages) = %d, want %d: %v", got, want, s.Packages)

@@ -269,6 +269,29 @@ func scanMain(pkgs []goPackage, mainPath, quiet string) (*scan, error) {
 				}
 				ast.Inspect(x.X, visit)
 				return false
+			case *ast.Field:
+				// Field and parameter names are not references either.
+				if x.Type != nil {
+					ast.Inspect(x.Type, visit)
+				}
+				return false
+			case *ast.CompositeLit:
+				if _, isMap := x.Type.(*ast.MapType); x.Type == nil || isMap {
+					return true
+				}
+				// A struct literal's keys are field names, not references
+				// to declarations that share their names.
+				ast.Inspect(x.Type, visit)
+				for _, e := range x.Elts {
+					if kv, ok := e.(*ast.KeyValueExpr); ok {
+						if _, isName := kv.Key.(*ast.Ident); isName {
+							ast.Inspect(kv.Value, visit)
+							continue
+						}
+					}
+					ast.Inspect(e, visit)
+				}
+				return false
 			case *ast.Ident:
 				push(r.pkg.decls[x.Name]...)
 			case *ast.BasicLit:
