@@ -7,24 +7,42 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/internal/lambdatest"
 )
 
 // failCompletion is an HTTP client for the DynamoDB SDK that fails every
-// PutItem writing a COMPLETED record, as an outage that starts between the
-// provider's answer and the completion would.
+// call of the operation op (PutItem, TransactWriteItems) writing a COMPLETED
+// record, as an outage that starts between the provider's answer and its
+// recording would.
 type failCompletion struct {
+	op   string
 	next interface {
 		Do(*http.Request) (*http.Response, error)
 	}
 }
 
+// failing returns a stack option whose function client fails as
+// failCompletion{op} does.
+func failing(op string) stackOption {
+	return func(setup *stackSetup) {
+		setup.client = func(t testing.TB, base *dynamodb.Client) *dynamodb.Client {
+			return dynamodb.New(base.Options(), func(o *dynamodb.Options) {
+				o.HTTPClient = failCompletion{op: op, next: o.HTTPClient}
+				o.RetryMaxAttempts = 2
+			})
+		}
+	}
+}
+
 func (d failCompletion) Do(r *http.Request) (*http.Response, error) {
-	if strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".PutItem") && r.Body != nil {
+	if strings.HasSuffix(r.Header.Get("X-Amz-Target"), "."+d.op) && r.Body != nil {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
 			return nil, err
@@ -42,16 +60,7 @@ func (d failCompletion) Do(r *http.Request) (*http.Response, error) {
 // rather than "store unavailable", the reservation stays for the reconciler,
 // and the answer the reconciler will rebuild is the same bytes.
 func TestChargeCompletionUnrecorded(t *testing.T) {
-	s := newStack(t,
-		withConfig(func(c *config.Config) { c.ProviderTimeout = chargeTimeout }),
-		func(setup *stackSetup) {
-			setup.client = func(t testing.TB, base *dynamodb.Client) *dynamodb.Client {
-				return dynamodb.New(base.Options(), func(o *dynamodb.Options) {
-					o.HTTPClient = failCompletion{next: o.HTTPClient}
-					o.RetryMaxAttempts = 2
-				})
-			}
-		})
+	s := newStack(t, withConfig(func(c *config.Config) { c.ProviderTimeout = chargeTimeout }), failing("PutItem"))
 	const key = "charge-unrecorded"
 	body := chargeBody("tok_visa")
 	first := s.charge(t, key, body, nil)
@@ -109,7 +118,39 @@ func TestUnknownRedrive(t *testing.T) {
 		if step.redrive && (!got.UpdatedAt.Equal(s.clock.Now().Truncate(1e6)) || got.Fingerprint != marked.Fingerprint || !bytes.Equal(got.Request, marked.Request)) {
 			t.Errorf("%s: record = updated %v fingerprint %s; want updated now (%v) and the same request", step.name, got.UpdatedAt, got.Fingerprint, s.clock.Now())
 		}
+		// A redrive never extends the retention: a record that cannot be
+		// reconciled still expires when it would have.
+		if !got.ExpiresAt.Equal(marked.ExpiresAt) {
+			t.Errorf("%s: expires %v, want %v as when it became UNKNOWN", step.name, got.ExpiresAt, marked.ExpiresAt)
+		}
 		prev = got
+	}
+	if n := s.charged(t, key, body); n != 1 {
+		t.Errorf("simulator charges = %d, want 1", n)
+	}
+}
+
+// TestChargeReleasedAndUnrecorded: the reservation was released while the
+// request ran (reconciled as "nothing happened"), and recording the outcome
+// afresh fails too. Nothing would reconcile an answer sent now, so the client
+// gets 503 store_unavailable and retries instead: the retry runs, and the
+// provider answers it with the same charge.
+func TestChargeReleasedAndUnrecorded(t *testing.T) {
+	// The completion meets the released record; the fresh commit fails.
+	s := newStack(t, withConfig(func(c *config.Config) { c.ProviderTimeout = chargeTimeout }), failing("TransactWriteItems"))
+	const key = "charge-released"
+	body := chargeBody("tok_slow") // the simulator answers after 300ms
+	done := make(chan response, 1)
+	go func() { done <- s.charge(t, key, body, nil) }()
+	lambdatest.WaitFor(t, 5*time.Second, "the reservation", func() bool {
+		rec, err := s.record(t, key)
+		return err == nil && rec.Status == idempotency.StatusInProgress
+	})
+	dynamotest.Delete(t, s.client, s.names.Idempotency, idempotency.NewKey("acme", key).ID())
+	r := <-done
+	wantProblem(t, r, http.StatusServiceUnavailable, "store_unavailable", "1")
+	if _, err := s.record(t, key); !errors.Is(err, idempotency.ErrNotFound) {
+		t.Errorf("record = %v, want none", err)
 	}
 	if n := s.charged(t, key, body); n != 1 {
 		t.Errorf("simulator charges = %d, want 1", n)

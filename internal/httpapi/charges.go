@@ -67,10 +67,13 @@ func (h *handler) createCharge(w http.ResponseWriter, r *http.Request) {
 	}
 	resp, err := ChargeResponse(call.Record(), c)
 	if err != nil {
-		// Unreachable with a well-behaved provider. A 500 releases the key;
-		// the retry gets the same charge from the provider, which is
-		// idempotent by the forwarded key.
-		WriteError(w, r, err)
+		// Unreachable with a well-behaved provider (a charge of another
+		// amount or currency under this request's key). Something was
+		// charged that this request cannot answer for: leave the record
+		// UNKNOWN, where the reconciler fails on it too and its alarm
+		// fires, rather than release the key to the same answer forever.
+		call.Unknown()
+		WriteError(w, r, fmt.Errorf("%w: %w", provider.ErrOutcomeUnknown, err))
 		return
 	}
 	writeResponse(w, resp)

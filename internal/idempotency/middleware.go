@@ -307,8 +307,10 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 	default:
 		done := c.completed(rec, now)
 		err := c.timed(func() error { return c.m.cfg.Store.Complete(ctx, done, c.rec.LeaseToken, c.effects) })
+		reserved := true // the reservation is still there for reconciliation
 		var conflict *ConflictError
 		if errors.As(err, &conflict) && conflict.Existing == nil {
+			reserved = false
 			// The reservation was released (reconciled as "nothing happened")
 			// while this request was still running. It knows the true outcome,
 			// and nobody owns the key: record it unless a newer request has
@@ -328,11 +330,13 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 			}
 			c.answer(w)
 			return
-		case err != nil && c.mode == External:
+		case err != nil && c.mode == External && reserved:
 			// The call out happened and the handler's answer says how it
 			// ended, but it could not be recorded. Send it as it is, not
 			// stored: the reservation stays, expires into reconciliation, and
 			// the reconciler records the same answer from the other system.
+			// (Without a reservation nothing would reconcile it; the 503
+			// below sends the client back to retry instead.)
 			c.obs.Outcome, c.obs.Err = OutcomeStoreError, err.Error()
 			rec.flush(w)
 			return
@@ -405,6 +409,13 @@ func (c *Call) decideExisting(r *http.Request, existing *Record, now time.Time, 
 		inProgress(existing.ExpiresAt.Sub(now))
 	case mayAbandon && (existing.Status == StatusInProgress && existing.External ||
 		existing.Status == StatusUnknown && !now.Before(existing.UpdatedAt.Add(c.m.cfg.UnknownRedrive))):
+		// An UNKNOWN record keeps its expiry: a record that can never be
+		// reconciled must still expire at the end of its retention, however
+		// often it is retried.
+		expires := now.Add(c.m.cfg.Retention)
+		if existing.Status == StatusUnknown {
+			expires = existing.ExpiresAt
+		}
 		// Either the owner lost its lease while calling out, so its effect is
 		// unknown, or an UNKNOWN record has waited UnknownRedrive for the
 		// reconciler, which may have given up on it. Hand the key to
@@ -413,8 +424,7 @@ func (c *Call) decideExisting(r *http.Request, existing *Record, now time.Time, 
 		// and the write's condition on the old token lets one request per
 		// UnknownRedrive do it.
 		err := c.timed(func() error {
-			return c.m.cfg.Store.MarkUnknown(r.Context(), c.key, existing.LeaseToken, NewToken(),
-				now.Add(c.m.cfg.Retention), now)
+			return c.m.cfg.Store.MarkUnknown(r.Context(), c.key, existing.LeaseToken, NewToken(), expires, now)
 		})
 		var again *ConflictError
 		if errors.As(err, &again) {

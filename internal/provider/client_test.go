@@ -190,8 +190,9 @@ func TestChargeKeyReused(t *testing.T) {
 	if !errors.As(err, &se) || se.StatusCode != 422 || se.Code != "idempotency_key_reused" {
 		t.Fatalf("Charge with other parameters = %v, want a 422 idempotency_key_reused *StatusError", err)
 	}
-	if errors.Is(err, provider.ErrNotCharged) || errors.Is(err, provider.ErrOutcomeUnknown) || !errors.Is(err, provider.ErrRejected) {
-		t.Errorf("Charge = %v, want ErrRejected, neither ErrNotCharged nor ErrOutcomeUnknown", err)
+	// A charge exists under the key: neither "not charged" nor "rejected".
+	if errors.Is(err, provider.ErrNotCharged) || errors.Is(err, provider.ErrOutcomeUnknown) || errors.Is(err, provider.ErrRejected) {
+		t.Errorf("Charge = %v, want none of ErrNotCharged, ErrOutcomeUnknown, ErrRejected", err)
 	}
 	if n := e.count(t, "reused"); n != 1 {
 		t.Errorf("count = %d, want 1", n)
@@ -229,7 +230,10 @@ func TestStatusError(t *testing.T) {
 		{&provider.StatusError{StatusCode: 400, Code: "invalid_request", Message: message}, "status 400: invalid_request", true},
 		{&provider.StatusError{StatusCode: 400, Message: message}, "status 400", true},
 		{&provider.StatusError{StatusCode: 413}, "status 413", true},
-		{&provider.StatusError{StatusCode: 422, Code: "idempotency_key_reused", Message: message}, "status 422: idempotency_key_reused", true},
+		{&provider.StatusError{StatusCode: 422, Code: "unprocessable", Message: message}, "status 422: unprocessable", true},
+		// A charge exists under the key: not a rejection of the request.
+		{&provider.StatusError{StatusCode: 422, Code: "idempotency_key_reused", Message: message}, "status 422: idempotency_key_reused", false},
+		{&provider.StatusError{StatusCode: 400, Code: "idempotency_error"}, "status 400: idempotency_error", false},
 		{&provider.StatusError{StatusCode: 401, Code: "invalid_api_key", Message: message}, "status 401: invalid_api_key", false},
 		{&provider.StatusError{StatusCode: 403}, "status 403", false},
 		{&provider.StatusError{StatusCode: 404, Code: "resource_missing"}, "status 404: resource_missing", false},
@@ -409,7 +413,8 @@ func TestClassification(t *testing.T) {
 		{"408", 408, ``, "status", "status"},
 		{"409", 409, ``, "status", "status"},
 		{"413", 413, ``, "rejected", "rejected"},
-		{"422", 422, `{"error":{"code":"idempotency_key_reused"}}`, "rejected", "rejected"},
+		{"422", 422, `{"error":{"code":"unprocessable"}}`, "rejected", "rejected"},
+		{"422 key reused", 422, `{"error":{"code":"idempotency_key_reused"}}`, "status", "status"},
 		{"429", 429, ``, "not-charged", "status"},
 		{"500", 500, `{"message":"Internal Server Error"}`, "unknown", "status"},
 		{"502", 502, ``, "unknown", "status"},

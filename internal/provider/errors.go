@@ -69,8 +69,12 @@ func (e *StatusError) Error() string {
 // point at the caller's credentials, 404 and 405 at a wrong URL, 408, 409
 // (the key is in use by a concurrent request) and 425 ask for a retry;
 // fixing the configuration or retrying may well help with them.
+//
+// An answer that the key is already used with other parameters
+// (idempotency_key_reused, Stripe's idempotency_error) is not ErrRejected
+// either: a charge exists under the key.
 func (e *StatusError) Is(target error) bool {
-	if target != ErrRejected {
+	if target != ErrRejected || e.Code == "idempotency_key_reused" || e.Code == "idempotency_error" {
 		return false
 	}
 	switch e.StatusCode {
