@@ -409,20 +409,19 @@ func (c *Call) decideExisting(r *http.Request, existing *Record, now time.Time, 
 		inProgress(existing.ExpiresAt.Sub(now))
 	case mayAbandon && (existing.Status == StatusInProgress && existing.External ||
 		existing.Status == StatusUnknown && !now.Before(existing.UpdatedAt.Add(c.m.cfg.UnknownRedrive))):
-		// An UNKNOWN record keeps its expiry: a record that can never be
-		// reconciled must still expire at the end of its retention, however
-		// often it is retried.
-		expires := now.Add(c.m.cfg.Retention)
-		if existing.Status == StatusUnknown {
-			expires = existing.ExpiresAt
-		}
 		// Either the owner lost its lease while calling out, so its effect is
 		// unknown, or an UNKNOWN record has waited UnknownRedrive for the
 		// reconciler, which may have given up on it. Hand the key to
 		// reconciliation (again) rather than executing again: the new lease
 		// token is a stream MODIFY to UNKNOWN that triggers the reconciler,
 		// and the write's condition on the old token lets one request per
-		// UnknownRedrive do it.
+		// UnknownRedrive do it. An UNKNOWN record keeps its expiry: one that
+		// can never be reconciled must still end with its retention, however
+		// often it is retried.
+		expires := now.Add(c.m.cfg.Retention)
+		if existing.Status == StatusUnknown {
+			expires = existing.ExpiresAt
+		}
 		err := c.timed(func() error {
 			return c.m.cfg.Store.MarkUnknown(r.Context(), c.key, existing.LeaseToken, NewToken(), expires, now)
 		})
