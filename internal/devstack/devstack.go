@@ -304,20 +304,10 @@ func (s *Stack) startGateway(context.Context) error {
 		Logger:        s.log.With("component", "gateway"),
 	}
 
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(s.port)))
+	srv, url, err := s.serve("gateway", s.port, s.emulator)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return err
 	}
-	srv := &http.Server{
-		Handler:           s.emulator,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
-	go func() {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			s.fail(fmt.Errorf("devstack: gateway: %w", err))
-		}
-	}()
 	s.onStop("gateway", func(ctx context.Context) error {
 		err := srv.Shutdown(ctx)
 		if err != nil {
@@ -325,8 +315,29 @@ func (s *Stack) startGateway(context.Context) error {
 		}
 		return errors.Join(err, s.emulator.Wait(ctx))
 	})
-	s.url = "http://" + ln.Addr().String()
+	s.url = url
 	return nil
+}
+
+// serve serves h on 127.0.0.1:port (0 picks a free port) until it is shut
+// down, reporting a server that stops on its own as the component name's
+// failure, and returns the server and its base URL.
+func (s *Stack) serve(name string, port int, h http.Handler) (*http.Server, string, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return nil, "", fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			s.fail(fmt.Errorf("devstack: %s: %w", name, err))
+		}
+	}()
+	return srv, "http://" + ln.Addr().String(), nil
 }
 
 // fail reports a component that stopped on its own.

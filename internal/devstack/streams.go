@@ -5,13 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -132,21 +129,15 @@ func (s *Stack) startProvider(context.Context) error {
 		return nil
 	}
 	sim := app.ProviderSimulator(s.cfg, s.client, app.Options{Logger: s.log.With("function", "provider")})
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(s.providerPort)))
+	srv, url, err := s.serve("provider", s.providerPort, sim)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return err
 	}
-	srv := &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			s.fail(fmt.Errorf("devstack: provider: %w", err))
-		}
-	}()
-	s.onStop("provider simulator", func(ctx context.Context) error {
+	s.onStop("provider simulator", func(context.Context) error {
 		// tok_timeout holds its answer for long; do not wait for it.
 		return srv.Close()
 	})
-	s.cfg.ProviderURL = "http://" + ln.Addr().String()
+	s.cfg.ProviderURL = url
 	s.log.Info("devstack: provider simulator ready", "url", s.cfg.ProviderURL, "table", s.cfg.ProviderTable)
 	return nil
 }
@@ -166,12 +157,7 @@ func (s *Stack) startStreams(ctx context.Context) error {
 		return err
 	}
 	streams := dynamoclient.NewStreams(awsCfg, s.cfg.DynamoDBEndpoint)
-	tables := map[string]string{
-		"IdempotencyTable": s.cfg.IdempotencyTable,
-		"PaymentsTable":    s.cfg.PaymentsTable,
-		"ApiKeysTable":     s.cfg.APIKeysTable,
-		"ProviderTable":    s.cfg.ProviderTable,
-	}
+	tables := tableNames(s.cfg)
 	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	stop := func(context.Context) error {

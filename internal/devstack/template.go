@@ -109,12 +109,7 @@ func tablesFor(tmpl *samtemplate.Template, cfg config.Config) ([]samtemplate.Tab
 	if err != nil {
 		return nil, err
 	}
-	names := map[string]string{
-		"IdempotencyTable": cfg.IdempotencyTable,
-		"PaymentsTable":    cfg.PaymentsTable,
-		"ApiKeysTable":     cfg.APIKeysTable,
-		"ProviderTable":    cfg.ProviderTable,
-	}
+	names := tableNames(cfg)
 	var missing []string
 	for i, t := range tables {
 		if name := names[t.LogicalID]; name != "" {
@@ -132,6 +127,17 @@ func tablesFor(tmpl *samtemplate.Template, cfg config.Config) ([]samtemplate.Tab
 		return nil, fmt.Errorf("devstack: template defines no %s", strings.Join(missing, ", "))
 	}
 	return tables, nil
+}
+
+// tableNames maps the template's table logical IDs to the names cfg gives
+// them.
+func tableNames(cfg config.Config) map[string]string {
+	return map[string]string{
+		"IdempotencyTable": cfg.IdempotencyTable,
+		"PaymentsTable":    cfg.PaymentsTable,
+		"ApiKeysTable":     cfg.APIKeysTable,
+		"ProviderTable":    cfg.ProviderTable,
+	}
 }
 
 // findTemplate returns template.yaml in the working directory or the nearest

@@ -1,13 +1,8 @@
 package worker
 
-import "strings"
-
 // keyPrefix namespaces the worker's provider keys: the API forwards client
 // keys as "once_<hex>" (idempotency.Key.Forward), so the two never meet.
 const keyPrefix = "once:payment:"
-
-// maxKeyLength is the provider's limit on an idempotency key.
-const maxKeyLength = 255
 
 // ChargeKey is the provider idempotency key under which the worker charges
 // tenant's payment id: "once:payment:<tenant>:<id>", for example
@@ -17,18 +12,4 @@ const maxKeyLength = 255
 // ID it is at most 106 characters of 0x21-0x7E, as the provider requires.
 func ChargeKey(tenant, id string) string {
 	return keyPrefix + tenant + ":" + id
-}
-
-// validKey reports whether key is a key the provider accepts: 1 to 255
-// characters in 0x21-0x7E, not in the simulator's reserved "id#" namespace.
-func validKey(key string) bool {
-	if key == "" || len(key) > maxKeyLength || strings.HasPrefix(key, "id#") {
-		return false
-	}
-	for i := range len(key) {
-		if c := key[i]; c < 0x21 || c > 0x7e {
-			return false
-		}
-	}
-	return true
 }
