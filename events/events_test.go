@@ -25,12 +25,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/internal/auth"
 	"github.com/oncehq/once/internal/charges"
 	"github.com/oncehq/once/internal/httpapi"
-	"github.com/oncehq/once/internal/idempotency"
 	"github.com/oncehq/once/internal/payments"
-	"github.com/oncehq/once/internal/store/dynamo"
 	"github.com/oncehq/once/internal/stream"
 	"github.com/oncehq/once/internal/worker"
 )

@@ -15,12 +15,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/internal/auth"
 	"github.com/oncehq/once/internal/dynamotest"
-	"github.com/oncehq/once/internal/idempotency"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/samtemplate"
-	"github.com/oncehq/once/internal/store/dynamo"
 	"github.com/oncehq/once/internal/stream"
 )
 

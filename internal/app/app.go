@@ -11,16 +11,16 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamoclient"
 	"github.com/oncehq/once/internal/fault"
 	"github.com/oncehq/once/internal/gateway"
 	"github.com/oncehq/once/internal/httpapi"
-	"github.com/oncehq/once/internal/idempotency"
 	"github.com/oncehq/once/internal/metrics"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
-	"github.com/oncehq/once/internal/store/dynamo"
 )
 
 // MetricsNamespace is the CloudWatch namespace of every metric.

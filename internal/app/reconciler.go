@@ -5,10 +5,10 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/httpapi"
 	"github.com/oncehq/once/internal/reconciler"
-	"github.com/oncehq/once/internal/store/dynamo"
 	"github.com/oncehq/once/internal/stream"
 )
 

@@ -8,14 +8,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/httpapi"
-	"github.com/oncehq/once/internal/idempotency"
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/provider"
-	"github.com/oncehq/once/internal/store/dynamo"
 )
 
 // TestSweeperAndReconciler runs the composed sweeper and reconciler behind

@@ -5,8 +5,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/internal/config"
-	"github.com/oncehq/once/internal/store/dynamo"
 	"github.com/oncehq/once/internal/stream"
 	"github.com/oncehq/once/internal/sweeper"
 )

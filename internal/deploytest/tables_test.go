@@ -102,8 +102,8 @@ func TestTablesMatchCode(t *testing.T) {
 		name  string // constant
 		want  string // the template's value
 	}{
-		{"IdempotencyTable", "internal/store/dynamo", "AttrPK", partitionKey},
-		{"IdempotencyTable", "internal/store/dynamo", "AttrExpiresAt", designTables["IdempotencyTable"].ttl},
+		{"IdempotencyTable", "idempotency/dynamo", "AttrPK", partitionKey},
+		{"IdempotencyTable", "idempotency/dynamo", "AttrExpiresAt", designTables["IdempotencyTable"].ttl},
 		{"PaymentsTable", "internal/payments", "KeyAttr", partitionKey},
 		{"ApiKeysTable", "internal/auth", "attrPK", partitionKey},
 	}

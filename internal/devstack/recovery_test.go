@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/internal/devstack"
 	"github.com/oncehq/once/internal/dynamotest"
-	"github.com/oncehq/once/internal/idempotency"
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/payments"
-	"github.com/oncehq/once/internal/store/dynamo"
 )
 
 // startRecovery starts a devstack with crash injection on and a short lease

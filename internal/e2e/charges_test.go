@@ -12,13 +12,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/internal/charges"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/httpapi"
-	"github.com/oncehq/once/internal/idempotency"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
-	"github.com/oncehq/once/internal/store/dynamo"
 )
 
 // chargeTimeout is the provider timeout of the charge tests: longer than the

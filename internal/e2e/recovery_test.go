@@ -12,13 +12,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamoclient"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/gateway"
 	"github.com/oncehq/once/internal/httpapi"
-	"github.com/oncehq/once/internal/idempotency"
-	"github.com/oncehq/once/internal/store/dynamo"
 )
 
 // TestSameKeyOtherRoute reuses a key on a second idempotent route that

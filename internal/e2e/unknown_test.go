@@ -11,9 +11,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamotest"
-	"github.com/oncehq/once/internal/idempotency"
 	"github.com/oncehq/once/internal/lambdatest"
 )
 

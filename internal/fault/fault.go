@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/idempotency"
 )
 
 // Header is the request header that names the point to crash at.

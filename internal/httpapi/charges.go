@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/internal/charges"
 	"github.com/oncehq/once/internal/fault"
-	"github.com/oncehq/once/internal/idempotency"
 	"github.com/oncehq/once/internal/provider"
 )
 

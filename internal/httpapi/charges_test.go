@@ -10,8 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/internal/charges"
-	"github.com/oncehq/once/internal/idempotency"
 	"github.com/oncehq/once/internal/provider"
 )
 

@@ -8,9 +8,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/internal/fault"
 	"github.com/oncehq/once/internal/gateway"
-	"github.com/oncehq/once/internal/idempotency"
 	"github.com/oncehq/once/internal/metrics"
 	"github.com/oncehq/once/internal/payments"
 )

@@ -16,13 +16,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/memory"
 	"github.com/oncehq/once/internal/fault"
-	"github.com/oncehq/once/internal/idempotency"
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/metrics"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
-	"github.com/oncehq/once/internal/store/memory"
 )
 
 const table = "payments"

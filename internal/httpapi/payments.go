@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/internal/payments"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/idempotency"
 )
 
 func TestDecode(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/internal/dynamotest"
-	"github.com/oncehq/once/internal/idempotency"
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/metrics"
 	"github.com/oncehq/once/internal/reconciler"

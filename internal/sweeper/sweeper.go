@@ -9,9 +9,9 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/internal/metrics"
-	"github.com/oncehq/once/internal/store/dynamo"
 	"github.com/oncehq/once/internal/stream"
 )
 

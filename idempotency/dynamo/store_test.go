@@ -16,11 +16,11 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/storetest"
 	"github.com/oncehq/once/internal/dynamoclient"
 	"github.com/oncehq/once/internal/dynamotest"
-	"github.com/oncehq/once/internal/idempotency"
-	"github.com/oncehq/once/internal/store/dynamo"
-	"github.com/oncehq/once/internal/store/storetest"
 )
 
 // newStore returns a Store on fresh tables of DynamoDB Local.

@@ -10,8 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/oncehq/once/internal/idempotency"
-	"github.com/oncehq/once/internal/store/memory"
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/memory"
 )
 
 // TestCallRecord checks that Call.Record is the reservation as stored, so a

@@ -16,7 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/idempotency"
 )
 
 // EffectItem is the item of the effects the suite writes.

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/oncehq/once/internal/idempotency"
+	"github.com/oncehq/once/idempotency"
 )
 
 // Store is an in-memory idempotency.Store. The zero value is not usable; call

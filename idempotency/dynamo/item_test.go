@@ -11,8 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/oncehq/once/internal/idempotency"
-	"github.com/oncehq/once/internal/store/dynamo"
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
 )
 
 // ignoreAV lets cmp compare attribute values.

@@ -3,9 +3,9 @@ package memory_test
 import (
 	"testing"
 
-	"github.com/oncehq/once/internal/idempotency"
-	"github.com/oncehq/once/internal/store/memory"
-	"github.com/oncehq/once/internal/store/storetest"
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/memory"
+	"github.com/oncehq/once/idempotency/storetest"
 )
 
 func TestConformance(t *testing.T) {
