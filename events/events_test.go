@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncehq/once/internal/charges"
+
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/google/go-cmp/cmp"
@@ -27,11 +29,9 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/auth"
-	"github.com/oncehq/once/internal/charges"
-	"github.com/oncehq/once/internal/httpapi"
 	"github.com/oncehq/once/internal/payments"
-	"github.com/oncehq/once/internal/stream"
 	"github.com/oncehq/once/internal/worker"
 )
 
@@ -159,7 +159,7 @@ var fixtures = map[string]fixture{
 			body.Amount != want.Amount || body.Currency != want.Currency {
 			t.Errorf("charge = %+v, want %s, a succeeded charge of %d %s", body, charges.ID(key), want.Amount, want.Currency)
 		}
-		fp, err := idempotency.RequestFingerprint(http.MethodPost, httpapi.RouteCreateCharge, []byte(req.body))
+		fp, err := idempotency.RequestFingerprint(http.MethodPost, charges.Route, []byte(req.body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -385,7 +385,7 @@ var fixtures = map[string]fixture{
 			if got.Status != idempotency.StatusCompleted {
 				t.Fatalf("record status = %s, want COMPLETED", got.Status)
 			}
-			want, err := httpapi.ChargeResponse(rec, c)
+			want, err := charges.Response(rec, c)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -17,11 +17,11 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/auth"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/samtemplate"
-	"github.com/oncehq/once/internal/stream"
 )
 
 // template returns the parsed template.yaml.

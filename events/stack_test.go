@@ -10,12 +10,19 @@ import (
 	"strings"
 	"testing"
 
+	apifn "github.com/oncehq/once/internal/api"
+	"github.com/oncehq/once/internal/provider/simulator"
+	"github.com/oncehq/once/internal/reconciler"
+	"github.com/oncehq/once/internal/sweeper"
+	"github.com/oncehq/once/internal/worker"
+
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/auth"
 	"github.com/oncehq/once/internal/config"
@@ -25,8 +32,6 @@ import (
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
-	"github.com/oncehq/once/internal/provider/simulator"
-	"github.com/oncehq/once/internal/stream"
 )
 
 // Logical IDs of the functions in template.yaml.
@@ -93,15 +98,15 @@ func newStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := app.API(cfg, fnClient, opts(apiFunction))
+	api, err := apifn.Handler(cfg, fnClient, opts(apiFunction))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.handlers[apiFunction] = lambda.NewHandler(gateway.NewLambdaHandler(api))
 	for fn, build := range map[string]func(config.Config, *dynamodb.Client, app.Options) (stream.Handler, error){
-		workerFunction:     app.Worker,
-		sweeperFunction:    app.Sweeper,
-		reconcilerFunction: app.Reconciler,
+		workerFunction:     worker.Handler,
+		sweeperFunction:    sweeper.Handler,
+		reconcilerFunction: reconciler.Handler,
 	} {
 		h, err := build(cfg, fnClient, opts(fn))
 		if err != nil {
@@ -111,7 +116,7 @@ func newStack(t *testing.T) *stack {
 	}
 
 	// functions/provider.
-	s.handlers[providerFunction] = lambda.NewHandler(gateway.NewLambdaHandler(app.ProviderSimulator(cfg, fnClient, opts(providerFunction))))
+	s.handlers[providerFunction] = lambda.NewHandler(gateway.NewLambdaHandler(simulator.Handler(cfg, fnClient, opts(providerFunction))))
 
 	// functions/authorizer.
 	awsCfg, err := dynamoclient.Config(t.Context(), dynamoclient.Options{Endpoint: cfg.DynamoDBEndpoint, Region: cfg.Region})

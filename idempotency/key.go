@@ -21,8 +21,8 @@ const MaxKeyLength = 255
 
 // ParseKey returns the idempotency key carried by the header values of one
 // request. It accepts an RFC 8941 sf-string ("abc") or a bare token (abc). It
-// returns ErrKeyMissing when there is no header and ErrKeyInvalid (wrapped with
-// the reason) when the header is repeated, empty, too long or holds a character
+// returns ErrKeyMissing when there is no header and a *KeyError (matching
+// ErrKeyInvalid) when the header is repeated, empty, too long or holds a character
 // outside 0x21-0x7E.
 func ParseKey(values []string) (string, error) {
 	switch len(values) {
@@ -30,32 +30,32 @@ func ParseKey(values []string) (string, error) {
 		return "", ErrKeyMissing
 	case 1:
 	default:
-		return "", fmt.Errorf("%w: the header is given more than once", ErrKeyInvalid)
+		return "", &KeyError{Reason: "the header is given more than once"}
 	}
 	v := strings.Trim(values[0], " \t")
 	if strings.HasPrefix(v, `"`) {
 		item, err := httpsfv.UnmarshalItem([]string{v})
 		if err != nil {
-			return "", fmt.Errorf("%w: not a valid structured-field string", ErrKeyInvalid)
+			return "", &KeyError{Reason: "not a valid structured-field string"}
 		}
 		s, ok := item.Value.(string)
 		if !ok {
-			return "", fmt.Errorf("%w: not a structured-field string", ErrKeyInvalid)
+			return "", &KeyError{Reason: "not a structured-field string"}
 		}
 		if len(item.Params.Names()) > 0 {
-			return "", fmt.Errorf("%w: parameters are not allowed", ErrKeyInvalid)
+			return "", &KeyError{Reason: "parameters are not allowed"}
 		}
 		v = s
 	}
 	if v == "" {
-		return "", fmt.Errorf("%w: the key is empty", ErrKeyInvalid)
+		return "", &KeyError{Reason: "the key is empty"}
 	}
 	if len(v) > MaxKeyLength {
-		return "", fmt.Errorf("%w: the key is longer than %d characters", ErrKeyInvalid, MaxKeyLength)
+		return "", &KeyError{Reason: fmt.Sprintf("the key is longer than %d characters", MaxKeyLength)}
 	}
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; c < 0x21 || c > 0x7e {
-			return "", fmt.Errorf("%w: character %d is outside 0x21-0x7E", ErrKeyInvalid, i+1)
+			return "", &KeyError{Reason: fmt.Sprintf("character %d is outside 0x21-0x7E", i+1)}
 		}
 	}
 	return v, nil

@@ -8,9 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
+
+	"github.com/oncehq/once/idempotency/problem"
 )
 
 // Fault points passed to Config.Hook, for crash injection in tests.
@@ -22,6 +26,7 @@ const (
 // Outcomes recorded in an Observation.
 const (
 	OutcomeCreated    = "created"     // executed and stored
+	OutcomeRefused    = "refused"     // an effect's condition refused the request: its 4xx answer is stored
 	OutcomeReplayed   = "replayed"    // stored response replayed
 	OutcomeMismatch   = "mismatch"    // key reused with another request (422)
 	OutcomeInProgress = "in_progress" // original still running or being reconciled (409)
@@ -42,16 +47,19 @@ const (
 	DefaultUnknownRedrive    = time.Minute
 )
 
-// Config configures a Middleware. Store, Tenant and OnError are required.
+// Config configures a Middleware. Store and Tenant are required.
 type Config struct {
 	// Store persists records.
 	Store Store
-	// Tenant returns the caller's tenant, as established by the authorizer.
+	// Tenant returns the caller's tenant, as established by the authorizer
+	// (never by anything the caller sends itself).
 	Tenant func(*http.Request) (string, bool)
 	// OnError writes the response for one of the package's errors
-	// (ErrKeyMissing, ErrKeyInvalid, ErrKeyReused, ErrBodyTooLarge,
-	// ErrBodyInvalid, ErrNoTenant, ErrUnavailable, *InProgressError) or for an
-	// unexpected error.
+	// (ErrKeyMissing, a *KeyError, ErrKeyReused, a *BodyTooLargeError,
+	// ErrBodyInvalid, ErrNoTenant, ErrUnavailable, *InProgressError), for an
+	// effect's business rejection (the RejectedError's Err) or for an
+	// unexpected error. The default is problem.Write, which answers each as
+	// its problem (application/problem+json).
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
 	// Retention is how long a completed record is kept (DefaultRetention).
 	Retention time.Duration
@@ -75,9 +83,14 @@ type Config struct {
 	Hook func(ctx context.Context, point string)
 }
 
-// Middleware applies the idempotency contract to HTTP handlers.
+// Middleware applies the idempotency contract to HTTP handlers. It is safe for
+// concurrent use.
 type Middleware struct {
 	cfg Config
+
+	mu        sync.Mutex
+	routes    map[string]Mode
+	resolvers Resolvers
 }
 
 // New returns a Middleware for cfg, filling in defaults.
@@ -89,11 +102,11 @@ func New(cfg Config) (*Middleware, error) {
 	if cfg.Tenant == nil {
 		errs = append(errs, errors.New("idempotency: Config.Tenant is required"))
 	}
-	if cfg.OnError == nil {
-		errs = append(errs, errors.New("idempotency: Config.OnError is required"))
-	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
+	}
+	if cfg.OnError == nil {
+		cfg.OnError = problem.Write
 	}
 	if cfg.Retention <= 0 {
 		cfg.Retention = DefaultRetention
@@ -116,15 +129,80 @@ func New(cfg Config) (*Middleware, error) {
 	if cfg.Hook == nil {
 		cfg.Hook = func(context.Context, string) {}
 	}
-	return &Middleware{cfg: cfg}, nil
+	return &Middleware{cfg: cfg, routes: map[string]Mode{}, resolvers: Resolvers{}}, nil
 }
 
-// Wrap makes next idempotent under mode. route names the endpoint in
+// Atomic makes next idempotent in Atomic mode: its effects are DynamoDB
+// writes (Call.AddEffect) committed in one transaction with the stored
+// answer, so every outcome costs one store round trip.
+func (m *Middleware) Atomic(route string, next http.Handler) http.Handler {
+	return m.Wrap(Atomic, route, next)
+}
+
+// Leased makes next idempotent in Leased mode: Begin reserves the key under a
+// lease, and the answer and the effects are stored fenced on the lease token.
+// An abandoned reservation is released, so next must have no effect outside
+// its effects.
+func (m *Middleware) Leased(route string, next http.Handler) http.Handler {
+	return m.Wrap(Leased, route, next)
+}
+
+// External makes next idempotent in External mode, for a handler that calls
+// another system (with Call.ForwardKey as that system's idempotency key): as
+// Leased, but an outcome that is unknown (Call.Unknown) or a reservation that
+// is abandoned goes to UNKNOWN, and the reconciler asks resolver what
+// happened instead of executing again. It panics when resolver is nil: an
+// External route without a way to reconcile it must fail at start-up, not
+// when its first request times out.
+func (m *Middleware) External(route string, next http.Handler, resolver Resolver) http.Handler {
+	if resolver == nil {
+		panic(fmt.Sprintf("idempotency: External route %q needs a Resolver", route))
+	}
+	h := m.wrap(External, route, next)
+	m.mu.Lock()
+	m.resolvers[route] = resolver
+	m.mu.Unlock()
+	return h
+}
+
+// Wrap makes next idempotent under mode (Atomic or Leased; External routes
+// need a Resolver and are wrapped with External). route names the endpoint in
 // fingerprints ("POST /v1/payments"): the same key on another route is a
 // different request. next must call Begin once it has validated the request
 // and before it has any effect; whatever it writes before Begin is sent as is
-// and not stored.
+// and not stored. Wrap panics when route is wrapped twice.
 func (m *Middleware) Wrap(mode Mode, route string, next http.Handler) http.Handler {
+	if mode == External {
+		panic(fmt.Sprintf("idempotency: wrap External route %q with Middleware.External, which takes its Resolver", route))
+	}
+	return m.wrap(mode, route, next)
+}
+
+// Resolvers returns the resolvers of the External routes wrapped so far.
+func (m *Middleware) Resolvers() Resolvers {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.resolvers)
+}
+
+// Routes returns the routes wrapped so far and their modes.
+func (m *Middleware) Routes() map[string]Mode {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.routes)
+}
+
+func (m *Middleware) wrap(mode Mode, route string, next http.Handler) http.Handler {
+	if mode != Atomic && mode != Leased && mode != External {
+		panic(fmt.Sprintf("idempotency: route %q: invalid mode %d", route, mode))
+	}
+	m.mu.Lock()
+	if _, dup := m.routes[route]; dup {
+		m.mu.Unlock()
+		panic(fmt.Sprintf("idempotency: route %q is wrapped twice", route))
+	}
+	m.routes[route] = mode
+	m.mu.Unlock()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		obs := observationFrom(r.Context())
 		obs.Route = route
@@ -145,7 +223,7 @@ func (m *Middleware) Wrap(mode Mode, route string, next http.Handler) http.Handl
 		if err != nil {
 			var tooLarge *http.MaxBytesError
 			if errors.As(err, &tooLarge) {
-				m.fail(w, r, obs, OutcomeRejected, ErrBodyTooLarge)
+				m.fail(w, r, obs, OutcomeRejected, &BodyTooLargeError{Limit: m.cfg.MaxBody})
 				return
 			}
 			m.fail(w, r, obs, OutcomeRejected, fmt.Errorf("idempotency: read body: %w", err))
@@ -171,28 +249,44 @@ type Call struct {
 	canonical   []byte
 	obs         *Observation
 
-	begun   bool
-	answer  func(http.ResponseWriter) // set when Begin decided the response
-	rec     Record                    // the reservation (Leased, External)
-	effects []Effect
-	unknown bool
+	begun          bool
+	answer         func(http.ResponseWriter) // set when the response is decided
+	rec            Record                    // the reservation (Leased, External)
+	holds          []Effect                  // written with the reservation
+	effects        []Effect                  // written with the completion
+	releaseEffects []Effect                  // written with a release
+	unknown        bool
 }
 
 type callKey struct{}
 
 // Begin marks the end of validation: from here the request counts as
 // executing. In Leased and External mode it reserves the key (one store round
-// trip); in Atomic mode the reservation is deferred to the commit. When it
-// returns false the response is already decided (a replay, 409, 422 or 503)
-// and the handler must return without effects; whatever it writes is
-// discarded. Begin panics outside a handler wrapped by Middleware.Wrap.
-func Begin(w http.ResponseWriter, r *http.Request) (*Call, bool) {
+// trip) and writes holds with the reservation, in the same transaction: what
+// the request takes before it calls out (the amount a refund will take), so
+// that concurrent requests under other keys see it taken. In Atomic mode the
+// reservation is deferred to the commit, and holds join its effects.
+//
+// When Begin returns false the response is already decided and the handler
+// must return without effects; whatever it writes is discarded. That is a
+// replay, 409, 422 or 503, or the business answer of a hold whose condition
+// failed (a *RejectedError's Err), stored when it is a 4xx.
+//
+// Holds need a way back: in External mode the route's Resolver returns the
+// effects that undo them when the request turns out to have had no effect,
+// and Call.AddReleaseEffect gives them for a release by the handler itself.
+// Leased mode has no Resolver, so Begin panics there when given holds, as it
+// does outside a handler wrapped by the Middleware.
+func Begin(w http.ResponseWriter, r *http.Request, holds ...Effect) (*Call, bool) {
 	c, ok := r.Context().Value(callKey{}).(*Call)
 	if !ok {
-		panic("idempotency: Begin called outside Middleware.Wrap")
+		panic("idempotency: Begin called outside a Middleware's handler")
 	}
 	if c.begun || c.answer != nil {
 		return c, c.begun
+	}
+	if c.mode == Leased && len(holds) > 0 {
+		panic(fmt.Sprintf("idempotency: route %q: holds need Atomic or External mode", c.route))
 	}
 	canonical, err := Canonical(c.body)
 	if err != nil {
@@ -201,6 +295,7 @@ func Begin(w http.ResponseWriter, r *http.Request) (*Call, bool) {
 	}
 	c.canonical = canonical
 	c.fingerprint = Fingerprint(r.Method, c.route, canonical)
+	c.holds = holds
 	if c.mode == Atomic {
 		c.begun = true
 		return c, true
@@ -221,8 +316,13 @@ func Begin(w http.ResponseWriter, r *http.Request) (*Call, bool) {
 	if c.mode == External {
 		rec.Request = canonical
 	}
-	err = c.timed(func() error { return c.m.cfg.Store.Reserve(r.Context(), rec, now) })
-	if err != nil {
+	err = c.timed(func() error { return c.m.cfg.Store.Reserve(r.Context(), rec, holds, now) })
+	var rejected *RejectedError
+	switch {
+	case errors.As(err, &rejected):
+		c.refuse(r, rejected, now)
+		return nil, false
+	case err != nil:
 		c.resolve(r, err, now)
 		return nil, false
 	}
@@ -242,7 +342,7 @@ func (c *Call) ForwardKey() string { return c.key.Forward(c.fingerprint) }
 // Record is the reservation Begin wrote (Leased and External mode): the
 // record as stored, IN_PROGRESS, with its CreatedAt and, in External mode,
 // the canonical Request. A response built only from it and from the outcome
-// of the external call is one a reconciler can rebuild from the stored record
+// of the external call is one a Resolver can rebuild from the stored record
 // later. In Atomic mode nothing is reserved and Record is the zero Record.
 func (c *Call) Record() Record {
 	rec := c.rec
@@ -250,9 +350,14 @@ func (c *Call) Record() Record {
 	return rec
 }
 
-// AddEffect adds a write to be committed with the record (Atomic and Leased
-// mode; in External mode too, with the completion).
+// AddEffect adds a write to be committed with the record: with the commit in
+// Atomic mode, with the completion in Leased and External mode.
 func (c *Call) AddEffect(e Effect) { c.effects = append(c.effects, e) }
+
+// AddReleaseEffect adds a write to be committed if the reservation is
+// released instead (the handler answers 5xx: nothing happened), undoing what
+// Begin's holds took. Only External mode has holds to undo.
+func (c *Call) AddReleaseEffect(e Effect) { c.releaseEffects = append(c.releaseEffects, e) }
 
 // Unknown declares the outcome ambiguous (an external call timed out after it
 // may have taken effect): the record goes to UNKNOWN for reconciliation and the
@@ -277,9 +382,15 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 		c.obs.Outcome = OutcomeReleased
 		rec.flush(w)
 	case c.mode == Atomic:
-		done := c.completed(rec, now)
-		err := c.timed(func() error { return c.m.cfg.Store.Commit(ctx, done, c.effects, now) })
-		if err != nil {
+		done := c.completed(rec.response(), now)
+		err := c.timed(func() error { return c.m.cfg.Store.Commit(ctx, done, c.commitEffects(), now) })
+		var rejected *RejectedError
+		switch {
+		case errors.As(err, &rejected):
+			c.refuse(r, rejected, now)
+			c.answer(w)
+			return
+		case err != nil:
 			c.resolve(r, err, now)
 			c.answer(w)
 			return
@@ -298,65 +409,137 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 		}
 		rec.flush(w)
 	case rec.status >= 500:
-		err := c.timed(func() error { return c.m.cfg.Store.Release(ctx, c.key, c.rec.LeaseToken) })
+		err := c.timed(func() error { return c.m.cfg.Store.Release(ctx, c.key, c.rec.LeaseToken, c.releaseEffects) })
 		c.obs.Outcome = OutcomeReleased
 		if err != nil {
 			c.obs.Err = err.Error()
 		}
 		rec.flush(w)
 	default:
-		done := c.completed(rec, now)
-		err := c.timed(func() error { return c.m.cfg.Store.Complete(ctx, done, c.rec.LeaseToken, c.effects) })
-		reserved := true // the reservation is still there for reconciliation
-		var conflict *ConflictError
-		if errors.As(err, &conflict) && conflict.Existing == nil {
-			reserved = false
-			// The reservation was released (reconciled as "nothing happened")
-			// while this request was still running. It knows the true outcome,
-			// and nobody owns the key: record it unless a newer request has
-			// reserved the key meanwhile.
-			err = c.timed(func() error { return c.m.cfg.Store.Commit(ctx, done, c.effects, now) })
-		}
-		switch {
-		case errors.As(err, &conflict):
-			// A zombie: the lease was taken over. Its response is not stored;
-			// the client gets the current state of the key instead.
-			c.obs.Err = err.Error()
-			if conflict.Existing != nil && conflict.Existing.Status == StatusCompleted &&
-				conflict.Existing.Fingerprint == c.fingerprint && conflict.Existing.Response != nil {
-				c.decide(OutcomeReplayed, replay(*conflict.Existing.Response))
-			} else {
-				c.decide(OutcomeFenced, c.errorAnswer(r, &InProgressError{RetryAfter: c.m.cfg.UnknownRetryAfter}))
-			}
-			c.answer(w)
-			return
-		case err != nil && c.mode == External && reserved:
-			// The call out happened and the handler's answer says how it
-			// ended, but it could not be recorded. Send it as it is, not
-			// stored: the reservation stays, expires into reconciliation, and
-			// the reconciler records the same answer from the other system.
-			// (Without a reservation nothing would reconcile it; the 503
-			// below sends the client back to retry instead.)
-			c.obs.Outcome, c.obs.Err = OutcomeStoreError, err.Error()
-			rec.flush(w)
-			return
-		case err != nil:
-			// The completion's transaction (the effects with it) may or may
-			// not have landed: a retry either replays it or, once the lease
-			// has run out, executes again.
-			c.decide(OutcomeStoreError, c.errorAnswer(r, fmt.Errorf("%w: %w", ErrUnavailable, err)))
-			c.answer(w)
-			return
-		}
-		c.m.cfg.Hook(ctx, PointAfterComplete)
-		c.obs.Outcome = OutcomeCreated
-		rec.flush(w)
+		c.complete(w, r, rec, now)
 	}
 }
 
-// completed is the COMPLETED record storing the handler's response. An
-// External record keeps its canonical request, as the reservation had it.
-func (c *Call) completed(rec *recorder, now time.Time) Record {
+// complete stores the handler's answer fenced on the lease (Leased and
+// External mode) and sends it, or the answer the store's state calls for.
+func (c *Call) complete(w http.ResponseWriter, r *http.Request, rec *recorder, now time.Time) {
+	ctx := r.Context()
+	done := c.completed(rec.response(), now)
+	err := c.timed(func() error { return c.m.cfg.Store.Complete(ctx, done, c.rec.LeaseToken, c.effects) })
+	reserved := true // the reservation is still there for reconciliation
+	var conflict *ConflictError
+	if errors.As(err, &conflict) && conflict.Existing == nil {
+		reserved = false
+		// The reservation was released (reconciled as "nothing happened",
+		// its holds undone) while this request was still running. It knows
+		// the true outcome, and nobody owns the key: record it, holds
+		// included again, unless a newer request has reserved the key
+		// meanwhile.
+		err = c.timed(func() error { return c.m.cfg.Store.Commit(ctx, done, c.commitEffects(), now) })
+	}
+	var rejected *RejectedError
+	switch {
+	case errors.As(err, &conflict):
+		// A zombie: the lease was taken over. Its response is not stored;
+		// the client gets the current state of the key instead.
+		c.obs.Err = err.Error()
+		if conflict.Existing != nil && conflict.Existing.Status == StatusCompleted &&
+			conflict.Existing.Fingerprint == c.fingerprint && conflict.Existing.Response != nil {
+			c.decide(OutcomeReplayed, replay(*conflict.Existing.Response))
+		} else {
+			c.decide(OutcomeFenced, c.errorAnswer(r, &InProgressError{RetryAfter: c.m.cfg.UnknownRetryAfter}))
+		}
+		c.answer(w)
+		return
+	case errors.As(err, &rejected) && c.mode == Leased && reserved:
+		// Nothing left the store: the business answer replaces the
+		// handler's, stored under the same lease.
+		c.refuse(r, rejected, now)
+		c.answer(w)
+		return
+	case errors.As(err, &rejected):
+		// The call out happened, but its local effects cannot be written:
+		// the state has drifted from what the holds guaranteed. Answer 500,
+		// unstored; the reservation expires into reconciliation, whose
+		// failure on the same effects raises the alarm.
+		c.obs.Err = err.Error()
+		c.decide(OutcomeStoreError, c.errorAnswer(r, err))
+		c.answer(w)
+		return
+	case err != nil && c.mode == External && reserved:
+		// The call out happened and the handler's answer says how it
+		// ended, but it could not be recorded. Send it as it is, not
+		// stored: the reservation stays, expires into reconciliation, and
+		// the Resolver records the same answer from the other system.
+		// (Without a reservation nothing would reconcile it; the 503
+		// below sends the client back to retry instead.)
+		c.obs.Outcome, c.obs.Err = OutcomeStoreError, err.Error()
+		rec.flush(w)
+		return
+	case err != nil:
+		// The completion's transaction (the effects with it) may or may
+		// not have landed: a retry either replays it or, once the lease
+		// has run out, executes again.
+		c.decide(OutcomeStoreError, c.errorAnswer(r, fmt.Errorf("%w: %w", ErrUnavailable, err)))
+		c.answer(w)
+		return
+	}
+	c.m.cfg.Hook(ctx, PointAfterComplete)
+	c.obs.Outcome = OutcomeCreated
+	rec.flush(w)
+}
+
+// commitEffects are the effects of a commit: the holds, then the
+// completion's effects.
+func (c *Call) commitEffects() []Effect {
+	if len(c.holds) == 0 {
+		return c.effects
+	}
+	return append(append(make([]Effect, 0, len(c.holds)+len(c.effects)), c.holds...), c.effects...)
+}
+
+// refuse answers an effect's rejection. A 4xx answer is a business outcome
+// and is stored, without the effects, so that the key replays it: in place
+// of the reservation when the lease is held, else as a fresh commit (whose
+// conflict, should the key have been taken meanwhile, decides the answer as
+// usual). Any other answer is sent unstored, and a reservation is released.
+func (c *Call) refuse(r *http.Request, rejected *RejectedError, now time.Time) {
+	ctx := r.Context()
+	resp := c.render(r, rejected.Err)
+	c.obs.Err = rejected.Error()
+	if resp.Status < 400 || resp.Status >= 500 {
+		if c.rec.LeaseToken != "" {
+			if err := c.timed(func() error { return c.m.cfg.Store.Release(ctx, c.key, c.rec.LeaseToken, nil) }); err != nil {
+				c.obs.Err += "; release: " + err.Error()
+			}
+		}
+		c.decide(OutcomeStoreError, replayAs(resp, false))
+		return
+	}
+	done := c.completed(&resp, now)
+	var err error
+	if c.rec.LeaseToken != "" {
+		err = c.timed(func() error { return c.m.cfg.Store.Complete(ctx, done, c.rec.LeaseToken, nil) })
+	} else {
+		err = c.timed(func() error { return c.m.cfg.Store.Commit(ctx, done, nil, now) })
+	}
+	if err != nil {
+		c.resolve(r, err, now)
+		return
+	}
+	c.decide(OutcomeRefused, replayAs(resp, false))
+}
+
+// render captures what OnError writes for err.
+func (c *Call) render(r *http.Request, err error) Response {
+	rec := newRecorder()
+	c.m.cfg.OnError(rec, r, err)
+	return *rec.response()
+}
+
+// completed is the COMPLETED record storing resp. An External record keeps
+// its canonical request, as the reservation had it.
+func (c *Call) completed(resp *Response, now time.Time) Record {
 	return Record{
 		Key:         c.key,
 		Status:      StatusCompleted,
@@ -366,7 +549,7 @@ func (c *Call) completed(rec *recorder, now time.Time) Record {
 		LeaseToken:  c.rec.LeaseToken,
 		ExpiresAt:   now.Add(c.m.cfg.Retention),
 		Request:     c.rec.Request,
-		Response:    rec.response(),
+		Response:    resp,
 		CreatedAt:   createdAt(c.rec, now),
 		UpdatedAt:   now,
 	}
@@ -463,13 +646,18 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, obs *Observati
 }
 
 // replay writes a stored response, marked as replayed.
-func replay(resp Response) func(http.ResponseWriter) {
+func replay(resp Response) func(http.ResponseWriter) { return replayAs(resp, true) }
+
+// replayAs writes resp, marked as replayed when replayed is set.
+func replayAs(resp Response, replayed bool) func(http.ResponseWriter) {
 	return func(w http.ResponseWriter) {
 		h := w.Header()
 		for k, v := range resp.Header {
 			h.Set(k, v)
 		}
-		h.Set(ReplayedHeader, "true")
+		if replayed {
+			h.Set(ReplayedHeader, "true")
+		}
 		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
 		w.WriteHeader(resp.Status)
 		_, _ = w.Write(resp.Body)

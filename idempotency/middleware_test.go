@@ -1,6 +1,7 @@
 package idempotency_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -47,7 +48,7 @@ func TestCallRecord(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got idempotency.Record
-			h := mw.Wrap(tt.mode, "POST /v1/things", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h := wrap(mw, tt.mode, "POST /v1/things", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				call, ok := idempotency.Begin(w, r)
 				if !ok {
 					t.Fatal("Begin() = false, want true")
@@ -80,4 +81,14 @@ func TestCallRecord(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wrap wraps h under mode, External with a resolver that finds nothing.
+func wrap(mw *idempotency.Middleware, mode idempotency.Mode, route string, h http.Handler) http.Handler {
+	if mode == idempotency.External {
+		return mw.External(route, h, idempotency.ResolverFunc(func(context.Context, idempotency.Record) (idempotency.Resolution, error) {
+			return idempotency.Resolution{}, nil
+		}))
+	}
+	return mw.Wrap(mode, route, h)
 }

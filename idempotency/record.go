@@ -101,18 +101,3 @@ func (r Record) ForwardKey() string { return r.Key.Forward(r.Fingerprint) }
 func (r Record) Reclaimable(now time.Time) bool {
 	return r.Expired(now) && !(r.Status == StatusInProgress && r.External)
 }
-
-// Effect is a business write committed atomically with a record: an insert of
-// Item into Table that fails the whole transaction if an item with the same
-// partition key exists.
-type Effect struct {
-	// Table is the table name.
-	Table string
-	// KeyAttr is the name of the table's partition key attribute.
-	KeyAttr string
-	// Key is the item's partition key value.
-	Key string
-	// Item is the item; DynamoDB stores marshal it with attributevalue
-	// (dynamodbav struct tags).
-	Item any
-}

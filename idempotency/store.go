@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
 	"time"
+
+	"github.com/oncehq/once/idempotency/problem"
 )
 
 // Store persists records. Every method is one conditional write or read
@@ -17,22 +21,25 @@ import (
 type Store interface {
 	// Commit writes rec (COMPLETED) and effects in one transaction, provided no
 	// record for rec.Key exists or the existing one is Reclaimable at now.
-	// Otherwise it returns a *ConflictError carrying the existing record. An
-	// effect whose item already exists fails the commit with an error that is
-	// not a *ConflictError.
+	// Otherwise it returns a *ConflictError carrying the existing record. When
+	// an effect's condition fails it returns a *RejectedError. Either way it
+	// writes nothing.
 	Commit(ctx context.Context, rec Record, effects []Effect, now time.Time) error
 	// Reserve writes rec (IN_PROGRESS, or UNKNOWN when a sweeper restores an
-	// abandoned External reservation) under the same condition as Commit,
-	// returning a *ConflictError carrying the existing record otherwise.
-	Reserve(ctx context.Context, rec Record, now time.Time) error
+	// abandoned External reservation) and effects (the reservation's holds)
+	// in one transaction, under the same condition as Commit, and returns the
+	// same errors.
+	Reserve(ctx context.Context, rec Record, effects []Effect, now time.Time) error
 	// Complete replaces the record held under lease (IN_PROGRESS or UNKNOWN
 	// with that LeaseToken) with rec, and writes effects, in one transaction.
 	// When the lease is no longer held it returns a *ConflictError carrying the
-	// current record, or with a nil Existing when the record is gone.
+	// current record, or with a nil Existing when the record is gone; when an
+	// effect's condition fails, a *RejectedError.
 	Complete(ctx context.Context, rec Record, lease string, effects []Effect) error
-	// Release deletes the record held under lease (not COMPLETED), returning a
-	// *ConflictError as Complete does when the lease is no longer held.
-	Release(ctx context.Context, key Key, lease string) error
+	// Release deletes the record held under lease (not COMPLETED) and writes
+	// effects (undoing the reservation's holds) in one transaction,
+	// returning the errors Complete returns.
+	Release(ctx context.Context, key Key, lease string, effects []Effect) error
 	// MarkUnknown moves the record held under lease (not COMPLETED) to
 	// UNKNOWN with the new lease token and expiry, returning a *ConflictError
 	// as Complete does when the lease is no longer held.
@@ -41,26 +48,96 @@ type Store interface {
 	Get(ctx context.Context, key Key) (Record, error)
 }
 
-// Errors of the contract. Callers map them to HTTP with errors.Is / errors.As.
+// Errors of the contract. Callers compare them with errors.Is / errors.As;
+// each answers as its problem (package problem).
 var (
 	// ErrKeyMissing: a POST without an Idempotency-Key header (400).
-	ErrKeyMissing = errors.New("idempotency: Idempotency-Key header is missing")
-	// ErrKeyInvalid: the header is malformed (400).
-	ErrKeyInvalid = errors.New("idempotency: Idempotency-Key header is invalid")
+	ErrKeyMissing = problem.New(http.StatusBadRequest, "idempotency_key_missing", "Idempotency-Key missing",
+		"This request needs an Idempotency-Key header: a unique value per operation, reused only to retry it.")
+	// ErrKeyInvalid: the header is malformed (400); ParseKey returns a
+	// *KeyError that matches it.
+	ErrKeyInvalid = problem.New(http.StatusBadRequest, "idempotency_key_invalid", "Idempotency-Key invalid", keyRule+".")
 	// ErrKeyReused: the key was used with another request (422).
-	ErrKeyReused = errors.New("idempotency: key was used with a different request")
-	// ErrBodyTooLarge: the request body exceeds the limit (413).
-	ErrBodyTooLarge = errors.New("idempotency: request body too large")
+	ErrKeyReused = problem.New(http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency-Key reused",
+		"This Idempotency-Key was already used with a different request (method, route or body). Use a new key for a new request.")
+	// ErrBodyTooLarge: the request body exceeds the limit (413); the
+	// middleware returns a *BodyTooLargeError that matches it.
+	ErrBodyTooLarge = problem.New(http.StatusRequestEntityTooLarge, "payload_too_large", "Payload too large",
+		"The request body is too large.")
 	// ErrBodyInvalid: the body is not a JSON document and cannot be
-	// fingerprinted (400).
-	ErrBodyInvalid = errors.New("idempotency: request body is not valid JSON")
-	// ErrNoTenant: the request carries no tenant (the authorizer did not run).
-	ErrNoTenant = errors.New("idempotency: request has no tenant")
-	// ErrNotFound: no record for the key.
+	// fingerprinted (400 invalid_request, naming no field).
+	ErrBodyInvalid = errBodyInvalid{}
+	// ErrNoTenant: the request carries no tenant (the authorizer did not run)
+	// (401).
+	ErrNoTenant = problem.New(http.StatusUnauthorized, "unauthorized", "Unauthorized", "The request carries no authenticated tenant.")
+	// ErrNotFound: no record for the key (a store result, not an answer).
 	ErrNotFound = errors.New("idempotency: record not found")
-	// ErrUnavailable: the store could not be reached (503).
-	ErrUnavailable = errors.New("idempotency: store unavailable")
+	// ErrUnavailable: the store could not be reached (503, Retry-After: 1).
+	ErrUnavailable = problem.New(http.StatusServiceUnavailable, "store_unavailable", "Store unavailable",
+		"The data store did not answer in time. Retry with the same Idempotency-Key: the request then either runs or is replayed, never both.").
+		WithHeader("Retry-After", "1")
 )
+
+// keyRule says what a valid Idempotency-Key is, for problem details.
+const keyRule = "The Idempotency-Key header must be given once, as a token or a structured-field string of 1 to 255 characters in the range 0x21-0x7E"
+
+// KeyError reports a malformed Idempotency-Key header. It matches
+// ErrKeyInvalid.
+type KeyError struct {
+	// Reason says what is wrong, as a sentence fragment ("the key is empty").
+	Reason string
+}
+
+// Error describes the problem.
+func (e *KeyError) Error() string {
+	return "idempotency: Idempotency-Key header is invalid: " + e.Reason
+}
+
+// Is makes errors.Is(err, ErrKeyInvalid) true.
+func (e *KeyError) Is(target error) bool { return target == ErrKeyInvalid }
+
+// Problem answers 400 idempotency_key_invalid, saying why.
+func (e *KeyError) Problem() problem.Details {
+	d := ErrKeyInvalid.Problem()
+	d.Detail = keyRule + "; here " + e.Reason + "."
+	return d
+}
+
+// BodyTooLargeError reports a request body over the limit. It matches
+// ErrBodyTooLarge.
+type BodyTooLargeError struct {
+	// Limit is the largest body accepted, in bytes.
+	Limit int64
+}
+
+// Error describes the problem.
+func (e *BodyTooLargeError) Error() string {
+	return fmt.Sprintf("idempotency: request body larger than %d bytes", e.Limit)
+}
+
+// Is makes errors.Is(err, ErrBodyTooLarge) true.
+func (e *BodyTooLargeError) Is(target error) bool { return target == ErrBodyTooLarge }
+
+// Problem answers 413 payload_too_large, naming the limit.
+func (e *BodyTooLargeError) Problem() problem.Details {
+	d := ErrBodyTooLarge.Problem()
+	if e.Limit%1024 == 0 {
+		d.Detail = fmt.Sprintf("The request body must be at most %d KiB.", e.Limit>>10)
+	} else {
+		d.Detail = fmt.Sprintf("The request body must be at most %d bytes.", e.Limit)
+	}
+	return d
+}
+
+type errBodyInvalid struct{}
+
+func (errBodyInvalid) Error() string { return "idempotency: request body is not valid JSON" }
+
+// Problem answers 400 invalid_request for the body as a whole.
+func (errBodyInvalid) Problem() problem.Details {
+	return problem.Details{Status: http.StatusBadRequest, Code: "invalid_request", Title: "Invalid request",
+		Detail: "The body is not a JSON document.", HasField: true}
+}
 
 // ConflictError reports a failed condition together with the record that made
 // it fail (DynamoDB's ALL_OLD item).
@@ -87,6 +164,16 @@ type InProgressError struct {
 // Error describes the conflict.
 func (e *InProgressError) Error() string {
 	return fmt.Sprintf("idempotency: a request with this key is in progress; retry after %s", e.RetryAfter)
+}
+
+// Problem answers 409 idempotency_request_in_progress with Retry-After.
+func (e *InProgressError) Problem() problem.Details {
+	s := e.RetryAfterSeconds()
+	return problem.Details{
+		Status: http.StatusConflict, Code: "idempotency_request_in_progress", Title: "Request in progress",
+		Detail: fmt.Sprintf("A request with this Idempotency-Key is still being processed. Retry after %d seconds.", s),
+		Header: map[string]string{"Retry-After": strconv.Itoa(s)},
+	}
 }
 
 // RetryAfterSeconds is RetryAfter rounded up to whole seconds, at least 1.

@@ -14,6 +14,7 @@ import (
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/gateway"
+	"github.com/oncehq/once/internal/provider/simulator"
 )
 
 func main() {
@@ -32,7 +33,7 @@ func run(ctx context.Context, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	h := app.ProviderSimulator(cfg, client, app.Options{})
+	h := simulator.Handler(cfg, client, app.Options{})
 	lambda.StartWithOptions(gateway.NewLambdaHandler(h), lambda.WithContext(ctx))
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/oncehq/once/internal/app"
+	"github.com/oncehq/once/internal/reconciler"
 )
 
 func main() {
@@ -19,5 +20,5 @@ func main() {
 }
 
 func run(ctx context.Context, getenv func(string) string) error {
-	return app.StartStream(ctx, getenv, app.Reconciler)
+	return app.StartStream(ctx, getenv, reconciler.Handler)
 }

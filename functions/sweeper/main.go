@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/oncehq/once/internal/app"
+	"github.com/oncehq/once/internal/sweeper"
 )
 
 func main() {
@@ -19,5 +20,5 @@ func main() {
 }
 
 func run(ctx context.Context, getenv func(string) string) error {
-	return app.StartStream(ctx, getenv, app.Sweeper)
+	return app.StartStream(ctx, getenv, sweeper.Handler)
 }

@@ -69,7 +69,7 @@ func BenchmarkCommit(b *testing.B) {
 		i++
 		p := newPayment(i)
 		now := time.Now()
-		e := idempotency.Effect{Table: names.Payments, KeyAttr: "pk", Key: p.PK, Item: p}
+		e := dynamo.Insert(names.Payments, "pk", p)
 		if err := s.Commit(ctx, completedPayment(idempotency.NewKey("acme", fmt.Sprint(i)), p, now), []idempotency.Effect{e}, now); err != nil {
 			b.Fatal(err)
 		}
@@ -85,12 +85,12 @@ func BenchmarkCommitReplay(b *testing.B) {
 	now := time.Now()
 	key := idempotency.NewKey("acme", "replayed")
 	rec := completedPayment(key, p, now)
-	e := []idempotency.Effect{{Table: names.Payments, KeyAttr: "pk", Key: p.PK, Item: p}}
+	e := []idempotency.Effect{dynamo.Insert(names.Payments, "pk", p)}
 	if err := s.Commit(ctx, rec, e, now); err != nil {
 		b.Fatal(err)
 	}
 	retry := newPayment(1)
-	e2 := []idempotency.Effect{{Table: names.Payments, KeyAttr: "pk", Key: retry.PK, Item: retry}}
+	e2 := []idempotency.Effect{dynamo.Insert(names.Payments, "pk", retry)}
 	for b.Loop() {
 		now := time.Now()
 		err := s.Commit(ctx, completedPayment(key, retry, now), e2, now)
@@ -143,7 +143,7 @@ func interleaved(b *testing.B, client *dynamodb.Client, idempotencyTable, paymen
 	now := time.Now()
 	replayKey := idempotency.NewKey("acme", "replayed")
 	first := newPayment(-1)
-	effects := []idempotency.Effect{{Table: payments, KeyAttr: "pk", Key: first.PK, Item: first}}
+	effects := []idempotency.Effect{dynamo.Insert(payments, "pk", first)}
 	if err := s.Commit(ctx, completedPayment(replayKey, first, now), effects, now); err != nil {
 		b.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func interleaved(b *testing.B, client *dynamodb.Client, idempotencyTable, paymen
 		p := newPayment(2 * i)
 		now := time.Now()
 		start := time.Now()
-		e := []idempotency.Effect{{Table: payments, KeyAttr: "pk", Key: p.PK, Item: p}}
+		e := []idempotency.Effect{dynamo.Insert(payments, "pk", p)}
 		if err := s.Commit(ctx, completedPayment(idempotency.NewKey("acme", fmt.Sprint(i)), p, now), e, now); err != nil {
 			b.Fatal(err)
 		}

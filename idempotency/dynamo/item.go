@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/stream"
 )
 
 // Attribute names of an idempotency item (docs/design.md, IdempotencyTable).
@@ -124,11 +125,7 @@ func RecordFromItem(item map[string]types.AttributeValue) (idempotency.Record, e
 // RecordFromStreamImage decodes a record from a DynamoDB stream image (the
 // NewImage or OldImage of an events.DynamoDBEventRecord).
 func RecordFromStreamImage(image map[string]events.DynamoDBAttributeValue) (idempotency.Record, error) {
-	item := make(map[string]types.AttributeValue, len(image))
-	for k, v := range image {
-		item[k] = fromEvent(v)
-	}
-	return RecordFromItem(item)
+	return RecordFromItem(stream.ToSDK(image))
 }
 
 // StreamImageStatus returns the status of the record a stream image holds
@@ -140,45 +137,6 @@ func StreamImageStatus(image map[string]events.DynamoDBAttributeValue) idempoten
 		return ""
 	}
 	return idempotency.Status(v.String())
-}
-
-// fromEvent converts a Lambda event attribute value to the SDK's.
-func fromEvent(v events.DynamoDBAttributeValue) types.AttributeValue {
-	switch v.DataType() {
-	case events.DataTypeBoolean:
-		return &types.AttributeValueMemberBOOL{Value: v.Boolean()}
-	case events.DataTypeBinarySet:
-		return &types.AttributeValueMemberBS{Value: v.BinarySet()}
-	case events.DataTypeList:
-		l := v.List()
-		out := make([]types.AttributeValue, len(l))
-		for i, e := range l {
-			out[i] = fromEvent(e)
-		}
-		return &types.AttributeValueMemberL{Value: out}
-	case events.DataTypeMap:
-		m := v.Map()
-		out := make(map[string]types.AttributeValue, len(m))
-		for k, e := range m {
-			out[k] = fromEvent(e)
-		}
-		return &types.AttributeValueMemberM{Value: out}
-	case events.DataTypeNumber:
-		return &types.AttributeValueMemberN{Value: v.Number()}
-	case events.DataTypeNumberSet:
-		return &types.AttributeValueMemberNS{Value: v.NumberSet()}
-	case events.DataTypeNull:
-		return &types.AttributeValueMemberNULL{Value: true}
-	case events.DataTypeString:
-		return &types.AttributeValueMemberS{Value: v.String()}
-	case events.DataTypeStringSet:
-		return &types.AttributeValueMemberSS{Value: v.StringSet()}
-	default: // DataTypeBinary, which is also the zero value's type (with a nil value)
-		if v.IsNull() {
-			return &types.AttributeValueMemberB{Value: []byte{}}
-		}
-		return &types.AttributeValueMemberB{Value: v.Binary()}
-	}
 }
 
 // decoder reads typed attributes, keeping the first error.

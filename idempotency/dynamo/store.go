@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -98,13 +97,25 @@ func (s *Store) Commit(ctx context.Context, rec idempotency.Record, effects []id
 		ExpressionAttributeValues:           values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}
-	return s.transact(ctx, "commit", put, effects, isRecord(rec))
+	return s.transact(ctx, "commit", types.TransactWriteItem{Put: put}, effects, isRecord(rec))
 }
 
 // Reserve writes rec with one conditional PutItem, under Commit's condition,
-// and returns the same errors as Commit.
-func (s *Store) Reserve(ctx context.Context, rec idempotency.Record, now time.Time) error {
+// or with effects (the reservation's holds) one TransactWriteItems, and
+// returns the same errors as Commit.
+func (s *Store) Reserve(ctx context.Context, rec idempotency.Record, effects []idempotency.Effect, now time.Time) error {
 	names, values := reclaimExpr(now)
+	if len(effects) > 0 {
+		put := &types.Put{
+			TableName:                           aws.String(s.table),
+			Item:                                ItemFromRecord(rec),
+			ConditionExpression:                 aws.String(reclaimCondition),
+			ExpressionAttributeNames:            names,
+			ExpressionAttributeValues:           values,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}
+		return s.transact(ctx, "reserve", types.TransactWriteItem{Put: put}, effects, isRecord(rec))
+	}
 	in := &dynamodb.PutItemInput{
 		TableName:                           aws.String(s.table),
 		Item:                                ItemFromRecord(rec),
@@ -131,7 +142,7 @@ func (s *Store) Complete(ctx context.Context, rec idempotency.Record, lease stri
 			ExpressionAttributeValues:           values,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}
-		return s.transact(ctx, "complete", put, effects, isRecord(rec))
+		return s.transact(ctx, "complete", types.TransactWriteItem{Put: put}, effects, isRecord(rec))
 	}
 	in := &dynamodb.PutItemInput{
 		TableName:                           aws.String(s.table),
@@ -145,12 +156,25 @@ func (s *Store) Complete(ctx context.Context, rec idempotency.Record, lease stri
 }
 
 // Release deletes the record held under lease with one conditional
-// DeleteItem, returning a *idempotency.ConflictError as Complete does.
-func (s *Store) Release(ctx context.Context, key idempotency.Key, lease string) error {
+// DeleteItem, or with effects one TransactWriteItems, returning a
+// *idempotency.ConflictError as Complete does.
+func (s *Store) Release(ctx context.Context, key idempotency.Key, lease string, effects []idempotency.Effect) error {
 	names, values := leaseExpr(lease)
+	k := map[string]types.AttributeValue{AttrPK: str(key.ID())}
+	if len(effects) > 0 {
+		del := &types.Delete{
+			TableName:                           aws.String(s.table),
+			Key:                                 k,
+			ConditionExpression:                 aws.String(leaseCondition),
+			ExpressionAttributeNames:            names,
+			ExpressionAttributeValues:           values,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}
+		return s.transact(ctx, "release", types.TransactWriteItem{Delete: del}, effects, nil)
+	}
 	in := &dynamodb.DeleteItemInput{
 		TableName:                           aws.String(s.table),
-		Key:                                 map[string]types.AttributeValue{AttrPK: str(key.ID())},
+		Key:                                 k,
 		ConditionExpression:                 aws.String(leaseCondition),
 		ExpressionAttributeNames:            names,
 		ExpressionAttributeValues:           values,
@@ -235,22 +259,20 @@ func (s *Store) put(ctx context.Context, op string, in *dynamodb.PutItemInput, l
 	return s.outcome(op, err, landed)
 }
 
-// transact writes the record put and one insert per effect in one
-// TransactWriteItems.
-func (s *Store) transact(ctx context.Context, op string, put *types.Put, effects []idempotency.Effect, landed func(idempotency.Record) bool) error {
+// transact writes the record's item (its Put or Delete) and the effects in
+// one TransactWriteItems. A failed condition of the record's item is a
+// conflict; one of an effect's, a *idempotency.RejectedError.
+func (s *Store) transact(ctx context.Context, op string, record types.TransactWriteItem, effects []idempotency.Effect, landed func(idempotency.Record) bool) error {
 	items := make([]types.TransactWriteItem, 0, 1+len(effects))
-	items = append(items, types.TransactWriteItem{Put: put})
+	items = append(items, record)
+	rejects := make([]func(map[string]types.AttributeValue) error, len(effects))
 	for i, e := range effects {
-		item, err := effectItem(e)
+		item, reject, err := transactItem(e)
 		if err != nil {
 			return fmt.Errorf("dynamo: %s: effect %d: %w", op, i, err)
 		}
-		items = append(items, types.TransactWriteItem{Put: &types.Put{
-			TableName:                aws.String(e.Table),
-			Item:                     item,
-			ConditionExpression:      aws.String("attribute_not_exists(#key)"),
-			ExpressionAttributeNames: map[string]string{"#key": e.KeyAttr},
-		}})
+		items = append(items, item)
+		rejects[i] = reject
 	}
 	// The SDK gives the call a ClientRequestToken, so its own retry of a
 	// transaction that had landed succeeds; each of our attempts gets a new
@@ -264,25 +286,21 @@ func (s *Store) transact(ctx context.Context, op string, put *types.Put, effects
 	var canceled *types.TransactionCanceledException
 	if _, recordFailed := conditionFailed(err); !recordFailed && errors.As(err, &canceled) {
 		for i, r := range canceled.CancellationReasons {
-			if i > 0 && i <= len(effects) && aws.ToString(r.Code) == reasonConditionalCheckFailed {
-				e := effects[i-1]
-				return fmt.Errorf("dynamo: %s: effect item %s %s=%q already exists: %w", op, e.Table, e.KeyAttr, e.Key, err)
+			if i == 0 || i > len(effects) || aws.ToString(r.Code) != reasonConditionalCheckFailed {
+				continue
 			}
+			e := effects[i-1]
+			rej := &idempotency.RejectedError{Index: i - 1, Table: e.EffectTable()}
+			if reject := rejects[i-1]; reject != nil {
+				rej.Err = reject(r.Item)
+			}
+			if rej.Err == nil {
+				rej.Err = fmt.Errorf("dynamo: %s: the condition of effect %d on %s failed: %w", op, i-1, e.EffectTable(), err)
+			}
+			return rej
 		}
 	}
 	return s.outcome(op, err, landed)
-}
-
-// effectItem marshals e's item and checks that it carries e's key.
-func effectItem(e idempotency.Effect) (map[string]types.AttributeValue, error) {
-	item, err := attributevalue.MarshalMap(e.Item)
-	if err != nil {
-		return nil, fmt.Errorf("marshal item for %s: %w", e.Table, err)
-	}
-	if k, ok := item[e.KeyAttr].(*types.AttributeValueMemberS); !ok || k.Value != e.Key {
-		return nil, fmt.Errorf("item for %s does not carry its key %s=%q", e.Table, e.KeyAttr, e.Key)
-	}
-	return item, nil
 }
 
 // outcome turns a write's error into the Store contract's: nil, a

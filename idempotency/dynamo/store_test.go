@@ -59,6 +59,16 @@ func TestConformance(t *testing.T) {
 				}
 				return m
 			},
+			Insert: func(item storetest.EffectItem) idempotency.Effect {
+				return dynamo.Insert(names.Payments, "pk", item)
+			},
+			Require: func(pk string, reject error) idempotency.Effect {
+				return dynamo.Check{
+					Table: names.Payments, Key: map[string]any{"pk": pk},
+					Condition: "attribute_exists(pk)",
+					Reject:    func(map[string]types.AttributeValue) error { return reject },
+				}
+			},
 		}
 	})
 }
@@ -73,7 +83,7 @@ func TestStoredItem(t *testing.T) {
 		External: true, LeaseToken: "lease-1", ExpiresAt: t0, Request: []byte(`{"a":1}`),
 		CreatedAt: t0.Add(-30 * time.Second), UpdatedAt: t0.Add(-30 * time.Second),
 	}
-	if err := store.Reserve(ctx, rec, t0.Add(-time.Minute)); err != nil {
+	if err := store.Reserve(ctx, rec, nil, t0.Add(-time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	expires := t0.Add(24*time.Hour + 1500*time.Microsecond)
@@ -161,21 +171,21 @@ func TestConflictRetry(t *testing.T) {
 		call  func(ctx context.Context, s *dynamo.Store, k idempotency.Key, payments string) error
 	}{
 		{"Commit", nil, func(ctx context.Context, s *dynamo.Store, k idempotency.Key, payments string) error {
-			e := idempotency.Effect{Table: payments, KeyAttr: "pk", Key: k.Hash, Item: map[string]string{"pk": k.Hash}}
+			e := dynamo.Insert(payments, "pk", map[string]string{"pk": k.Hash})
 			return s.Commit(ctx, completedRecord(k, "", t0), []idempotency.Effect{e}, t0.Add(-time.Hour))
 		}},
 		{"Reserve", nil, func(ctx context.Context, s *dynamo.Store, k idempotency.Key, _ string) error {
-			return s.Reserve(ctx, reservedRecord(k, "lease", t0), t0.Add(-time.Hour))
+			return s.Reserve(ctx, reservedRecord(k, "lease", t0), nil, t0.Add(-time.Hour))
 		}},
 		{"Complete", reserve, func(ctx context.Context, s *dynamo.Store, k idempotency.Key, _ string) error {
 			return s.Complete(ctx, completedRecord(k, "lease", t0), "lease", nil)
 		}},
 		{"CompleteEffects", reserve, func(ctx context.Context, s *dynamo.Store, k idempotency.Key, payments string) error {
-			e := idempotency.Effect{Table: payments, KeyAttr: "pk", Key: k.Hash, Item: map[string]string{"pk": k.Hash}}
+			e := dynamo.Insert(payments, "pk", map[string]string{"pk": k.Hash})
 			return s.Complete(ctx, completedRecord(k, "lease", t0), "lease", []idempotency.Effect{e})
 		}},
 		{"Release", reserve, func(ctx context.Context, s *dynamo.Store, k idempotency.Key, _ string) error {
-			return s.Release(ctx, k, "lease")
+			return s.Release(ctx, k, "lease", nil)
 		}},
 		{"MarkUnknown", reserve, func(ctx context.Context, s *dynamo.Store, k idempotency.Key, _ string) error {
 			return s.MarkUnknown(ctx, k, "lease", "lease-2", t0, t0.Add(-time.Hour))
@@ -222,7 +232,7 @@ func TestConflictRetryHonoursContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err := s.Reserve(ctx, reservedRecord(idempotency.NewKey("acme", "k"), "lease", time.Now().Add(time.Minute)), time.Now())
+	err := s.Reserve(ctx, reservedRecord(idempotency.NewKey("acme", "k"), "lease", time.Now().Add(time.Minute)), nil, time.Now())
 	if !errors.Is(err, idempotency.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Reserve = %v, want ErrUnavailable and DeadlineExceeded", err)
 	}
@@ -233,7 +243,7 @@ func TestConflictRetryHonoursContext(t *testing.T) {
 
 func reserve(t *testing.T, s *dynamo.Store, k idempotency.Key) {
 	t.Helper()
-	if err := s.Reserve(t.Context(), reservedRecord(k, "lease", time.Now().Add(time.Hour)), time.Now()); err != nil {
+	if err := s.Reserve(t.Context(), reservedRecord(k, "lease", time.Now().Add(time.Hour)), nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -262,13 +272,13 @@ var storeOps = []struct {
 		return s.Commit(ctx, completedRecord(idempotency.NewKey("acme", "k"), "", time.Now().Add(time.Hour)), nil, time.Now())
 	}},
 	{"Reserve", func(ctx context.Context, s *dynamo.Store) error {
-		return s.Reserve(ctx, reservedRecord(idempotency.NewKey("acme", "k"), "lease", time.Now().Add(time.Hour)), time.Now())
+		return s.Reserve(ctx, reservedRecord(idempotency.NewKey("acme", "k"), "lease", time.Now().Add(time.Hour)), nil, time.Now())
 	}},
 	{"Complete", func(ctx context.Context, s *dynamo.Store) error {
 		return s.Complete(ctx, completedRecord(idempotency.NewKey("acme", "k"), "lease", time.Now().Add(time.Hour)), "lease", nil)
 	}},
 	{"Release", func(ctx context.Context, s *dynamo.Store) error {
-		return s.Release(ctx, idempotency.NewKey("acme", "k"), "lease")
+		return s.Release(ctx, idempotency.NewKey("acme", "k"), "lease", nil)
 	}},
 	{"MarkUnknown", func(ctx context.Context, s *dynamo.Store) error {
 		return s.MarkUnknown(ctx, idempotency.NewKey("acme", "k"), "lease", "lease-2", time.Now().Add(time.Hour), time.Now())
@@ -342,18 +352,18 @@ func TestMissingTable(t *testing.T) {
 	}
 }
 
-// TestEffectKey checks that an effect whose item does not carry its key is
-// refused before anything is written.
+// TestEffectKey checks that an effect whose item lacks its key, or has it of
+// the wrong type, or cannot be marshalled, fails the write, and nothing is
+// written.
 func TestEffectKey(t *testing.T) {
 	s, _, names := newStore(t)
 	k := idempotency.NewKey("acme", "k")
 	for _, item := range []any{
 		map[string]string{"id": "pay_1"},
-		map[string]string{"pk": "pay_2"},
 		map[string]int{"pk": 1},
 		make(chan int),
 	} {
-		e := idempotency.Effect{Table: names.Payments, KeyAttr: "pk", Key: "pay_1", Item: item}
+		e := dynamo.Insert(names.Payments, "pk", item)
 		err := s.Commit(t.Context(), completedRecord(k, "", time.Now().Add(time.Hour)), []idempotency.Effect{e}, time.Now())
 		if err == nil || errors.Is(err, idempotency.ErrUnavailable) {
 			t.Errorf("Commit with effect item %v = %v, want an error", item, err)

@@ -12,6 +12,44 @@ import (
 	"github.com/oncehq/once/idempotency"
 )
 
+// Effect is the in-memory store's idempotency.Effect: a change of the item
+// under Key in Table, applied in the same atomic step as the record's
+// transition.
+type Effect struct {
+	// Table and Key name the item.
+	Table, Key string
+	// Apply returns the item's next value and whether it exists afterwards,
+	// given its current value (nil and false when absent). An error fails
+	// the effect's condition: the store then writes nothing and returns a
+	// *idempotency.RejectedError whose Err is that error.
+	Apply func(current any, exists bool) (next any, keep bool, err error)
+}
+
+// EffectTable names the effect's table.
+func (e Effect) EffectTable() string { return e.Table }
+
+// Insert is an Effect that stores item under key in table, and fails (an
+// error that answers 500) when an item is there already.
+func Insert(table, key string, item any) Effect {
+	return Effect{Table: table, Key: key, Apply: func(_ any, exists bool) (any, bool, error) {
+		if exists {
+			return nil, false, fmt.Errorf("memory: item %s %q already exists", table, key)
+		}
+		return item, true, nil
+	}}
+}
+
+// Require is an Effect that writes nothing and fails with reject when no
+// item is under key in table.
+func Require(table, key string, reject error) Effect {
+	return Effect{Table: table, Key: key, Apply: func(current any, exists bool) (any, bool, error) {
+		if !exists {
+			return nil, false, reject
+		}
+		return current, true, nil
+	}}
+}
+
 // Store is an in-memory idempotency.Store. The zero value is not usable; call
 // New.
 type Store struct {
@@ -38,24 +76,30 @@ func (s *Store) Commit(ctx context.Context, rec idempotency.Record, effects []id
 	if landed, err := s.reclaimable(rec, now); landed || err != nil {
 		return err
 	}
-	if err := s.checkEffects(effects); err != nil {
-		return fmt.Errorf("memory: commit: %w", err)
+	writes, err := s.applyEffects("commit", effects)
+	if err != nil {
+		return err
 	}
 	s.records[rec.Key.ID()] = rec
-	s.writeEffects(effects)
+	s.write(writes)
 	return nil
 }
 
-// Reserve writes rec under Commit's condition, returning a
-// *idempotency.ConflictError carrying the existing record otherwise.
-func (s *Store) Reserve(ctx context.Context, rec idempotency.Record, now time.Time) error {
+// Reserve writes rec and effects under Commit's condition, returning the
+// errors Commit returns.
+func (s *Store) Reserve(ctx context.Context, rec idempotency.Record, effects []idempotency.Effect, now time.Time) error {
 	rec = normalize(rec)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if landed, err := s.reclaimable(rec, now); landed || err != nil {
 		return err
 	}
+	writes, err := s.applyEffects("reserve", effects)
+	if err != nil {
+		return err
+	}
 	s.records[rec.Key.ID()] = rec
+	s.write(writes)
 	return nil
 }
 
@@ -71,23 +115,29 @@ func (s *Store) Complete(ctx context.Context, rec idempotency.Record, lease stri
 	if landed, err := s.held(rec.Key, lease, sameAs(rec)); landed || err != nil {
 		return err
 	}
-	if err := s.checkEffects(effects); err != nil {
-		return fmt.Errorf("memory: complete: %w", err)
+	writes, err := s.applyEffects("complete", effects)
+	if err != nil {
+		return err
 	}
 	s.records[rec.Key.ID()] = rec
-	s.writeEffects(effects)
+	s.write(writes)
 	return nil
 }
 
-// Release deletes the record held under lease, returning a
-// *idempotency.ConflictError as Complete does when the lease is not held.
-func (s *Store) Release(ctx context.Context, key idempotency.Key, lease string) error {
+// Release deletes the record held under lease and writes effects,
+// atomically, returning the errors Complete returns.
+func (s *Store) Release(ctx context.Context, key idempotency.Key, lease string, effects []idempotency.Effect) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, err := s.held(key, lease, nil); err != nil {
 		return err
 	}
+	writes, err := s.applyEffects("release", effects)
+	if err != nil {
+		return err
+	}
 	delete(s.records, key.ID())
+	s.write(writes)
 	return nil
 }
 
@@ -126,8 +176,8 @@ func (s *Store) Get(ctx context.Context, key idempotency.Key) (idempotency.Recor
 	return clone(rec), nil
 }
 
-// Items returns the effect items written to table, by key: the values passed
-// as Effect.Item, not copies. The map itself is a copy.
+// Items returns the effect items written to table, by key: the values the
+// effects stored, not copies. The map itself is a copy.
 func (s *Store) Items(table string) map[string]any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -176,31 +226,51 @@ func sameAs(rec idempotency.Record) func(idempotency.Record) bool {
 	}
 }
 
-// checkEffects fails when an effect's item exists, or when two effects
-// write the same item (which DynamoDB refuses in one transaction). s.mu is
-// held.
-func (s *Store) checkEffects(effects []idempotency.Effect) error {
-	seen := map[[2]string]bool{}
-	for _, e := range effects {
-		k := [2]string{e.Table, e.Key}
-		if seen[k] {
-			return fmt.Errorf("two effects write item %s %s=%q", e.Table, e.KeyAttr, e.Key)
-		}
-		seen[k] = true
-		if _, ok := s.items[e.Table][e.Key]; ok {
-			return fmt.Errorf("effect item %s %s=%q already exists", e.Table, e.KeyAttr, e.Key)
-		}
-	}
-	return nil
+// itemWrite is an effect's outcome: the item's next value, or its removal.
+type itemWrite struct {
+	table, key string
+	next       any
+	keep       bool
 }
 
-// writeEffects stores effects' items. s.mu is held.
-func (s *Store) writeEffects(effects []idempotency.Effect) {
-	for _, e := range effects {
-		if s.items[e.Table] == nil {
-			s.items[e.Table] = map[string]any{}
+// applyEffects computes the effects' writes without applying them. It fails
+// with a *idempotency.RejectedError when an effect's condition fails, and
+// with another error when an effect is not the store's or two effects name
+// the same item (which DynamoDB refuses in one transaction). s.mu is held.
+func (s *Store) applyEffects(op string, effects []idempotency.Effect) ([]itemWrite, error) {
+	seen := map[[2]string]bool{}
+	writes := make([]itemWrite, 0, len(effects))
+	for i, e := range effects {
+		me, ok := e.(Effect)
+		if !ok {
+			return nil, fmt.Errorf("memory: %s: effect %d is a %T, not a memory.Effect", op, i, e)
 		}
-		s.items[e.Table][e.Key] = e.Item
+		k := [2]string{me.Table, me.Key}
+		if seen[k] {
+			return nil, fmt.Errorf("memory: %s: two effects write item %s %q", op, me.Table, me.Key)
+		}
+		seen[k] = true
+		current, exists := s.items[me.Table][me.Key]
+		next, keep, err := me.Apply(current, exists)
+		if err != nil {
+			return nil, &idempotency.RejectedError{Index: i, Table: me.Table, Err: err}
+		}
+		writes = append(writes, itemWrite{table: me.Table, key: me.Key, next: next, keep: keep})
+	}
+	return writes, nil
+}
+
+// write applies writes. s.mu is held.
+func (s *Store) write(writes []itemWrite) {
+	for _, w := range writes {
+		if !w.keep {
+			delete(s.items[w.table], w.key)
+			continue
+		}
+		if s.items[w.table] == nil {
+			s.items[w.table] = map[string]any{}
+		}
+		s.items[w.table][w.key] = w.next
 	}
 }
 

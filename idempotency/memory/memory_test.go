@@ -26,6 +26,10 @@ func TestConformance(t *testing.T) {
 				}
 				return out
 			},
+			Insert: func(item storetest.EffectItem) idempotency.Effect { return memory.Insert(table, item.PK, item) },
+			Require: func(pk string, reject error) idempotency.Effect {
+				return memory.Require(table, pk, reject)
+			},
 		}
 	})
 }

@@ -32,6 +32,13 @@ type Inspect struct {
 	EffectTable string
 	// Effects returns the items in EffectTable, by key.
 	Effects func(t *testing.T) map[string]EffectItem
+	// Insert returns the store's effect that inserts item, under its PK,
+	// into EffectTable, failing (with an error that is not a rejection's
+	// business answer) when an item with that key exists.
+	Insert func(item EffectItem) idempotency.Effect
+	// Require returns the store's effect that writes nothing and is
+	// rejected with reject when EffectTable has no item with key pk.
+	Require func(pk string, reject error) idempotency.Effect
 }
 
 // NewStore returns a store for one test. Tests may share the store's tables:
@@ -51,6 +58,8 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Complete", func(t *testing.T) { testComplete(t, newStore) })
 	t.Run("CompleteEffects", func(t *testing.T) { testCompleteEffects(t, newStore) })
 	t.Run("Release", func(t *testing.T) { testRelease(t, newStore) })
+	t.Run("ReleaseEffects", func(t *testing.T) { testReleaseEffects(t, newStore) })
+	t.Run("Rejections", func(t *testing.T) { testRejections(t, newStore) })
 	t.Run("MarkUnknown", func(t *testing.T) { testMarkUnknown(t, newStore) })
 	t.Run("Get", func(t *testing.T) { testGet(t, newStore) })
 	t.Run("Bodies", func(t *testing.T) { testBodies(t, newStore) })
@@ -125,7 +134,7 @@ func done(rec idempotency.Record, now time.Time) idempotency.Record {
 // effect table.
 func effect(t *testing.T, in Inspect, key, note string) idempotency.Effect {
 	key = scope(t) + key
-	return idempotency.Effect{Table: in.EffectTable, KeyAttr: "pk", Key: key, Item: EffectItem{PK: key, Note: note}}
+	return in.Insert(EffectItem{PK: key, Note: note})
 }
 
 // scope prefixes the test's effect keys, so that tests may share an effect
@@ -142,7 +151,7 @@ func put(t *testing.T, s idempotency.Store, rec idempotency.Record, effects ...i
 	if rec.Status == idempotency.StatusCompleted {
 		err = s.Commit(t.Context(), rec, effects, t0.Add(-time.Hour))
 	} else {
-		err = s.Reserve(t.Context(), rec, t0.Add(-time.Hour))
+		err = s.Reserve(t.Context(), rec, effects, t0.Add(-time.Hour))
 	}
 	if err != nil {
 		t.Fatalf("storing %s record: %v", rec.Status, err)
@@ -268,7 +277,7 @@ func testReclaim(t *testing.T, newStore NewStore) {
 					err = s.Commit(t.Context(), rec, []idempotency.Effect{effect(t, in, "pay_b", "b")}, tt.now)
 				case "Reserve":
 					rec = reserved(k, "b", "lease-b", true, tt.now.Add(30*time.Second))
-					err = s.Reserve(t.Context(), rec, tt.now)
+					err = s.Reserve(t.Context(), rec, nil, tt.now)
 				}
 				call := fmt.Sprintf("%s(%s) at %s", op, tt.name, tt.now.Format(time.RFC3339Nano))
 				if tt.wantWin {
@@ -334,7 +343,7 @@ func testComplete(t *testing.T, newStore NewStore) {
 		}, true},
 		{"held past expiry", func(t *testing.T, s idempotency.Store, k idempotency.Key) *idempotency.Record {
 			r := reserved(k, "a", "lease", false, now.Add(-time.Minute))
-			if err := s.Reserve(t.Context(), r, now.Add(-2*time.Minute)); err != nil {
+			if err := s.Reserve(t.Context(), r, nil, now.Add(-2*time.Minute)); err != nil {
 				t.Fatal(err)
 			}
 			return &r
@@ -349,7 +358,7 @@ func testComplete(t *testing.T, newStore NewStore) {
 		}, false},
 		{"released", func(t *testing.T, s idempotency.Store, k idempotency.Key) *idempotency.Record {
 			put(t, s, reserved(k, "a", "lease", false, t0))
-			if err := s.Release(t.Context(), k, "lease"); err != nil {
+			if err := s.Release(t.Context(), k, "lease", nil); err != nil {
 				t.Fatal(err)
 			}
 			return nil
@@ -364,11 +373,11 @@ func testComplete(t *testing.T, newStore NewStore) {
 			return &c
 		}, false},
 		{"taken over", func(t *testing.T, s idempotency.Store, k idempotency.Key) *idempotency.Record {
-			if err := s.Reserve(t.Context(), reserved(k, "a", "lease", false, now.Add(-time.Minute)), now.Add(-2*time.Minute)); err != nil {
+			if err := s.Reserve(t.Context(), reserved(k, "a", "lease", false, now.Add(-time.Minute)), nil, now.Add(-2*time.Minute)); err != nil {
 				t.Fatal(err)
 			}
 			r := reserved(k, "a", "newer", false, t0)
-			if err := s.Reserve(t.Context(), r, now); err != nil {
+			if err := s.Reserve(t.Context(), r, nil, now); err != nil {
 				t.Fatal(err)
 			}
 			return &r
@@ -500,7 +509,7 @@ func testRelease(t *testing.T, newStore NewStore) {
 			if current != nil {
 				put(t, s, *current)
 			}
-			err := s.Release(t.Context(), k, "lease")
+			err := s.Release(t.Context(), k, "lease", nil)
 			call := fmt.Sprintf("Release(%s)", tt.name)
 			if tt.wantWin {
 				if err != nil {
@@ -670,7 +679,7 @@ func testTimes(t *testing.T, newStore NewStore) {
 	rec := reserved(k, "a", "lease", false, t0.Add(sub))
 	rec.CreatedAt = t0.Add(-time.Minute + sub).In(time.FixedZone("X", 3600))
 	rec.UpdatedAt = rec.CreatedAt
-	if err := s.Reserve(t.Context(), rec, t0.Add(-time.Hour)); err != nil {
+	if err := s.Reserve(t.Context(), rec, nil, t0.Add(-time.Hour)); err != nil {
 		t.Fatalf("Reserve = %v, want nil", err)
 	}
 	want := rec
@@ -690,11 +699,11 @@ func testTimes(t *testing.T, newStore NewStore) {
 		}
 	}
 	// Stored expiry t0; now = t0 - 1µs is t0 - 1ms at store precision: live.
-	err = s.Reserve(t.Context(), reserved(k, "b", "lease-b", false, t0.Add(time.Minute)), t0.Add(-time.Microsecond))
+	err = s.Reserve(t.Context(), reserved(k, "b", "lease-b", false, t0.Add(time.Minute)), nil, t0.Add(-time.Microsecond))
 	wantConflict(t, "Reserve just before the stored expiry", err, &want)
 	// now = t0 + 1µs: expired.
 	next := reserved(k, "b", "lease-b", false, t0.Add(time.Minute))
-	if err := s.Reserve(t.Context(), next, t0.Add(time.Microsecond)); err != nil {
+	if err := s.Reserve(t.Context(), next, nil, t0.Add(time.Microsecond)); err != nil {
 		t.Fatalf("Reserve at the stored expiry = %v, want nil", err)
 	}
 }
@@ -710,7 +719,7 @@ func testRewrite(t *testing.T, newStore NewStore) {
 	k := key(t, "leased")
 	r := reserved(k, "a", "lease", true, t0)
 	for i := range 2 {
-		if err := s.Reserve(ctx, r, now); err != nil {
+		if err := s.Reserve(ctx, r, nil, now); err != nil {
 			t.Fatalf("Reserve #%d = %v, want nil", i+1, err)
 		}
 	}
@@ -812,8 +821,108 @@ func testConcurrentReserve(t *testing.T, newStore NewStore) {
 		recs[i] = reserved(k, fmt.Sprintf("fp%02d", i), fmt.Sprintf("lease%02d", i), i%2 == 0, t0)
 	}
 	errs := race(concurrency, func(i int) error {
-		return s.Reserve(t.Context(), recs[i], t0.Add(-time.Hour))
+		return s.Reserve(t.Context(), recs[i], nil, t0.Add(-time.Hour))
 	})
 	win := winner(t, errs, recs)
 	wantRecord(t, s, recs[win])
+}
+
+// testReleaseEffects checks that Release writes its effects exactly when it
+// releases: with the lease held, and not when it is lost.
+func testReleaseEffects(t *testing.T, newStore NewStore) {
+	now := t0.Add(-10 * time.Second)
+	for _, tt := range leaseTests(now) {
+		t.Run(tt.name, func(t *testing.T) {
+			s, in := newStore(t)
+			k := key(t, "k")
+			current := tt.current(k)
+			if current != nil {
+				put(t, s, *current)
+			}
+			err := s.Release(t.Context(), k, "lease", []idempotency.Effect{effect(t, in, "undo", "released")})
+			call := fmt.Sprintf("Release(%s, effect)", tt.name)
+			if tt.wantWin {
+				if err != nil {
+					t.Fatalf("%s = %v, want nil", call, err)
+				}
+				wantAbsent(t, s, k)
+				wantEffects(t, in, "undo")
+				return
+			}
+			wantConflict(t, call, err, current)
+			wantEffects(t, in)
+		})
+	}
+}
+
+// errRejected is the business answer of the suite's rejected effects.
+var errRejected = errors.New("storetest: rejected")
+
+// testRejections checks that an effect whose condition fails fails every
+// write with a *RejectedError carrying its business answer, and writes
+// nothing; and that a failed record condition is a conflict even when an
+// effect fails too.
+func testRejections(t *testing.T, newStore NewStore) {
+	now := t0.Add(-10 * time.Second)
+	wantRejected := func(t *testing.T, call string, err error, index int) {
+		t.Helper()
+		var rejected *idempotency.RejectedError
+		if !errors.As(err, &rejected) || !errors.Is(err, errRejected) {
+			t.Fatalf("%s = %v, want a *RejectedError wrapping the effect's answer", call, err)
+		}
+		if rejected.Index != index {
+			t.Errorf("%s: RejectedError.Index = %d, want %d", call, rejected.Index, index)
+		}
+	}
+	t.Run("Commit", func(t *testing.T) {
+		s, in := newStore(t)
+		rec := completed(key(t, "k"), "a", t0)
+		err := s.Commit(t.Context(), rec, []idempotency.Effect{effect(t, in, "pay_a", "a"), in.Require(scope(t)+"missing", errRejected)}, now)
+		wantRejected(t, "Commit", err, 1)
+		wantAbsent(t, s, rec.Key)
+		wantEffects(t, in)
+	})
+	t.Run("ReserveHolds", func(t *testing.T) {
+		s, in := newStore(t)
+		put(t, s, completed(key(t, "base"), "b", t0), effect(t, in, "base", "base"))
+		rec := reserved(key(t, "k"), "a", "lease", true, t0)
+		err := s.Reserve(t.Context(), rec, []idempotency.Effect{in.Require(scope(t)+"base", errRejected), effect(t, in, "hold", "held")}, now)
+		if err != nil {
+			t.Fatalf("Reserve(holds) = %v, want nil", err)
+		}
+		wantRecord(t, s, rec)
+		wantEffects(t, in, "base", "hold")
+	})
+	t.Run("ReserveRejected", func(t *testing.T) {
+		s, in := newStore(t)
+		rec := reserved(key(t, "k"), "a", "lease", true, t0)
+		err := s.Reserve(t.Context(), rec, []idempotency.Effect{effect(t, in, "hold", "held"), in.Require(scope(t)+"missing", errRejected)}, now)
+		wantRejected(t, "Reserve", err, 1)
+		wantAbsent(t, s, rec.Key)
+		wantEffects(t, in)
+	})
+	t.Run("Complete", func(t *testing.T) {
+		s, in := newStore(t)
+		r := reserved(key(t, "k"), "a", "lease", true, t0)
+		put(t, s, r)
+		err := s.Complete(t.Context(), done(r, now), "lease", []idempotency.Effect{in.Require(scope(t)+"missing", errRejected)})
+		wantRejected(t, "Complete", err, 0)
+		wantRecord(t, s, r)
+	})
+	t.Run("Release", func(t *testing.T) {
+		s, in := newStore(t)
+		r := reserved(key(t, "k"), "a", "lease", true, t0)
+		put(t, s, r)
+		err := s.Release(t.Context(), r.Key, "lease", []idempotency.Effect{effect(t, in, "undo", "x"), in.Require(scope(t)+"missing", errRejected)})
+		wantRejected(t, "Release", err, 1)
+		wantRecord(t, s, r)
+		wantEffects(t, in)
+	})
+	t.Run("ConflictFirst", func(t *testing.T) {
+		s, in := newStore(t)
+		existing := completed(key(t, "k"), "a", t0)
+		put(t, s, existing)
+		err := s.Commit(t.Context(), completed(existing.Key, "b", t0), []idempotency.Effect{in.Require(scope(t)+"missing", errRejected)}, now)
+		wantConflict(t, "Commit(taken key, rejected effect)", err, &existing)
+	})
 }

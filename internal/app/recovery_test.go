@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncehq/once/internal/charges"
+	"github.com/oncehq/once/internal/reconciler"
+	"github.com/oncehq/once/internal/sweeper"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/idempotency"
@@ -13,7 +17,6 @@ import (
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamotest"
-	"github.com/oncehq/once/internal/httpapi"
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/provider"
 )
@@ -31,11 +34,11 @@ func TestSweeperAndReconciler(t *testing.T) {
 		config.EnvProviderTimeout:  "500ms",
 	})
 	var sweeperOut, reconcilerOut lambdatest.Buffer
-	sweep, err := app.Sweeper(cfg, f.client, app.Options{Logger: slog.New(slog.DiscardHandler), Metrics: &sweeperOut})
+	sweep, err := sweeper.Handler(cfg, f.client, app.Options{Logger: slog.New(slog.DiscardHandler), Metrics: &sweeperOut})
 	if err != nil {
 		t.Fatalf("Sweeper() error = %v", err)
 	}
-	reconcile, err := app.Reconciler(cfg, f.client, app.Options{Logger: slog.New(slog.DiscardHandler), Metrics: &reconcilerOut})
+	reconcile, err := reconciler.Handler(cfg, f.client, app.Options{Logger: slog.New(slog.DiscardHandler), Metrics: &reconcilerOut})
 	if err != nil {
 		t.Fatalf("Reconciler() error = %v", err)
 	}
@@ -56,7 +59,7 @@ func TestSweeperAndReconciler(t *testing.T) {
 		LeaseToken: idempotency.NewToken(), ExpiresAt: now.Add(-2 * time.Minute), Request: canonical,
 		CreatedAt: now.Add(-time.Minute), UpdatedAt: now.Add(-time.Minute),
 	}
-	if err := store.Reserve(t.Context(), res, res.CreatedAt); err != nil {
+	if err := store.Reserve(t.Context(), res, nil, res.CreatedAt); err != nil {
 		t.Fatal(err)
 	}
 	stored, err := store.Get(t.Context(), key)
@@ -82,7 +85,7 @@ func TestSweeperAndReconciler(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	want, err := httpapi.ChargeResponse(stored, charge)
+	want, err := charges.Response(stored, charge)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,13 +6,13 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/config"
-	"github.com/oncehq/once/internal/stream"
 )
 
 // StartStream runs a stream function, as its main does: it loads the
 // configuration from getenv, builds the DynamoDB client, builds the handler
-// with build (Worker, Sweeper or Reconciler) under the default Options (JSON
+// with build (worker.Handler, sweeper.Handler or reconciler.Handler) under the default Options (JSON
 // logs at cfg.LogLevel and metrics on stdout), and hands it to the Lambda
 // runtime, which serves invocations until the process ends. It returns the
 // error that kept the function from starting; nothing is started then.

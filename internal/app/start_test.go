@@ -4,11 +4,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/oncehq/once/internal/reconciler"
+	"github.com/oncehq/once/internal/sweeper"
+	"github.com/oncehq/once/internal/worker"
+
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
-	"github.com/oncehq/once/internal/stream"
 )
 
 // TestStartStreamRefuses checks that a stream function that cannot start
@@ -24,27 +28,27 @@ func TestStartStreamRefuses(t *testing.T) {
 		built bool     // the configuration is valid: build is called, and fails
 	}{
 		{
-			name: "worker: invalid values", build: app.Worker,
+			name: "worker: invalid values", build: worker.Handler,
 			env:   map[string]string{"ONCE_PAYMENTS_TABLE": "x", "ONCE_PROVIDER_TIMEOUT": "forever", "ONCE_PROVIDER_URL": "provider"},
 			names: []string{"ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL"},
 		},
 		{
-			name: "worker: no provider", build: app.Worker,
+			name: "worker: no provider", build: worker.Handler,
 			env:   map[string]string{"DYNAMODB_ENDPOINT": "http://127.0.0.1:1"},
 			names: []string{"ONCE_PROVIDER_URL"}, built: true,
 		},
 		{
-			name: "sweeper: invalid values", build: app.Sweeper,
+			name: "sweeper: invalid values", build: sweeper.Handler,
 			env:   map[string]string{"ONCE_RETENTION": "forever", "ONCE_IDEMPOTENCY_TABLE": "x"},
 			names: []string{"ONCE_RETENTION", "ONCE_IDEMPOTENCY_TABLE"},
 		},
 		{
-			name: "reconciler: invalid values", build: app.Reconciler,
+			name: "reconciler: invalid values", build: reconciler.Handler,
 			env:   map[string]string{"ONCE_PROVIDER_TIMEOUT": "soon", "ONCE_PROVIDER_URL": "ftp://provider"},
 			names: []string{"ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL"},
 		},
 		{
-			name: "reconciler: no provider", build: app.Reconciler,
+			name: "reconciler: no provider", build: reconciler.Handler,
 			env:   map[string]string{"DYNAMODB_ENDPOINT": "http://127.0.0.1:1"},
 			names: []string{"ONCE_PROVIDER_URL"}, built: true,
 		},

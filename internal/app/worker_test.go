@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncehq/once/internal/worker"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -23,7 +25,7 @@ func TestWorkerSettles(t *testing.T) {
 	f := newFixture(t)
 	cfg := f.config(t, map[string]string{config.EnvPaymentsTable: f.names.Payments})
 	var out lambdatest.Buffer
-	h, err := app.Worker(cfg, f.client, app.Options{Logger: slog.New(slog.DiscardHandler), Metrics: &out})
+	h, err := worker.Handler(cfg, f.client, app.Options{Logger: slog.New(slog.DiscardHandler), Metrics: &out})
 	if err != nil {
 		t.Fatalf("Worker() error = %v", err)
 	}

@@ -19,7 +19,7 @@ const idPrefix = "ch_"
 
 // Decode parses and validates a create-charge request body: a create-payment
 // request whose source is required. Every failure is a
-// *payments.ValidationError.
+// *problem.FieldError.
 func Decode(body []byte) (payments.Request, error) { return payments.DecodeWithSource(body) }
 
 // ProviderRequest is the provider's charge request for req.

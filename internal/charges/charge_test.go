@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/problem"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
 )
@@ -41,9 +42,9 @@ func TestDecode(t *testing.T) {
 		t.Errorf("Decode() mismatch (-want +got):\n%s", diff)
 	}
 	_, err = Decode([]byte(`{"amount":5,"currency":"EUR","customer":"c"}`))
-	var verr *payments.ValidationError
+	var verr *problem.FieldError
 	if !errors.As(err, &verr) || verr.Field != "source" {
-		t.Errorf("Decode(no source) error = %v, want a *payments.ValidationError for source", err)
+		t.Errorf("Decode(no source) error = %v, want a *problem.FieldError for source", err)
 	}
 }
 

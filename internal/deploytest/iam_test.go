@@ -35,6 +35,7 @@ var wantGrants = map[string]map[string][]string{
 	},
 	"ReconcilerFunction": {
 		"IdempotencyTable":        {"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+		"PaymentsTable":           {"dynamodb:GetItem", "dynamodb:PutItem"},
 		"IdempotencyTable/stream": streamRead,
 		"ReconcilerDLQ":           {"sqs:SendMessage"},
 	},

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	apifn "github.com/oncehq/once/internal/api"
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/auth"
 	"github.com/oncehq/once/internal/config"
@@ -286,7 +287,7 @@ func (s *Stack) seedKeys(ctx context.Context) error {
 // startGateway builds the two functions exactly as their mains do, puts the
 // API Gateway emulator in front of them, and serves it.
 func (s *Stack) startGateway(context.Context) error {
-	api, err := app.API(s.cfg, s.client, app.Options{
+	h, err := apifn.Handler(s.cfg, s.client, app.Options{
 		Logger:  s.log.With("function", "api"),
 		Metrics: s.output,
 	})
@@ -296,7 +297,7 @@ func (s *Stack) startGateway(context.Context) error {
 	authorizer := auth.NewAuthorizer(auth.NewKeys(s.client, s.cfg.APIKeysTable), s.log.With("function", "authorizer"))
 	s.emulator = &gateway.Emulator{
 		Authorize:     gateway.LambdaAuthorizer(lambda.NewHandler(authorizer.Handle)),
-		Invoke:        gateway.LambdaProxy(lambda.NewHandler(gateway.NewLambdaHandler(api))),
+		Invoke:        gateway.LambdaProxy(lambda.NewHandler(gateway.NewLambdaHandler(h))),
 		Routes:        s.api.routes,
 		Stage:         s.api.stage,
 		Region:        s.cfg.Region,

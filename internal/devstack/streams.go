@@ -17,16 +17,20 @@ import (
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamoclient"
+	"github.com/oncehq/once/internal/provider/simulator"
+	"github.com/oncehq/once/internal/reconciler"
 	"github.com/oncehq/once/internal/samtemplate"
 	"github.com/oncehq/once/internal/stream"
+	"github.com/oncehq/once/internal/sweeper"
+	"github.com/oncehq/once/internal/worker"
 )
 
 // streamFunctions builds the handler of each stream-triggered function of
 // the template, exactly as its main does.
 var streamFunctions = map[string]func(config.Config, *dynamodb.Client, app.Options) (stream.Handler, error){
-	"WorkerFunction":     app.Worker,
-	"SweeperFunction":    app.Sweeper,
-	"ReconcilerFunction": app.Reconciler,
+	"WorkerFunction":     worker.Handler,
+	"SweeperFunction":    sweeper.Handler,
+	"ReconcilerFunction": reconciler.Handler,
 }
 
 // mapping is one DynamoDB event source of the template, emulated by a
@@ -128,7 +132,7 @@ func (s *Stack) startProvider(context.Context) error {
 		s.log.Info("devstack: using the provider at ONCE_PROVIDER_URL", "url", s.cfg.ProviderURL)
 		return nil
 	}
-	sim := app.ProviderSimulator(s.cfg, s.client, app.Options{Logger: s.log.With("function", "provider")})
+	sim := simulator.Handler(s.cfg, s.client, app.Options{Logger: s.log.With("function", "provider")})
 	srv, url, err := s.serve("provider", s.providerPort, sim)
 	if err != nil {
 		return err

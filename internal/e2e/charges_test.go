@@ -10,15 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncehq/once/internal/charges"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
-	"github.com/oncehq/once/internal/charges"
 	"github.com/oncehq/once/internal/config"
-	"github.com/oncehq/once/internal/httpapi"
 	"github.com/oncehq/once/internal/payments"
-	"github.com/oncehq/once/internal/provider"
 )
 
 // chargeTimeout is the provider timeout of the charge tests: longer than the
@@ -69,7 +68,7 @@ func forwardKey(t testing.TB, key, body string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return idempotency.NewKey("acme", key).Forward(idempotency.Fingerprint(http.MethodPost, httpapi.RouteCreateCharge, canonical))
+	return idempotency.NewKey("acme", key).Forward(idempotency.Fingerprint(http.MethodPost, charges.Route, canonical))
 }
 
 // rebuilt is the response the reconciler would store for acme's raw key:
@@ -84,7 +83,7 @@ func (s *stack) rebuilt(t testing.TB, key string) (idempotency.Record, idempoten
 	if err != nil {
 		t.Fatalf("Lookup: %v", err)
 	}
-	resp, err := httpapi.ChargeResponse(rec, c)
+	resp, err := charges.Response(rec, c)
 	if err != nil {
 		t.Fatalf("ChargeResponse: %v", err)
 	}
@@ -190,7 +189,7 @@ func TestChargesContract(t *testing.T) {
 		first := s.charge(t, key, chargeBody("tok_mastercard"), nil)
 		wantProblem(t, first, http.StatusUnprocessableEntity, "provider_rejected", "")
 		p := problem(t, first)
-		want := httpapi.ProblemFor(fmt.Errorf("provider: charge: %w", &provider.StatusError{StatusCode: http.StatusBadRequest}))
+		want := charges.ErrProviderRejected.Problem()
 		if p["title"] != want.Title || p["detail"] != want.Detail {
 			t.Errorf("problem = %s, want title %q and detail %q", first.body, want.Title, want.Detail)
 		}
@@ -368,8 +367,8 @@ func TestChargesContract(t *testing.T) {
 	t.Run("log lines", func(t *testing.T) {
 		var unknown, rejected, provider int
 		for _, l := range s.logs.Lines(t) {
-			if l["route"] != httpapi.RouteCreateCharge {
-				t.Errorf("log line %v, want route %s", l, httpapi.RouteCreateCharge)
+			if l["route"] != charges.Route {
+				t.Errorf("log line %v, want route %s", l, charges.Route)
 				continue
 			}
 			if l["outcome"] == idempotency.OutcomeUnknown {
@@ -380,7 +379,7 @@ func TestChargesContract(t *testing.T) {
 			}
 			if l["status"] == 422.0 && l["outcome"] == idempotency.OutcomeCreated {
 				rejected++
-				if l["level"] != "INFO" || l["error"] != "provider: charge: status 400: invalid_request" {
+				if l["level"] != "INFO" || l["error"] != "provider_rejected: provider: charge: status 400: invalid_request" {
 					t.Errorf("provider_rejected log line = %v, want an INFO 422 with the provider's status and code", l)
 				}
 			}
@@ -513,8 +512,8 @@ func TestChargesFaultInjection(t *testing.T) {
 	for _, l := range s.logs.Lines(t) {
 		if l["crash"] != nil {
 			crashes++
-			if l["status"] != 500.0 || l["route"] != httpapi.RouteCreateCharge {
-				t.Errorf("crash log line = %v, want status 500 on %s", l, httpapi.RouteCreateCharge)
+			if l["status"] != 500.0 || l["route"] != charges.Route {
+				t.Errorf("crash log line = %v, want status 500 on %s", l, charges.Route)
 			}
 		}
 	}

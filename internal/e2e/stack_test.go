@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	apifn "github.com/oncehq/once/internal/api"
+
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -108,7 +110,7 @@ func newStack(t testing.TB, opts ...stackOption) *stack {
 		fnClient = setup.client(t, base)
 	}
 	fnClient = s.calls.wrap(fnClient)
-	api, err := app.API(setup.cfg, fnClient, app.Options{
+	api, err := apifn.Handler(setup.cfg, fnClient, app.Options{
 		Logger:  app.Logger(s.logs, setup.cfg.LogLevel),
 		Metrics: s.metrics,
 		Now:     s.clock.Now,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
 )
 
 // Status is the state of a payment.
@@ -123,7 +124,7 @@ type rendering struct {
 // Effect is the insert of p into table, to commit with the idempotency
 // record (idempotency.Call.AddEffect).
 func Effect(table string, p Payment) idempotency.Effect {
-	return idempotency.Effect{Table: table, KeyAttr: KeyAttr, Key: p.PK, Item: p}
+	return dynamo.Insert(table, KeyAttr, p)
 }
 
 const (

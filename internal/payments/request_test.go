@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/oncehq/once/idempotency/problem"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/idempotency"
@@ -154,9 +156,9 @@ func TestDecodeInvalid(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := Decode([]byte(tt.body))
-			var verr *ValidationError
+			var verr *problem.FieldError
 			if !errors.As(err, &verr) {
-				t.Fatalf("Decode(%.80s) = %+v, %v; want a *ValidationError", tt.body, got, err)
+				t.Fatalf("Decode(%.80s) = %+v, %v; want a *problem.FieldError", tt.body, got, err)
 			}
 			if verr.Field != tt.wantField {
 				t.Errorf("Decode(%.80s) field = %q, want %q (reason %q)", tt.body, verr.Field, tt.wantField, verr.Reason)
@@ -199,31 +201,16 @@ func TestDecodeWithSource(t *testing.T) {
 				}
 				return
 			}
-			var verr *ValidationError
+			var verr *problem.FieldError
 			if !errors.As(err, &verr) || verr.Field != tt.wantField {
-				t.Errorf("DecodeWithSource(%.80s) = %+v, %v; want a *ValidationError for %q", tt.body, got, err, tt.wantField)
+				t.Errorf("DecodeWithSource(%.80s) = %+v, %v; want a *problem.FieldError for %q", tt.body, got, err, tt.wantField)
 			}
 		})
 	}
 }
 
-func TestValidationErrorDetail(t *testing.T) {
-	tests := []struct {
-		err  *ValidationError
-		want string
-	}{
-		{&ValidationError{Field: "amount", Reason: "must be at least 1"}, "amount must be at least 1."},
-		{&ValidationError{Reason: "the body must be a JSON object"}, "The body must be a JSON object."},
-	}
-	for _, tt := range tests {
-		if got := tt.err.Detail(); got != tt.want {
-			t.Errorf("%#v.Detail() = %q, want %q", tt.err, got, tt.want)
-		}
-	}
-}
-
 // FuzzDecodePayment checks that Decode never panics, that it only ever fails
-// with a *ValidationError, that every body it accepts can be fingerprinted
+// with a *problem.FieldError, that every body it accepts can be fingerprinted
 // (so idempotency.Begin never refuses a validated request), and that every
 // request it accepts round-trips through its JSON encoding.
 func FuzzDecodePayment(f *testing.F) {
@@ -244,9 +231,9 @@ func FuzzDecodePayment(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := Decode(body)
 		if err != nil {
-			var verr *ValidationError
+			var verr *problem.FieldError
 			if !errors.As(err, &verr) {
-				t.Fatalf("Decode(%q) error = %v (%T), want a *ValidationError", body, err, err)
+				t.Fatalf("Decode(%q) error = %v (%T), want a *problem.FieldError", body, err, err)
 			}
 			return
 		}

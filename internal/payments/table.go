@@ -10,17 +10,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/internal/httpapi"
 )
 
 // Errors of Table.
 var (
-	// ErrNotFound: no such payment for the tenant.
-	ErrNotFound = errors.New("payments: payment not found")
+	// ErrNotFound: no such payment for the tenant (404 not_found).
+	ErrNotFound = fmt.Errorf("payments: payment not found: %w", httpapi.ErrNotFound)
 	// ErrNotPending: the payment is already settled (see *NotPendingError).
 	ErrNotPending = errors.New("payments: payment is not pending")
 	// ErrUnavailable: DynamoDB could not be reached or throttled the request
-	// after the SDK's bounded retries.
-	ErrUnavailable = errors.New("payments: table unavailable")
+	// after the SDK's bounded retries (503 store_unavailable).
+	ErrUnavailable = fmt.Errorf("payments: table unavailable: %w", idempotency.ErrUnavailable)
 )
 
 // NotPendingError reports a Settle of a payment that is no longer pending,

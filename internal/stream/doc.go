@@ -1,20 +1,7 @@
-// Package stream turns DynamoDB Streams records into typed changes, reports
-// batch item failures the way Lambda expects them, and runs a local event
-// source mapping for the devstack.
-//
-// # Handlers
-//
-// A stream handler receives an events.DynamoDBEvent and returns an
-// events.DynamoDBEventResponse. Process runs a per-record function over a
-// batch in order and stops at the first failure, reporting that record and
-// every later one as batch item failures. Lambda resumes a shard from the
-// lowest failed sequence number, so reporting only the failed record would
-// let later records of the same batch be applied before it on the retry
-// (and again after it): the records of one item must be applied in order.
-// Streams deliver at least once, so the per-record function must be
-// idempotent. NewChange gives the typed view of a record; ByTTL tells a
-// removal by DynamoDB's TTL process from one by a client, but an emulator may
-// omit the identity (see Change.ByTTL), so correctness must not depend on it.
+// Package stream runs a local event source mapping for the devstack: Poller
+// reads a table's stream through the DynamoDB Streams API and invokes a
+// handler (the public idempotency/stream.Handler) as Lambda would. It is
+// emulation, never linked into a function.
 //
 // # Local event source mapping
 //

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	pubstream "github.com/oncehq/once/idempotency/stream"
+
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -31,7 +33,7 @@ type TableAPI interface {
 }
 
 // Handler is a stream-triggered Lambda handler, as lambda.Start takes it.
-type Handler func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error)
+type Handler = pubstream.Handler
 
 // Defaults of PollerOptions, those of a Lambda event source mapping where
 // Lambda has one.

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	pubstream "github.com/oncehq/once/idempotency/stream"
+
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -170,7 +172,7 @@ func TestPollerDeliversChanges(t *testing.T) {
 	}
 	for i, want := range wants {
 		r := recs[i]
-		c := NewChange(r)
+		c := pubstream.NewChange(r)
 		if r.EventName != want.name || r.EventSource != "aws:dynamodb" || r.EventVersion != "1.1" ||
 			r.EventSourceArn != arn || r.AWSRegion == "" || r.EventID == "" {
 			t.Errorf("record %d = {eventName %q, eventSource %q, eventVersion %q, eventSourceARN %q, awsRegion %q, eventID %q}, want %s from %s",
@@ -199,7 +201,7 @@ func TestPollerDeliversChanges(t *testing.T) {
 			var p payment
 			err := img.decode(&p)
 			switch {
-			case img.want == nil && !errors.Is(err, ErrNoImage):
+			case img.want == nil && !errors.Is(err, pubstream.ErrNoImage):
 				t.Errorf("%s: decode %s image = %v, want ErrNoImage", want.name, img.which, err)
 			case img.want != nil && err != nil:
 				t.Errorf("%s: decode %s image: %v", want.name, img.which, err)
@@ -231,7 +233,7 @@ func TestPollerRedeliversFailedRecord(t *testing.T) {
 		dead     list[Failure]
 	)
 	opts := e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
-		return Process(ctx, ev, func(ctx context.Context, rec events.DynamoDBEventRecord) error {
+		return pubstream.Process(ctx, ev, func(ctx context.Context, rec events.DynamoDBEventRecord) error {
 			pk := pkOf(rec)
 			if pk == "b" && failures.Add(1) <= 2 {
 				calls.add(call{pk, false})
@@ -263,7 +265,7 @@ func TestPollerDeadLettersPoisonRecord(t *testing.T) {
 	t.Parallel()
 	perRecord := func(calls *list[call]) Handler {
 		return func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
-			return Process(ctx, ev, func(ctx context.Context, rec events.DynamoDBEventRecord) error {
+			return pubstream.Process(ctx, ev, func(ctx context.Context, rec events.DynamoDBEventRecord) error {
 				pk := pkOf(rec)
 				calls.add(call{pk, pk != "poison"})
 				if pk == "poison" {
@@ -407,10 +409,10 @@ func TestPollerTTLRemoval(t *testing.T) {
 		}
 	}
 
-	removals := make(chan Change, 10)
+	removals := make(chan pubstream.Change, 10)
 	start(t, e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
-		return Process(ctx, ev, func(ctx context.Context, rec events.DynamoDBEventRecord) error {
-			if c := NewChange(rec); c.EventName == events.DynamoDBOperationTypeRemove {
+		return pubstream.Process(ctx, ev, func(ctx context.Context, rec events.DynamoDBEventRecord) error {
+			if c := pubstream.NewChange(rec); c.EventName == events.DynamoDBOperationTypeRemove {
 				select {
 				case removals <- c:
 				case <-ctx.Done():

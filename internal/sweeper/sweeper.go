@@ -1,161 +1,30 @@
 package sweeper
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"log/slog"
-	"time"
 
-	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
-	"github.com/oncehq/once/internal/metrics"
-	"github.com/oncehq/once/internal/stream"
+	"github.com/oncehq/once/idempotency/recovery"
+	"github.com/oncehq/once/idempotency/stream"
+	"github.com/oncehq/once/internal/app"
+	"github.com/oncehq/once/internal/config"
 )
 
-// Metric names the Sweeper counts (docs/design.md).
-const (
-	MetricZombieSwept        = "zombie_swept"
-	MetricReconcileScheduled = "reconcile_scheduled"
-)
-
-// Store is the part of idempotency.Store the Sweeper uses.
-type Store interface {
-	// Reserve writes rec provided no record for its key exists or the
-	// existing one is reclaimable at now; otherwise it returns an
-	// *idempotency.ConflictError. Other errors mean the store could not be
-	// written.
-	Reserve(ctx context.Context, rec idempotency.Record, now time.Time) error
-}
-
-// Config configures a Sweeper. Store is required.
-type Config struct {
-	// Store is the idempotency store the records are restored into.
-	Store Store
-	// Retention is how long a restored UNKNOWN record is kept
-	// (idempotency.DefaultRetention).
-	Retention time.Duration
-	// Logger receives one line per abandoned reservation and per failure
-	// (default: discard).
-	Logger *slog.Logger
-	// Metrics counts zombie_swept and reconcile_scheduled (nil discards).
-	Metrics *metrics.Emitter
-	// Now returns the current time (time.Now).
-	Now func() time.Time
-}
-
-// Sweeper handles the REMOVE records of abandoned IN_PROGRESS reservations
-// (see the package documentation). It is safe for concurrent use.
-type Sweeper struct {
-	cfg Config
-}
-
-// New returns a Sweeper for cfg, filling in defaults.
-func New(cfg Config) (*Sweeper, error) {
-	if cfg.Store == nil {
-		return nil, errors.New("sweeper: Config.Store is required")
-	}
-	if cfg.Retention <= 0 {
-		cfg.Retention = idempotency.DefaultRetention
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	return &Sweeper{cfg: cfg}, nil
-}
-
-// Handle is the stream handler: it handles the records of ev in order and
-// reports the first one that failed, and every later one, as batch item
-// failures. It never returns an error itself.
-func (s *Sweeper) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
-	return stream.Process(ctx, ev, s.record), nil
-}
-
-// record handles one stream record.
-func (s *Sweeper) record(ctx context.Context, er events.DynamoDBEventRecord) error {
-	c := stream.NewChange(er)
-	if c.EventName != events.DynamoDBOperationTypeRemove || dynamo.StreamImageStatus(c.OldImage) != idempotency.StatusInProgress {
-		return nil // not an IN_PROGRESS reservation leaving the table
-	}
-	log := s.cfg.Logger.With("event_id", c.EventID, "sequence_number", c.SequenceNumber)
-	old, err := dynamo.RecordFromStreamImage(c.OldImage)
+// Handler returns the sweeper function's stream handler: recovery.Sweeper on
+// the idempotency table, through client.
+func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (stream.Handler, error) {
+	opts = opts.WithDefaults(cfg)
+	s, err := recovery.NewSweeper(recovery.SweeperConfig{
+		Store:     dynamo.New(client, cfg.IdempotencyTable),
+		Retention: cfg.Retention,
+		Logger:    opts.Logger,
+		Metrics:   opts.Emitter("sweeper"),
+		Now:       opts.Now,
+	})
 	if err != nil {
-		err = fmt.Errorf("sweeper: decode old image: %w", err)
-		log.Error("undecodable reservation", "err", err.Error())
-		return err
+		return nil, fmt.Errorf("sweeper: %w", err)
 	}
-	log = log.With("tenant", old.Key.Tenant, "key", old.Key.Short(), "route", old.Route, "external", old.External)
-
-	now := s.cfg.Now()
-	if !RemovedByTTL(er, old, now) {
-		log.Debug("reservation released within its lease: ignored",
-			"lease_deadline", old.ExpiresAt, "removed_at", er.Change.ApproximateCreationDateTime.Time)
-		return nil
-	}
-	log = log.With("by_ttl_identity", c.ByTTL(), "lease_deadline", old.ExpiresAt)
-	if !old.External {
-		s.cfg.Metrics.Count(MetricZombieSwept)
-		log.Info("abandoned reservation swept")
-		return nil
-	}
-
-	restored := idempotency.Record{
-		Key:         old.Key,
-		Status:      idempotency.StatusUnknown,
-		Route:       old.Route,
-		Fingerprint: old.Fingerprint,
-		External:    true,
-		LeaseToken:  idempotency.NewToken(),
-		ExpiresAt:   now.Add(s.cfg.Retention),
-		Request:     old.Request,
-		CreatedAt:   old.CreatedAt,
-		UpdatedAt:   now,
-	}
-	err = s.cfg.Store.Reserve(ctx, restored, now)
-	var conflict *idempotency.ConflictError
-	switch {
-	case errors.As(err, &conflict):
-		// A newer request owns the key, or an earlier delivery of this
-		// record restored it already: nothing to do.
-		s.cfg.Metrics.Count(MetricZombieSwept)
-		existing := "none"
-		if conflict.Existing != nil {
-			existing = string(conflict.Existing.Status)
-		}
-		log.Info("abandoned external reservation swept; not restored: the key is held already", "existing", existing)
-		return nil
-	case err != nil:
-		err = fmt.Errorf("sweeper: restore %s as UNKNOWN: %w", old.Key.Short(), err)
-		log.Error("restoring an abandoned external reservation failed", "err", err.Error())
-		return err
-	}
-	s.cfg.Metrics.Count(MetricZombieSwept, MetricReconcileScheduled)
-	log.Info("abandoned external reservation restored as UNKNOWN for reconciliation")
-	return nil
-}
-
-// RemovedByTTL reports whether rec, the REMOVE of the IN_PROGRESS record old,
-// is a deletion by DynamoDB's TTL process rather than a release by the api:
-// its user identity says so, or its ApproximateCreationDateTime (now when it
-// has none), truncated to the second, is at or after old's lease deadline
-// rounded up to the second. See the package documentation for why this holds
-// on AWS, DynamoDB Local and LocalStack.
-func RemovedByTTL(rec events.DynamoDBEventRecord, old idempotency.Record, now time.Time) bool {
-	if stream.NewChange(rec).ByTTL() {
-		return true
-	}
-	removedAt := rec.Change.ApproximateCreationDateTime.Time
-	if removedAt.IsZero() {
-		removedAt = now
-	}
-	deadline := old.ExpiresAt.Truncate(time.Second)
-	if deadline.Before(old.ExpiresAt) {
-		deadline = deadline.Add(time.Second)
-	}
-	return !removedAt.Truncate(time.Second).Before(deadline)
+	return s.Handle, nil
 }

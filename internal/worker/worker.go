@@ -8,11 +8,11 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/auth"
 	"github.com/oncehq/once/internal/metrics"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
-	"github.com/oncehq/once/internal/stream"
 )
 
 // Metric names (EMF, see the package documentation).

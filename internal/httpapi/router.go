@@ -12,74 +12,49 @@ import (
 	"github.com/oncehq/once/internal/fault"
 	"github.com/oncehq/once/internal/gateway"
 	"github.com/oncehq/once/internal/metrics"
-	"github.com/oncehq/once/internal/payments"
 )
 
-// Routes served by the handler.
-const (
-	RouteCreatePayment = "POST /v1/payments"
-	RouteGetPayment    = "GET /v1/payments/{id}"
-	RouteCreateCharge  = "POST /v1/charges"
-)
-
-// PaymentReader reads payments; *payments.Table is one.
-type PaymentReader interface {
-	// Get returns tenant's payment id, or an error wrapping
-	// payments.ErrNotFound or payments.ErrUnavailable.
-	Get(ctx context.Context, tenant, id string) (payments.Payment, error)
+// Route is one endpoint: a ServeMux pattern ("POST /v1/payments",
+// "GET /v1/payments/{id}") and its handler, made idempotent by the
+// idempotency middleware when it changes state.
+type Route struct {
+	// Pattern is the route's ServeMux pattern; it names the route in logs.
+	Pattern string
+	// Handler serves it.
+	Handler http.Handler
 }
 
-// Deps are the handler's dependencies.
+// Deps are the router's dependencies.
 type Deps struct {
-	// Middleware is the idempotency middleware; build it with WriteError as
-	// its OnError. Required.
-	Middleware *idempotency.Middleware
-	// Payments reads payments. Required.
-	Payments PaymentReader
-	// PaymentsTable is the name of the table new payments are written to.
+	// Routes are the endpoints served. Required.
+	Routes []Route
+	// Tenant returns the caller's tenant, as the authorizer established it.
 	// Required.
-	PaymentsTable string
+	Tenant func(*http.Request) (string, bool)
 	// Logger receives one line per request (slog.Default when nil).
 	Logger *slog.Logger
 	// Metrics receives the idempotency outcome counters (none when nil).
 	Metrics *metrics.Emitter
-	// Now returns the current time, for the payments' created field
-	// (time.Now when nil).
-	Now func() time.Time
-	// Provider is the payment provider POST /v1/charges charges. When nil,
-	// the route is still served but answers 503 provider_unavailable once the
-	// request is validated, reserving nothing.
-	Provider Provider
-	// ProviderTimeout bounds each provider call (no bound but the provider
-	// client's own when zero). It must be shorter than the idempotency
-	// lease, so that a call that times out still owns its reservation when
-	// it records the unknown outcome.
-	ProviderTimeout time.Duration
 	// Fault enables crash injection through the Once-Fault header.
 	Fault bool
-	// Tenant returns the caller's tenant (gateway.Tenant when nil).
-	Tenant func(*http.Request) (string, bool)
 }
 
-// NewHandler returns the API. It panics when a required dependency is
-// missing.
+// NewHandler returns the API: the routes behind one ServeMux, any other path
+// answered 404 and any other method on a known path 405 (with Allow), both as
+// problems, and one log line and the metrics of every request. It panics
+// when Routes or Tenant is missing or a pattern is invalid or repeated, as
+// http.ServeMux does.
 func NewHandler(d Deps) http.Handler {
-	if d.Middleware == nil || d.Payments == nil || d.PaymentsTable == "" {
-		panic("httpapi: NewHandler needs Middleware, Payments and PaymentsTable")
+	if len(d.Routes) == 0 || d.Tenant == nil {
+		panic("httpapi: NewHandler needs Routes and Tenant")
 	}
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
-	if d.Now == nil {
-		d.Now = time.Now
-	}
-	if d.Tenant == nil {
-		d.Tenant = gateway.Tenant
-	}
 	h := &handler{deps: d, mux: http.NewServeMux()}
-	h.mux.Handle(RouteCreatePayment, d.Middleware.Wrap(idempotency.Atomic, RouteCreatePayment, http.HandlerFunc(h.createPayment)))
-	h.mux.HandleFunc(RouteGetPayment, h.getPayment)
-	h.mux.Handle(RouteCreateCharge, d.Middleware.Wrap(idempotency.External, RouteCreateCharge, http.HandlerFunc(h.createCharge)))
+	for _, rt := range d.Routes {
+		h.mux.Handle(rt.Pattern, rt.Handler)
+	}
 	h.next = fault.Middleware(d.Fault, http.HandlerFunc(h.route))
 	return h
 }
@@ -90,16 +65,17 @@ type handler struct {
 	next http.Handler // fault injection, then route
 }
 
-// requestInfo is what the handler's middleware learns about one request.
+// requestInfo is what the router learns about one request.
 type requestInfo struct {
-	id      string
-	pattern string
-	obs     idempotency.Observation
-	err     error // an internal error noted by WriteError
-	// providerCalls and providerLatency count the calls to the payment
-	// provider.
-	providerCalls   int
-	providerLatency time.Duration
+	id       string
+	pattern  string
+	tenant   string
+	tenantOK bool
+	obs      idempotency.Observation
+	err      error // an error noted by WriteError
+	// calls and callLatency count the calls to other systems (NoteCall).
+	calls       int
+	callLatency time.Duration
 }
 
 type infoKey struct{}
@@ -107,6 +83,41 @@ type infoKey struct{}
 func infoFrom(ctx context.Context) *requestInfo {
 	info, _ := ctx.Value(infoKey{}).(*requestInfo)
 	return info
+}
+
+// Tenant returns the caller's tenant as the router's Deps.Tenant established
+// it, for handlers that serve reads (the idempotency middleware finds the
+// tenant itself). It is false outside the router or without a tenant.
+func Tenant(r *http.Request) (string, bool) {
+	if info := infoFrom(r.Context()); info != nil {
+		return info.tenant, info.tenantOK
+	}
+	return "", false
+}
+
+// NoteRead marks the request as a read (GET) of route for its log line.
+func NoteRead(r *http.Request) {
+	if info := infoFrom(r.Context()); info != nil {
+		info.obs.Route, info.obs.Outcome, info.obs.Tenant = info.pattern, OutcomeRead, info.tenant
+	}
+}
+
+// NoteStoreCall adds one store round trip of duration d to the request's log
+// line, for reads outside the idempotency middleware.
+func NoteStoreCall(r *http.Request, d time.Duration) {
+	if info := infoFrom(r.Context()); info != nil {
+		info.obs.StoreCalls++
+		info.obs.StoreLatency += d
+	}
+}
+
+// NoteCall adds one call to another system (a payment provider) of duration
+// d to the request's log line.
+func NoteCall(r *http.Request, d time.Duration) {
+	if info := infoFrom(r.Context()); info != nil {
+		info.calls++
+		info.callLatency += d
+	}
 }
 
 // ServeHTTP runs the request and then writes its log line and metrics, also
@@ -120,6 +131,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		info.id = newRequestID()
 	}
 	_, info.pattern = h.mux.Handler(r)
+	info.tenant, info.tenantOK = h.deps.Tenant(r)
 	ctx := idempotency.WithObservation(context.WithValue(r.Context(), infoKey{}, info), &info.obs)
 	r = r.WithContext(ctx)
 	w.Header().Set("Request-Id", info.id)
@@ -171,10 +183,9 @@ func (h *handler) observe(r *http.Request, info *requestInfo, status int, took t
 		status = http.StatusOK
 	}
 	obs := &info.obs
-	tenant, _ := h.deps.Tenant(r)
 	attrs := []slog.Attr{
 		slog.String("request_id", info.id),
-		slog.String("tenant", tenant),
+		slog.String("tenant", info.tenant),
 		slog.String("method", r.Method),
 		slog.String("route", info.pattern),
 		slog.Int("status", status),
@@ -184,10 +195,10 @@ func (h *handler) observe(r *http.Request, info *requestInfo, status int, took t
 		slog.Float64("store_latency_ms", ms(obs.StoreLatency)),
 		slog.Float64("duration_ms", ms(took)),
 	}
-	if info.providerCalls > 0 {
+	if info.calls > 0 {
 		attrs = append(attrs,
-			slog.Int("provider_calls", info.providerCalls),
-			slog.Float64("provider_latency_ms", ms(info.providerLatency)))
+			slog.Int("provider_calls", info.calls),
+			slog.Float64("provider_latency_ms", ms(info.callLatency)))
 	}
 	switch {
 	case obs.Err != "":
@@ -211,6 +222,7 @@ func (h *handler) observe(r *http.Request, info *requestInfo, status int, took t
 // outcomeMetrics names the counter of each idempotency outcome.
 var outcomeMetrics = map[string]string{
 	idempotency.OutcomeCreated:    "reserve_created",
+	idempotency.OutcomeRefused:    "reserve_refused",
 	idempotency.OutcomeReplayed:   "reserve_replayed",
 	idempotency.OutcomeInProgress: "reserve_in_progress",
 	idempotency.OutcomeMismatch:   "reserve_key_misuse",

@@ -1,4 +1,4 @@
-package reconciler_test
+package recovery_test
 
 import (
 	"encoding/json"
@@ -8,17 +8,18 @@ import (
 	"testing"
 	"time"
 
+	streamlocal "github.com/oncehq/once/internal/stream"
+
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/recovery"
+	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/metrics"
-	"github.com/oncehq/once/internal/reconciler"
 	"github.com/oncehq/once/internal/samtemplate"
-	"github.com/oncehq/once/internal/stream"
-	"github.com/oncehq/once/internal/sweeper"
 )
 
 // templateFilter returns the FilterCriteria of function's stream event in
@@ -58,7 +59,7 @@ func templateFilter(t *testing.T, function string) func(events.DynamoDBEventReco
 // test ends.
 func (w world) run(t *testing.T, function string, h stream.Handler, logs *lambdatest.Buffer) {
 	t.Helper()
-	p, err := stream.NewPoller(stream.PollerOptions{
+	p, err := streamlocal.NewPoller(streamlocal.PollerOptions{
 		Client:        dynamotest.Streams(t),
 		DB:            w.db,
 		Table:         w.names.Idempotency,
@@ -91,15 +92,15 @@ func TestRecoveryThroughTTL(t *testing.T) {
 		}
 	})
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	s, err := sweeper.New(sweeper.Config{
+	s, err := recovery.NewSweeper(recovery.SweeperConfig{
 		Store: w.store, Retention: retention, Logger: logger,
 		Metrics: metrics.New(sweeperMetrics, "once", map[string]string{"Service": "sweeper"}),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := reconciler.New(reconciler.Config{
-		Store: w.store, Provider: w.provider, Rebuild: rebuild, ProviderTimeout: providerTimeout,
+	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
+		Store: w.store, Resolvers: idempotency.Resolvers{route: chargeResolver(w.provider, rebuild)}, CallTimeout: providerTimeout,
 		Retention: retention, Logger: logger,
 		Metrics: metrics.New(reconcilerMetrics, "once", map[string]string{"Service": "reconciler"}),
 	})
@@ -115,7 +116,7 @@ func TestRecoveryThroughTTL(t *testing.T) {
 		if !external {
 			rec.External, rec.Request = false, nil
 		}
-		if err := w.store.Reserve(t.Context(), rec, now); err != nil {
+		if err := w.store.Reserve(t.Context(), rec, nil, now); err != nil {
 			t.Fatalf("Reserve(%s): %v", raw, err)
 		}
 		return rec
@@ -129,7 +130,7 @@ func TestRecoveryThroughTTL(t *testing.T) {
 	leased := reserve("leased", false, time.Second)
 	// A request released its key after a 5xx, within its lease.
 	released := reserve("released", true, 30*time.Second)
-	if err := w.store.Release(t.Context(), released.Key, released.LeaseToken); err != nil {
+	if err := w.store.Release(t.Context(), released.Key, released.LeaseToken, nil); err != nil {
 		t.Fatal(err)
 	}
 

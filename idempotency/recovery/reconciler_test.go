@@ -1,4 +1,4 @@
-package reconciler_test
+package recovery_test
 
 import (
 	"context"
@@ -18,13 +18,13 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/recovery"
+	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/metrics"
 	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/provider/simulator"
-	"github.com/oncehq/once/internal/reconciler"
-	"github.com/oncehq/once/internal/stream"
 )
 
 const (
@@ -94,30 +94,62 @@ func rebuild(rec idempotency.Record, c provider.Charge) (idempotency.Response, e
 	return idempotency.Response{Status: status, Header: map[string]string{"Content-Type": "application/json"}, Body: body}, nil
 }
 
+// chargeResolver resolves the test route's records: it looks the charge up
+// at p and rebuilds the answer with rebuild; no charge means nothing
+// happened.
+func chargeResolver(p *provider.Client, rebuild func(idempotency.Record, provider.Charge) (idempotency.Response, error)) idempotency.Resolver {
+	return idempotency.ResolverFunc(func(ctx context.Context, rec idempotency.Record) (idempotency.Resolution, error) {
+		c, err := p.Lookup(ctx, rec.ForwardKey())
+		switch {
+		case errors.Is(err, provider.ErrNoCharge):
+			return idempotency.Resolution{}, nil
+		case err != nil:
+			return idempotency.Resolution{}, err
+		}
+		resp, err := rebuild(rec, c)
+		if err != nil {
+			return idempotency.Resolution{}, err
+		}
+		return idempotency.Resolution{Response: &resp}, nil
+	})
+}
+
+// config is what a test sets of a Reconciler's configuration.
+type config struct {
+	Store     recovery.Finisher
+	Provider  *provider.Client
+	Rebuild   func(idempotency.Record, provider.Charge) (idempotency.Response, error)
+	Retention time.Duration
+	Now       func() time.Time
+}
+
 // harness is a Reconciler with its metrics and logs.
 type harness struct {
-	r       *reconciler.Reconciler
+	r       *recovery.Reconciler
 	metrics *lambdatest.Buffer
 	logs    *lambdatest.Buffer
 }
 
-func newHarness(t *testing.T, cfg reconciler.Config) harness {
+func newHarness(t *testing.T, c config) harness {
 	t.Helper()
 	h := harness{metrics: &lambdatest.Buffer{}, logs: &lambdatest.Buffer{}}
-	cfg.Logger = slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	cfg.Metrics = metrics.New(h.metrics, "once", map[string]string{"Service": "reconciler"})
-	if cfg.Rebuild == nil {
-		cfg.Rebuild = rebuild
+	if c.Rebuild == nil {
+		c.Rebuild = rebuild
 	}
-	if cfg.ProviderTimeout == 0 {
-		cfg.ProviderTimeout = providerTimeout
+	if c.Retention == 0 {
+		c.Retention = retention
 	}
-	if cfg.Retention == 0 {
-		cfg.Retention = retention
-	}
-	r, err := reconciler.New(cfg)
+	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
+		Store:       c.Store,
+		Resolvers:   idempotency.Resolvers{route: chargeResolver(c.Provider, c.Rebuild)},
+		CallTimeout: providerTimeout,
+		Retention:   c.Retention,
+		Logger:      slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics:     metrics.New(h.metrics, "once", map[string]string{"Service": "reconciler"}),
+		Now:         c.Now,
+	})
 	if err != nil {
-		t.Fatalf("reconciler.New: %v", err)
+		t.Fatalf("recovery.NewReconciler: %v", err)
 	}
 	h.r = r
 	t.Cleanup(func() {
@@ -164,7 +196,7 @@ func (w world) unknown(t *testing.T, key idempotency.Key, markedAt time.Time) (i
 	t.Helper()
 	created := markedAt.Add(-10 * time.Second)
 	res := reservation(key, created, 30*time.Second)
-	if err := w.store.Reserve(t.Context(), res, created); err != nil {
+	if err := w.store.Reserve(t.Context(), res, nil, created); err != nil {
 		t.Fatalf("Reserve: %v", err)
 	}
 	old := w.image(t, key)
@@ -242,7 +274,7 @@ func TestReconciler(t *testing.T) {
 		{
 			name: "released elsewhere, provider has a charge: left alone", charge: "tok_visa", markedAgo: 10 * time.Second,
 			before: func(t *testing.T, key idempotency.Key, rec idempotency.Record) {
-				if err := w.store.Release(t.Context(), key, rec.LeaseToken); err != nil {
+				if err := w.store.Release(t.Context(), key, rec.LeaseToken, nil); err != nil {
 					t.Fatalf("Release: %v", err)
 				}
 			},
@@ -281,7 +313,7 @@ func TestReconciler(t *testing.T) {
 				snapshot = &r
 			}
 
-			cfg := reconciler.Config{Store: w.store, Provider: w.provider}
+			cfg := config{Store: w.store, Provider: w.provider}
 			if tt.down {
 				cfg.Provider = provider.New(down.URL, &http.Client{Timeout: providerTimeout})
 			}
@@ -385,7 +417,7 @@ func TestReconcilerBatch(t *testing.T) {
 	_, last, good := w.unknown(t, lastKey, past)
 	w.charge(t, lastKey, "tok_visa")
 
-	h := newHarness(t, reconciler.Config{Store: w.store, Provider: w.provider})
+	h := newHarness(t, config{Store: w.store, Provider: w.provider})
 	failed := h.handle(t.Context(), t, first, bad, good)
 	if diff := cmp.Diff([]string{bad.Change.SequenceNumber, good.Change.SequenceNumber}, failed); diff != "" {
 		t.Errorf("batch item failures mismatch (-want +got):\n%s", diff)
@@ -425,7 +457,7 @@ func TestReconcilerIgnores(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, reconciler.Config{Store: w.store, Provider: provider.New(down.URL, nil)})
+			h := newHarness(t, config{Store: w.store, Provider: provider.New(down.URL, nil)})
 			if failed := h.handle(t.Context(), t, tt.rec); failed != nil {
 				t.Errorf("Handle() failures = %v, want none", failed)
 			}
@@ -446,7 +478,7 @@ func TestZombieAfterReconcile(t *testing.T) {
 	key := idempotency.NewKey("acme", "zombie")
 	res, rec, ev := w.unknown(t, key, time.Now().Add(-time.Minute))
 	w.charge(t, key, "tok_visa")
-	h := newHarness(t, reconciler.Config{Store: w.store, Provider: w.provider})
+	h := newHarness(t, config{Store: w.store, Provider: w.provider})
 	if failed := h.handle(t.Context(), t, ev); failed != nil {
 		t.Fatalf("Handle() failures = %v, want none", failed)
 	}
@@ -467,7 +499,7 @@ func TestZombieAfterReconcile(t *testing.T) {
 		if !errors.As(err, &conflict) || conflict.Existing == nil || conflict.Existing.Status != idempotency.StatusCompleted {
 			t.Errorf("Complete under %s = %v, want a *ConflictError carrying the COMPLETED record", lease.name, err)
 		}
-		if err := w.store.Release(t.Context(), key, lease.token); !errors.As(err, &conflict) {
+		if err := w.store.Release(t.Context(), key, lease.token, nil); !errors.As(err, &conflict) {
 			t.Errorf("Release under %s = %v, want a *ConflictError", lease.name, err)
 		}
 	}
@@ -476,14 +508,14 @@ func TestZombieAfterReconcile(t *testing.T) {
 	}
 }
 
-func TestNew(t *testing.T) {
-	_, err := reconciler.New(reconciler.Config{})
+func TestNewReconciler(t *testing.T) {
+	_, err := recovery.NewReconciler(recovery.ReconcilerConfig{Resolvers: idempotency.Resolvers{"POST /v1/x": nil}})
 	if err == nil {
-		t.Fatal("New(Config{}) = nil error, want one")
+		t.Fatal("NewReconciler(ReconcilerConfig{}) = nil error, want one")
 	}
-	for _, field := range []string{"Store", "Provider", "Rebuild", "ProviderTimeout"} {
+	for _, field := range []string{"Store", "nil Resolver", "CallTimeout"} {
 		if !strings.Contains(err.Error(), field) {
-			t.Errorf("New(Config{}) error = %q, want it to name %s", err, field)
+			t.Errorf("NewReconciler(ReconcilerConfig{}) error = %q, want it to name %s", err, field)
 		}
 	}
 }

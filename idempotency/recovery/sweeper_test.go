@@ -1,4 +1,4 @@
-package sweeper_test
+package recovery_test
 
 import (
 	"errors"
@@ -13,55 +13,50 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/recovery"
+	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/metrics"
-	"github.com/oncehq/once/internal/stream"
-	"github.com/oncehq/once/internal/sweeper"
 )
 
-const (
-	route     = "POST /v1/charges"
-	retention = time.Hour
-)
-
-// env is one test's DynamoDB Local tables and idempotency store.
-type env struct {
+// sweepEnv is one test's DynamoDB Local tables and idempotency store.
+type sweepEnv struct {
 	db    *dynamodb.Client
 	names dynamotest.Names
 	store *dynamo.Store
 }
 
-func newEnv(t *testing.T) env {
+func newSweepEnv(t *testing.T) sweepEnv {
 	t.Helper()
 	db := dynamotest.Client(t)
 	names := dynamotest.Tables(t, db)
-	return env{db: db, names: names, store: dynamo.New(db, names.Idempotency)}
+	return sweepEnv{db: db, names: names, store: dynamo.New(db, names.Idempotency)}
 }
 
 // image returns key's stored item as a stream image.
-func (e env) image(t *testing.T, key idempotency.Key) map[string]events.DynamoDBAttributeValue {
+func (e sweepEnv) image(t *testing.T, key idempotency.Key) map[string]events.DynamoDBAttributeValue {
 	t.Helper()
 	return stream.FromSDK(dynamotest.Item(t, e.db, e.names.Idempotency, key.ID()))
 }
 
 // expire deletes key's item as DynamoDB's TTL process does.
-func (e env) expire(t *testing.T, key idempotency.Key) {
+func (e sweepEnv) expire(t *testing.T, key idempotency.Key) {
 	t.Helper()
 	dynamotest.Delete(t, e.db, e.names.Idempotency, key.ID())
 }
 
-// harness is a Sweeper with its metrics and logs.
-type harness struct {
-	s       *sweeper.Sweeper
+// sweepHarness is a Sweeper with its metrics and logs.
+type sweepHarness struct {
+	s       *recovery.Sweeper
 	metrics *lambdatest.Buffer
 	logs    *lambdatest.Buffer
 }
 
-func newHarness(t *testing.T, store sweeper.Store, now func() time.Time) harness {
+func newSweepHarness(t *testing.T, store recovery.Reserver, now func() time.Time) sweepHarness {
 	t.Helper()
-	h := harness{metrics: &lambdatest.Buffer{}, logs: &lambdatest.Buffer{}}
-	s, err := sweeper.New(sweeper.Config{
+	h := sweepHarness{metrics: &lambdatest.Buffer{}, logs: &lambdatest.Buffer{}}
+	s, err := recovery.NewSweeper(recovery.SweeperConfig{
 		Store:     store,
 		Retention: retention,
 		Logger:    slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -81,7 +76,7 @@ func newHarness(t *testing.T, store sweeper.Store, now func() time.Time) harness
 }
 
 // handle runs the sweeper on recs and returns the failed sequence numbers.
-func (h harness) handle(t *testing.T, recs ...events.DynamoDBEventRecord) []string {
+func (h sweepHarness) handle(t *testing.T, recs ...events.DynamoDBEventRecord) []string {
 	t.Helper()
 	resp, err := h.s.Handle(t.Context(), events.DynamoDBEvent{Records: recs})
 	if err != nil {
@@ -91,7 +86,7 @@ func (h harness) handle(t *testing.T, recs ...events.DynamoDBEventRecord) []stri
 }
 
 // reservation is an IN_PROGRESS record as the middleware writes it.
-func reservation(key idempotency.Key, external bool, created, deadline time.Time) idempotency.Record {
+func sweptReservation(key idempotency.Key, external bool, created, deadline time.Time) idempotency.Record {
 	rec := idempotency.Record{
 		Key:         key,
 		Status:      idempotency.StatusInProgress,
@@ -110,7 +105,7 @@ func reservation(key idempotency.Key, external bool, created, deadline time.Time
 }
 
 func TestSweeper(t *testing.T) {
-	e := newEnv(t)
+	e := newSweepEnv(t)
 	tests := []struct {
 		name     string
 		external bool
@@ -167,13 +162,13 @@ func TestSweeper(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			key := idempotency.NewKey("acme", "sweeper-case-"+string(rune('a'+i)))
 			removed := time.Now()
-			old := reservation(key, tt.external, removed.Add(-time.Minute), removed.Add(tt.lease))
-			if err := e.store.Reserve(t.Context(), old, removed.Add(-time.Minute)); err != nil {
+			old := sweptReservation(key, tt.external, removed.Add(-time.Minute), removed.Add(tt.lease))
+			if err := e.store.Reserve(t.Context(), old, nil, removed.Add(-time.Minute)); err != nil {
 				t.Fatalf("Reserve: %v", err)
 			}
 			item := e.image(t, key)
 			if tt.release {
-				if err := e.store.Release(t.Context(), key, old.LeaseToken); err != nil {
+				if err := e.store.Release(t.Context(), key, old.LeaseToken, nil); err != nil {
 					t.Fatalf("Release: %v", err)
 				}
 			} else {
@@ -181,15 +176,15 @@ func TestSweeper(t *testing.T) {
 			}
 			var newer idempotency.Record
 			if tt.newer {
-				newer = reservation(key, true, removed, removed.Add(30*time.Second))
-				if err := e.store.Reserve(t.Context(), newer, removed); err != nil {
+				newer = sweptReservation(key, true, removed, removed.Add(30*time.Second))
+				if err := e.store.Reserve(t.Context(), newer, nil, removed); err != nil {
 					t.Fatalf("Reserve(newer): %v", err)
 				}
 			}
 			rec := lambdatest.Record(events.DynamoDBOperationTypeRemove, item, nil, tt.identity, removed)
 
 			now := time.Now()
-			h := newHarness(t, e.store, func() time.Time { return now })
+			h := newSweepHarness(t, e.store, func() time.Time { return now })
 			if failed := h.handle(t, rec); failed != nil {
 				t.Fatalf("Handle() failures = %v, want none", failed)
 			}
@@ -253,11 +248,11 @@ func TestSweeper(t *testing.T) {
 // TestSweeperIgnores checks that records other than REMOVEs of IN_PROGRESS
 // records are left alone, whatever their timing.
 func TestSweeperIgnores(t *testing.T) {
-	e := newEnv(t)
+	e := newSweepEnv(t)
 	key := idempotency.NewKey("acme", "ignored")
 	past := time.Now().Add(-time.Hour)
-	inProgress := reservation(key, true, past, past.Add(time.Second))
-	if err := e.store.Reserve(t.Context(), inProgress, past); err != nil {
+	inProgress := sweptReservation(key, true, past, past.Add(time.Second))
+	if err := e.store.Reserve(t.Context(), inProgress, nil, past); err != nil {
 		t.Fatal(err)
 	}
 	reserved := e.image(t, key)
@@ -283,7 +278,7 @@ func TestSweeperIgnores(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, e.store, time.Now)
+			h := newSweepHarness(t, e.store, time.Now)
 			if failed := h.handle(t, tt.rec); failed != nil {
 				t.Errorf("Handle() failures = %v, want none", failed)
 			}
@@ -301,12 +296,12 @@ func TestSweeperIgnores(t *testing.T) {
 // with every later record of its batch, and that nothing after it is
 // applied.
 func TestSweeperFailures(t *testing.T) {
-	e := newEnv(t)
+	e := newSweepEnv(t)
 	now := time.Now()
 	abandoned := func(t *testing.T, raw string) (idempotency.Key, events.DynamoDBEventRecord) {
 		key := idempotency.NewKey("acme", raw)
-		old := reservation(key, true, now.Add(-time.Minute), now.Add(-5*time.Second))
-		if err := e.store.Reserve(t.Context(), old, now.Add(-time.Minute)); err != nil {
+		old := sweptReservation(key, true, now.Add(-time.Minute), now.Add(-5*time.Second))
+		if err := e.store.Reserve(t.Context(), old, nil, now.Add(-time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 		item := e.image(t, key)
@@ -315,14 +310,14 @@ func TestSweeperFailures(t *testing.T) {
 	}
 	badImage := func(mutate func(map[string]events.DynamoDBAttributeValue)) events.DynamoDBEventRecord {
 		key := idempotency.NewKey("acme", "bad")
-		img := stream.FromSDK(dynamo.ItemFromRecord(reservation(key, true, now, now.Add(-time.Second))))
+		img := stream.FromSDK(dynamo.ItemFromRecord(sweptReservation(key, true, now, now.Add(-time.Second))))
 		mutate(img)
 		return lambdatest.Record(events.DynamoDBOperationTypeRemove, img, nil, lambdatest.TTLIdentity(), now)
 	}
 
 	tests := []struct {
 		name  string
-		store func() sweeper.Store       // when set, the bad record is a valid one this store fails
+		store func() recovery.Reserver   // when set, the bad record is a valid one this store fails
 		bad   events.DynamoDBEventRecord // otherwise, an undecodable record
 	}{
 		{name: "malformed partition key", bad: badImage(func(m map[string]events.DynamoDBAttributeValue) {
@@ -334,11 +329,11 @@ func TestSweeperFailures(t *testing.T) {
 		{name: "lease deadline of the wrong type", bad: badImage(func(m map[string]events.DynamoDBAttributeValue) {
 			m[dynamo.AttrExpiresAtMS] = events.NewStringAttribute("soon")
 		})},
-		{name: "store write fails (missing table)", store: func() sweeper.Store { return dynamo.New(e.db, e.names.Idempotency+"-missing") }},
+		{name: "store write fails (missing table)", store: func() recovery.Reserver { return dynamo.New(e.db, e.names.Idempotency+"-missing") }},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store := sweeper.Store(e.store)
+			store := recovery.Reserver(e.store)
 			if tt.store != nil {
 				store = tt.store()
 			}
@@ -350,7 +345,7 @@ func TestSweeperFailures(t *testing.T) {
 			afterKey, after := abandoned(t, "failures-after-"+string(rune('a'+i)))
 			ignored.EventName = string(events.DynamoDBOperationTypeInsert)
 
-			h := newHarness(t, store, time.Now)
+			h := newSweepHarness(t, store, time.Now)
 			failed := h.handle(t, ignored, bad, after)
 			want := []string{bad.Change.SequenceNumber, after.Change.SequenceNumber}
 			if diff := cmp.Diff(want, failed); diff != "" {
@@ -399,7 +394,7 @@ func TestRemovedByTTL(t *testing.T) {
 				UserIdentity: tt.identity,
 			}
 			old := idempotency.Record{Status: idempotency.StatusInProgress, ExpiresAt: tt.deadline}
-			if got := sweeper.RemovedByTTL(rec, old, tt.now); got != tt.want {
+			if got := recovery.RemovedByTTL(rec, old, tt.now); got != tt.want {
 				t.Errorf("RemovedByTTL(removed %v, deadline %v) = %v, want %v", tt.removed, tt.deadline, got, tt.want)
 			}
 		})
@@ -407,7 +402,7 @@ func TestRemovedByTTL(t *testing.T) {
 }
 
 func TestNew(t *testing.T) {
-	if _, err := sweeper.New(sweeper.Config{}); err == nil {
+	if _, err := recovery.NewSweeper(recovery.SweeperConfig{}); err == nil {
 		t.Error("New(Config{}) = nil error, want one naming Store")
 	}
 }

@@ -1,23 +1,30 @@
-package httpapi
+package charges
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/idempotency"
-	"github.com/oncehq/once/internal/charges"
+	"github.com/oncehq/once/idempotency/memory"
+	"github.com/oncehq/once/idempotency/problem"
+	"github.com/oncehq/once/internal/httpapi"
+	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/provider"
 )
 
-func TestChargeResponse(t *testing.T) {
+func TestResponse(t *testing.T) {
 	key := idempotency.NewKey("acme", "order-1001")
-	id := charges.ID(key)
+	id := ID(key)
 	created := time.Unix(1700000000, 999_000_000) // the store keeps milliseconds; created is in seconds
 	rec := func(body string) idempotency.Record {
 		canonical, err := idempotency.Canonical([]byte(body))
@@ -55,7 +62,7 @@ func TestChargeResponse(t *testing.T) {
 			name: "declined",
 			rec:  rec(full),
 			c:    declined,
-			want: idempotency.Response{Status: http.StatusPaymentRequired, Header: map[string]string{"Content-Type": ProblemContentType}, Body: []byte(
+			want: idempotency.Response{Status: http.StatusPaymentRequired, Header: map[string]string{"Content-Type": problem.ContentType}, Body: []byte(
 				`{"type":"https://github.com/oncehq/once/blob/main/README.md#card_declined","title":"Card declined","status":402,` +
 					`"detail":"The payment provider declined the charge; nothing was charged. This answer is final for this Idempotency-Key: to try again, use a new key.",` +
 					`"code":"card_declined"}`)},
@@ -63,23 +70,23 @@ func TestChargeResponse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ChargeResponse(tt.rec, tt.c)
+			got, err := Response(tt.rec, tt.c)
 			if err != nil {
-				t.Fatalf("ChargeResponse() error = %v", err)
+				t.Fatalf("Response() error = %v", err)
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("ChargeResponse() mismatch (-want +got):\n%s", diff)
+				t.Errorf("Response() mismatch (-want +got):\n%s", diff)
 			}
 		})
 	}
 
 	// The live answer to a decline and the rebuilt one are the same problem.
 	w := httptest.NewRecorder()
-	WriteError(w, httptest.NewRequest("POST", "/v1/charges", nil),
-		&provider.DeclinedError{Code: "card_declined", Message: "Your card was declined.", Charge: declined})
-	got, _ := ChargeResponse(rec(full), declined)
+	httpapi.WriteError(w, httptest.NewRequest("POST", "/v1/charges", nil),
+		Answer(&provider.DeclinedError{Code: "card_declined", Message: "Your card was declined.", Charge: declined}))
+	got, _ := Response(rec(full), declined)
 	if w.Code != got.Status || w.Body.String() != string(got.Body) || w.Header().Get("Content-Type") != got.Header["Content-Type"] {
-		t.Errorf("WriteError(decline) = %d %s, want ChargeResponse's %d %s", w.Code, w.Body, got.Status, got.Body)
+		t.Errorf("WriteError(decline) = %d %s, want Response's %d %s", w.Code, w.Body, got.Status, got.Body)
 	}
 }
 
@@ -101,18 +108,75 @@ func TestChargeResponseErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got, err := ChargeResponse(tt.rec, tt.c); err == nil {
-				t.Errorf("ChargeResponse() = %+v, nil; want an error", got)
+			if got, err := Response(tt.rec, tt.c); err == nil {
+				t.Errorf("Response() = %+v, nil; want an error", got)
 			}
 		})
 	}
 }
 
-// TestCreateChargeWithoutProvider: a handler without a provider validates a
+// TestAnswer checks the answer to each of the provider's outcomes.
+func TestAnswer(t *testing.T) {
+	secret := errors.New("secret")
+	tests := []struct {
+		name       string
+		err        error
+		wantStatus int
+		wantCode   string
+		wantRetry  string
+	}{
+		{"declined", fmt.Errorf("provider: charge: %w", &provider.DeclinedError{Code: "card_declined", Charge: provider.Charge{ID: "prch_1"}}), 402, "card_declined", ""},
+		{"not charged", fmt.Errorf("provider: charge: %w: %w", provider.ErrNotCharged, secret), 503, "provider_unavailable", "1"},
+		{"provider rejected", fmt.Errorf("provider: charge: %w", &provider.StatusError{StatusCode: 400, Code: "invalid_request", Message: "unknown source token secret"}), 422, "provider_rejected", ""},
+		{"provider rejected, 413", fmt.Errorf("provider: charge: %w", &provider.StatusError{StatusCode: 413}), 422, "provider_rejected", ""},
+		{"provider rejected, 422", fmt.Errorf("provider: charge: %w", &provider.StatusError{StatusCode: 422, Code: "unprocessable", Message: "secret"}), 422, "provider_rejected", ""},
+		{"provider key reused", fmt.Errorf("provider: charge: %w", &provider.StatusError{StatusCode: 422, Code: "idempotency_key_reused"}), 500, "internal_error", ""},
+		{"provider credentials", fmt.Errorf("provider: charge: %w", &provider.StatusError{StatusCode: 401, Code: "invalid_api_key", Message: "secret"}), 500, "internal_error", ""},
+		{"provider URL", fmt.Errorf("provider: charge: %w", &provider.StatusError{StatusCode: 404}), 500, "internal_error", ""},
+		{"provider key in use", fmt.Errorf("provider: charge: %w", &provider.StatusError{StatusCode: 409}), 500, "internal_error", ""},
+		{"outcome unknown", fmt.Errorf("provider: charge: %w: %w", provider.ErrOutcomeUnknown, secret), 504, "provider_outcome_unknown", "2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			httpapi.WriteError(w, httptest.NewRequest("POST", "/v1/charges", nil), Answer(tt.err))
+			var p map[string]any
+			if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+				t.Fatal(err)
+			}
+			if w.Code != tt.wantStatus || p["code"] != tt.wantCode {
+				t.Errorf("answer = %d %v, want %d %s", w.Code, p["code"], tt.wantStatus, tt.wantCode)
+			}
+			if got := w.Header().Get("Retry-After"); got != tt.wantRetry {
+				t.Errorf("Retry-After = %q, want %q", got, tt.wantRetry)
+			}
+			if strings.Contains(w.Body.String(), "secret") {
+				t.Errorf("body %s leaks the provider's text", w.Body)
+			}
+		})
+	}
+}
+
+// TestCreateChargeWithoutProvider: a route without a provider validates a
 // charge as usual, then answers 503 provider_unavailable and reserves
 // nothing.
 func TestCreateChargeWithoutProvider(t *testing.T) {
-	e := newEnv(t, false)
+	store := memory.New()
+	tenant := func(*http.Request) (string, bool) { return "acme", true }
+	mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: tenant, OnError: httpapi.WriteError})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &lambdatest.Buffer{}
+	h := httpapi.NewHandler(httpapi.Deps{Routes: Routes(mw, nil, 0), Tenant: tenant, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	do := func(key, ct, body string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/v1/charges", strings.NewReader(body))
+		r.Header.Set("Idempotency-Key", key)
+		r.Header.Set("Content-Type", ct)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
 	const body = `{"amount":2500,"currency":"EUR","customer":"cus_42","source":"tok_visa"}`
 	tests := []struct {
 		name      string
@@ -129,28 +193,35 @@ func TestCreateChargeWithoutProvider(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			key := fmt.Sprintf("charge-%d", i)
-			w := e.do(t, req{path: "/v1/charges", tenant: "acme", key: key, ct: "application/json", body: tt.body})
-			if w.Code != tt.wantCode {
-				t.Fatalf("POST = %d %s, want %d", w.Code, w.Body, tt.wantCode)
+			w := do(key, "application/json", tt.body)
+			var p map[string]any
+			if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+				t.Fatal(err)
 			}
-			p := problemOf(t, w)
-			if p["code"] != tt.wantPCode || p["field"] != tt.wantField {
-				t.Errorf("problem = %s, want %s with field %v", w.Body, tt.wantPCode, tt.wantField)
+			if w.Code != tt.wantCode || p["code"] != tt.wantPCode || p["field"] != tt.wantField {
+				t.Errorf("POST = %d %s, want %d %s with field %v", w.Code, w.Body, tt.wantCode, tt.wantPCode, tt.wantField)
 			}
-			if _, err := e.store.Get(t.Context(), idempotency.NewKey("acme", key)); !errors.Is(err, idempotency.ErrNotFound) {
+			if _, err := store.Get(t.Context(), idempotency.NewKey("acme", key)); !errors.Is(err, idempotency.ErrNotFound) {
 				t.Errorf("record after %d = %v, want none", w.Code, err)
 			}
 		})
 	}
-	if w := e.do(t, req{path: "/v1/charges", tenant: "acme", key: "media", ct: "text/plain", body: body}); w.Code != http.StatusUnsupportedMediaType {
+	if w := do("media", "text/plain", body); w.Code != http.StatusUnsupportedMediaType {
 		t.Errorf("POST text/plain = %d %s, want 415", w.Code, w.Body)
 	}
-	logs := e.logs.Lines(t)
-	if len(logs) != 5 {
-		t.Fatalf("%d log lines, want 5", len(logs))
+	lines := logs.Lines(t)
+	if len(lines) != 5 {
+		t.Fatalf("%d log lines, want 5", len(lines))
 	}
-	if l := logs[0]; l["route"] != RouteCreateCharge || l["status"] != 503.0 || l["outcome"] != idempotency.OutcomeRejected ||
-		l["error"] != ErrNoProvider.Error() || l["level"] != "ERROR" {
+	if l := lines[0]; l["route"] != Route || l["status"] != 503.0 || l["level"] != "ERROR" || !strings.Contains(fmt.Sprint(l["error"]), "provider_unavailable") {
 		t.Errorf("log line = %v, want the 503 of POST /v1/charges with its error", l)
+	}
+}
+
+// TestResolverWithoutProvider: the resolver of a route without a provider
+// cannot tell, and says so.
+func TestResolverWithoutProvider(t *testing.T) {
+	if _, err := NewResolver(nil).Resolve(context.Background(), idempotency.Record{}); err == nil {
+		t.Error("Resolve() without a provider = nil error, want one")
 	}
 }

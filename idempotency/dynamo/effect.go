@@ -1,0 +1,252 @@
+package dynamo
+
+import (
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/oncehq/once/idempotency"
+)
+
+// The effects the Store commits with a record (idempotency.Effect). Each is
+// one item of the record's TransactWriteItems, written exactly when the
+// record's own transition is: Put, Update and Delete write an item of any
+// table, Check only conditions the transaction on one. Their fields are those
+// of the TransactWriteItems request:
+//
+//   - Condition is a DynamoDB condition expression ("" for none), with
+//     Names (#name -> attribute) and Values (:value -> any Go value,
+//     marshalled with attributevalue.Marshal, or a types.AttributeValue).
+//   - Key is the item's primary key, attribute by attribute, marshalled the
+//     same way.
+//   - Reject, when set, is called when the condition fails, with the item as
+//     it stands (nil when there is none; DynamoDB returns it with
+//     ReturnValuesOnConditionCheckFailure ALL_OLD): its error is the
+//     request's business answer (a problem: the payment is not refundable, a
+//     404 for an item that does not exist) and the middleware stores it when
+//     it is a 4xx. Without Reject a failed condition is a 500.
+//
+// A transaction holds at most 100 items, the record included, and may write
+// an item only once.
+
+// Put writes Item (a struct with dynamodbav tags, a map, or a
+// map[string]types.AttributeValue) into Table, replacing any item with its
+// key unless Condition says otherwise. Insert is the common case.
+type Put struct {
+	Table     string
+	Item      any
+	Condition string
+	Names     map[string]string
+	Values    map[string]any
+	Reject    func(current map[string]types.AttributeValue) error
+}
+
+// Update applies the update expression Update ("SET #n = #n + :amount") to
+// the item with Key in Table (creating it when absent, as UpdateItem does,
+// unless Condition forbids that).
+type Update struct {
+	Table     string
+	Key       map[string]any
+	Update    string
+	Condition string
+	Names     map[string]string
+	Values    map[string]any
+	Reject    func(current map[string]types.AttributeValue) error
+}
+
+// Delete deletes the item with Key from Table.
+type Delete struct {
+	Table     string
+	Key       map[string]any
+	Condition string
+	Names     map[string]string
+	Values    map[string]any
+	Reject    func(current map[string]types.AttributeValue) error
+}
+
+// Check conditions the transaction on the item with Key in Table, writing
+// nothing. Condition is required.
+type Check struct {
+	Table     string
+	Key       map[string]any
+	Condition string
+	Names     map[string]string
+	Values    map[string]any
+	Reject    func(current map[string]types.AttributeValue) error
+}
+
+// EffectTable names the effect's table.
+func (p Put) EffectTable() string { return p.Table }
+
+// EffectTable names the effect's table.
+func (u Update) EffectTable() string { return u.Table }
+
+// EffectTable names the effect's table.
+func (d Delete) EffectTable() string { return d.Table }
+
+// EffectTable names the effect's table.
+func (c Check) EffectTable() string { return c.Table }
+
+// Insert is a Put of item into table that requires that no item with its
+// partition key keyAttr exists: a new business item (a payment, a refund).
+// An item already there fails the write with a 500, not a rejection: it means
+// an ID was drawn twice.
+func Insert(table, keyAttr string, item any) Put {
+	return Put{
+		Table:     table,
+		Item:      item,
+		Condition: "attribute_not_exists(#insert_key)",
+		Names:     map[string]string{"#insert_key": keyAttr},
+	}
+}
+
+// transactor is implemented by the effects the Store commits. Each effect
+// type translates itself, so that code which never builds an effect of a
+// kind does not reach that kind's DynamoDB action (internal/deploytest holds
+// each function's IAM grants to what its code can reach).
+type transactor interface {
+	// transactItem is the effect as one item of a TransactWriteItems, and
+	// its Reject.
+	transactItem() (types.TransactWriteItem, func(map[string]types.AttributeValue) error, error)
+}
+
+// transactItem is e as one item of a TransactWriteItems, and e's Reject.
+func transactItem(e idempotency.Effect) (types.TransactWriteItem, func(map[string]types.AttributeValue) error, error) {
+	t, ok := e.(transactor)
+	if !ok {
+		return types.TransactWriteItem{}, nil, fmt.Errorf("effect %T is not one of the DynamoDB store's (dynamo.Put, Update, Delete, Check)", e)
+	}
+	return t.transactItem()
+}
+
+func (e Put) transactItem() (types.TransactWriteItem, func(map[string]types.AttributeValue) error, error) {
+	item, err := marshalItem(e.Item)
+	if err != nil {
+		return types.TransactWriteItem{}, nil, err
+	}
+	values, err := marshalValues(e.Values)
+	if err != nil {
+		return types.TransactWriteItem{}, nil, err
+	}
+	return types.TransactWriteItem{Put: &types.Put{
+		TableName:                           aws.String(e.Table),
+		Item:                                item,
+		ConditionExpression:                 optional(e.Condition),
+		ExpressionAttributeNames:            e.Names,
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: returnOld(e.Reject),
+	}}, e.Reject, nil
+}
+
+func (e Update) transactItem() (types.TransactWriteItem, func(map[string]types.AttributeValue) error, error) {
+	key, values, err := marshalKeyValues(e.Key, e.Values)
+	if err != nil {
+		return types.TransactWriteItem{}, nil, err
+	}
+	if e.Update == "" {
+		return types.TransactWriteItem{}, nil, fmt.Errorf("update of %s without an update expression", e.Table)
+	}
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName:                           aws.String(e.Table),
+		Key:                                 key,
+		UpdateExpression:                    aws.String(e.Update),
+		ConditionExpression:                 optional(e.Condition),
+		ExpressionAttributeNames:            e.Names,
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: returnOld(e.Reject),
+	}}, e.Reject, nil
+}
+
+func (e Delete) transactItem() (types.TransactWriteItem, func(map[string]types.AttributeValue) error, error) {
+	key, values, err := marshalKeyValues(e.Key, e.Values)
+	if err != nil {
+		return types.TransactWriteItem{}, nil, err
+	}
+	return types.TransactWriteItem{Delete: &types.Delete{
+		TableName:                           aws.String(e.Table),
+		Key:                                 key,
+		ConditionExpression:                 optional(e.Condition),
+		ExpressionAttributeNames:            e.Names,
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: returnOld(e.Reject),
+	}}, e.Reject, nil
+}
+
+func (e Check) transactItem() (types.TransactWriteItem, func(map[string]types.AttributeValue) error, error) {
+	key, values, err := marshalKeyValues(e.Key, e.Values)
+	if err != nil {
+		return types.TransactWriteItem{}, nil, err
+	}
+	if e.Condition == "" {
+		return types.TransactWriteItem{}, nil, fmt.Errorf("check of %s without a condition", e.Table)
+	}
+	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+		TableName:                           aws.String(e.Table),
+		Key:                                 key,
+		ConditionExpression:                 aws.String(e.Condition),
+		ExpressionAttributeNames:            e.Names,
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: returnOld(e.Reject),
+	}}, e.Reject, nil
+}
+
+func optional(expr string) *string {
+	if expr == "" {
+		return nil
+	}
+	return aws.String(expr)
+}
+
+func returnOld(reject func(map[string]types.AttributeValue) error) types.ReturnValuesOnConditionCheckFailure {
+	if reject == nil {
+		return types.ReturnValuesOnConditionCheckFailureNone
+	}
+	return types.ReturnValuesOnConditionCheckFailureAllOld
+}
+
+func marshalItem(item any) (map[string]types.AttributeValue, error) {
+	if m, ok := item.(map[string]types.AttributeValue); ok {
+		return m, nil
+	}
+	m, err := attributevalue.MarshalMap(item)
+	if err != nil {
+		return nil, fmt.Errorf("marshal item: %w", err)
+	}
+	return m, nil
+}
+
+func marshalKeyValues(key, values map[string]any) (map[string]types.AttributeValue, map[string]types.AttributeValue, error) {
+	if len(key) == 0 {
+		return nil, nil, fmt.Errorf("an effect without a key")
+	}
+	k, err := marshalValues(key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("key: %w", err)
+	}
+	v, err := marshalValues(values)
+	if err != nil {
+		return nil, nil, err
+	}
+	return k, v, nil
+}
+
+func marshalValues(values map[string]any) (map[string]types.AttributeValue, error) {
+	if len(values) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]types.AttributeValue, len(values))
+	for name, v := range values {
+		if av, ok := v.(types.AttributeValue); ok {
+			out[name] = av
+			continue
+		}
+		av, err := attributevalue.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("marshal %s: %w", name, err)
+		}
+		out[name] = av
+	}
+	return out, nil
+}

@@ -1,0 +1,259 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/stream"
+)
+
+// Finisher is the part of idempotency.Store the Reconciler uses.
+type Finisher interface {
+	// Complete replaces the record held under lease with rec and writes
+	// effects. It returns an *idempotency.ConflictError when the lease is no
+	// longer held.
+	Complete(ctx context.Context, rec idempotency.Record, lease string, effects []idempotency.Effect) error
+	// Release deletes the record held under lease and writes effects. It
+	// returns an *idempotency.ConflictError when the lease is no longer held.
+	Release(ctx context.Context, key idempotency.Key, lease string, effects []idempotency.Effect) error
+}
+
+// ReconcilerConfig configures a Reconciler. Store, Resolvers and CallTimeout
+// are required.
+type ReconcilerConfig struct {
+	// Store is the idempotency store.
+	Store Finisher
+	// Resolvers resolve the records of each External route. A record whose
+	// route has none stays UNKNOWN (see the package documentation).
+	Resolvers idempotency.Resolvers
+	// CallTimeout bounds one call out by a handler: a request that became
+	// UNKNOWN at t has no call in flight after t + CallTimeout, so a "nothing
+	// happened" found after that is final.
+	CallTimeout time.Duration
+	// Retention is how long a completed record is kept
+	// (idempotency.DefaultRetention).
+	Retention time.Duration
+	// Logger receives one line per record finalised or failed (default:
+	// discard).
+	Logger *slog.Logger
+	// Metrics counts reconcile_resolved, reconcile_failed and
+	// reconcile_unroutable.
+	Metrics Counter
+	// Now returns the current time (time.Now).
+	Now func() time.Time
+}
+
+// Reconciler finalises UNKNOWN records (see the package documentation). It is
+// safe for concurrent use.
+type Reconciler struct {
+	cfg ReconcilerConfig
+}
+
+// errUnsettled fails a record whose "nothing happened" cannot be trusted yet
+// and whose invocation has no time left to wait.
+var errUnsettled = errors.New("recovery: a request with the key may still be in flight and the invocation cannot wait")
+
+// NewReconciler returns a Reconciler for cfg, filling in defaults.
+func NewReconciler(cfg ReconcilerConfig) (*Reconciler, error) {
+	var errs []error
+	if cfg.Store == nil {
+		errs = append(errs, errors.New("recovery: ReconcilerConfig.Store is required"))
+	}
+	if len(cfg.Resolvers) == 0 {
+		errs = append(errs, errors.New("recovery: ReconcilerConfig.Resolvers is required"))
+	}
+	for route, r := range cfg.Resolvers {
+		if r == nil {
+			errs = append(errs, fmt.Errorf("recovery: route %q has a nil Resolver", route))
+		}
+	}
+	if cfg.CallTimeout <= 0 {
+		errs = append(errs, errors.New("recovery: ReconcilerConfig.CallTimeout must be positive"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = idempotency.DefaultRetention
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cfg.Metrics = counterOr(cfg.Metrics)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Reconciler{cfg: cfg}, nil
+}
+
+// Handle is the stream handler: it handles the records of ev in order and
+// reports the first one that failed, and every later one, as batch item
+// failures. It never returns an error itself.
+func (r *Reconciler) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+	return stream.Process(ctx, ev, r.record), nil
+}
+
+// record handles one stream record, counting and logging a failure.
+func (r *Reconciler) record(ctx context.Context, er events.DynamoDBEventRecord) error {
+	c := stream.NewChange(er)
+	if c.EventName == events.DynamoDBOperationTypeRemove || dynamo.StreamImageStatus(c.NewImage) != idempotency.StatusUnknown {
+		return nil // not a record waiting for reconciliation
+	}
+	log := r.cfg.Logger.With("event_id", c.EventID, "sequence_number", c.SequenceNumber)
+	rec, err := dynamo.RecordFromStreamImage(c.NewImage)
+	if err != nil {
+		err = fmt.Errorf("recovery: reconcile: decode new image: %w", err)
+		r.cfg.Metrics.Count(MetricFailed)
+		log.Error("reconciliation failed; the record will be retried", "err", err.Error())
+		return err
+	}
+	log = log.With("tenant", rec.Key.Tenant, "key", rec.Key.Short(), "route", rec.Route)
+	return r.Reconcile(ctx, log, rec)
+}
+
+// Reconcile finalises the UNKNOWN record rec with its route's Resolver, as
+// Handle does for a stream record, logging to log (the Reconciler's logger
+// when nil). It returns an error when rec should be tried again.
+func (r *Reconciler) Reconcile(ctx context.Context, log *slog.Logger, rec idempotency.Record) error {
+	if log == nil {
+		log = r.cfg.Logger
+	}
+	resolver, ok := r.cfg.Resolvers[rec.Route]
+	if !ok {
+		r.cfg.Metrics.Count(MetricUnroutable)
+		log.Error("UNKNOWN record of a route without a resolver: left UNKNOWN for an operator; it is never released or re-executed")
+		return nil
+	}
+	err := r.reconcile(ctx, log, resolver, rec)
+	switch {
+	case errors.Is(err, idempotency.ErrUnresolvable):
+		r.cfg.Metrics.Count(MetricUnroutable)
+		log.Error("UNKNOWN record the resolver can never resolve: left UNKNOWN for an operator", "err", err.Error())
+		return nil
+	case err != nil:
+		r.cfg.Metrics.Count(MetricFailed)
+		log.Error("reconciliation failed; the record will be retried", "err", err.Error())
+		return err
+	}
+	return nil
+}
+
+// reconcile finalises rec from what resolver finds.
+func (r *Reconciler) reconcile(ctx context.Context, log *slog.Logger, resolver idempotency.Resolver, rec idempotency.Record) error {
+	start := r.cfg.Now()
+	res, err := resolver.Resolve(ctx, rec)
+	if err == nil && res.Response == nil {
+		if settled := r.settledAt(rec, start); start.Before(settled) {
+			// The look-up may have overtaken a request still on its way.
+			if err := r.waitUntil(ctx, settled); err != nil {
+				return err
+			}
+			res, err = resolver.Resolve(ctx, rec)
+		}
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("recovery: resolve %s: %w", rec.Key.Short(), err)
+	case res.Response != nil:
+		return r.complete(ctx, log, rec, res)
+	default:
+		return r.release(ctx, log, rec, res)
+	}
+}
+
+// settledAt is when no request with rec's key can still be in flight to the
+// other system: CallTimeout after rec became UNKNOWN. A record without an
+// update time, or with one after start, counts as updated at start.
+func (r *Reconciler) settledAt(rec idempotency.Record, start time.Time) time.Time {
+	at := rec.UpdatedAt
+	if at.IsZero() || at.After(start) {
+		at = start
+	}
+	return at.Add(r.cfg.CallTimeout)
+}
+
+// waitUntil waits until t, provided ctx leaves time for one more resolution
+// after it; otherwise it returns errUnsettled at once.
+func (r *Reconciler) waitUntil(ctx context.Context, t time.Time) error {
+	d := t.Sub(r.cfg.Now())
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d+r.cfg.CallTimeout {
+		return fmt.Errorf("%w (until %s)", errUnsettled, t.UTC().Format(time.RFC3339Nano))
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("recovery: waiting for in-flight requests: %w", context.Cause(ctx))
+	case <-timer.C:
+		return nil
+	}
+}
+
+// complete records the resolved response, with the resolution's effects.
+func (r *Reconciler) complete(ctx context.Context, log *slog.Logger, rec idempotency.Record, res idempotency.Resolution) error {
+	now := r.cfg.Now()
+	created := rec.CreatedAt
+	if created.IsZero() {
+		created = now
+	}
+	done := idempotency.Record{
+		Key:         rec.Key,
+		Status:      idempotency.StatusCompleted,
+		Route:       rec.Route,
+		Fingerprint: rec.Fingerprint,
+		External:    rec.External,
+		LeaseToken:  rec.LeaseToken,
+		ExpiresAt:   now.Add(r.cfg.Retention),
+		Request:     rec.Request,
+		Response:    res.Response,
+		CreatedAt:   created,
+		UpdatedAt:   now,
+	}
+	err := r.cfg.Store.Complete(ctx, done, rec.LeaseToken, res.Effects)
+	if superseded(log, err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("recovery: complete %s: %w", rec.Key.Short(), err)
+	}
+	r.cfg.Metrics.Count(MetricResolved)
+	log.Info("unknown outcome resolved: the request took effect; response recorded", "status", res.Response.Status)
+	return nil
+}
+
+// release frees the key of a request that provably had no effect, undoing
+// its holds with the resolution's effects.
+func (r *Reconciler) release(ctx context.Context, log *slog.Logger, rec idempotency.Record, res idempotency.Resolution) error {
+	err := r.cfg.Store.Release(ctx, rec.Key, rec.LeaseToken, res.Effects)
+	if superseded(log, err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("recovery: release %s: %w", rec.Key.Short(), err)
+	}
+	r.cfg.Metrics.Count(MetricResolved)
+	log.Info("unknown outcome resolved: the request had no effect; key released")
+	return nil
+}
+
+// superseded reports (and logs) whether err says the lease is no longer
+// held: someone else finalised the record.
+func superseded(log *slog.Logger, err error) bool {
+	var conflict *idempotency.ConflictError
+	if !errors.As(err, &conflict) {
+		return false
+	}
+	existing := "none"
+	if conflict.Existing != nil {
+		existing = string(conflict.Existing.Status)
+	}
+	log.Info("unknown outcome already finalised elsewhere; nothing to do", "existing", existing)
+	return true
+}

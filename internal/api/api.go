@@ -1,0 +1,109 @@
+// Package api composes the api function: the idempotency middleware over the
+// DynamoDB store, every endpoint of the demo domains on the public engine,
+// and the router. It lists the routes in one place (routes), so that the
+// api function serves them and the reconciler function resolves exactly the
+// External routes among them (Resolvers).
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/internal/app"
+	"github.com/oncehq/once/internal/charges"
+	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/fault"
+	"github.com/oncehq/once/internal/gateway"
+	"github.com/oncehq/once/internal/httpapi"
+	"github.com/oncehq/once/internal/payments"
+	"github.com/oncehq/once/internal/provider"
+)
+
+// Handler returns the api function's handler: the API over the idempotency
+// engine, backed by DynamoDB through client. The charges route calls the
+// provider at cfg.ProviderURL, each call bounded by cfg.ProviderTimeout;
+// without a ProviderURL it answers 503 provider_unavailable.
+func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (http.Handler, error) {
+	opts = opts.WithDefaults(cfg)
+	var hook func(context.Context, string)
+	if cfg.FaultInjection {
+		hook = fault.Check
+	}
+	mw, err := idempotency.New(idempotency.Config{
+		Store:     dynamo.New(client, cfg.IdempotencyTable),
+		Tenant:    gateway.Tenant,
+		OnError:   httpapi.WriteError,
+		Retention: cfg.Retention,
+		Lease:     cfg.Lease,
+		Now:       opts.Now,
+		Hook:      hook,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	return httpapi.NewHandler(httpapi.Deps{
+		Routes:  routes(mw, newDeps(cfg, client, opts)),
+		Tenant:  gateway.Tenant,
+		Logger:  opts.Logger,
+		Metrics: opts.Emitter("api"),
+		Fault:   cfg.FaultInjection,
+	}), nil
+}
+
+// Resolvers returns the resolvers of the API's External routes, for the
+// reconciler: the same routes the api function serves, wired the same way
+// (only the middleware's own settings, which resolvers do not use, differ).
+func Resolvers(cfg config.Config, client *dynamodb.Client, opts app.Options) (idempotency.Resolvers, error) {
+	mw, err := idempotency.New(idempotency.Config{Store: dynamo.New(client, cfg.IdempotencyTable), Tenant: gateway.Tenant})
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	routes(mw, newDeps(cfg, client, opts.WithDefaults(cfg)))
+	return mw.Resolvers(), nil
+}
+
+// deps are what the routes need besides the middleware.
+type deps struct {
+	client          *dynamodb.Client
+	paymentsTable   string
+	provider        charges.Provider
+	providerTimeout time.Duration
+	now             func() time.Time
+}
+
+func newDeps(cfg config.Config, client *dynamodb.Client, opts app.Options) deps {
+	d := deps{client: client, paymentsTable: cfg.PaymentsTable, providerTimeout: cfg.ProviderTimeout, now: opts.Now}
+	if p := provider.FromConfig(cfg); p != nil { // a nil *provider.Client would not be a nil Provider
+		d.provider = p
+	}
+	return d
+}
+
+// routes lists every endpoint of the API.
+func routes(mw *idempotency.Middleware, d deps) []httpapi.Route {
+	var rs []httpapi.Route
+	rs = append(rs, payments.Routes(mw, d.paymentsTable, payments.NewTable(d.client, d.paymentsTable), d.now)...)
+	rs = append(rs, charges.Routes(mw, d.provider, d.providerTimeout)...)
+	return rs
+}
+
+// Patterns lists the ServeMux pattern of every route the API serves, in
+// order: what API Gateway must forward to the api function (internal/
+// deploytest holds template.yaml to it).
+func Patterns() []string {
+	mw, err := idempotency.New(idempotency.Config{Store: dynamo.New(nil, ""), Tenant: gateway.Tenant})
+	if err != nil {
+		panic(err) // unreachable: Store and Tenant are set
+	}
+	var out []string
+	for _, rt := range routes(mw, deps{}) {
+		out = append(out, rt.Pattern)
+	}
+	return out
+}
