@@ -1,53 +1,101 @@
-// Package idempotency makes state-changing HTTP endpoints safe to retry.
+// Package idempotency makes state-changing HTTP endpoints safe to retry,
+// exactly once, on any store that implements Store (DynamoDB:
+// idempotency/dynamo).
 //
 // A client sends an Idempotency-Key header (an RFC 8941 sf-string, as the IETF
 // draft-ietf-httpapi-idempotency-key-header says, or a bare Stripe-style token).
-// The key is scoped to the caller's tenant and hashed; the request is reduced to a
-// fingerprint: SHA-256 over method, route and the RFC 8785 canonical form of the
-// JSON body. The pair (scoped key, fingerprint) decides every outcome:
+// The key is scoped to the caller's tenant (Config.Tenant, from the
+// authorizer, never from the request) and hashed; the request is reduced to a
+// fingerprint: SHA-256 over method, route and the RFC 8785 canonical form of
+// the JSON body. The pair (scoped key, fingerprint) decides every outcome:
 //
-//   - no live record for the key: the request executes and its response is stored;
-//   - a COMPLETED record with the same fingerprint: the stored response is replayed
-//     byte for byte with Idempotent-Replayed: true;
+//   - no live record for the key: the request executes and its response is
+//     stored;
+//   - a COMPLETED record with the same fingerprint: the stored response is
+//     replayed byte for byte with Idempotent-Replayed: true;
 //   - a record with another fingerprint: ErrKeyReused (422);
 //   - an IN_PROGRESS record whose lease is held, or an UNKNOWN record: an
 //     *InProgressError carrying Retry-After (409).
 //
+// A handler wrapped by the Middleware validates its request first (what it
+// answers before Begin is neither stored nor counted as execution: a
+// corrected request with the same key runs), then calls Begin, and from
+// there on its answer is the key's answer. A 5xx is never stored.
+//
+// # Modes
+//
+// Atomic (Middleware.Atomic): the effects are DynamoDB writes (Effect
+// values, added with Call.AddEffect) committed in the same transaction as
+// the COMPLETED record: one round trip per request in every outcome, and no
+// IN_PROGRESS state at all.
+//
+// Leased (Middleware.Leased): Begin reserves the key IN_PROGRESS with a lease
+// token and a lease deadline, the handler runs, and the completion, with its
+// effects, is conditioned on the lease token (a fencing token), so a late
+// zombie cannot overwrite a newer owner. An abandoned reservation is released.
+//
+// External (Middleware.External): Leased for a handler that calls another
+// system, sending Call.ForwardKey as that system's idempotency key. An
+// abandoned reservation or an ambiguous outcome (Call.Unknown) may have had
+// an effect there, so it is never re-executed blindly: the record goes
+// UNKNOWN and the reconciler (idempotency/recovery) asks the route's
+// Resolver what happened, completing the record with the answer the request
+// would have had, or releasing the key when nothing happened. An External
+// route cannot be wired without its Resolver.
+//
+// # Effects
+//
+// Effects are business writes of any kind (puts, updates, deletes, and
+// condition checks on other items; the DynamoDB store's are dynamo.Put,
+// Update, Delete and Check) committed atomically with a record transition:
+// with the commit (Atomic), with the completion (AddEffect), with the
+// reservation itself (Begin's holds: what an External request takes before
+// it calls out, so that concurrent requests see it taken), or with a release
+// (AddReleaseEffect and Resolution.Effects: undoing the holds). An effect
+// whose condition fails fails its transaction with a *RejectedError whose
+// Err is the business answer; once execution has begun that answer is final
+// for the key: a 4xx is stored and replayed like any other answer (Stripe's
+// rule: validation is not stored, execution results are). Only that path
+// costs a second write.
+//
+// # Multi-step requests
+//
+// A request that does several things (create an order, charge a card, queue
+// a receipt) runs as phases with recovery points (BeginAt, Call.Steps,
+// Steps.Advance). Each phase makes at most one call out, then commits its
+// effects with the record's new point and data, fenced on the lease. A
+// request abandoned between phases stays at its last point; whoever comes
+// first resumes it there: a retry of the same request takes the lease over
+// (after the lease, or at once when the last attempt answered a 5xx), or the
+// reconciler hands the record to the route's Resolver, which resumes it with
+// ResumeSteps. A committed phase is never repeated.
+//
+// # States
+//
 // Records move through a small state machine, every step a conditional write:
 //
 //	(absent) --Commit--------------------------------> COMPLETED --TTL--> (absent)
-//	(absent) --Reserve--> IN_PROGRESS --Complete------> COMPLETED
+//	(absent) --Reserve(point?)--> IN_PROGRESS --Complete------> COMPLETED
+//	                      IN_PROGRESS --Advance(point)-> IN_PROGRESS        (a phase committed,
+//	                                                                         or the lease taken over)
 //	                      IN_PROGRESS --Release-------> (absent)          (5xx, nothing done)
 //	                      IN_PROGRESS --MarkUnknown---> UNKNOWN           (ambiguous outcome,
 //	                                                                        or lease lost while calling out)
+//	                      UNKNOWN     --Advance(point)-> UNKNOWN           (a Resolver resuming phases)
 //	                      UNKNOWN     --Complete------> COMPLETED          (reconciled)
 //	                      UNKNOWN     --Release-------> (absent)           (provably nothing happened)
 //	                      UNKNOWN     --MarkUnknown---> UNKNOWN            (a retry after UnknownRedrive:
 //	                                                                        a new lease token re-announces
 //	                                                                        the record to the reconciler)
 //
-// Three modes cover the ways an endpoint can have effects. In Atomic mode the
-// effects are DynamoDB writes (Effect values) committed in the same transaction
-// as the COMPLETED record: one round trip per request in every outcome, and no
-// IN_PROGRESS state at all. In Leased mode the record is reserved IN_PROGRESS
-// with a lease token and a lease deadline, the handler runs, and completion is
-// conditioned on the lease token (a fencing token), so a late zombie cannot
-// overwrite a newer owner; its effects, if any, are committed with the
-// completion, so an abandoned reservation is safe to release. External mode is
-// Leased mode for handlers that call out to another system: an abandoned
-// reservation there may have had an effect, so it is never re-executed blindly
-// but moved to UNKNOWN and reconciled with the other system.
-//
-// While IN_PROGRESS a record's expiry (the TTL attribute) is its lease deadline,
-// so DynamoDB's TTL deletes abandoned reservations; a record whose expiry has
+// While IN_PROGRESS a record's expiry (the TTL attribute) is its lease
+// deadline, so TTL deletes abandoned reservations (a backstop: the recovery
+// package schedules a check at the deadline); a record whose expiry has
 // passed counts as absent at once, whether or not it has been deleted yet,
-// except an External reservation, which must go through UNKNOWN first.
-//
-// A response with status 5xx is never stored, and neither is any response the
-// handler writes before it calls Begin (validation errors), so a corrected
-// request with the same key executes.
+// except an External reservation, which must go through UNKNOWN (or, at a
+// recovery point, be resumed) first.
 //
 // The package knows nothing of AWS or of any business domain: storage is the
-// Store interface, and HTTP problem rendering is left to the caller through
-// Config.OnError.
+// Store interface, and errors answer as their problems (package problem;
+// Config.OnError can render them otherwise).
 package idempotency

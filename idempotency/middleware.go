@@ -36,6 +36,7 @@ const (
 	OutcomeReleased   = "released"    // 5xx after Begin: reservation released, nothing stored
 	OutcomeUnknown    = "unknown"     // ambiguous outcome: record left UNKNOWN for reconciliation
 	OutcomeFenced     = "fenced"      // lease lost before completion: response not stored
+	OutcomeResumed    = "resumed"     // an abandoned multi-step request taken over at its recovery point
 )
 
 // Defaults for Config.
@@ -256,6 +257,13 @@ type Call struct {
 	effects        []Effect                  // written with the completion
 	releaseEffects []Effect                  // written with a release
 	unknown        bool
+
+	// Multi-step requests (BeginAt).
+	phased     bool
+	startPoint string            // the first recovery point, written with the reservation
+	startData  map[string]string // its data
+	steps      *Steps
+	finalPoint string // the point the completion reaches (Finish)
 }
 
 type callKey struct{}
@@ -278,13 +286,47 @@ type callKey struct{}
 // Leased mode has no Resolver, so Begin panics there when given holds, as it
 // does outside a handler wrapped by the Middleware.
 func Begin(w http.ResponseWriter, r *http.Request, holds ...Effect) (*Call, bool) {
-	c, ok := r.Context().Value(callKey{}).(*Call)
-	if !ok {
-		panic("idempotency: Begin called outside a Middleware's handler")
+	c := callOf(r)
+	if c.begun || c.answer != nil {
+		return c, c.begun
+	}
+	return c.begin(r, holds)
+}
+
+// BeginAt is Begin for a multi-step request, in External mode: the
+// reservation records the first recovery point and its data with the holds
+// (the first phase's effects: an order created with the reservation), and
+// the handler goes on through Call.Steps. A request that finds its key's
+// reservation abandoned at a recovery point (the same request, its lease run
+// out: a crash, or a 5xx that gave the lease up) takes the lease over,
+// fenced on the old lease token, and gets the call back at that point with
+// what the committed phases recorded; it does not write point, data and
+// holds again, and must go on from Steps.Point. BeginAt panics outside an
+// External route's handler.
+func BeginAt(w http.ResponseWriter, r *http.Request, point string, data map[string]string, holds ...Effect) (*Call, bool) {
+	c := callOf(r)
+	if c.mode != External {
+		panic(fmt.Sprintf("idempotency: route %q: BeginAt needs External mode", c.route))
+	}
+	if point == "" {
+		panic(fmt.Sprintf("idempotency: route %q: BeginAt with an empty recovery point", c.route))
 	}
 	if c.begun || c.answer != nil {
 		return c, c.begun
 	}
+	c.phased, c.startPoint, c.startData = true, point, maps.Clone(data)
+	return c.begin(r, holds)
+}
+
+func callOf(r *http.Request) *Call {
+	c, ok := r.Context().Value(callKey{}).(*Call)
+	if !ok {
+		panic("idempotency: Begin called outside a Middleware's handler")
+	}
+	return c
+}
+
+func (c *Call) begin(r *http.Request, holds []Effect) (*Call, bool) {
 	if c.mode == Leased && len(holds) > 0 {
 		panic(fmt.Sprintf("idempotency: route %q: holds need Atomic or External mode", c.route))
 	}
@@ -316,6 +358,9 @@ func Begin(w http.ResponseWriter, r *http.Request, holds ...Effect) (*Call, bool
 	if c.mode == External {
 		rec.Request = canonical
 	}
+	if c.phased {
+		rec.Point, rec.Data = c.startPoint, c.startData
+	}
 	err = c.timed(func() error { return c.m.cfg.Store.Reserve(r.Context(), rec, holds, now) })
 	var rejected *RejectedError
 	switch {
@@ -324,13 +369,42 @@ func Begin(w http.ResponseWriter, r *http.Request, holds ...Effect) (*Call, bool
 		return nil, false
 	case err != nil:
 		c.resolve(r, err, now)
-		return nil, false
+		if !c.begun {
+			return nil, false
+		}
+		return c, true // an abandoned multi-step request taken over
 	}
-	c.rec = rec
-	c.begun = true
+	c.hold(rec)
 	c.m.cfg.Hook(r.Context(), PointAfterReserve)
+	if c.phased {
+		c.m.cfg.Hook(r.Context(), PointAfter(rec.Point))
+	}
 	return c, true
 }
+
+// hold makes rec, as stored, the call's reservation.
+func (c *Call) hold(rec Record) {
+	c.rec = rec
+	c.begun = true
+	if c.phased {
+		c.steps = &Steps{
+			store: c.m.cfg.Store, key: c.key, rec: cloneRecord(rec), now: c.m.cfg.Now,
+			renew: func(now time.Time) time.Time { return now.Add(c.m.cfg.Lease) },
+			hook:  c.m.cfg.Hook,
+			timed: c.timed,
+		}
+	}
+}
+
+// Steps is the way through the recovery points of a request begun with
+// BeginAt (nil otherwise).
+func (c *Call) Steps() *Steps { return c.steps }
+
+// Finish names the recovery point the completion of a multi-step request
+// reaches (its last phase: the answer stored, with the effects added by
+// AddEffect). It is recorded on the completed record, and the fault point
+// PointAfter(point) follows the completion.
+func (c *Call) Finish(point string) { c.finalPoint = point }
 
 // Key is the scoped idempotency key of the request.
 func (c *Call) Key() Key { return c.key }
@@ -398,6 +472,9 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 		c.m.cfg.Hook(ctx, PointAfterReserve)
 		c.m.cfg.Hook(ctx, PointAfterComplete)
 		c.obs.Outcome = OutcomeCreated
+		rec.flush(w)
+	case c.phased && (c.unknown || rec.status >= 500):
+		c.pause(ctx, rec, now)
 		rec.flush(w)
 	case c.unknown && c.mode == External:
 		err := c.timed(func() error {
@@ -485,8 +562,30 @@ func (c *Call) complete(w http.ResponseWriter, r *http.Request, rec *recorder, n
 		return
 	}
 	c.m.cfg.Hook(ctx, PointAfterComplete)
+	if c.phased && c.finalPoint != "" {
+		c.m.cfg.Hook(ctx, PointAfter(c.finalPoint))
+	}
 	c.obs.Outcome = OutcomeCreated
 	rec.flush(w)
+}
+
+// pause ends a multi-step request's attempt without an answer to store (a
+// 5xx, or an outcome it cannot know) and leaves its record at its recovery
+// point for a retry or the reconciler to resume: an unknown outcome keeps
+// the lease running, as a call out may still land, while a 5xx that
+// provably had no effect gives the lease up (a new token, expired now) so
+// that a retry resumes at once.
+func (c *Call) pause(ctx context.Context, rec *recorder, now time.Time) {
+	c.obs.Outcome = OutcomeReleased
+	if c.unknown {
+		c.obs.Outcome = OutcomeUnknown
+		return
+	}
+	st := c.steps.rec
+	p := Progress{Point: st.Point, Data: st.Data, LeaseToken: NewToken(), ExpiresAt: now, UpdatedAt: now}
+	if err := c.timed(func() error { return c.m.cfg.Store.Advance(ctx, c.key, st.LeaseToken, p, nil) }); err != nil {
+		c.obs.Err = err.Error()
+	}
 }
 
 // commitEffects are the effects of a commit: the holds, then the
@@ -540,7 +639,7 @@ func (c *Call) render(r *http.Request, err error) Response {
 // completed is the COMPLETED record storing resp. An External record keeps
 // its canonical request, as the reservation had it.
 func (c *Call) completed(resp *Response, now time.Time) Record {
-	return Record{
+	done := Record{
 		Key:         c.key,
 		Status:      StatusCompleted,
 		Route:       c.route,
@@ -553,6 +652,13 @@ func (c *Call) completed(resp *Response, now time.Time) Record {
 		CreatedAt:   createdAt(c.rec, now),
 		UpdatedAt:   now,
 	}
+	if c.steps != nil {
+		done.Point, done.Data = c.steps.rec.Point, c.steps.Data()
+		if c.finalPoint != "" {
+			done.Point = c.finalPoint
+		}
+	}
+	return done
 }
 
 func createdAt(rec Record, now time.Time) time.Time {
@@ -590,6 +696,10 @@ func (c *Call) decideExisting(r *http.Request, existing *Record, now time.Time, 
 		c.decide(OutcomeReplayed, replay(*existing.Response))
 	case existing.Status == StatusInProgress && !existing.Expired(now):
 		inProgress(existing.ExpiresAt.Sub(now))
+	case mayAbandon && c.phased && existing.Status == StatusInProgress && existing.Point != "":
+		// A multi-step request abandoned at a recovery point: take the
+		// lease over and resume there.
+		c.takeOver(r, *existing, now)
 	case mayAbandon && (existing.Status == StatusInProgress && existing.External ||
 		existing.Status == StatusUnknown && !now.Before(existing.UpdatedAt.Add(c.m.cfg.UnknownRedrive))):
 		// Either the owner lost its lease while calling out, so its effect is
@@ -621,6 +731,26 @@ func (c *Call) decideExisting(r *http.Request, existing *Record, now time.Time, 
 		// UNKNOWN, or a record that expired between the store's check and now.
 		inProgress(c.m.cfg.UnknownRetryAfter)
 	}
+}
+
+// takeOver takes the lease of existing, an abandoned multi-step request,
+// fenced on its lease token, and makes it the call's reservation.
+func (c *Call) takeOver(r *http.Request, existing Record, now time.Time) {
+	p := Progress{Point: existing.Point, Data: existing.Data, LeaseToken: NewToken(), ExpiresAt: now.Add(c.m.cfg.Lease), UpdatedAt: now}
+	err := c.timed(func() error { return c.m.cfg.Store.Advance(r.Context(), c.key, existing.LeaseToken, p, nil) })
+	var conflict *ConflictError
+	switch {
+	case errors.As(err, &conflict):
+		c.decideExisting(r, conflict.Existing, now, false)
+		return
+	case err != nil:
+		c.resolve(r, err, now)
+		return
+	}
+	rec := existing
+	rec.LeaseToken, rec.ExpiresAt, rec.UpdatedAt = p.LeaseToken, p.ExpiresAt, p.UpdatedAt
+	c.obs.Outcome = OutcomeResumed
+	c.hold(rec)
 }
 
 func (c *Call) decide(outcome string, answer func(http.ResponseWriter)) {

@@ -80,6 +80,13 @@ type Record struct {
 	Request []byte
 	// Response is the stored response of a COMPLETED record.
 	Response *Response
+	// Point is the recovery point a multi-step request has reached: the name
+	// of its last committed phase, empty for a one-step request (see
+	// BeginAt).
+	Point string
+	// Data holds what the phases committed so far recorded (ids, another
+	// system's references), for the phases after Point.
+	Data map[string]string
 	// CreatedAt is when the record was first written.
 	CreatedAt time.Time
 	// UpdatedAt is when the record last changed.

@@ -40,12 +40,33 @@ type Store interface {
 	// effects (undoing the reservation's holds) in one transaction,
 	// returning the errors Complete returns.
 	Release(ctx context.Context, key Key, lease string, effects []Effect) error
+	// Advance moves the record held under lease (IN_PROGRESS or UNKNOWN) to
+	// the recovery point p (its Point, Data, lease token, expiry and update
+	// time), keeping its status, and writes effects, in one transaction. It
+	// returns the errors Complete returns.
+	Advance(ctx context.Context, key Key, lease string, p Progress, effects []Effect) error
 	// MarkUnknown moves the record held under lease (not COMPLETED) to
 	// UNKNOWN with the new lease token and expiry, returning a *ConflictError
 	// as Complete does when the lease is no longer held.
 	MarkUnknown(ctx context.Context, key Key, lease, newLease string, expiresAt, now time.Time) error
 	// Get returns the record for key, or an error wrapping ErrNotFound.
 	Get(ctx context.Context, key Key) (Record, error)
+}
+
+// Progress is where a multi-step request stands: the fields Store.Advance
+// writes.
+type Progress struct {
+	// Point is the recovery point reached.
+	Point string
+	// Data is everything the phases so far recorded (not only the last one's).
+	Data map[string]string
+	// LeaseToken is the lease token from now on (a new one when the lease is
+	// taken over or given up).
+	LeaseToken string
+	// ExpiresAt is the new lease deadline.
+	ExpiresAt time.Time
+	// UpdatedAt is when the point was reached.
+	UpdatedAt time.Time
 }
 
 // Errors of the contract. Callers compare them with errors.Is / errors.As;

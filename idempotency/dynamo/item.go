@@ -28,6 +28,8 @@ const (
 	AttrResponseStatus  = "response_status"  // N, present when the record has a response
 	AttrResponseHeaders = "response_headers" // M of S, absent when there are none
 	AttrResponseBody    = "response_body"    // B, present (maybe empty) when the record has a response
+	AttrPoint           = "point"            // S: recovery point, absent when empty
+	AttrData            = "data"             // M of S: the phases' data, absent when empty
 	AttrCreatedAt       = "created_at"       // N: unix milliseconds, absent when zero
 	AttrUpdatedAt       = "updated_at"       // N: unix milliseconds, absent when zero
 )
@@ -56,17 +58,19 @@ func ItemFromRecord(rec idempotency.Record) map[string]types.AttributeValue {
 	if r := rec.Response; r != nil {
 		item[AttrResponseStatus] = num(int64(r.Status))
 		if len(r.Header) > 0 {
-			h := make(map[string]types.AttributeValue, len(r.Header))
-			for k, v := range r.Header {
-				h[k] = str(v)
-			}
-			item[AttrResponseHeaders] = &types.AttributeValueMemberM{Value: h}
+			item[AttrResponseHeaders] = strMap(r.Header)
 		}
 		body := r.Body
 		if body == nil {
 			body = []byte{} // a nil B would be serialized as an empty attribute value
 		}
 		item[AttrResponseBody] = &types.AttributeValueMemberB{Value: body}
+	}
+	if rec.Point != "" {
+		item[AttrPoint] = str(rec.Point)
+	}
+	if len(rec.Data) > 0 {
+		item[AttrData] = strMap(rec.Data)
 	}
 	if !rec.CreatedAt.IsZero() {
 		item[AttrCreatedAt] = num(rec.CreatedAt.UnixMilli())
@@ -114,6 +118,8 @@ func RecordFromItem(item map[string]types.AttributeValue) (idempotency.Record, e
 		}
 		rec.Response = resp
 	}
+	rec.Point = d.str(AttrPoint, false)
+	rec.Data = d.strMap(AttrData)
 	rec.CreatedAt = d.millis(AttrCreatedAt, false)
 	rec.UpdatedAt = d.millis(AttrUpdatedAt, false)
 	if d.err != nil {
@@ -228,6 +234,14 @@ func (d *decoder) strMap(name string) map[string]string {
 }
 
 func str(s string) *types.AttributeValueMemberS { return &types.AttributeValueMemberS{Value: s} }
+
+func strMap(m map[string]string) *types.AttributeValueMemberM {
+	out := make(map[string]types.AttributeValue, len(m))
+	for k, v := range m {
+		out[k] = str(v)
+	}
+	return &types.AttributeValueMemberM{Value: out}
+}
 
 func num(n int64) *types.AttributeValueMemberN {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}

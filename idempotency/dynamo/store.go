@@ -187,6 +187,59 @@ func (s *Store) Release(ctx context.Context, key idempotency.Key, lease string, 
 	return s.outcome("release", err, nil)
 }
 
+// Advance moves the record held under lease to the recovery point p with one
+// conditional UpdateItem, or with effects one TransactWriteItems, returning
+// a *idempotency.ConflictError as Complete does.
+func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, p idempotency.Progress, effects []idempotency.Effect) error {
+	names, values := leaseExpr(lease)
+	names["#point"] = AttrPoint
+	names["#data"] = AttrData
+	names["#expires"] = AttrExpiresAt
+	names["#expires_ms"] = AttrExpiresAtMS
+	names["#updated"] = AttrUpdatedAt
+	expiresMS := p.ExpiresAt.UnixMilli()
+	values[":new_lease"] = str(p.LeaseToken)
+	values[":point"] = str(p.Point)
+	values[":data"] = strMap(p.Data)
+	values[":expires"] = num(ceilSeconds(expiresMS))
+	values[":expires_ms"] = num(expiresMS)
+	values[":now"] = num(p.UpdatedAt.UnixMilli())
+	update := "SET #point = :point, #data = :data, #lease = :new_lease, " +
+		"#expires = :expires, #expires_ms = :expires_ms, #updated = :now"
+	k := map[string]types.AttributeValue{AttrPK: str(key.ID())}
+	// The write is already in place when the record is at p under its lease
+	// token and update time.
+	landed := func(r idempotency.Record) bool {
+		return r.Point == p.Point && r.LeaseToken == p.LeaseToken && r.UpdatedAt.UnixMilli() == p.UpdatedAt.UnixMilli()
+	}
+	if len(effects) > 0 {
+		u := &types.Update{
+			TableName:                           aws.String(s.table),
+			Key:                                 k,
+			UpdateExpression:                    aws.String(update),
+			ConditionExpression:                 aws.String(leaseCondition),
+			ExpressionAttributeNames:            names,
+			ExpressionAttributeValues:           values,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}
+		return s.transact(ctx, "advance", types.TransactWriteItem{Update: u}, effects, landed)
+	}
+	in := &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 k,
+		UpdateExpression:                    aws.String(update),
+		ConditionExpression:                 aws.String(leaseCondition),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+	err := s.do(ctx, func() error {
+		_, err := s.client.UpdateItem(ctx, in)
+		return err
+	})
+	return s.outcome("advance", err, landed)
+}
+
 // MarkUnknown moves the record held under lease to UNKNOWN with newLease and
 // expiresAt, with one conditional UpdateItem, returning a
 // *idempotency.ConflictError as Complete does.

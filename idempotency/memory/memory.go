@@ -141,6 +141,36 @@ func (s *Store) Release(ctx context.Context, key idempotency.Key, lease string, 
 	return nil
 }
 
+// Advance moves the record held under lease to the recovery point p and
+// writes effects, atomically, returning the errors Complete returns.
+func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, p idempotency.Progress, effects []idempotency.Effect) error {
+	expiresAt, now := millis(p.ExpiresAt), millis(p.UpdatedAt)
+	landed := func(r idempotency.Record) bool {
+		return r.Point == p.Point && r.LeaseToken == p.LeaseToken && r.UpdatedAt.Equal(now)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if done, err := s.held(key, lease, landed); done || err != nil {
+		return err
+	}
+	writes, err := s.applyEffects("advance", effects)
+	if err != nil {
+		return err
+	}
+	rec := s.records[key.ID()]
+	rec.Point = p.Point
+	rec.Data = maps.Clone(p.Data)
+	if len(rec.Data) == 0 {
+		rec.Data = nil
+	}
+	rec.LeaseToken = p.LeaseToken
+	rec.ExpiresAt = expiresAt
+	rec.UpdatedAt = now
+	s.records[key.ID()] = rec
+	s.write(writes)
+	return nil
+}
+
 // MarkUnknown moves the record held under lease to UNKNOWN with newLease and
 // expiresAt, returning a *idempotency.ConflictError as Complete does when the
 // lease is not held.
@@ -283,6 +313,9 @@ func normalize(rec idempotency.Record) idempotency.Record {
 	if len(rec.Request) == 0 {
 		rec.Request = nil
 	}
+	if len(rec.Data) == 0 {
+		rec.Data = nil
+	}
 	if r := rec.Response; r != nil {
 		if len(r.Header) == 0 {
 			r.Header = nil
@@ -305,6 +338,7 @@ func millis(t time.Time) time.Time {
 // clone returns a deep copy of rec.
 func clone(rec idempotency.Record) idempotency.Record {
 	rec.Request = bytes.Clone(rec.Request)
+	rec.Data = maps.Clone(rec.Data)
 	if r := rec.Response; r != nil {
 		rec.Response = &idempotency.Response{
 			Status: r.Status,

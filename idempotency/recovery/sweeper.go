@@ -107,6 +107,8 @@ func (s *Sweeper) record(ctx context.Context, er events.DynamoDBEventRecord) err
 		LeaseToken:  idempotency.NewToken(),
 		ExpiresAt:   now.Add(s.cfg.Retention),
 		Request:     old.Request,
+		Point:       old.Point,
+		Data:        old.Data,
 		CreatedAt:   old.CreatedAt,
 		UpdatedAt:   now,
 	}

@@ -61,6 +61,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("ReleaseEffects", func(t *testing.T) { testReleaseEffects(t, newStore) })
 	t.Run("Rejections", func(t *testing.T) { testRejections(t, newStore) })
 	t.Run("MarkUnknown", func(t *testing.T) { testMarkUnknown(t, newStore) })
+	t.Run("Advance", func(t *testing.T) { testAdvance(t, newStore) })
 	t.Run("Get", func(t *testing.T) { testGet(t, newStore) })
 	t.Run("Bodies", func(t *testing.T) { testBodies(t, newStore) })
 	t.Run("Headers", func(t *testing.T) { testHeaders(t, newStore) })
@@ -924,5 +925,65 @@ func testRejections(t *testing.T, newStore NewStore) {
 		put(t, s, existing)
 		err := s.Commit(t.Context(), completed(existing.Key, "b", t0), []idempotency.Effect{in.Require(scope(t)+"missing", errRejected)}, now)
 		wantConflict(t, "Commit(taken key, rejected effect)", err, &existing)
+	})
+}
+
+// testAdvance checks that Advance moves a held record (IN_PROGRESS or
+// UNKNOWN, keeping its status) to a recovery point with its effects, fenced
+// on the lease; that the point and data survive a later transition; and that
+// a store recognises its own Advance.
+func testAdvance(t *testing.T, newStore NewStore) {
+	now := t0.Add(-10 * time.Second)
+	p := idempotency.Progress{
+		Point: "charge_created", Data: map[string]string{"order": "ord_1", "charge": "ch_1"},
+		LeaseToken: "next-lease", ExpiresAt: now.Add(30 * time.Second), UpdatedAt: now,
+	}
+	for _, tt := range leaseTests(now) {
+		t.Run(tt.name, func(t *testing.T) {
+			s, in := newStore(t)
+			k := key(t, "k")
+			current := tt.current(k)
+			if current != nil {
+				put(t, s, *current)
+			}
+			err := s.Advance(t.Context(), k, "lease", p, []idempotency.Effect{effect(t, in, "paid", "x")})
+			call := fmt.Sprintf("Advance(%s)", tt.name)
+			if !tt.wantWin {
+				wantConflict(t, call, err, current)
+				wantEffects(t, in)
+				return
+			}
+			if err != nil {
+				t.Fatalf("%s = %v, want nil", call, err)
+			}
+			want := *current
+			want.Point, want.Data, want.LeaseToken, want.ExpiresAt, want.UpdatedAt = p.Point, p.Data, p.LeaseToken, p.ExpiresAt, p.UpdatedAt
+			wantRecord(t, s, want)
+			wantEffects(t, in, "paid")
+			// Again: the record now carries the new lease, so the old one
+			// is lost, unless the store sees the write is its own.
+			if err := s.Advance(t.Context(), k, "lease", p, nil); err != nil {
+				t.Errorf("%s again (its own write in place) = %v, want nil", call, err)
+			}
+			// A later transition keeps the point and the data.
+			if err := s.MarkUnknown(t.Context(), k, p.LeaseToken, "third", now.Add(time.Hour), now); err != nil {
+				t.Fatalf("MarkUnknown after Advance = %v", err)
+			}
+			got, err := s.Get(t.Context(), k)
+			if err != nil || got.Point != p.Point || !cmp.Equal(got.Data, p.Data) {
+				t.Errorf("after MarkUnknown: point %q data %v (%v), want %q %v", got.Point, got.Data, err, p.Point, p.Data)
+			}
+		})
+	}
+	t.Run("rejected", func(t *testing.T) {
+		s, in := newStore(t)
+		r := reserved(key(t, "k"), "a", "lease", true, t0)
+		put(t, s, r)
+		err := s.Advance(t.Context(), r.Key, "lease", p, []idempotency.Effect{in.Require(scope(t)+"missing", errRejected)})
+		var rejected *idempotency.RejectedError
+		if !errors.As(err, &rejected) || !errors.Is(err, errRejected) {
+			t.Fatalf("Advance(rejected effect) = %v, want a *RejectedError", err)
+		}
+		wantRecord(t, s, r)
 	})
 }

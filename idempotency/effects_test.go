@@ -1,0 +1,255 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/memory"
+	"github.com/oncehq/once/idempotency/problem"
+)
+
+// errSoldOut is a business answer of the tests' effects.
+var errSoldOut = problem.New(http.StatusConflict, "sold_out", "Sold out", "Nothing is left.")
+
+// stock is a memory effect that takes n from the counter item "stock", and
+// is rejected with errSoldOut when fewer are left.
+func take(n int) memory.Effect {
+	return memory.Effect{Table: "counters", Key: "stock", Apply: func(cur any, ok bool) (any, bool, error) {
+		left, _ := cur.(int)
+		if !ok || left < n {
+			return nil, false, errSoldOut
+		}
+		return left - n, true, nil
+	}}
+}
+
+// give is the effect that gives n back to "stock".
+func give(n int) memory.Effect {
+	return memory.Effect{Table: "counters", Key: "stock", Apply: func(cur any, ok bool) (any, bool, error) {
+		left, _ := cur.(int)
+		return left + n, true, nil
+	}}
+}
+
+type effectEnv struct {
+	store *memory.Store
+	mw    *idempotency.Middleware
+	calls []idempotency.Observation
+}
+
+func newEffectEnv(t *testing.T, stock int) *effectEnv {
+	t.Helper()
+	e := &effectEnv{store: memory.New()}
+	if err := e.store.Commit(t.Context(), idempotency.Record{
+		Key: idempotency.NewKey("seed", "seed"), Status: idempotency.StatusCompleted, Fingerprint: "seed",
+		ExpiresAt: time.Now().Add(time.Hour), Response: &idempotency.Response{Status: 200},
+	}, []idempotency.Effect{memory.Insert("counters", "stock", stock)}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	mw, err := idempotency.New(idempotency.Config{Store: e.store, Tenant: func(*http.Request) (string, bool) { return "acme", true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.mw = mw
+	return e
+}
+
+// do sends body under key to h and returns the answer and the observation.
+func (e *effectEnv) do(t *testing.T, h http.Handler, key, body string) (*httptest.ResponseRecorder, idempotency.Observation) {
+	t.Helper()
+	var obs idempotency.Observation
+	r := httptest.NewRequest("POST", "/v1/orders", strings.NewReader(body))
+	r = r.WithContext(idempotency.WithObservation(r.Context(), &obs))
+	r.Header.Set(idempotency.Header, key)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w, obs
+}
+
+func (e *effectEnv) stock(t *testing.T) int {
+	t.Helper()
+	n, _ := e.store.Items("counters")["stock"].(int)
+	return n
+}
+
+func nothingFound() idempotency.Resolver {
+	return idempotency.ResolverFunc(func(context.Context, idempotency.Record) (idempotency.Resolution, error) {
+		return idempotency.Resolution{}, nil
+	})
+}
+
+// TestAtomicRejection: an Atomic commit whose effect is rejected with a 4xx
+// stores that answer (a second write) and replays it (one); one that is
+// rejected with a 5xx stores nothing.
+func TestAtomicRejection(t *testing.T) {
+	e := newEffectEnv(t, 2)
+	h := e.mw.Atomic("POST /v1/orders", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		call, ok := idempotency.Begin(w, r)
+		if !ok {
+			return
+		}
+		call.AddEffect(take(3))
+		w.WriteHeader(http.StatusCreated)
+	}))
+	first, obs := e.do(t, h, "k", `{"n":3}`)
+	if first.Code != http.StatusConflict || !strings.Contains(first.Body.String(), `"code":"sold_out"`) {
+		t.Fatalf("first = %d %s, want 409 sold_out", first.Code, first.Body)
+	}
+	if obs.Outcome != idempotency.OutcomeRefused || obs.StoreCalls != 2 {
+		t.Errorf("first: outcome %s after %d store calls, want refused after 2", obs.Outcome, obs.StoreCalls)
+	}
+	again, obs := e.do(t, h, "k", `{"n":3}`)
+	if again.Code != first.Code || again.Body.String() != first.Body.String() || again.Header().Get(idempotency.ReplayedHeader) != "true" {
+		t.Errorf("retry = %d %s (replayed %q), want the stored answer replayed", again.Code, again.Body, again.Header().Get(idempotency.ReplayedHeader))
+	}
+	if obs.Outcome != idempotency.OutcomeReplayed || obs.StoreCalls != 1 {
+		t.Errorf("retry: outcome %s after %d store calls, want replayed after 1", obs.Outcome, obs.StoreCalls)
+	}
+	if got := e.stock(t); got != 2 {
+		t.Errorf("stock = %d, want 2 (nothing taken)", got)
+	}
+
+	// A rejection without a business answer is a 500, not stored.
+	broken := e.mw.Atomic("POST /v1/broken", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		call, ok := idempotency.Begin(w, r)
+		if !ok {
+			return
+		}
+		call.AddEffect(memory.Insert("counters", "stock", 1)) // exists: an internal error
+		w.WriteHeader(http.StatusCreated)
+	}))
+	w, _ := e.do(t, broken, "b", `{}`)
+	if w.Code != http.StatusInternalServerError {
+		t.Fatalf("colliding insert = %d %s, want 500", w.Code, w.Body)
+	}
+	if _, err := e.store.Get(t.Context(), idempotency.NewKey("acme", "b")); !errors.Is(err, idempotency.ErrNotFound) {
+		t.Errorf("record after a 500 = %v, want none", err)
+	}
+}
+
+// TestHolds: External holds are taken with the reservation, kept by a
+// completion, given back by a release, and a rejected hold is a stored
+// business answer.
+func TestHolds(t *testing.T) {
+	e := newEffectEnv(t, 5)
+	var status int // the handler's answer
+	h := e.mw.External("POST /v1/orders", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var n int
+		fmt.Sscanf(r.URL.Query().Get("n"), "%d", &n)
+		call, ok := idempotency.Begin(w, r, take(n))
+		if !ok {
+			return
+		}
+		call.AddReleaseEffect(give(n))
+		w.WriteHeader(status)
+	}), nothingFound())
+	send := func(key string, n int) (*httptest.ResponseRecorder, idempotency.Observation) {
+		var obs idempotency.Observation
+		r := httptest.NewRequest("POST", fmt.Sprintf("/v1/orders?n=%d", n), strings.NewReader(fmt.Sprintf(`{"n":%d}`, n)))
+		r = r.WithContext(idempotency.WithObservation(r.Context(), &obs))
+		r.Header.Set(idempotency.Header, key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w, obs
+	}
+
+	status = http.StatusCreated
+	if w, obs := send("a", 2); w.Code != http.StatusCreated || obs.StoreCalls != 2 {
+		t.Fatalf("take 2 = %d after %d store calls, want 201 after 2 (reserve with the hold, complete)", w.Code, obs.StoreCalls)
+	}
+	if got := e.stock(t); got != 3 {
+		t.Errorf("stock after a completed take of 2 = %d, want 3", got)
+	}
+
+	status = http.StatusServiceUnavailable
+	if w, _ := send("b", 3); w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("released take = %d, want 503", w.Code)
+	}
+	if got := e.stock(t); got != 3 {
+		t.Errorf("stock after a released take of 3 = %d, want 3 (given back)", got)
+	}
+	if _, err := e.store.Get(t.Context(), idempotency.NewKey("acme", "b")); !errors.Is(err, idempotency.ErrNotFound) {
+		t.Errorf("record after a release = %v, want none", err)
+	}
+
+	status = http.StatusCreated
+	first, obs := send("c", 4)
+	if first.Code != http.StatusConflict || obs.Outcome != idempotency.OutcomeRefused || obs.StoreCalls != 2 {
+		t.Fatalf("take 4 of 3 = %d (%s after %d store calls), want a stored 409 after 2", first.Code, obs.Outcome, obs.StoreCalls)
+	}
+	again, obs := send("c", 4)
+	if again.Code != http.StatusConflict || again.Body.String() != first.Body.String() || obs.Outcome != idempotency.OutcomeReplayed {
+		t.Errorf("retry of the refused take = %d %s (%s), want the 409 replayed", again.Code, again.Body, obs.Outcome)
+	}
+	if got := e.stock(t); got != 3 {
+		t.Errorf("stock after a refused take = %d, want 3", got)
+	}
+}
+
+// TestLeasedRejection: in Leased mode a completion whose effect is rejected
+// stores the business answer under the lease instead of the handler's.
+func TestLeasedRejection(t *testing.T) {
+	e := newEffectEnv(t, 1)
+	h := e.mw.Leased("POST /v1/orders", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		call, ok := idempotency.Begin(w, r)
+		if !ok {
+			return
+		}
+		call.AddEffect(take(2))
+		w.WriteHeader(http.StatusCreated)
+	}))
+	first, obs := e.do(t, h, "k", `{}`)
+	if first.Code != http.StatusConflict || obs.Outcome != idempotency.OutcomeRefused || obs.StoreCalls != 3 {
+		t.Fatalf("first = %d (%s after %d store calls), want a stored 409 after 3 (reserve, complete, complete the answer)", first.Code, obs.Outcome, obs.StoreCalls)
+	}
+	rec, err := e.store.Get(t.Context(), idempotency.NewKey("acme", "k"))
+	if err != nil || rec.Status != idempotency.StatusCompleted || rec.Response.Status != http.StatusConflict {
+		t.Errorf("record = %+v, %v; want COMPLETED with the 409", rec, err)
+	}
+}
+
+// TestWiring: misuse fails at start-up, not at the first request.
+func TestWiring(t *testing.T) {
+	mw, err := idempotency.New(idempotency.Config{Store: memory.New(), Tenant: func(*http.Request) (string, bool) { return "acme", true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	mustPanic := func(name string, f func()) {
+		t.Helper()
+		defer func() {
+			if recover() == nil {
+				t.Errorf("%s did not panic", name)
+			}
+		}()
+		f()
+	}
+	mustPanic("External without a resolver", func() { mw.External("POST /v1/a", h, nil) })
+	mustPanic("Wrap(External)", func() { mw.Wrap(idempotency.External, "POST /v1/b", h) })
+	mw.Atomic("POST /v1/c", h)
+	mustPanic("a route wrapped twice", func() { mw.Leased("POST /v1/c", h) })
+	mw.External("POST /v1/d", h, nothingFound())
+	if got := mw.Resolvers(); len(got) != 1 || got["POST /v1/d"] == nil {
+		t.Errorf("Resolvers() = %v, want POST /v1/d's", got)
+	}
+	if got := mw.Routes(); got["POST /v1/c"] != idempotency.Atomic || got["POST /v1/d"] != idempotency.External {
+		t.Errorf("Routes() = %v", got)
+	}
+	if _, err := idempotency.New(idempotency.Config{}); err == nil || !strings.Contains(err.Error(), "Store") || !strings.Contains(err.Error(), "Tenant") {
+		t.Errorf("New(Config{}) = %v, want an error naming Store and Tenant", err)
+	}
+
+	leased := mw.Leased("POST /v1/e", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		idempotency.Begin(w, r, take(1))
+	}))
+	r := httptest.NewRequest("POST", "/v1/e", strings.NewReader(`{}`))
+	r.Header.Set(idempotency.Header, "k")
+	mustPanic("holds in Leased mode", func() { leased.ServeHTTP(httptest.NewRecorder(), r) })
+}

@@ -1,0 +1,142 @@
+package idempotency_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/memory"
+	"github.com/oncehq/once/idempotency/problem"
+)
+
+// tenantFromHeader stands in for the API Gateway authorizer's context
+// (idempotency/apigw.Tenant in a Lambda): the tenant must never come from
+// anything the caller controls.
+func tenantFromHeader(r *http.Request) (string, bool) {
+	t := r.Header.Get("X-Tenant")
+	return t, t != ""
+}
+
+func post(h http.Handler, tenant, key, body string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest("POST", "/v1/notes", strings.NewReader(body))
+	r.Header.Set("X-Tenant", tenant)
+	r.Header.Set(idempotency.Header, key)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// An Atomic endpoint: the note is written in the same transaction as the
+// stored answer, so a retry replays the answer and writes nothing.
+func ExampleMiddleware_Atomic() {
+	store := memory.New() // dynamo.New(client, table) in production
+	mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: tenantFromHeader})
+	if err != nil {
+		panic(err)
+	}
+	notes := 0
+	h := mw.Atomic("POST /v1/notes", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Validate first: an answer written before Begin is not stored.
+		call, ok := idempotency.Begin(w, r)
+		if !ok {
+			return // a replay, 409, 422 or 503 is already decided
+		}
+		notes++
+		id := fmt.Sprintf("note_%d", notes)
+		call.AddEffect(memory.Insert("notes", id, id)) // dynamo.Insert(table, "pk", item) with DynamoDB
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":%q}`, id)
+	}))
+
+	first := post(h, "acme", "key-1", `{"text":"hello"}`)
+	retry := post(h, "acme", "key-1", `{ "text": "hello" }`) // the same JSON, spelled otherwise
+	other := post(h, "acme", "key-1", `{"text":"bye"}`)
+	fmt.Println(first.Code, first.Body.String())
+	fmt.Println(retry.Code, retry.Body.String(), retry.Header().Get(idempotency.ReplayedHeader))
+	fmt.Println(other.Code, problem.For(idempotency.ErrKeyReused).Code)
+	fmt.Println(len(store.Items("notes")), "note written")
+	// Output:
+	// 201 {"id":"note_1"}
+	// 201 {"id":"note_1"} true
+	// 422 idempotency_key_reused
+	// 1 note written
+}
+
+// An External endpoint calls another system with the request's forward key
+// and registers the Resolver the reconciler uses when the outcome is unknown.
+func ExampleMiddleware_External() {
+	mw, err := idempotency.New(idempotency.Config{Store: memory.New(), Tenant: tenantFromHeader})
+	if err != nil {
+		panic(err)
+	}
+	sent := map[string]string{} // the other system, idempotent by key
+	send := func(key string) string {
+		if id, ok := sent[key]; ok {
+			return id
+		}
+		sent[key] = fmt.Sprintf("msg_%d", len(sent)+1)
+		return sent[key]
+	}
+	answer := func(id string) idempotency.Response {
+		return idempotency.Response{Status: http.StatusCreated, Header: map[string]string{"Content-Type": "application/json"},
+			Body: []byte(fmt.Sprintf(`{"message":%q}`, id))}
+	}
+	resolver := idempotency.ResolverFunc(func(ctx context.Context, rec idempotency.Record) (idempotency.Resolution, error) {
+		id, ok := sent[rec.ForwardKey()]
+		if !ok {
+			return idempotency.Resolution{}, nil // nothing happened: the key is released
+		}
+		resp := answer(id) // the same bytes the handler sends
+		return idempotency.Resolution{Response: &resp}, nil
+	})
+	h := mw.External("POST /v1/notes", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		call, ok := idempotency.Begin(w, r)
+		if !ok {
+			return
+		}
+		resp := answer(send(call.ForwardKey()))
+		w.Header().Set("Content-Type", resp.Header["Content-Type"])
+		w.WriteHeader(resp.Status)
+		w.Write(resp.Body)
+	}), resolver)
+
+	fmt.Println(post(h, "acme", "k", `{"to":"bob"}`).Body.String())
+	fmt.Println(post(h, "acme", "k", `{"to":"bob"}`).Body.String())
+	fmt.Println(len(sent), "message sent;", len(mw.Resolvers()), "route to reconcile")
+	// Output:
+	// {"message":"msg_1"}
+	// {"message":"msg_1"}
+	// 1 message sent; 1 route to reconcile
+}
+
+// A business condition checked in the transaction that stores the answer: a
+// rejected effect's 4xx is the key's final answer, replayed like any other.
+func ExampleRejectedError() {
+	store := memory.New()
+	mw, _ := idempotency.New(idempotency.Config{Store: store, Tenant: tenantFromHeader})
+	errTaken := problem.New(http.StatusConflict, "name_taken", "Name taken", "That name is taken.")
+	h := mw.Atomic("POST /v1/notes", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		call, ok := idempotency.Begin(w, r)
+		if !ok {
+			return
+		}
+		call.AddEffect(memory.Effect{Table: "names", Key: "alice", Apply: func(_ any, exists bool) (any, bool, error) {
+			if exists {
+				return nil, false, errTaken // dynamo effects say this with Condition and Reject
+			}
+			return "alice", true, nil
+		}})
+		w.WriteHeader(http.StatusCreated)
+	}))
+	fmt.Println(post(h, "acme", "a", `{"name":"alice"}`).Code)
+	second := post(h, "acme", "b", `{"name":"alice"}`)
+	retry := post(h, "acme", "b", `{"name":"alice"}`)
+	fmt.Println(second.Code, retry.Code, retry.Header().Get(idempotency.ReplayedHeader))
+	// Output:
+	// 201
+	// 409 409 true
+}
