@@ -82,6 +82,9 @@ type Config struct {
 	// Hook, if set, is called at each fault point (PointAfterReserve,
 	// PointAfterComplete); a crash injector panics there.
 	Hook func(ctx context.Context, point string)
+	// Cache, if set, keeps the COMPLETED records this Middleware sees, so that
+	// replays and mismatches of them cost no store round trip (see Cache).
+	Cache *Cache
 }
 
 // Middleware applies the idempotency contract to HTTP handlers. It is safe for
@@ -338,6 +341,11 @@ func (c *Call) begin(r *http.Request, holds []Effect) (*Call, bool) {
 	c.canonical = canonical
 	c.fingerprint = Fingerprint(r.Method, c.route, canonical)
 	c.holds = holds
+	if cached, ok := c.m.cfg.Cache.get(c.key, c.m.cfg.Now()); ok {
+		c.obs.CacheHit = true
+		c.decideExisting(r, &cached, c.m.cfg.Now(), false)
+		return nil, false
+	}
 	if c.mode == Atomic {
 		c.begun = true
 		return c, true
@@ -469,6 +477,7 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 			c.answer(w)
 			return
 		}
+		c.m.cfg.Cache.put(done)
 		c.m.cfg.Hook(ctx, PointAfterReserve)
 		c.m.cfg.Hook(ctx, PointAfterComplete)
 		c.obs.Outcome = OutcomeCreated
@@ -553,6 +562,11 @@ func (c *Call) complete(w http.ResponseWriter, r *http.Request, rec *recorder, n
 		c.obs.Outcome, c.obs.Err = OutcomeStoreError, err.Error()
 		rec.flush(w)
 		return
+	case errors.Is(err, ErrResponseTooLarge):
+		c.obs.Err = err.Error()
+		c.decide(OutcomeStoreError, c.errorAnswer(r, err))
+		c.answer(w)
+		return
 	case err != nil:
 		// The completion's transaction (the effects with it) may or may
 		// not have landed: a retry either replays it or, once the lease
@@ -561,6 +575,7 @@ func (c *Call) complete(w http.ResponseWriter, r *http.Request, rec *recorder, n
 		c.answer(w)
 		return
 	}
+	c.m.cfg.Cache.put(done)
 	c.m.cfg.Hook(ctx, PointAfterComplete)
 	if c.phased && c.finalPoint != "" {
 		c.m.cfg.Hook(ctx, PointAfter(c.finalPoint))
@@ -626,6 +641,7 @@ func (c *Call) refuse(r *http.Request, rejected *RejectedError, now time.Time) {
 		c.resolve(r, err, now)
 		return
 	}
+	c.m.cfg.Cache.put(done)
 	c.decide(OutcomeRefused, replayAs(resp, false))
 }
 
@@ -673,7 +689,7 @@ func createdAt(rec Record, now time.Time) time.Time {
 func (c *Call) resolve(r *http.Request, err error, now time.Time) {
 	var conflict *ConflictError
 	if !errors.As(err, &conflict) {
-		if !errors.Is(err, ErrUnavailable) {
+		if !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrResponseTooLarge) {
 			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		c.obs.Err = err.Error()
@@ -693,6 +709,7 @@ func (c *Call) decideExisting(r *http.Request, existing *Record, now time.Time, 
 	case existing.Fingerprint != c.fingerprint:
 		c.decide(OutcomeMismatch, c.errorAnswer(r, ErrKeyReused))
 	case existing.Status == StatusCompleted && existing.Response != nil:
+		c.m.cfg.Cache.put(*existing)
 		c.decide(OutcomeReplayed, replay(*existing.Response))
 	case existing.Status == StatusInProgress && !existing.Expired(now):
 		inProgress(existing.ExpiresAt.Sub(now))

@@ -20,6 +20,9 @@ type Observation struct {
 	StoreCalls int
 	// StoreLatency is the time spent in the store.
 	StoreLatency time.Duration
+	// CacheHit says the answer came from the Middleware's Cache, with no
+	// store round trip.
+	CacheHit bool
 	// Err describes a store error, for the log.
 	Err string
 }

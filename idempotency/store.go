@@ -17,7 +17,8 @@ import (
 // failed condition). Implementations return *ConflictError when a
 // condition fails, wrap ErrNotFound when a record does not exist, and wrap
 // ErrUnavailable when the store could not be reached or throttled after its
-// own bounded retries.
+// own bounded retries, and ErrResponseTooLarge when a record's answer is
+// larger than the store can keep.
 type Store interface {
 	// Commit writes rec (COMPLETED) and effects in one transaction, provided no
 	// record for rec.Key exists or the existing one is Reclaimable at now.
@@ -91,6 +92,10 @@ var (
 	// ErrNoTenant: the request carries no tenant (the authorizer did not run)
 	// (401).
 	ErrNoTenant = problem.New(http.StatusUnauthorized, "unauthorized", "Unauthorized", "The request carries no authenticated tenant.")
+	// ErrResponseTooLarge: the handler's answer is too large for the store
+	// to keep (500, logged): it is neither stored nor sent as a success.
+	ErrResponseTooLarge = problem.New(http.StatusInternalServerError, "response_too_large", "Response too large",
+		"The answer to this request is too large to be stored, so it was not committed. Retrying will not help.").Logged()
 	// ErrNotFound: no record for the key (a store result, not an answer).
 	ErrNotFound = errors.New("idempotency: record not found")
 	// ErrUnavailable: the store could not be reached (503, Retry-After: 1).

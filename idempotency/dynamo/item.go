@@ -36,7 +36,8 @@ const (
 
 // ItemFromRecord is the item that stores rec. Times are kept to the
 // millisecond; an empty lease token, request or header set is left out; a
-// response's body is always present, empty or not.
+// response's body is always present, empty or not, and compressed from
+// CompressAbove bytes when that makes it smaller.
 func ItemFromRecord(rec idempotency.Record) map[string]types.AttributeValue {
 	expiresMS := rec.ExpiresAt.UnixMilli()
 	item := map[string]types.AttributeValue{
@@ -60,11 +61,14 @@ func ItemFromRecord(rec idempotency.Record) map[string]types.AttributeValue {
 		if len(r.Header) > 0 {
 			item[AttrResponseHeaders] = strMap(r.Header)
 		}
-		body := r.Body
+		body, encoding := encodeBody(r.Body)
 		if body == nil {
 			body = []byte{} // a nil B would be serialized as an empty attribute value
 		}
 		item[AttrResponseBody] = &types.AttributeValueMemberB{Value: body}
+		if encoding != "" {
+			item[AttrResponseEncoding] = str(encoding)
+		}
 	}
 	if rec.Point != "" {
 		item[AttrPoint] = str(rec.Point)
@@ -83,7 +87,9 @@ func ItemFromRecord(rec idempotency.Record) map[string]types.AttributeValue {
 
 // RecordFromItem decodes an item written by ItemFromRecord. Times come back in
 // UTC; a response's headers are nil when there are none and its body is
-// non-nil.
+// non-nil, decompressed. The body of a record whose answer the store keeps in
+// chunk items (see CompressAbove) is not in the item: RecordFromItem leaves it
+// empty, and the Store's reads fetch it.
 func RecordFromItem(item map[string]types.AttributeValue) (idempotency.Record, error) {
 	d := decoder{item: item}
 	var rec idempotency.Record
@@ -113,6 +119,13 @@ func RecordFromItem(item map[string]types.AttributeValue) (idempotency.Record, e
 		resp := &idempotency.Response{Status: int(d.int(AttrResponseStatus, true))}
 		resp.Header = d.strMap(AttrResponseHeaders)
 		resp.Body = d.bin(AttrResponseBody)
+		if enc := d.str(AttrResponseEncoding, false); enc != "" && d.err == nil {
+			body, err := decodeBody(resp.Body, enc)
+			if err != nil {
+				d.fail(AttrResponseBody, err)
+			}
+			resp.Body = body
+		}
 		if resp.Body == nil {
 			resp.Body = []byte{}
 		}

@@ -22,7 +22,6 @@ type Store struct {
 	retry  conflictRetry
 }
 
-var _ idempotency.Store = (*Store)(nil)
 
 // Option configures a Store.
 type Option func(*Store)
@@ -89,15 +88,19 @@ func leaseExpr(lease string) (map[string]string, map[string]types.AttributeValue
 // idempotency.ErrUnavailable when DynamoDB could not be reached or throttled.
 func (s *Store) Commit(ctx context.Context, rec idempotency.Record, effects []idempotency.Effect, now time.Time) error {
 	names, values := reclaimExpr(now)
+	item, chunks, err := recordItems(rec)
+	if err != nil {
+		return fmt.Errorf("dynamo: commit: %w", err)
+	}
 	put := &types.Put{
 		TableName:                           aws.String(s.table),
-		Item:                                ItemFromRecord(rec),
+		Item:                                item,
 		ConditionExpression:                 aws.String(reclaimCondition),
 		ExpressionAttributeNames:            names,
 		ExpressionAttributeValues:           values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}
-	return s.transact(ctx, "commit", types.TransactWriteItem{Put: put}, effects, isRecord(rec))
+	return s.transact(ctx, "commit", types.TransactWriteItem{Put: put}, s.chunkPuts(chunks), effects, isRecord(rec))
 }
 
 // Reserve writes rec with one conditional PutItem, under Commit's condition,
@@ -114,7 +117,7 @@ func (s *Store) Reserve(ctx context.Context, rec idempotency.Record, effects []i
 			ExpressionAttributeValues:           values,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}
-		return s.transact(ctx, "reserve", types.TransactWriteItem{Put: put}, effects, isRecord(rec))
+		return s.transact(ctx, "reserve", types.TransactWriteItem{Put: put}, nil, effects, isRecord(rec))
 	}
 	in := &dynamodb.PutItemInput{
 		TableName:                           aws.String(s.table),
@@ -133,26 +136,39 @@ func (s *Store) Reserve(ctx context.Context, rec idempotency.Record, effects []i
 // record, with a nil Existing when there is none.
 func (s *Store) Complete(ctx context.Context, rec idempotency.Record, lease string, effects []idempotency.Effect) error {
 	names, values := leaseExpr(lease)
-	if len(effects) > 0 {
+	item, chunks, err := recordItems(rec)
+	if err != nil {
+		return fmt.Errorf("dynamo: complete: %w", err)
+	}
+	if len(effects) > 0 || len(chunks) > 0 {
 		put := &types.Put{
 			TableName:                           aws.String(s.table),
-			Item:                                ItemFromRecord(rec),
+			Item:                                item,
 			ConditionExpression:                 aws.String(leaseCondition),
 			ExpressionAttributeNames:            names,
 			ExpressionAttributeValues:           values,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}
-		return s.transact(ctx, "complete", types.TransactWriteItem{Put: put}, effects, isRecord(rec))
+		return s.transact(ctx, "complete", types.TransactWriteItem{Put: put}, s.chunkPuts(chunks), effects, isRecord(rec))
 	}
 	in := &dynamodb.PutItemInput{
 		TableName:                           aws.String(s.table),
-		Item:                                ItemFromRecord(rec),
+		Item:                                item,
 		ConditionExpression:                 aws.String(leaseCondition),
 		ExpressionAttributeNames:            names,
 		ExpressionAttributeValues:           values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}
 	return s.put(ctx, "complete", in, isRecord(rec))
+}
+
+// chunkPuts are the puts of a body's chunk items.
+func (s *Store) chunkPuts(chunks []map[string]types.AttributeValue) []types.TransactWriteItem {
+	out := make([]types.TransactWriteItem, len(chunks))
+	for i, c := range chunks {
+		out[i] = types.TransactWriteItem{Put: &types.Put{TableName: aws.String(s.table), Item: c}}
+	}
+	return out
 }
 
 // Release deletes the record held under lease with one conditional
@@ -170,7 +186,7 @@ func (s *Store) Release(ctx context.Context, key idempotency.Key, lease string, 
 			ExpressionAttributeValues:           values,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}
-		return s.transact(ctx, "release", types.TransactWriteItem{Delete: del}, effects, nil)
+		return s.transact(ctx, "release", types.TransactWriteItem{Delete: del}, nil, effects, nil)
 	}
 	in := &dynamodb.DeleteItemInput{
 		TableName:                           aws.String(s.table),
@@ -184,7 +200,7 @@ func (s *Store) Release(ctx context.Context, key idempotency.Key, lease string, 
 		_, err := s.client.DeleteItem(ctx, in)
 		return err
 	})
-	return s.outcome("release", err, nil)
+	return s.outcome(ctx, "release", err, nil)
 }
 
 // Advance moves the record held under lease to the recovery point p with one
@@ -222,7 +238,7 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 			ExpressionAttributeValues:           values,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}
-		return s.transact(ctx, "advance", types.TransactWriteItem{Update: u}, effects, landed)
+		return s.transact(ctx, "advance", types.TransactWriteItem{Update: u}, nil, effects, landed)
 	}
 	in := &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.table),
@@ -237,7 +253,7 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 		_, err := s.client.UpdateItem(ctx, in)
 		return err
 	})
-	return s.outcome("advance", err, landed)
+	return s.outcome(ctx, "advance", err, landed)
 }
 
 // MarkUnknown moves the record held under lease to UNKNOWN with newLease and
@@ -274,7 +290,7 @@ func (s *Store) MarkUnknown(ctx context.Context, key idempotency.Key, lease, new
 		_, err := s.client.UpdateItem(ctx, in)
 		return err
 	})
-	return s.outcome("mark unknown", err, landed)
+	return s.outcome(ctx, "mark unknown", err, landed)
 }
 
 // Get reads the record for key with a strongly consistent GetItem. It returns
@@ -291,12 +307,15 @@ func (s *Store) Get(ctx context.Context, key idempotency.Key) (idempotency.Recor
 		return err
 	})
 	if err != nil {
-		return idempotency.Record{}, s.outcome("get", err, nil)
+		return idempotency.Record{}, s.outcome(ctx, "get", err, nil)
 	}
 	if len(out.Item) == 0 {
 		return idempotency.Record{}, fmt.Errorf("dynamo: get: %w", idempotency.ErrNotFound)
 	}
 	rec, err := RecordFromItem(out.Item)
+	if err == nil {
+		rec, err = s.withChunks(ctx, out.Item, rec)
+	}
 	if err != nil {
 		return idempotency.Record{}, fmt.Errorf("dynamo: get: %w", err)
 	}
@@ -309,15 +328,18 @@ func (s *Store) put(ctx context.Context, op string, in *dynamodb.PutItemInput, l
 		_, err := s.client.PutItem(ctx, in)
 		return err
 	})
-	return s.outcome(op, err, landed)
+	return s.outcome(ctx, op, err, landed)
 }
 
-// transact writes the record's item (its Put or Delete) and the effects in
-// one TransactWriteItems. A failed condition of the record's item is a
-// conflict; one of an effect's, a *idempotency.RejectedError.
-func (s *Store) transact(ctx context.Context, op string, record types.TransactWriteItem, effects []idempotency.Effect, landed func(idempotency.Record) bool) error {
-	items := make([]types.TransactWriteItem, 0, 1+len(effects))
+// transact writes the record's item (its Put, Update or Delete), the extra
+// items that go with it (a body's chunks) and the effects in one
+// TransactWriteItems. A failed condition of the record's item is a conflict;
+// one of an effect's, a *idempotency.RejectedError.
+func (s *Store) transact(ctx context.Context, op string, record types.TransactWriteItem, extra []types.TransactWriteItem, effects []idempotency.Effect, landed func(idempotency.Record) bool) error {
+	items := make([]types.TransactWriteItem, 0, 1+len(extra)+len(effects))
 	items = append(items, record)
+	items = append(items, extra...)
+	first := len(items) // the first effect's index
 	rejects := make([]func(map[string]types.AttributeValue) error, len(effects))
 	for i, e := range effects {
 		item, reject, err := transactItem(e)
@@ -339,28 +361,29 @@ func (s *Store) transact(ctx context.Context, op string, record types.TransactWr
 	var canceled *types.TransactionCanceledException
 	if _, recordFailed := conditionFailed(err); !recordFailed && errors.As(err, &canceled) {
 		for i, r := range canceled.CancellationReasons {
-			if i == 0 || i > len(effects) || aws.ToString(r.Code) != reasonConditionalCheckFailed {
+			j := i - first
+			if j < 0 || j >= len(effects) || aws.ToString(r.Code) != reasonConditionalCheckFailed {
 				continue
 			}
-			e := effects[i-1]
-			rej := &idempotency.RejectedError{Index: i - 1, Table: e.EffectTable()}
-			if reject := rejects[i-1]; reject != nil {
+			e := effects[j]
+			rej := &idempotency.RejectedError{Index: j, Table: e.EffectTable()}
+			if reject := rejects[j]; reject != nil {
 				rej.Err = reject(r.Item)
 			}
 			if rej.Err == nil {
-				rej.Err = fmt.Errorf("dynamo: %s: the condition of effect %d on %s failed: %w", op, i-1, e.EffectTable(), err)
+				rej.Err = fmt.Errorf("dynamo: %s: the condition of effect %d on %s failed: %w", op, j, e.EffectTable(), err)
 			}
 			return rej
 		}
 	}
-	return s.outcome(op, err, landed)
+	return s.outcome(ctx, op, err, landed)
 }
 
 // outcome turns a write's error into the Store contract's: nil, a
 // *idempotency.ConflictError, an error wrapping idempotency.ErrUnavailable,
 // or another error. landed, if set, recognises the call's own write in the
 // item a failed condition returned (see the package documentation).
-func (s *Store) outcome(op string, err error, landed func(idempotency.Record) bool) error {
+func (s *Store) outcome(ctx context.Context, op string, err error, landed func(idempotency.Record) bool) error {
 	if err == nil {
 		return nil
 	}
@@ -369,6 +392,9 @@ func (s *Store) outcome(op string, err error, landed func(idempotency.Record) bo
 			return &idempotency.ConflictError{}
 		}
 		existing, derr := RecordFromItem(item)
+		if derr == nil {
+			existing, derr = s.withChunks(ctx, item, existing)
+		}
 		if derr != nil {
 			return fmt.Errorf("dynamo: %s: condition failed on an undecodable item: %w", op, derr)
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	mrand "math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -64,6 +65,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Advance", func(t *testing.T) { testAdvance(t, newStore) })
 	t.Run("Get", func(t *testing.T) { testGet(t, newStore) })
 	t.Run("Bodies", func(t *testing.T) { testBodies(t, newStore) })
+	t.Run("LargeBodies", func(t *testing.T) { testLargeBodies(t, newStore) })
 	t.Run("Headers", func(t *testing.T) { testHeaders(t, newStore) })
 	t.Run("Times", func(t *testing.T) { testTimes(t, newStore) })
 	t.Run("Rewrite", func(t *testing.T) { testRewrite(t, newStore) })
@@ -986,4 +988,41 @@ func testAdvance(t *testing.T, newStore NewStore) {
 		}
 		wantRecord(t, s, r)
 	})
+}
+
+// testLargeBodies checks that answers of 1 MB, compressible or not, are
+// stored and come back byte for byte: from Get, from a conflict, and after a
+// completion under a lease.
+func testLargeBodies(t *testing.T, newStore NewStore) {
+	random := make([]byte, 1<<20)
+	rng := mrand.New(mrand.NewPCG(1, 2))
+	for i := range random {
+		random[i] = byte(rng.Uint32())
+	}
+	text := []byte(`{"items":[` + strings.Repeat(`{"id":"item_0123456789","amount":1999,"currency":"usd"},`, 1<<20/56) + `{}]}`)
+	for _, body := range []struct {
+		name string
+		b    []byte
+	}{{"compressible", text}, {"incompressible", random}} {
+		t.Run(body.name, func(t *testing.T) {
+			s, _ := newStore(t)
+			rec := completed(key(t, "k"), "a", t0)
+			rec.Response.Body = body.b
+			if err := s.Commit(t.Context(), rec, nil, t0.Add(-time.Hour)); err != nil {
+				t.Fatalf("Commit(%d bytes) = %v", len(body.b), err)
+			}
+			wantRecord(t, s, rec)
+			err := s.Commit(t.Context(), completed(rec.Key, "b", t0), nil, t0.Add(-time.Hour))
+			wantConflict(t, "Commit(taken key)", err, &rec)
+
+			r := reserved(key(t, "leased"), "a", "lease", true, t0)
+			put(t, s, r)
+			d := done(r, t0.Add(-time.Minute))
+			d.Response.Body = body.b
+			if err := s.Complete(t.Context(), d, "lease", nil); err != nil {
+				t.Fatalf("Complete(%d bytes) = %v", len(body.b), err)
+			}
+			wantRecord(t, s, d)
+		})
+	}
 }

@@ -25,6 +25,14 @@ import (
 	"github.com/oncehq/once/internal/provider"
 )
 
+// The bounds of the api function's replay cache (idempotency.Cache): a warm
+// function answers a replay of a key it has seen completed without a
+// DynamoDB call.
+const (
+	ReplayCacheEntries = 10_000
+	ReplayCacheBytes   = 16 << 20
+)
+
 // Handler returns the api function's handler: the API over the idempotency
 // engine, backed by DynamoDB through client. The charges route calls the
 // provider at cfg.ProviderURL, each call bounded by cfg.ProviderTimeout;
@@ -43,6 +51,7 @@ func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (http
 		Lease:     cfg.Lease,
 		Now:       opts.Now,
 		Hook:      hook,
+		Cache:     idempotency.NewCache(ReplayCacheEntries, ReplayCacheBytes),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)

@@ -17,7 +17,7 @@ var streamRead = []string{"dynamodb:DescribeStream", "dynamodb:GetRecords", "dyn
 // resource is a logical ID (its Arn) or <Table>/stream (its StreamArn).
 var wantGrants = map[string]map[string][]string{
 	"ApiFunction": {
-		"IdempotencyTable": {"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+		"IdempotencyTable": {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
 		"PaymentsTable":    {"dynamodb:GetItem", "dynamodb:PutItem"},
 	},
 	"AuthorizerFunction": {
@@ -29,12 +29,12 @@ var wantGrants = map[string]map[string][]string{
 		"WorkerDLQ":            {"sqs:SendMessage"},
 	},
 	"SweeperFunction": {
-		"IdempotencyTable":        {"dynamodb:GetItem", "dynamodb:PutItem"},
+		"IdempotencyTable":        {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem"},
 		"IdempotencyTable/stream": streamRead,
 		"SweeperDLQ":              {"sqs:SendMessage"},
 	},
 	"ReconcilerFunction": {
-		"IdempotencyTable":        {"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+		"IdempotencyTable":        {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
 		"PaymentsTable":           {"dynamodb:GetItem", "dynamodb:PutItem"},
 		"IdempotencyTable/stream": streamRead,
 		"ReconcilerDLQ":           {"sqs:SendMessage"},

@@ -38,6 +38,9 @@ type stack struct {
 	client  *dynamodb.Client // uncounted, for the tests' own reads
 	calls   *opCounter       // DynamoDB operations made by the function
 	invoke  func(context.Context, json.RawMessage) (json.RawMessage, error)
+	// restart replaces the function with a new instance (a cold start: an
+	// empty replay cache), on the same tables.
+	restart func()
 	logs    *lambdatest.Buffer
 	metrics *lambdatest.Buffer
 	clock   *clock
@@ -110,18 +113,21 @@ func newStack(t testing.TB, opts ...stackOption) *stack {
 		fnClient = setup.client(t, base)
 	}
 	fnClient = s.calls.wrap(fnClient)
-	api, err := apifn.Handler(setup.cfg, fnClient, app.Options{
-		Logger:  app.Logger(s.logs, setup.cfg.LogLevel),
-		Metrics: s.metrics,
-		Now:     s.clock.Now,
-	})
-	if err != nil {
-		t.Fatal(err)
+	s.restart = func() {
+		api, err := apifn.Handler(setup.cfg, fnClient, app.Options{
+			Logger:  app.Logger(s.logs, setup.cfg.LogLevel),
+			Metrics: s.metrics,
+			Now:     s.clock.Now,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if setup.wrap != nil {
+			api = setup.wrap(s, api)
+		}
+		s.invoke = gateway.NewLambdaHandler(api)
 	}
-	if setup.wrap != nil {
-		api = setup.wrap(s, api)
-	}
-	s.invoke = gateway.NewLambdaHandler(api)
+	s.restart()
 	return s
 }
 

@@ -195,6 +195,9 @@ func (h *handler) observe(r *http.Request, info *requestInfo, status int, took t
 		slog.Float64("store_latency_ms", ms(obs.StoreLatency)),
 		slog.Float64("duration_ms", ms(took)),
 	}
+	if obs.CacheHit {
+		attrs = append(attrs, slog.Bool("cache_hit", true))
+	}
 	if info.calls > 0 {
 		attrs = append(attrs,
 			slog.Int("provider_calls", info.calls),

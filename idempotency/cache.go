@@ -1,0 +1,101 @@
+package idempotency
+
+import (
+	"container/list"
+	"sync"
+	"time"
+)
+
+// Cache keeps COMPLETED records in memory, so that a warm function answers a
+// replay (the same request again) or a mismatch (the key with another
+// request: 422) without a store round trip. A COMPLETED record never changes
+// until it expires (nothing but a new request after its expiry may replace
+// it), so a cached record is exact for as long as it lives: an entry serves
+// only until the record's ExpiresAt, by the Middleware's clock, and is keyed
+// by the scoped key (tenant and key hash), so tenants never share entries.
+// The Cache holds at most a number of entries and of bytes, evicting the
+// least recently used. It is safe for concurrent use; the zero value is not
+// usable: call NewCache.
+type Cache struct {
+	maxEntries int
+	maxBytes   int64
+
+	mu    sync.Mutex
+	bytes int64
+	lru   *list.List               // of *cacheEntry, most recent first
+	byID  map[string]*list.Element // by Key.ID()
+}
+
+type cacheEntry struct {
+	id   string
+	rec  Record
+	size int64
+}
+
+// NewCache returns a Cache of at most maxEntries records and maxBytes bytes
+// of responses (each at least 1).
+func NewCache(maxEntries int, maxBytes int64) *Cache {
+	return &Cache{maxEntries: max(maxEntries, 1), maxBytes: max(maxBytes, 1), lru: list.New(), byID: map[string]*list.Element{}}
+}
+
+// get returns the COMPLETED record of key if the cache has it and it has
+// not expired at now.
+func (c *Cache) get(key Key, now time.Time) (Record, bool) {
+	if c == nil {
+		return Record{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.byID[key.ID()]
+	if !ok {
+		return Record{}, false
+	}
+	e := el.Value.(*cacheEntry)
+	if e.rec.Expired(now) {
+		c.remove(el)
+		return Record{}, false
+	}
+	c.lru.MoveToFront(el)
+	return e.rec, true
+}
+
+// put keeps rec, a COMPLETED record with its response; anything else is
+// ignored, as is a record larger than the whole cache.
+func (c *Cache) put(rec Record) {
+	if c == nil || rec.Status != StatusCompleted || rec.Response == nil {
+		return
+	}
+	size := int64(len(rec.Response.Body) + len(rec.Fingerprint) + len(rec.Key.ID()) + 256)
+	for k, v := range rec.Response.Header {
+		size += int64(len(k) + len(v))
+	}
+	if size > c.maxBytes {
+		return
+	}
+	rec = cloneRecord(rec)
+	rec.Request = nil // replays do not need it
+	id := rec.Key.ID()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.byID[id]; ok {
+		c.remove(el)
+	}
+	c.byID[id] = c.lru.PushFront(&cacheEntry{id: id, rec: rec, size: size})
+	c.bytes += size
+	for c.lru.Len() > c.maxEntries || c.bytes > c.maxBytes {
+		c.remove(c.lru.Back())
+	}
+}
+
+// Len is the number of records cached.
+func (c *Cache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Len()
+}
+
+func (c *Cache) remove(el *list.Element) {
+	e := c.lru.Remove(el).(*cacheEntry)
+	delete(c.byID, e.id)
+	c.bytes -= e.size
+}

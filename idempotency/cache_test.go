@@ -1,0 +1,163 @@
+package idempotency_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/memory"
+)
+
+// TestCache: replays and mismatches of a completed record are answered from
+// the cache with no store call, exactly until the record expires, per
+// tenant.
+func TestCache(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	store := memory.New()
+	cache := idempotency.NewCache(100, 1<<20)
+	mw, err := idempotency.New(idempotency.Config{
+		Store: store, Cache: cache, Retention: time.Hour, Now: func() time.Time { return now },
+		Tenant: func(r *http.Request) (string, bool) { return r.Header.Get("X-Tenant"), true },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	executions := 0
+	h := mw.Atomic("POST /v1/notes", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := idempotency.Begin(w, r); !ok {
+			return
+		}
+		executions++
+		fmt.Fprintf(w, "note %d", executions)
+	}))
+	send := func(tenant, key, body string) (*httptest.ResponseRecorder, idempotency.Observation) {
+		var obs idempotency.Observation
+		r := httptest.NewRequest("POST", "/v1/notes", strings.NewReader(body))
+		r = r.WithContext(idempotency.WithObservation(r.Context(), &obs))
+		r.Header.Set("X-Tenant", tenant)
+		r.Header.Set(idempotency.Header, key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w, obs
+	}
+	tests := []struct {
+		name           string
+		tenant, body   string
+		advance        time.Duration
+		wantStatus     int
+		wantBody       string
+		wantStoreCalls int
+		wantCacheHit   bool
+		wantExecutions int
+	}{
+		{"first", "acme", `{"a":1}`, 0, 200, "note 1", 1, false, 1},
+		{"replay", "acme", `{"a":1}`, 0, 200, "note 1", 0, true, 1},
+		{"mismatch", "acme", `{"a":2}`, 0, 422, "", 0, true, 1},
+		{"other tenant", "globex", `{"a":1}`, 0, 200, "note 2", 1, false, 2},
+		{"just before expiry", "acme", `{"a":1}`, time.Hour - time.Millisecond, 200, "note 1", 0, true, 2},
+		{"at expiry: executes anew", "acme", `{"a":2}`, time.Millisecond, 200, "note 3", 1, false, 3},
+		{"the new record, cached", "acme", `{"a":2}`, 0, 200, "note 3", 0, true, 3},
+	}
+	for _, tt := range tests {
+		now = now.Add(tt.advance)
+		w, obs := send(tt.tenant, "k", tt.body)
+		if w.Code != tt.wantStatus || (tt.wantBody != "" && w.Body.String() != tt.wantBody) {
+			t.Errorf("%s: %d %q, want %d %q", tt.name, w.Code, w.Body, tt.wantStatus, tt.wantBody)
+		}
+		if obs.StoreCalls != tt.wantStoreCalls || obs.CacheHit != tt.wantCacheHit {
+			t.Errorf("%s: %d store calls, cache hit %v; want %d, %v", tt.name, obs.StoreCalls, obs.CacheHit, tt.wantStoreCalls, tt.wantCacheHit)
+		}
+		if executions != tt.wantExecutions {
+			t.Errorf("%s: %d executions, want %d", tt.name, executions, tt.wantExecutions)
+		}
+		if tt.wantCacheHit && tt.wantStatus == 200 && w.Header().Get(idempotency.ReplayedHeader) != "true" {
+			t.Errorf("%s: a cached replay without %s", tt.name, idempotency.ReplayedHeader)
+		}
+	}
+}
+
+// TestCacheBounds: the cache keeps at most its entries and bytes.
+func TestCacheBounds(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		entries  int
+		bytes    int64
+		wantMost int
+	}{
+		{"entries", 3, 1 << 20, 3},
+		{"bytes", 100, 5_000, 2}, // records of about 2,300 bytes
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := idempotency.NewCache(tt.entries, tt.bytes)
+			mw, _ := idempotency.New(idempotency.Config{Store: memory.New(), Cache: c, Tenant: func(*http.Request) (string, bool) { return "acme", true }})
+			h := mw.Atomic("POST /v1/x", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if _, ok := idempotency.Begin(w, r); ok {
+					w.Write([]byte(strings.Repeat("x", 2000)))
+				}
+			}))
+			for i := range 10 {
+				r := httptest.NewRequest("POST", "/v1/x", strings.NewReader(`{}`))
+				r.Header.Set(idempotency.Header, fmt.Sprint(i))
+				h.ServeHTTP(httptest.NewRecorder(), r)
+				if c.Len() > tt.wantMost {
+					t.Fatalf("after %d records: %d cached, want at most %d", i+1, c.Len(), tt.wantMost)
+				}
+			}
+			if c.Len() != tt.wantMost {
+				t.Errorf("%d cached, want %d", c.Len(), tt.wantMost)
+			}
+		})
+	}
+}
+
+// TestCacheConcurrent races first requests and replays of 20 keys through
+// one middleware with a cache of 8 (so entries come and go): every answer of
+// a key is byte-identical, and each key's effect happens once.
+func TestCacheConcurrent(t *testing.T) {
+	store := memory.New()
+	mw, _ := idempotency.New(idempotency.Config{Store: store, Cache: idempotency.NewCache(8, 1<<20), Tenant: func(*http.Request) (string, bool) { return "acme", true }})
+	var mu sync.Mutex
+	n := 0
+	h := mw.Atomic("POST /v1/x", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		call, ok := idempotency.Begin(w, r)
+		if !ok {
+			return
+		}
+		mu.Lock()
+		n++ // in Atomic mode duplicates run the handler; one commit wins
+		id := n
+		mu.Unlock()
+		call.AddEffect(memory.Insert("x", call.Key().Hash, id))
+		fmt.Fprintf(w, "%s:%d", call.Key().Short(), id)
+	}))
+	const keys, workers, rounds = 20, 8, 50
+	answers := make([]sync.Map, keys)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rounds {
+				k := (w + i) % keys
+				r := httptest.NewRequest("POST", "/v1/x", strings.NewReader(`{}`))
+				r.Header.Set(idempotency.Header, fmt.Sprint(k))
+				rw := httptest.NewRecorder()
+				h.ServeHTTP(rw, r)
+				if rw.Code == 200 {
+					if prev, loaded := answers[k].LoadOrStore("body", rw.Body.String()); loaded && prev != rw.Body.String() {
+						t.Errorf("key %d: answers %q and %q", k, prev, rw.Body.String())
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := len(store.Items("x")); got != keys {
+		t.Errorf("%d effects, want %d", got, keys)
+	}
+}

@@ -1,0 +1,242 @@
+package dynamo
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/oncehq/once/idempotency"
+)
+
+// Large answers. A DynamoDB item stops at 400 KB, and a stored answer must
+// replay whatever its size. A response body of CompressAbove bytes or more is
+// stored gzip-compressed (response_encoding gzip) when that makes it
+// smaller, which brings typical JSON down five- to tenfold. A body that still
+// does not fit in the record's item is stored in chunk items of up to
+// ChunkSize bytes beside it, in the same transaction: items of the same
+// table whose partition key is the record's, "#chunk#", a random id and the
+// chunk's index, with the record's TTL, so that they retire with it. The
+// record then carries response_chunks (their number), response_chunk_id and
+// response_sha256 (of the stored, possibly compressed, body), and no
+// response_body; reading it back costs one BatchGetItem more. A
+// TransactWriteItems carries at most 4 MB, so the stored body is bounded by
+// MaxStoredBody: a larger answer fails the write with ErrTooLarge, and the
+// middleware answers 500 without storing anything.
+const (
+	// CompressAbove is the body size from which bodies are compressed.
+	CompressAbove = 4 << 10
+	// ChunkSize is the largest chunk of a body stored beside its record.
+	ChunkSize = 350_000
+	// MaxStoredBody bounds a stored (compressed) body: ten chunks.
+	MaxStoredBody = 10 * ChunkSize
+	// maxItem is the largest record item the store writes with its body
+	// inline, below DynamoDB's 400 KB with room to spare.
+	maxItem = 390_000
+	// maxInflated bounds a decompressed body, against a corrupt item.
+	maxInflated = 64 << 20
+)
+
+// Attributes of large answers.
+const (
+	AttrResponseEncoding = "response_encoding" // S: "gzip", absent for a body stored as it is
+	AttrResponseChunks   = "response_chunks"   // N: chunk items holding the body, absent when inline
+	AttrResponseChunkID  = "response_chunk_id" // S: the chunks' id
+	AttrResponseSHA256   = "response_sha256"   // S: hex SHA-256 of the stored body, with chunks
+	AttrChunk            = "chunk"             // B: a chunk item's part of the body
+)
+
+// ErrTooLarge is returned (wrapped) by a write whose answer is larger than
+// MaxStoredBody once compressed. It matches idempotency.ErrResponseTooLarge.
+var ErrTooLarge = fmt.Errorf("dynamo: the response is too large to store: %w", idempotency.ErrResponseTooLarge)
+
+// encodeBody is body as stored: compressed when that pays, and its encoding
+// ("" or "gzip").
+func encodeBody(body []byte) ([]byte, string) {
+	if len(body) < CompressAbove {
+		return body, ""
+	}
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.DefaultCompression) // the level is valid
+	_, _ = zw.Write(body)                                         // a bytes.Buffer never fails
+	_ = zw.Close()
+	if buf.Len() >= len(body) {
+		return body, ""
+	}
+	return buf.Bytes(), "gzip"
+}
+
+// decodeBody inflates a stored body of encoding.
+func decodeBody(stored []byte, encoding string) ([]byte, error) {
+	switch encoding {
+	case "":
+		return stored, nil
+	case "gzip":
+		zr, err := gzip.NewReader(bytes.NewReader(stored))
+		if err != nil {
+			return nil, fmt.Errorf("gunzip: %w", err)
+		}
+		body, err := io.ReadAll(io.LimitReader(zr, maxInflated+1))
+		if err != nil {
+			return nil, fmt.Errorf("gunzip: %w", err)
+		}
+		if len(body) > maxInflated {
+			return nil, fmt.Errorf("gunzip: more than %d bytes", maxInflated)
+		}
+		return body, nil
+	}
+	return nil, fmt.Errorf("unknown response encoding %q", encoding)
+}
+
+// itemSize estimates the stored size of item as DynamoDB counts it (names
+// and values), conservatively.
+func itemSize(item map[string]types.AttributeValue) int {
+	n := 0
+	for k, v := range item {
+		n += len(k) + valueSize(v)
+	}
+	return n
+}
+
+func valueSize(v types.AttributeValue) int {
+	switch v := v.(type) {
+	case *types.AttributeValueMemberS:
+		return len(v.Value)
+	case *types.AttributeValueMemberB:
+		return len(v.Value)
+	case *types.AttributeValueMemberN:
+		return len(v.Value) + 1
+	case *types.AttributeValueMemberM:
+		n := 3
+		for k, e := range v.Value {
+			n += len(k) + valueSize(e) + 1
+		}
+		return n
+	}
+	return 8
+}
+
+// recordItems is the record's item and, for a body too large to stay in it,
+// the chunk items that hold the body.
+func recordItems(rec idempotency.Record) (map[string]types.AttributeValue, []map[string]types.AttributeValue, error) {
+	item := ItemFromRecord(rec)
+	if rec.Response == nil || itemSize(item) <= maxItem {
+		return item, nil, nil
+	}
+	stored := item[AttrResponseBody].(*types.AttributeValueMemberB).Value
+	if len(stored) > MaxStoredBody {
+		return nil, nil, fmt.Errorf("%w: %d bytes once compressed, over %d", ErrTooLarge, len(stored), MaxStoredBody)
+	}
+	delete(item, AttrResponseBody)
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	chunkID := hex.EncodeToString(id[:])
+	sum := sha256.Sum256(stored)
+	var chunks []map[string]types.AttributeValue
+	for i := 0; len(stored) > 0; i++ {
+		part := stored[:min(ChunkSize, len(stored))]
+		stored = stored[len(part):]
+		chunks = append(chunks, map[string]types.AttributeValue{
+			AttrPK:          str(chunkKey(rec.Key, chunkID, i)),
+			AttrChunk:       &types.AttributeValueMemberB{Value: part},
+			AttrExpiresAt:   item[AttrExpiresAt],
+			AttrExpiresAtMS: item[AttrExpiresAtMS],
+		})
+	}
+	item[AttrResponseChunks] = num(int64(len(chunks)))
+	item[AttrResponseChunkID] = str(chunkID)
+	item[AttrResponseSHA256] = str(hex.EncodeToString(sum[:]))
+	return item, chunks, nil
+}
+
+func chunkKey(key idempotency.Key, chunkID string, i int) string {
+	return key.ID() + "#chunk#" + chunkID + "#" + strconv.Itoa(i)
+}
+
+// chunkRef says where a record item's body is, when it is in chunks.
+type chunkRef struct {
+	id     string
+	n      int
+	sha256 string
+}
+
+func chunksOf(item map[string]types.AttributeValue) (chunkRef, bool) {
+	d := decoder{item: item}
+	if _, ok := item[AttrResponseChunks]; !ok {
+		return chunkRef{}, false
+	}
+	ref := chunkRef{n: int(d.int(AttrResponseChunks, true)), id: d.str(AttrResponseChunkID, true), sha256: d.str(AttrResponseSHA256, true)}
+	return ref, d.err == nil && ref.n > 0
+}
+
+// withChunks completes rec, decoded from item, with its body's chunks: one
+// BatchGetItem, consistent, whose unprocessed keys are asked again a bounded
+// number of times.
+func (s *Store) withChunks(ctx context.Context, item map[string]types.AttributeValue, rec idempotency.Record) (idempotency.Record, error) {
+	ref, ok := chunksOf(item)
+	if !ok || rec.Response == nil {
+		return rec, nil
+	}
+	keys := make([]map[string]types.AttributeValue, ref.n)
+	for i := range keys {
+		keys[i] = map[string]types.AttributeValue{AttrPK: str(chunkKey(rec.Key, ref.id, i))}
+	}
+	parts := map[string][]byte{}
+	pending := keys
+	for attempt := 0; len(pending) > 0; attempt++ {
+		if attempt == 5 {
+			return idempotency.Record{}, fmt.Errorf("dynamo: read chunks: %w: %d chunks unprocessed", idempotency.ErrUnavailable, len(pending))
+		}
+		var out *dynamodb.BatchGetItemOutput
+		err := s.do(ctx, func() error {
+			var err error
+			out, err = s.client.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
+				s.table: {Keys: pending, ConsistentRead: aws.Bool(true)},
+			}})
+			return err
+		})
+		if err != nil {
+			return idempotency.Record{}, s.outcome(ctx, "read chunks", err, nil)
+		}
+		for _, it := range out.Responses[s.table] {
+			pk, _ := it[AttrPK].(*types.AttributeValueMemberS)
+			b, _ := it[AttrChunk].(*types.AttributeValueMemberB)
+			if pk != nil && b != nil {
+				parts[pk.Value] = b.Value
+			}
+		}
+		pending = out.UnprocessedKeys[s.table].Keys
+	}
+	var stored []byte
+	for i := range ref.n {
+		part, ok := parts[chunkKey(rec.Key, ref.id, i)]
+		if !ok {
+			return idempotency.Record{}, fmt.Errorf("dynamo: read chunks: chunk %d of %d is missing", i, ref.n)
+		}
+		stored = append(stored, part...)
+	}
+	if sum := sha256.Sum256(stored); hex.EncodeToString(sum[:]) != ref.sha256 {
+		return idempotency.Record{}, errors.New("dynamo: read chunks: the body does not match its checksum")
+	}
+	encoding, _ := item[AttrResponseEncoding].(*types.AttributeValueMemberS)
+	enc := ""
+	if encoding != nil {
+		enc = encoding.Value
+	}
+	body, err := decodeBody(stored, enc)
+	if err != nil {
+		return idempotency.Record{}, fmt.Errorf("dynamo: read chunks: %w", err)
+	}
+	rec.Response.Body = body
+	return rec, nil
+}
