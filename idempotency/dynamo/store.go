@@ -22,7 +22,6 @@ type Store struct {
 	retry  conflictRetry
 }
 
-
 // Option configures a Store.
 type Option func(*Store)
 

@@ -34,10 +34,10 @@ import (
 // the Lambda adapter, against per-test DynamoDB Local tables, with the
 // provider simulator (on the test's ProviderTable) behind ONCE_PROVIDER_URL.
 type stack struct {
-	names   dynamotest.Names
-	client  *dynamodb.Client // uncounted, for the tests' own reads
-	calls   *opCounter       // DynamoDB operations made by the function
-	invoke  func(context.Context, json.RawMessage) (json.RawMessage, error)
+	names  dynamotest.Names
+	client *dynamodb.Client // uncounted, for the tests' own reads
+	calls  *opCounter       // DynamoDB operations made by the function
+	invoke func(context.Context, json.RawMessage) (json.RawMessage, error)
 	// restart replaces the function with a new instance (a cold start: an
 	// empty replay cache), on the same tables.
 	restart func()
