@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 )
 
@@ -105,4 +106,45 @@ func TestRequestFingerprint(t *testing.T) {
 	if _, err := RequestFingerprint("POST", "POST /v1/x", []byte(`{"a":`)); err == nil {
 		t.Error("RequestFingerprint of invalid JSON = nil error, want one")
 	}
+}
+
+// FuzzFingerprint checks that two JSON bodies get the same fingerprint
+// exactly when they hold the same value (as IEEE doubles, which is how RFC
+// 8785 compares numbers): key order and whitespace never matter, and any
+// other difference always does.
+func FuzzFingerprint(f *testing.F) {
+	for _, p := range [][2]string{
+		{`{"a":1,"b":[true,null]}`, `{ "b": [true, null], "a": 1 }`},
+		{`{"amount":100}`, `{"amount":1e2}`},
+		{`{"amount":100}`, `{"amount":101}`},
+		{`{"a":"x"}`, `{"a":"\u0078"}`},
+		{`{"a":"x"}`, `{"a":"X"}`},
+		{`[1,2]`, `[2,1]`},
+		{`{"a":{}}`, `{"a":[]}`},
+		{`{"a":null}`, `{}`},
+		{`-0`, `0`},
+	} {
+		f.Add(p[0], p[1])
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		ca, err := Canonical([]byte(a))
+		if err != nil {
+			return
+		}
+		cb, err := Canonical([]byte(b))
+		if err != nil {
+			return
+		}
+		var va, vb any
+		if json.Unmarshal(ca, &va) != nil || json.Unmarshal(cb, &vb) != nil {
+			t.Fatalf("canonical forms %q, %q do not decode", ca, cb)
+		}
+		same := reflect.DeepEqual(va, vb)
+		if got := Fingerprint("POST", "POST /v1/x", ca) == Fingerprint("POST", "POST /v1/x", cb); got != same {
+			t.Fatalf("bodies %q and %q: equal fingerprints %v, equal values %v", a, b, got, same)
+		}
+		if Fingerprint("POST", "POST /v1/x", ca) == Fingerprint("POST", "POST /v1/y", ca) {
+			t.Fatalf("the route does not change the fingerprint of %q", a)
+		}
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -60,6 +61,9 @@ const (
 // MaxStoredBody once compressed. It matches idempotency.ErrResponseTooLarge.
 var ErrTooLarge = fmt.Errorf("dynamo: the response is too large to store: %w", idempotency.ErrResponseTooLarge)
 
+// gzipWriters reuses compressors: each holds most of a megabyte.
+var gzipWriters = sync.Pool{New: func() any { return gzip.NewWriter(nil) }}
+
 // encodeBody is body as stored: compressed when that pays, and its encoding
 // ("" or "gzip").
 func encodeBody(body []byte) ([]byte, string) {
@@ -67,8 +71,10 @@ func encodeBody(body []byte) ([]byte, string) {
 		return body, ""
 	}
 	var buf bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&buf, gzip.DefaultCompression) // the level is valid
-	_, _ = zw.Write(body)                                         // a bytes.Buffer never fails
+	zw := gzipWriters.Get().(*gzip.Writer)
+	defer gzipWriters.Put(zw)
+	zw.Reset(&buf)
+	_, _ = zw.Write(body) // a bytes.Buffer never fails
 	_ = zw.Close()
 	if buf.Len() >= len(body) {
 		return body, ""

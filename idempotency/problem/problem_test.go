@@ -1,10 +1,12 @@
 package problem_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -73,4 +75,39 @@ func ExampleNew() {
 	// Output:
 	// 400 application/problem+json
 	// {"type":"https://github.com/oncehq/once/blob/main/README.md#payment_not_refundable","title":"Payment not refundable","status":400,"detail":"Only a succeeded payment can be refunded.","code":"payment_not_refundable"}
+}
+
+// FuzzRender checks the renderer on any text: the body is valid JSON that
+// carries the details back exactly, with the field only when it has one.
+func FuzzRender(f *testing.F) {
+	f.Add(400, "invalid_request", "Invalid request", "amount must be at least 1.", true, "amount")
+	f.Add(409, "x", "\u2028", "\"</script>\x00", false, "")
+	f.Add(500, "", "", "", true, "")
+	f.Fuzz(func(t *testing.T, status int, code, title, detail string, hasField bool, field string) {
+		d := problem.Details{Status: status, Code: code, Title: title, Detail: detail, HasField: hasField, Field: field}
+		var got map[string]any
+		if err := json.Unmarshal(problem.Renderer{}.Body(d), &got); err != nil {
+			t.Fatalf("Body(%+v) is not JSON: %v", d, err)
+		}
+		valid := func(s string) string { // as encoding/json coerces strings: one U+FFFD per invalid byte
+			var b strings.Builder
+			for _, r := range s {
+				b.WriteRune(r)
+			}
+			return b.String()
+		}
+		if got["code"] != valid(code) || got["title"] != valid(title) || got["detail"] != valid(detail) ||
+			got["status"] != float64(status) || got["type"] != valid(problem.DefaultTypeBase+code) {
+			t.Fatalf("Body(%+v) = %v", d, got)
+		}
+		f, has := got["field"]
+		switch {
+		case has != hasField:
+			t.Fatalf("Body(%+v): field present %v, want %v", d, has, hasField)
+		case hasField && field == "" && f != nil:
+			t.Fatalf("Body(%+v): field %v, want null", d, f)
+		case hasField && field != "" && f != valid(field):
+			t.Fatalf("Body(%+v): field %v, want %q", d, f, field)
+		}
+	})
 }
