@@ -69,6 +69,16 @@ func table(id string, p map[string]any, vars map[string]string) (Table, error) {
 	if len(in.KeySchema) == 0 || len(in.AttributeDefinitions) == 0 {
 		return Table{}, fmt.Errorf("KeySchema and AttributeDefinitions are required")
 	}
+	for i, raw := range list(p["GlobalSecondaryIndexes"]) {
+		gsi, err := index(raw)
+		if err != nil {
+			return Table{}, fmt.Errorf("GlobalSecondaryIndexes[%d]: %w", i, err)
+		}
+		in.GlobalSecondaryIndexes = append(in.GlobalSecondaryIndexes, gsi)
+	}
+	if err := checkAttributes(in); err != nil {
+		return Table{}, err
+	}
 	if s, ok := p["StreamSpecification"].(map[string]any); ok {
 		in.StreamSpecification = &types.StreamSpecification{
 			StreamEnabled:  aws.Bool(true),
@@ -80,6 +90,65 @@ func table(id string, p map[string]any, vars map[string]string) (Table, error) {
 		tbl.TTLAttribute = str(ttl["AttributeName"])
 	}
 	return tbl, nil
+}
+
+// index is one GlobalSecondaryIndexes entry (a table in PAY_PER_REQUEST mode:
+// no ProvisionedThroughput).
+func index(raw any) (types.GlobalSecondaryIndex, error) {
+	m, _ := raw.(map[string]any)
+	name := str(m["IndexName"])
+	if name == "" {
+		return types.GlobalSecondaryIndex{}, fmt.Errorf("IndexName is required")
+	}
+	gsi := types.GlobalSecondaryIndex{IndexName: aws.String(name)}
+	for _, k := range list(m["KeySchema"]) {
+		km, _ := k.(map[string]any)
+		gsi.KeySchema = append(gsi.KeySchema, types.KeySchemaElement{
+			AttributeName: aws.String(str(km["AttributeName"])),
+			KeyType:       types.KeyType(str(km["KeyType"])),
+		})
+	}
+	if len(gsi.KeySchema) == 0 {
+		return types.GlobalSecondaryIndex{}, fmt.Errorf("%s: KeySchema is required", name)
+	}
+	proj, _ := m["Projection"].(map[string]any)
+	pt := types.ProjectionType(str(proj["ProjectionType"]))
+	if pt == "" {
+		return types.GlobalSecondaryIndex{}, fmt.Errorf("%s: Projection.ProjectionType is required", name)
+	}
+	gsi.Projection = &types.Projection{ProjectionType: pt}
+	for _, a := range list(proj["NonKeyAttributes"]) {
+		gsi.Projection.NonKeyAttributes = append(gsi.Projection.NonKeyAttributes, str(a))
+	}
+	return gsi, nil
+}
+
+// checkAttributes holds the table to CloudFormation's rule: every key
+// attribute of the table and its indexes is defined, and every definition is
+// a key attribute.
+func checkAttributes(in *dynamodb.CreateTableInput) error {
+	defined := map[string]bool{}
+	for _, d := range in.AttributeDefinitions {
+		defined[aws.ToString(d.AttributeName)] = true
+	}
+	used := map[string]bool{}
+	keys := in.KeySchema
+	for _, g := range in.GlobalSecondaryIndexes {
+		keys = append(keys, g.KeySchema...)
+	}
+	for _, k := range keys {
+		name := aws.ToString(k.AttributeName)
+		used[name] = true
+		if !defined[name] {
+			return fmt.Errorf("key attribute %s has no AttributeDefinitions entry", name)
+		}
+	}
+	for name := range defined {
+		if !used[name] {
+			return fmt.Errorf("attribute %s is defined but is no key of the table or an index", name)
+		}
+	}
+	return nil
 }
 
 func list(v any) []any {

