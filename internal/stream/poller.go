@@ -40,6 +40,7 @@ type Handler = pubstream.Handler
 const (
 	DefaultBatchSize        = 100
 	DefaultPollInterval     = 250 * time.Millisecond
+	DefaultMaxIdleInterval  = 2 * time.Second
 	DefaultMaxRetryAttempts = 3
 	DefaultRetryBackoff     = 100 * time.Millisecond
 
@@ -72,9 +73,16 @@ type PollerOptions struct {
 	// BatchSize is the most records per invocation (default 100, at most
 	// MaxBatchSize).
 	BatchSize int
-	// PollInterval is the pause after reading nothing from a shard
-	// (default 250ms).
+	// PollInterval is the pause after a read of a shard that did not fill a
+	// batch (default 250ms: Lambda polls a shard about four times a
+	// second). A read that fills a batch is followed at once by the next.
 	PollInterval time.Duration
+	// MaxIdleInterval bounds the pause after reads that found nothing: it
+	// doubles from PollInterval with each empty read, up to MaxIdleInterval
+	// (default 2s), and falls back to PollInterval as soon as a read finds
+	// records. An idle local poller need not cost DynamoDB Local a
+	// GetRecords four times a second; AWS pays for none of them.
+	MaxIdleInterval time.Duration
 	// MaxRetryAttempts is how many times a failing batch is retried before
 	// its records go to the dead letter (default 3). Lambda's -1 (retry
 	// until the record expires) is not supported: negative values are
@@ -137,8 +145,8 @@ func NewPoller(opts PollerOptions) (*Poller, error) {
 	if opts.BatchSize < 0 || opts.BatchSize > MaxBatchSize {
 		errs = append(errs, fmt.Errorf("BatchSize %d out of range 1-%d", opts.BatchSize, MaxBatchSize))
 	}
-	if opts.PollInterval < 0 || opts.RetryBackoff < 0 {
-		errs = append(errs, errors.New("PollInterval and RetryBackoff must not be negative"))
+	if opts.PollInterval < 0 || opts.RetryBackoff < 0 || opts.MaxIdleInterval < 0 {
+		errs = append(errs, errors.New("PollInterval, MaxIdleInterval and RetryBackoff must not be negative"))
 	}
 	if opts.MaxRetryAttempts < 0 {
 		errs = append(errs, fmt.Errorf("MaxRetryAttempts %d is negative (retrying forever is not supported)", opts.MaxRetryAttempts))
@@ -158,6 +166,9 @@ func NewPoller(opts PollerOptions) (*Poller, error) {
 	}
 	if opts.BatchSize == 0 {
 		opts.BatchSize = DefaultBatchSize
+	}
+	if opts.MaxIdleInterval == 0 {
+		opts.MaxIdleInterval = DefaultMaxIdleInterval
 	}
 	if opts.PollInterval == 0 {
 		opts.PollInterval = DefaultPollInterval

@@ -710,3 +710,50 @@ func TestPollerFilter(t *testing.T) {
 		t.Errorf("delivered (-want +got):\n%s", diff)
 	}
 }
+
+// countingStreams counts GetRecords calls.
+type countingStreams struct {
+	StreamsAPI
+	gets atomic.Int64
+}
+
+func (c *countingStreams) GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error) {
+	c.gets.Add(1)
+	return c.StreamsAPI.GetRecords(ctx, in, opts...)
+}
+
+// TestPollerIdleBackoff checks that an idle poller reads its shard less and
+// less often, up to MaxIdleInterval, and still delivers a new record
+// promptly.
+func TestPollerIdleBackoff(t *testing.T) {
+	e := newEnv(t)
+	table := e.names.Payments
+	counting := &countingStreams{StreamsAPI: e.streams}
+	got := make(chan string, 10)
+	opts := e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		for _, r := range ev.Records {
+			got <- pkOf(r)
+		}
+		return events.DynamoDBEventResponse{}, nil
+	})
+	opts.Client = counting
+	opts.PollInterval = 20 * time.Millisecond
+	opts.MaxIdleInterval = 320 * time.Millisecond
+	start(t, opts)
+
+	// 2s idle: at a steady 20ms that would be about 100 reads; backing off
+	// (20, 40, 80, 160, 320, 320, ...) it is about 10.
+	time.Sleep(2 * time.Second)
+	if n := counting.gets.Load(); n > 30 {
+		t.Errorf("%d GetRecords in 2s of idleness, want at most 30 (backing off to 320ms)", n)
+	}
+	e.put(t, table, "after-idle", nil)
+	select {
+	case pk := <-got:
+		if pk != "after-idle" {
+			t.Errorf("delivered %q, want after-idle", pk)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the record written after the idle period was not delivered within 10s")
+	}
+}

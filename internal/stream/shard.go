@@ -35,6 +35,7 @@ func (s *shardReader) run(ctx context.Context) bool {
 	var (
 		iter  *string
 		fails int
+		idle  = s.p.opts.PollInterval // the pause after an empty read
 	)
 	for ctx.Err() == nil {
 		if iter == nil {
@@ -92,8 +93,15 @@ func (s *shardReader) run(ctx context.Context) bool {
 			s.log.Debug("shard closed and read to its end", "checkpoint", s.checkpoint)
 			return true
 		}
-		if len(out.Records) == 0 {
-			sleep(ctx, s.p.opts.PollInterval)
+		switch {
+		case len(out.Records) == 0:
+			sleep(ctx, idle)
+			idle = min(2*idle, max(s.p.opts.MaxIdleInterval, s.p.opts.PollInterval))
+		case len(out.Records) < s.p.opts.BatchSize:
+			idle = s.p.opts.PollInterval
+			sleep(ctx, idle)
+		default:
+			idle = s.p.opts.PollInterval
 		}
 	}
 	return false
