@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/ddblocal"
 	"github.com/oncehq/once/internal/gateway"
+	"github.com/oncehq/once/internal/lambdaenv"
 	"github.com/oncehq/once/internal/samtemplate"
 )
 
@@ -284,20 +284,33 @@ func (s *Stack) seedKeys(ctx context.Context) error {
 	return nil
 }
 
-// startGateway builds the two functions exactly as their mains do, puts the
-// API Gateway emulator in front of them, and serves it.
+// startGateway puts the API Gateway emulator in front of the authorizer and
+// api functions, each built exactly as its main builds it and run in Lambda
+// execution environments (package lambdaenv), and serves it.
 func (s *Stack) startGateway(context.Context) error {
-	h, err := apifn.Handler(s.cfg, s.client, app.Options{
-		Logger:  s.log.With("function", "api"),
-		Metrics: s.output,
+	api := lambdaenv.New("api", func() (any, error) {
+		h, err := apifn.Handler(s.cfg, s.client, app.Options{
+			Logger:  s.log.With("function", "api"),
+			Metrics: s.output,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return gateway.NewLambdaHandler(h), nil
 	})
-	if err != nil {
-		return err
+	authorizer := lambdaenv.New("authorizer", func() (any, error) {
+		keys := auth.NewKeys(s.client, s.cfg.APIKeysTable)
+		return auth.NewAuthorizer(keys, s.log.With("function", "authorizer")).Handle, nil
+	})
+	// One warm environment each: an init error stops the start.
+	for _, fn := range []*lambdaenv.Function{api, authorizer} {
+		if err := fn.Provision(1); err != nil {
+			return err
+		}
 	}
-	authorizer := auth.NewAuthorizer(auth.NewKeys(s.client, s.cfg.APIKeysTable), s.log.With("function", "authorizer"))
 	s.emulator = &gateway.Emulator{
-		Authorize:     gateway.LambdaAuthorizer(lambda.NewHandler(authorizer.Handle)),
-		Invoke:        gateway.LambdaProxy(lambda.NewHandler(gateway.NewLambdaHandler(h))),
+		Authorize:     gateway.LambdaAuthorizer(authorizer),
+		Invoke:        gateway.LambdaProxy(api),
 		Routes:        s.api.routes,
 		Stage:         s.api.stage,
 		Region:        s.cfg.Region,

@@ -803,8 +803,13 @@ func newUUID() string {
 
 // LambdaProxy returns an InvokeFunc that runs h as the Lambda service runs a
 // function: the event is marshalled to JSON, h is invoked with a Lambda
-// context (a fresh AwsRequestID), and its JSON result unmarshalled. Pass it
-// lambda.NewHandler(fn) for the fn a function's main gives lambda.Start.
+// context (a fresh AwsRequestID), and its JSON result unmarshalled.
+//
+// The emulator invokes h from many goroutines at once, and each result must
+// be its own: pass a *lambdaenv.Function, which runs the fn a function's main
+// gives lambda.Start in execution environments. A bare lambda.NewHandler(fn)
+// is not safe: its Invoke returns a pooled buffer that a concurrent
+// invocation overwrites.
 func LambdaProxy(h lambda.Handler) InvokeFunc {
 	return viaLambda[events.APIGatewayProxyRequest, events.APIGatewayProxyResponse](h)
 }
