@@ -318,7 +318,10 @@ func (s *Stack) startGateway(context.Context) error {
 		Logger:        s.log.With("component", "gateway"),
 	}
 
-	srv, url, err := s.serve("gateway", s.port, s.emulator)
+	// Requests Go's server refuses itself get API Gateway's JSON shape too.
+	srv, url, err := s.serve("gateway", s.port, s.emulator, func(ln net.Listener) net.Listener {
+		return gateway.Listener(ln, s.log.With("component", "gateway"))
+	})
 	if err != nil {
 		return err
 	}
@@ -333,13 +336,18 @@ func (s *Stack) startGateway(context.Context) error {
 	return nil
 }
 
-// serve serves h on 127.0.0.1:port (0 picks a free port) until it is shut
-// down, reporting a server that stops on its own as the component name's
-// failure, and returns the server and its base URL.
-func (s *Stack) serve(name string, port int, h http.Handler) (*http.Server, string, error) {
+// serve serves h on 127.0.0.1:port (0 picks a free port), through wrap's
+// listener when wrap is not nil, until it is shut down, reporting a server
+// that stops on its own as the component name's failure, and returns the
+// server and its base URL.
+func (s *Stack) serve(name string, port int, h http.Handler, wrap func(net.Listener) net.Listener) (*http.Server, string, error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
 		return nil, "", fmt.Errorf("listen: %w", err)
+	}
+	addr := ln.Addr().String()
+	if wrap != nil {
+		ln = wrap(ln)
 	}
 	srv := &http.Server{
 		Handler:           h,
@@ -351,7 +359,7 @@ func (s *Stack) serve(name string, port int, h http.Handler) (*http.Server, stri
 			s.fail(fmt.Errorf("devstack: %s: %w", name, err))
 		}
 	}()
-	return srv, "http://" + ln.Addr().String(), nil
+	return srv, "http://" + addr, nil
 }
 
 // fail reports a component that stopped on its own.

@@ -133,7 +133,7 @@ func (s *Stack) startProvider(context.Context) error {
 		return nil
 	}
 	sim := simulator.Handler(s.cfg, s.client, app.Options{Logger: s.log.With("function", "provider")})
-	srv, url, err := s.serve("provider", s.providerPort, sim)
+	srv, url, err := s.serve("provider", s.providerPort, sim, nil)
 	if err != nil {
 		return err
 	}

@@ -99,6 +99,10 @@ type Emulator struct {
 	// Stage, Region, AccountID and APIID name the API in events and ARNs
 	// (DefaultStage, DefaultRegion, DefaultAccountID, DefaultAPIID).
 	Stage, Region, AccountID, APIID string
+	// DomainName is the API's domain, the event's requestContext.domainName
+	// and Host header whatever Host the client sent, as API Gateway routes
+	// by its own domain (default <APIID>.execute-api.<Region>.amazonaws.com).
+	DomainName string
 	// AuthorizerTTL is how long an authorizer's result is cached per
 	// Authorization value. Zero means DefaultAuthorizerTTL; a negative value
 	// disables the cache (AuthorizerResultTtlInSeconds: 0).
@@ -131,6 +135,7 @@ type exchange struct {
 	e         *Emulator
 	w         http.ResponseWriter
 	r         *http.Request
+	path      string // as the client sent it, percent-encoded
 	requestID string
 	start     time.Time
 	route     Route
@@ -141,12 +146,12 @@ type exchange struct {
 
 // ServeHTTP serves one request as API Gateway would.
 func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	x := &exchange{e: e, w: w, r: r, requestID: newUUID(), start: e.now(), auth: "none"}
+	x := &exchange{e: e, w: w, r: r, path: r.URL.EscapedPath(), requestID: newUUID(), start: e.now(), auth: "none"}
 	status, reason := x.serve()
 	e.logger().LogAttrs(r.Context(), slog.LevelInfo, "gateway: request",
 		slog.String("request_id", x.requestID),
 		slog.String("method", r.Method),
-		slog.String("path", r.URL.Path),
+		slog.String("path", x.path),
 		slog.String("resource", x.route.Resource),
 		slog.Int("status", status),
 		slog.String("authorizer", x.auth),
@@ -168,7 +173,7 @@ func (x *exchange) serve() (int, string) {
 		}
 		return x.fail(http.StatusBadRequest, "BadRequestException", `{"message":"Bad request"}`, "read body: "+err.Error())
 	}
-	route, params, ok := e.match(r.Method, r.URL.Path)
+	route, params, ok := e.match(r.Method, x.path)
 	if !ok {
 		return x.fail(http.StatusForbidden, "MissingAuthenticationTokenException", bodyMissingToken, "no route")
 	}
@@ -186,6 +191,15 @@ func (x *exchange) serve() (int, string) {
 }
 
 // event builds the proxy event (payload 1.0) for the request.
+//
+// A REST API passes the path on as the client sent it, percent-encoded: path,
+// requestContext.path and the pathParameters' values are not decoded (an
+// %40 in the URL is %40 in pathParameters, serverless/serverless#5037; a
+// %20 stays in path, aws/aws-lambda-dotnet#386, where the AWS maintainers
+// made the .NET adapter decode it; REST APIs keep the encoding in live
+// captures, hotsock/voker#8, while HTTP APIs decode it, see
+// Lambda.ProxyV2), and resources match the encoded path's segments.
+// requestContext.path starts with the stage, as for the execute-api domain.
 func (x *exchange) event(body []byte) events.APIGatewayProxyRequest {
 	e, r := x.e, x.r
 	headers, multiHeaders := x.headers()
@@ -202,7 +216,7 @@ func (x *exchange) event(body []byte) events.APIGatewayProxyRequest {
 	}
 	ev := events.APIGatewayProxyRequest{
 		Resource:                        x.route.Resource,
-		Path:                            r.URL.Path,
+		Path:                            x.path,
 		HTTPMethod:                      r.Method,
 		Headers:                         headers,
 		MultiValueHeaders:               multiHeaders,
@@ -213,8 +227,8 @@ func (x *exchange) event(body []byte) events.APIGatewayProxyRequest {
 			AccountID:         e.accountID(),
 			ResourceID:        resourceID(x.route.Resource),
 			Stage:             e.stage(),
-			DomainName:        r.Host,
-			DomainPrefix:      domainPrefix(r.Host),
+			DomainName:        e.domainName(),
+			DomainPrefix:      domainPrefix(e.domainName()),
 			RequestID:         x.requestID,
 			ExtendedRequestID: extendedRequestID(),
 			Protocol:          r.Proto,
@@ -223,7 +237,7 @@ func (x *exchange) event(body []byte) events.APIGatewayProxyRequest {
 				UserAgent: r.UserAgent(),
 			},
 			ResourcePath:     x.route.Resource,
-			Path:             r.URL.Path,
+			Path:             "/" + e.stage() + x.path,
 			HTTPMethod:       r.Method,
 			RequestTime:      x.start.UTC().Format("02/Jan/2006:15:04:05 -0700"),
 			RequestTimeEpoch: x.start.UnixMilli(),
@@ -250,7 +264,7 @@ func (x *exchange) headers() (map[string]string, map[string][]string) {
 	for k, vs := range r.Header {
 		multi[k] = append([]string(nil), vs...)
 	}
-	multi["Host"] = []string{r.Host}
+	multi["Host"] = []string{x.e.domainName()}
 	ip := sourceIP(r)
 	if prior := r.Header.Values("X-Forwarded-For"); len(prior) > 0 {
 		multi["X-Forwarded-For"] = []string{strings.Join(prior, ", ") + ", " + ip}
@@ -261,8 +275,10 @@ func (x *exchange) headers() (map[string]string, map[string][]string) {
 	if r.TLS != nil {
 		proto, port = "https", "443"
 	}
-	if _, p, err := net.SplitHostPort(r.Host); err == nil {
-		port = p
+	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		if _, p, err := net.SplitHostPort(local.String()); err == nil {
+			port = p
+		}
 	}
 	multi["X-Forwarded-Proto"] = []string{proto}
 	multi["X-Forwarded-Port"] = []string{port}
@@ -725,6 +741,10 @@ func (e *Emulator) timeout() time.Duration {
 		return e.Timeout
 	}
 	return DefaultIntegrationTimeout
+}
+
+func (e *Emulator) domainName() string {
+	return or(e.DomainName, e.apiID()+".execute-api."+e.region()+".amazonaws.com")
 }
 
 func (e *Emulator) stage() string     { return or(e.Stage, DefaultStage) }

@@ -174,6 +174,7 @@ func TestEmulatorEvent(t *testing.T) {
 	ev := evs[0]
 	rc := ev.RequestContext
 	host := strings.TrimPrefix(srv.URL, "http://")
+	domain := "api0123456.execute-api.eu-west-1.amazonaws.com"
 
 	if ev.HTTPMethod != "POST" || ev.Path != "/v1/payments" || ev.Resource != "/v1/payments" {
 		t.Errorf("method, path, resource = %q, %q, %q, want POST, /v1/payments, /v1/payments", ev.HTTPMethod, ev.Path, ev.Resource)
@@ -186,7 +187,7 @@ func TestEmulatorEvent(t *testing.T) {
 	}
 	wantHeaders := map[string]string{
 		"Authorization": "Bearer sk_test_acme", "Content-Type": "application/json", "User-Agent": "once-test",
-		"Idempotency-Key": "k1", "X-Multi": "two", "Host": host,
+		"Idempotency-Key": "k1", "X-Multi": "two", "Host": domain,
 		"X-Forwarded-For": "127.0.0.1", "X-Forwarded-Proto": "http", "X-Forwarded-Port": host[strings.LastIndex(host, ":")+1:],
 	}
 	for k, want := range wantHeaders {
@@ -220,8 +221,8 @@ func TestEmulatorEvent(t *testing.T) {
 		Identity: rc.Identity, Authorizer: rc.Authorizer,
 	}
 	wantRC := events.APIGatewayProxyRequestContext{
-		AccountID: "123456789012", Stage: "test", DomainName: host, ResourcePath: "/v1/payments",
-		HTTPMethod: "POST", APIID: "api0123456", Path: "/v1/payments", Protocol: "HTTP/1.1",
+		AccountID: "123456789012", Stage: "test", DomainName: domain, ResourcePath: "/v1/payments",
+		HTTPMethod: "POST", APIID: "api0123456", Path: "/test/v1/payments", Protocol: "HTTP/1.1",
 		Identity:   events.APIGatewayRequestIdentity{SourceIP: "127.0.0.1", UserAgent: "once-test"},
 		Authorizer: map[string]any{"principalId": "acme", "tenant": "acme", "integrationLatency": rc.Authorizer["integrationLatency"]},
 	}
@@ -258,6 +259,14 @@ func TestEmulatorPathParameters(t *testing.T) {
 	}{
 		{"GET", "/v1/payments/pay_123", "/v1/payments/{id}", map[string]string{"id": "pay_123"}},
 		{"DELETE", "/files/a/b/c.txt", "/files/{path+}", map[string]string{"path": "a/b/c.txt"}},
+		// As a REST API: the path and its parameters as the client encoded
+		// them, an encoded slash within one segment.
+		{"GET", "/v1/payments/%25zz", "/v1/payments/{id}", map[string]string{"id": "%25zz"}},
+		{"GET", "/v1/payments/%00", "/v1/payments/{id}", map[string]string{"id": "%00"}},
+		{"GET", "/v1/payments/x%0A%7B%22level%22:%22ERROR%22%7D", "/v1/payments/{id}", map[string]string{"id": "x%0A%7B%22level%22:%22ERROR%22%7D"}},
+		{"GET", "/v1/payments/a%2Fb", "/v1/payments/{id}", map[string]string{"id": "a%2Fb"}},
+		{"GET", "/v1/payments/caf%C3%A9", "/v1/payments/{id}", map[string]string{"id": "caf%C3%A9"}},
+		{"PUT", "/files/a%20b/c%3Fd", "/files/{path+}", map[string]string{"path": "a%20b/c%3Fd"}},
 	} {
 		if r := do(t, tt.method, srv.URL+tt.path, "", bearer); r.status != 201 {
 			t.Fatalf("%s %s: status = %d, want 201", tt.method, tt.path, r.status)
@@ -269,6 +278,40 @@ func TestEmulatorPathParameters(t *testing.T) {
 		}
 		if diff := cmp.Diff(tt.params, ev.PathParameters); diff != "" {
 			t.Errorf("%s %s: pathParameters (-want +got):\n%s", tt.method, tt.path, diff)
+		}
+		if ev.Path != tt.path || ev.RequestContext.Path != "/test"+tt.path {
+			t.Errorf("%s %s: path, requestContext.path = %q, %q; want the path as sent, and /test before it", tt.method, tt.path, ev.Path, ev.RequestContext.Path)
+		}
+	}
+}
+
+// TestEmulatorIgnoresClientHost checks that the event names the API's own
+// domain, whatever Host the client sent.
+func TestEmulatorIgnoresClientHost(t *testing.T) {
+	f := &fakes{}
+	srv, _ := serve(t, f, func(e *gateway.Emulator) { e.DomainName = "api.example.com" })
+	for _, host := range []string{"a%zz", "evil.example/v1/payments/x", "[::1", "localhost:1"} {
+		req, err := http.NewRequestWithContext(t.Context(), "GET", srv.URL+"/v1/payments/pay_1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		req.Header.Set("Authorization", bearer["Authorization"])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("Host %q: %v", host, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 201 {
+			t.Errorf("Host %q: status = %d, want 201", host, resp.StatusCode)
+			continue
+		}
+		evs := f.invoked()
+		ev := evs[len(evs)-1]
+		if ev.RequestContext.DomainName != "api.example.com" || ev.RequestContext.DomainPrefix != "api" ||
+			ev.Headers["Host"] != "api.example.com" || ev.MultiValueHeaders["Host"][0] != "api.example.com" {
+			t.Errorf("Host %q: domainName %q, domainPrefix %q, Host header %q; want api.example.com, api, api.example.com",
+				host, ev.RequestContext.DomainName, ev.RequestContext.DomainPrefix, ev.Headers["Host"])
 		}
 	}
 }

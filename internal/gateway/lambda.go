@@ -2,9 +2,13 @@ package gateway
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/awslabs/aws-lambda-go-api-proxy/core"
@@ -118,7 +122,17 @@ func (l *Lambda) Invoke(ctx context.Context, payload json.RawMessage) (json.RawM
 // ProxyV1 serves a REST API proxy event (payload 1.0). An injected crash
 // (fault.Crash) is answered as API Gateway answers for a crashed function;
 // any other panic goes on.
+//
+// The path reaches the handler whatever it holds (see proxyablePath): a path
+// the handler does not serve is its 404, never an error of the adapter. An
+// event no API Gateway sends (a method that is not an HTTP token, a body
+// that is not the base64 it claims to be) is an error.
 func (l *Lambda) ProxyV1(ctx context.Context, ev events.APIGatewayProxyRequest) (resp events.APIGatewayProxyResponse, err error) {
+	if err := checkEvent(ev.HTTPMethod, ev.Body, ev.IsBase64Encoded); err != nil {
+		return events.APIGatewayProxyResponse{}, err
+	}
+	ev.Path = proxyablePath(ev.Path)
+	ev.RequestContext.DomainName = proxyableHost(ev.RequestContext.DomainName)
 	defer func() {
 		if v := recover(); v != nil {
 			if _, ok := fault.AsCrash(v); !ok {
@@ -142,7 +156,24 @@ func (l *Lambda) ProxyV1(ctx context.Context, ev events.APIGatewayProxyRequest) 
 // Gateway joins repeated headers with commas in payload 2.0), so an
 // Idempotency-Key holding a comma reaches the handler as two values and is
 // refused as repeated.
+//
+// Paths are made proxyable as in ProxyV1. An HTTP API hands over rawPath
+// already decoded ("API Gateway decodes URL-encoded request parameters
+// before passing them to the backend integration", HTTP API routes guide),
+// a function URL as the client sent it: a decoded path has its "%", "?",
+// "#", spaces and control characters escaped, so it reaches the handler as
+// it was, except a decoded "%" followed by two hex digits, which the two
+// cannot be told apart by.
 func (l *Lambda) ProxyV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (resp events.APIGatewayV2HTTPResponse, err error) {
+	if err := checkEvent(ev.RequestContext.HTTP.Method, ev.Body, ev.IsBase64Encoded); err != nil {
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
+	if ev.RawPath == "" {
+		ev.RawPath = ev.RequestContext.HTTP.Path
+	}
+	ev.RawPath = proxyablePath(ev.RawPath)
+	ev.RawQueryString = escapeURLPart(ev.RawQueryString, queryByte)
+	ev.RequestContext.DomainName = proxyableHost(ev.RequestContext.DomainName)
 	defer func() {
 		if v := recover(); v != nil {
 			if _, ok := fault.AsCrash(v); !ok {
@@ -156,4 +187,92 @@ func (l *Lambda) ProxyV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 		}
 	}()
 	return l.v2.ProxyWithContext(ctx, ev)
+}
+
+// aws-lambda-go-api-proxy's EventToRequest turns an event into a request
+// with http.NewRequest(method, "https://"+domainName+path[+"?"+query]); when
+// that fails it prints the raw method and path with fmt.Printf (a client
+// could forge a log line with an encoded newline) and the adapter answers
+// with an error (API Gateway: 502). Everything below makes the event's URL
+// parts parse, so that never happens, and the handler sees the path the
+// client asked for.
+
+// unknownHost replaces a requestContext.domainName that is not a host name.
+const unknownHost = "unknown.invalid"
+
+// checkEvent refuses what API Gateway never sends: a method that is not an
+// HTTP token, a body that is not the base64 it claims to be.
+func checkEvent(method, body string, base64Encoded bool) error {
+	if method == "" || strings.IndexFunc(method, notToken) >= 0 {
+		return fmt.Errorf("gateway: the event's method %q is not an HTTP method", method)
+	}
+	if base64Encoded {
+		if _, err := base64.StdEncoding.DecodeString(body); err != nil {
+			return fmt.Errorf("gateway: the event's body is not base64: %w", err)
+		}
+	}
+	return nil
+}
+
+// notToken reports whether r may not appear in an HTTP token (RFC 9110).
+func notToken(r rune) bool {
+	return !(r < utf8.RuneSelf && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
+		strings.ContainsRune("!#$%&'*+-.^_`|~", r)))
+}
+
+// proxyablePath returns path with every byte that may not appear as such in
+// a URL's path percent-encoded, and every valid escape left as it is: a REST
+// API's path (as the client sent it, percent-encoded) passes unchanged, a
+// decoded one (an HTTP API's) is encoded again.
+func proxyablePath(path string) string { return escapeURLPart(path, pathByte) }
+
+// proxyableHost returns host if it parses as the host of a URL and nothing
+// more, else unknownHost.
+func proxyableHost(host string) string {
+	u, err := url.Parse("https://" + host + "/")
+	if err != nil || u.Host != host || u.User != nil || u.Path != "/" || u.RawQuery != "" || u.Fragment != "" {
+		return unknownHost
+	}
+	return host
+}
+
+// pathByte reports whether c may appear unescaped in a URL path (RFC 3986:
+// unreserved, sub-delims, ":", "@" and "/").
+func pathByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+		strings.IndexByte("-._~!$&'()*+,;=:@/", c) >= 0
+}
+
+// queryByte reports whether c may appear unescaped in a URL query.
+func queryByte(c byte) bool { return pathByte(c) || c == '?' }
+
+// escapeURLPart percent-encodes every byte of s that keep refuses, and every
+// "%" that does not start a valid escape.
+func escapeURLPart(s string, keep func(byte) bool) string {
+	const hexDigits = "0123456789ABCDEF"
+	var b []byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
+		case c != '%' && keep(c):
+		default:
+			if b == nil {
+				b = append(make([]byte, 0, len(s)+16), s[:i]...)
+			}
+			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
+			continue
+		}
+		if b != nil {
+			b = append(b, c)
+		}
+	}
+	if b == nil {
+		return s
+	}
+	return string(b)
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -24,7 +25,7 @@ var echo = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusCreated)
 	_ = json.NewEncoder(w).Encode(map[string]any{
 		"tenant": tenant, "has_tenant": ok, "request_id": id,
-		"method": r.Method, "path": r.URL.Path, "body": string(body),
+		"method": r.Method, "path": r.URL.Path, "query": r.URL.RawQuery, "host": r.Host, "body": string(body),
 		"keys": r.Header.Values("Idempotency-Key"),
 	})
 })
@@ -247,5 +248,86 @@ func TestOtherPanicsGoOn(t *testing.T) {
 func TestNotAnEvent(t *testing.T) {
 	if _, err := NewLambdaHandler(echo)(t.Context(), json.RawMessage(`[1,2]`)); err == nil {
 		t.Errorf("handler([1,2]) error = nil, want an error")
+	}
+}
+
+// TestHostileURLParts feeds the adapter paths, queries and domain names that
+// aws-lambda-go-api-proxy cannot parse as they are: each must reach the
+// handler (which answers its own 404 to a path it does not serve), never be
+// an error of the adapter, which would also print the raw path.
+func TestHostileURLParts(t *testing.T) {
+	tests := []struct {
+		name                string
+		path                string // the event's path (v1) or rawPath (v2)
+		query               string // v2 rawQueryString
+		domain              string
+		wantPath, wantQuery string
+		wantHost            string
+	}{
+		{name: "encoded percent", path: "/v1/payments/%25zz", wantPath: "/v1/payments/%zz"},
+		{name: "encoded NUL", path: "/v1/payments/%00", wantPath: "/v1/payments/\x00"},
+		{name: "encoded newline", path: "/v1/payments/x%0A{\"level\":\"ERROR\"}", wantPath: "/v1/payments/x\n{\"level\":\"ERROR\"}"},
+		{name: "decoded bad escape", path: "/v1/payments/%zz", wantPath: "/v1/payments/%zz"},
+		{name: "decoded percent at the end", path: "/v1/payments/50%", wantPath: "/v1/payments/50%"},
+		{name: "decoded newline and NUL", path: "/v1/payments/x\n\x00y", wantPath: "/v1/payments/x\n\x00y"},
+		{name: "decoded DEL and space", path: "/v1/payments/a\x7f b", wantPath: "/v1/payments/a\x7f b"},
+		{name: "decoded question mark and hash", path: "/v1/payments/a?b#c", wantPath: "/v1/payments/a?b#c"},
+		{name: "decoded non-ASCII", path: "/v1/payments/café", wantPath: "/v1/payments/café"},
+		{name: "no leading slash", path: "v1/payments", wantPath: "/v1/payments"},
+		{name: "bad query", path: "/v1/payments", query: "a=%zz&b=x y\n#z", wantPath: "/v1/payments", wantQuery: "a=%25zz&b=x%20y%0A%23z"},
+		{name: "domain with an escape", path: "/v1/payments", domain: "a%zz", wantPath: "/v1/payments", wantHost: "unknown.invalid"},
+		{name: "domain with a path", path: "/v1/payments", domain: "evil.example/x", wantPath: "/v1/payments", wantHost: "unknown.invalid"},
+		{name: "domain with user info", path: "/v1/payments", domain: "user@evil.example", wantPath: "/v1/payments", wantHost: "unknown.invalid"},
+		{name: "domain with a space", path: "/v1/payments", domain: "a b", wantPath: "/v1/payments", wantHost: "unknown.invalid"},
+		{name: "domain with a port", path: "/v1/payments", domain: "localhost:3000", wantPath: "/v1/payments", wantHost: "localhost:3000"},
+	}
+	for _, tt := range tests {
+		if tt.domain == "" {
+			tt.domain, tt.wantHost = "api.example.com", "api.example.com"
+		}
+		t.Run(tt.name+" v1", func(t *testing.T) {
+			ev := v1Event(nil, nil, "{}")
+			ev.Path, ev.RequestContext.DomainName = tt.path, tt.domain
+			seen := invoke(t, echo, ev)
+			if seen["path"] != tt.wantPath || seen["host"] != tt.wantHost {
+				t.Errorf("handler saw path %q on %q, want %q on %q", seen["path"], seen["host"], tt.wantPath, tt.wantHost)
+			}
+		})
+		t.Run(tt.name+" v2", func(t *testing.T) {
+			ev := v2Event(nil, nil, "{}")
+			ev.RawPath, ev.RawQueryString, ev.RequestContext.DomainName = tt.path, tt.query, tt.domain
+			ev.RequestContext.HTTP.Path = tt.path
+			seen := invoke(t, echo, ev)
+			if seen["path"] != tt.wantPath || seen["query"] != tt.wantQuery || seen["host"] != tt.wantHost {
+				t.Errorf("handler saw path %q, query %q on %q; want %q, %q on %q",
+					seen["path"], seen["query"], seen["host"], tt.wantPath, tt.wantQuery, tt.wantHost)
+			}
+		})
+	}
+	t.Run("v2 without rawPath", func(t *testing.T) {
+		ev := v2Event(nil, nil, "{}")
+		ev.RawPath, ev.RequestContext.HTTP.Path = "", "/v1/payments/%zz"
+		if seen := invoke(t, echo, ev); seen["path"] != "/v1/payments/%zz" {
+			t.Errorf("handler saw path %q, want requestContext.http.path", seen["path"])
+		}
+	})
+}
+
+// TestMalformedEvents checks what no API Gateway sends: an error, before the
+// proxy sees (and prints) anything.
+func TestMalformedEvents(t *testing.T) {
+	badMethod := v1Event(nil, nil, "{}")
+	badMethod.HTTPMethod = "GET /x"
+	badBody := v1Event(nil, nil, "not base64!")
+	badBody.IsBase64Encoded = true
+	badMethodV2 := v2Event(nil, nil, "{}")
+	badMethodV2.RequestContext.HTTP.Method = ""
+	badBodyV2 := v2Event(nil, nil, "%%%")
+	badBodyV2.IsBase64Encoded = true
+	for name, ev := range map[string]any{"v1 method": badMethod, "v1 body": badBody, "v2 method": badMethodV2, "v2 body": badBodyV2} {
+		payload, _ := json.Marshal(ev)
+		if out, err := NewLambdaHandler(echo)(t.Context(), payload); err == nil || !strings.HasPrefix(err.Error(), "gateway: ") {
+			t.Errorf("%s: handler = %s, %v; want a gateway error", name, out, err)
+		}
 	}
 }
