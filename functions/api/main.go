@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
@@ -13,14 +12,10 @@ import (
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/gateway"
+	"github.com/oncehq/once/internal/lambdamain"
 )
 
-func main() {
-	if err := run(context.Background(), os.Getenv); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-}
+func main() { lambdamain.Run(run) }
 
 func run(ctx context.Context, getenv func(string) string) error {
 	cfg, err := config.FromEnv(getenv)

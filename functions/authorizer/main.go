@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 
@@ -13,14 +12,10 @@ import (
 	"github.com/oncehq/once/internal/auth"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamoclient"
+	"github.com/oncehq/once/internal/lambdamain"
 )
 
-func main() {
-	if err := run(context.Background(), os.Getenv); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-}
+func main() { lambdamain.Run(run) }
 
 func run(ctx context.Context, getenv func(string) string) error {
 	cfg, err := config.FromEnv(getenv)

@@ -6,23 +6,17 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/gateway"
+	"github.com/oncehq/once/internal/lambdamain"
 	"github.com/oncehq/once/internal/provider/simulator"
 )
 
-func main() {
-	if err := run(context.Background(), os.Getenv); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-}
+func main() { lambdamain.Run(run) }
 
 func run(ctx context.Context, getenv func(string) string) error {
 	cfg, err := config.FromEnv(getenv)

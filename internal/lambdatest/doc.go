@@ -11,6 +11,15 @@
 // handler's output from several goroutines; Counts and CountsAmong sum the
 // EMF counts in it.
 //
+// A function's main also runs as Lambda runs it: Main (its package's
+// TestMain) lets StartFunction run it in a process of its own, against a
+// RuntimeAPI, the endpoints aws-lambda-go's own runtime loop polls, with as
+// many invocations at once as AWS_LAMBDA_MAX_CONCURRENCY says (Lambda
+// Managed Instances); Process.Stop fails the test on any output line that is
+// not JSON (a data race the race detector reports is one). RaceBatches and
+// CheckStreamFunction race stream batches through it, CheckStartupFailure
+// checks the one JSON line a function that cannot start writes.
+//
 // The package does not import internal/stream, so that the stream package's
 // own tests can use it.
 package lambdatest

@@ -1,0 +1,32 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/oncehq/once/internal/lambdatest"
+)
+
+func TestMain(m *testing.M) { lambdatest.Main(m, main) }
+
+// TestStartupFailureIsJSON runs main with a bad configuration: it exits
+// with status 1 after one JSON line saying why.
+func TestStartupFailureIsJSON(t *testing.T) {
+	lambdatest.CheckStartupFailure(t, map[string]string{"ONCE_PROVIDER_TIMEOUT": "1m"}, "ONCE_PROVIDER_TIMEOUT")
+}
+
+// TestManagedInstancesConcurrency runs main as Lambda Managed Instances run
+// it, several invocations at once in one process, and checks that each
+// batch's response names its own failed records (here, a pending payment's insert whose image is no payment).
+func TestManagedInstancesConcurrency(t *testing.T) {
+	lambdatest.CheckStreamFunction(t, map[string]string{"ONCE_PAYMENTS_TABLE": "once-payments", "ONCE_PROVIDER_URL": "http://127.0.0.1:1", "DYNAMODB_ENDPOINT": "http://127.0.0.1:1"},
+		func() events.DynamoDBEventRecord {
+			img := map[string]events.DynamoDBAttributeValue{
+				"pk":     events.NewStringAttribute("acme#poison"),
+				"status": events.NewStringAttribute("pending"),
+			}
+			return lambdatest.Record(events.DynamoDBOperationTypeInsert, nil, img, nil, time.Now())
+		})
+}
