@@ -155,9 +155,9 @@ var fixtures = map[string]fixture{
 		if err != nil {
 			t.Fatal(err)
 		}
-		if body.ID != charges.ID(key) || body.Object != "charge" || body.Status != "succeeded" ||
+		if body.ID != charges.ID(key, body.ProviderChargeID) || body.Object != "charge" || body.Status != "succeeded" ||
 			body.Amount != want.Amount || body.Currency != want.Currency {
-			t.Errorf("charge = %+v, want %s, a succeeded charge of %d %s", body, charges.ID(key), want.Amount, want.Currency)
+			t.Errorf("charge = %+v, want %s, a succeeded charge of %d %s", body, charges.ID(key, body.ProviderChargeID), want.Amount, want.Currency)
 		}
 		fp, err := idempotency.RequestFingerprint(http.MethodPost, charges.Route, []byte(req.body))
 		if err != nil {

@@ -34,11 +34,20 @@ func ProviderRequest(req payments.Request) provider.ChargeRequest {
 	}
 }
 
-// ID is the charge ID of the request under key: "ch_" and the first 24 hex
-// characters of the SHA-256 of key.ID(). It is derived, not drawn, so that
-// the answer can be rebuilt from the idempotency record.
-func ID(key idempotency.Key) string {
-	sum := sha256.Sum256([]byte(key.ID()))
+// ID is the charge ID of the provider's charge providerChargeID made for the
+// request under key: "ch_" and the first 24 hex characters of the SHA-256 of
+// key.ID(), a newline and providerChargeID.
+//
+// It is derived, not drawn, so that the reconciler, which has the
+// idempotency record and looks the provider's charge up, rebuilds the answer
+// the request would have got byte for byte. It is derived from the
+// provider's charge, not from the key alone (nor from the forwarded key,
+// which a key reused with the same body after both retentions forwards
+// again): every charge the provider makes has its own ID, while a retry the
+// provider answers with the charge it already made gets that charge's ID
+// again.
+func ID(key idempotency.Key, providerChargeID string) string {
+	sum := sha256.Sum256([]byte(key.ID() + "\n" + providerChargeID))
 	return idPrefix + hex.EncodeToString(sum[:])[:24]
 }
 
@@ -66,7 +75,7 @@ type Charge struct {
 // created, made as the provider's charge providerChargeID.
 func New(key idempotency.Key, req payments.Request, providerChargeID string, created time.Time) Charge {
 	return Charge{
-		ID:               ID(key),
+		ID:               ID(key, providerChargeID),
 		Amount:           req.Amount,
 		Currency:         req.Currency,
 		Customer:         req.Customer,

@@ -1,7 +1,10 @@
 package charges
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,22 +17,37 @@ import (
 )
 
 func TestID(t *testing.T) {
-	tests := []struct {
-		key  idempotency.Key
-		want string
+	key := idempotency.NewKey("acme", "order-1001")
+	// "ch_" + sha256("acme#" + sha256("order-1001") + "\n" + "prch_1")[:24]
+	if got, want := ID(key, "prch_1"), "ch_"+sha256Hex(key.ID() + "\nprch_1")[:24]; got != want {
+		t.Errorf("ID(%s, prch_1) = %q, want %q", key.ID(), got, want)
+	}
+	ids := map[string]string{}
+	for _, tt := range []struct {
+		tenant, key, charge string
 	}{
-		// "ch_" + sha256("acme#" + sha256("order-1001"))[:24]
-		{idempotency.NewKey("acme", "order-1001"), "ch_b46cca13f2601d2bb01935c5"},
-	}
-	for _, tt := range tests {
-		if got := ID(tt.key); got != tt.want {
-			t.Errorf("ID(%s) = %q, want %q", tt.key.ID(), got, tt.want)
+		{"acme", "k", "prch_1"},
+		{"globex", "k", "prch_1"}, // one raw key under two tenants
+		{"acme", "k", "prch_2"},   // a new charge under a reused key
+		{"acme", "k2", "prch_1"},
+	} {
+		id := ID(idempotency.NewKey(tt.tenant, tt.key), tt.charge)
+		if !strings.HasPrefix(id, "ch_") || len(id) != 27 {
+			t.Errorf("ID(%s, %s, %s) = %q, want ch_ and 24 hex characters", tt.tenant, tt.key, tt.charge, id)
 		}
+		if other, ok := ids[id]; ok {
+			t.Errorf("ID(%s, %s, %s) = %q, as for %s", tt.tenant, tt.key, tt.charge, id, other)
+		}
+		ids[id] = tt.tenant + " " + tt.key + " " + tt.charge
 	}
-	a, b := ID(idempotency.NewKey("acme", "k")), ID(idempotency.NewKey("globex", "k"))
-	if a == b {
-		t.Errorf("ID of one raw key under two tenants = %q for both, want distinct", a)
+	if ID(idempotency.NewKey("acme", "k"), "prch_1") != ID(idempotency.NewKey("acme", "k"), "prch_1") {
+		t.Error("ID is not deterministic")
 	}
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }
 
 func TestDecode(t *testing.T) {
@@ -53,7 +71,7 @@ func TestNewAndProviderRequest(t *testing.T) {
 	req := payments.Request{Amount: 5, Currency: "eur", Customer: "c", Description: "d", Metadata: map[string]string{"a": "b"}, Source: "tok_visa"}
 	got := New(key, req, "prch_1", time.Unix(1700000000, 999_999_999).In(time.FixedZone("X", 3600)))
 	want := Charge{
-		ID: ID(key), Amount: 5, Currency: "eur", Customer: "c", Description: "d", Metadata: map[string]string{"a": "b"},
+		ID: ID(key, "prch_1"), Amount: 5, Currency: "eur", Customer: "c", Description: "d", Metadata: map[string]string{"a": "b"},
 		ProviderChargeID: "prch_1", Created: time.Unix(1700000000, 0).UTC(),
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -1,7 +1,8 @@
 // Package charges is the domain of POST /v1/charges, the endpoint that charges
 // the payment provider while the client waits: the request (a create-payment
 // request that must name its source, validated by package payments), the
-// charge's deterministic ID, and the JSON the API answers with.
+// charge's deterministic ID (one per provider charge), and the JSON the API
+// answers with.
 //
 // Everything in a charge's rendering is derived from what the idempotency
 // record keeps (the scoped key, the canonical request, the creation time) and

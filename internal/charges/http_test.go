@@ -24,7 +24,7 @@ import (
 
 func TestResponse(t *testing.T) {
 	key := idempotency.NewKey("acme", "order-1001")
-	id := ID(key)
+	id := ID(key, "prch_1")
 	created := time.Unix(1700000000, 999_000_000) // the store keeps milliseconds; created is in seconds
 	rec := func(body string) idempotency.Record {
 		canonical, err := idempotency.Canonical([]byte(body))

@@ -277,3 +277,56 @@ func TestStartUnreachableDynamoDB(t *testing.T) {
 		t.Errorf("Start against a closed port = %v, want a tables error", err)
 	}
 }
+
+// TestPaymentSettlementShown creates payments the worker settles each way
+// and checks that GET shows what the README promises once settled:
+// provider_charge_id for a charge, failure_code for a failure, null for
+// what there is not.
+func TestPaymentSettlementShown(t *testing.T) {
+	env := testEnv(t)
+	stack := start(t, env, io.Discard)
+	api := stack.URL() + "/v1/payments"
+	type view struct {
+		ID               string  `json:"id"`
+		Status           string  `json:"status"`
+		ProviderChargeID *string `json:"provider_charge_id"`
+		FailureCode      *string `json:"failure_code"`
+	}
+	tests := []struct {
+		source, status, failure string
+		charged                 bool
+	}{
+		{"tok_visa", "succeeded", "", true},
+		{"tok_chargeDeclined", "failed", "card_declined", true},
+		{"tok_nosuchtoken", "failed", "provider_rejected", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.source, func(t *testing.T) {
+			body := `{"amount": 2500, "currency": "EUR", "customer": "cus_42", "source": "` + tt.source + `"}`
+			r := call(t, "POST", api, "sk_test_acme", "settle-"+tt.source, body)
+			var created view
+			if r.status != http.StatusCreated || json.Unmarshal([]byte(r.body), &created) != nil {
+				t.Fatalf("create = %d %s, want 201", r.status, r.body)
+			}
+			if created.Status != "pending" || created.ProviderChargeID != nil || created.FailureCode != nil ||
+				!strings.Contains(r.body, `"provider_charge_id":null,"failure_code":null`) {
+				t.Errorf("created = %s, want pending with provider_charge_id and failure_code null", r.body)
+			}
+			var got view
+			var last response
+			lambdatest.WaitFor(t, 30*time.Second, "the worker to settle "+created.ID, func() bool {
+				last = call(t, "GET", api+"/"+created.ID, "sk_test_acme", "", "")
+				return json.Unmarshal([]byte(last.body), &got) == nil && got.Status != "pending"
+			})
+			if got.Status != tt.status {
+				t.Errorf("GET = %s, want status %s", last.body, tt.status)
+			}
+			if charged := got.ProviderChargeID != nil && strings.HasPrefix(*got.ProviderChargeID, "prch_"); charged != tt.charged {
+				t.Errorf("GET = %s, want a provider_charge_id: %v", last.body, tt.charged)
+			}
+			if (tt.failure == "") != (got.FailureCode == nil) || got.FailureCode != nil && *got.FailureCode != tt.failure {
+				t.Errorf("GET = %s, want failure_code %q (null when empty)", last.body, tt.failure)
+			}
+		})
+	}
+}

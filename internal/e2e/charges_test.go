@@ -135,7 +135,7 @@ func TestChargesContract(t *testing.T) {
 			t.Fatalf("Lookup: %v", err)
 		}
 		want := map[string]any{
-			"id": charges.ID(idempotency.NewKey("acme", key)), "object": "charge", "amount": 2500.0, "currency": "eur",
+			"id": charges.ID(idempotency.NewKey("acme", key), c.ID), "object": "charge", "amount": 2500.0, "currency": "eur",
 			"customer": "cus_42", "description": "Order 1001", "metadata": map[string]any{"order": "1001"},
 			"status": "succeeded", "provider_charge_id": c.ID, "created": float64(s.clock.Now().Unix()),
 		}
@@ -255,8 +255,9 @@ func TestChargesContract(t *testing.T) {
 			t.Fatalf("retry after reconciliation = %d %s, want the 201 replayed", again.status, again.body)
 		}
 		got := decode(t, again)
-		if got["id"] != charges.ID(rec.Key) || got["created"] != float64(rec.CreatedAt.Unix()) || got["status"] != "succeeded" {
-			t.Errorf("reconciled charge = %s, want id %s created %d", again.body, charges.ID(rec.Key), rec.CreatedAt.Unix())
+		prch, _ := got["provider_charge_id"].(string)
+		if got["id"] != charges.ID(rec.Key, prch) || got["created"] != float64(rec.CreatedAt.Unix()) || got["status"] != "succeeded" {
+			t.Errorf("reconciled charge = %s, want id %s created %d", again.body, charges.ID(rec.Key, prch), rec.CreatedAt.Unix())
 		}
 		if n := s.charged(t, key, chargeBody("tok_timeout")); n != 1 {
 			t.Errorf("simulator charges for the key = %d, want 1", n)
@@ -397,6 +398,40 @@ func TestChargesContract(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestChargeIDs checks that every charge the provider makes has its own ID:
+// a key reused with another body once its retention has passed makes a new
+// charge, answered with a new ID, while the same body under the same key
+// names the same operation at the provider, whose one charge keeps its ID.
+func TestChargeIDs(t *testing.T) {
+	s := newChargeStack(t)
+	const key = "charge-reused"
+	first := s.charge(t, key, chargeBody("tok_visa"), nil)
+	if first.status != http.StatusCreated {
+		t.Fatalf("POST = %d %s, want 201", first.status, first.body)
+	}
+	s.clock.Advance(s.cfg.Retention + time.Minute)
+
+	other := strings.Replace(chargeBody("tok_visa"), "2500", "2600", 1)
+	second := s.charge(t, key, other, nil)
+	if second.status != http.StatusCreated || second.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("POST, key reused after its retention with another body = %d %s, want a new 201", second.status, second.body)
+	}
+	a, b := decode(t, first), decode(t, second)
+	if a["provider_charge_id"] == b["provider_charge_id"] || a["id"] == b["id"] {
+		t.Errorf("two charges answered with ids %v and %v (provider %v and %v), want distinct", a["id"], b["id"], a["provider_charge_id"], b["provider_charge_id"])
+	}
+
+	s.clock.Advance(s.cfg.Retention + time.Minute)
+	third := s.charge(t, key, chargeBody("tok_visa"), nil)
+	c := decode(t, third)
+	if third.status != http.StatusCreated || c["provider_charge_id"] != a["provider_charge_id"] || c["id"] != a["id"] {
+		t.Errorf("the first body again = %d %s, want the provider's first charge, %v, under its id %v", third.status, third.body, a["provider_charge_id"], a["id"])
+	}
+	if n := s.charged(t, key, chargeBody("tok_visa")); n != 1 {
+		t.Errorf("simulator charges for the first body = %d, want 1", n)
+	}
 }
 
 // TestChargesMaximalBody sends the largest charge the API accepts, every

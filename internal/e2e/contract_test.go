@@ -44,13 +44,13 @@ func TestContract(t *testing.T) {
 		want := map[string]any{
 			"id": id, "object": "payment", "amount": 2500.0, "currency": "eur", "customer": "cus_42",
 			"description": "Order 1001", "metadata": map[string]any{"order": "1001", "channel": "web"},
-			"status": "pending", "created": float64(s.clock.Now().Unix()),
+			"status": "pending", "provider_charge_id": nil, "failure_code": nil, "created": float64(s.clock.Now().Unix()),
 		}
 		if diff := cmp.Diff(want, created); diff != "" {
 			t.Errorf("body (-want +got):\n%s", diff)
 		}
 		// The keys come out in a fixed order, as documented.
-		if !strings.HasPrefix(string(first.body), `{"id":"`+id+`","object":"payment","amount":2500,"currency":"eur","customer":"cus_42","description":"Order 1001","metadata":{"channel":"web","order":"1001"},"status":"pending","created":`) {
+		if !strings.HasPrefix(string(first.body), `{"id":"`+id+`","object":"payment","amount":2500,"currency":"eur","customer":"cus_42","description":"Order 1001","metadata":{"channel":"web","order":"1001"},"status":"pending","provider_charge_id":null,"failure_code":null,"created":`) {
 			t.Errorf("body = %s, want the contract's field order", first.body)
 		}
 		if got := first.header.Get("Location"); got != "/v1/payments/"+id {

@@ -79,21 +79,33 @@ func PK(tenant, id string) string { return tenant + "#" + id }
 func (p Payment) Location() string { return "/v1/payments/" + p.ID }
 
 // MarshalJSON renders p as the API does: description null when absent,
-// metadata {} when absent, created in unix seconds. Neither the tenant nor the
-// partition key is rendered.
+// metadata {} when absent, provider_charge_id and failure_code null until
+// the worker has settled the payment (a failed payment may have no charge,
+// when the provider refused the request itself), created in unix seconds.
+// Neither the tenant, the partition key nor the source is rendered.
 func (p Payment) MarshalJSON() ([]byte, error) {
 	desc, md := RenderOptional(p.Description, p.Metadata)
 	return json.Marshal(rendering{
-		ID:          p.ID,
-		Object:      "payment",
-		Amount:      p.Amount,
-		Currency:    p.Currency,
-		Customer:    p.Customer,
-		Description: desc,
-		Metadata:    md,
-		Status:      p.Status,
-		Created:     p.Created.Unix(),
+		ID:               p.ID,
+		Object:           "payment",
+		Amount:           p.Amount,
+		Currency:         p.Currency,
+		Customer:         p.Customer,
+		Description:      desc,
+		Metadata:         md,
+		Status:           p.Status,
+		ProviderChargeID: nullable(p.ProviderChargeID),
+		FailureCode:      nullable(p.FailureCode),
+		Created:          p.Created.Unix(),
 	})
+}
+
+// nullable is s, or nil (JSON null) when s is empty.
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // RenderOptional returns the optional fields of a request as the API renders
@@ -118,7 +130,10 @@ type rendering struct {
 	Description *string           `json:"description"`
 	Metadata    map[string]string `json:"metadata"`
 	Status      Status            `json:"status"`
-	Created     int64             `json:"created"`
+	// ProviderChargeID and FailureCode are set once the payment is settled.
+	ProviderChargeID *string `json:"provider_charge_id"`
+	FailureCode      *string `json:"failure_code"`
+	Created          int64   `json:"created"`
 }
 
 // Effect is the insert of p into table, to commit with the idempotency

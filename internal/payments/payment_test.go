@@ -51,26 +51,51 @@ func TestValidID(t *testing.T) {
 
 func TestPaymentJSON(t *testing.T) {
 	now := time.Unix(1700000000, 999_000_000)
+	plain := Request{Amount: 2500, Currency: "eur", Customer: "cus_42", Source: "tok_visa"}
 	tests := []struct {
-		name string
-		req  Request
-		want string
+		name   string
+		req    Request
+		settle func(*Payment)
+		want   string
 	}{
 		{
 			name: "without optional fields",
-			req:  Request{Amount: 2500, Currency: "eur", Customer: "cus_42", Source: "tok_visa"},
-			want: `{"id":"%s","object":"payment","amount":2500,"currency":"eur","customer":"cus_42","description":null,"metadata":{},"status":"pending","created":1700000000}`,
+			req:  plain,
+			want: `{"id":"%s","object":"payment","amount":2500,"currency":"eur","customer":"cus_42","description":null,"metadata":{},"status":"pending","provider_charge_id":null,"failure_code":null,"created":1700000000}`,
 		},
 		{
 			name: "with description and metadata",
 			req: Request{Amount: 1, Currency: "usd", Customer: "c", Description: "Order <1>",
 				Metadata: map[string]string{"z": "1", "a": "2"}, Source: "tok_visa"},
-			want: `{"id":"%s","object":"payment","amount":1,"currency":"usd","customer":"c","description":"Order \u003c1\u003e","metadata":{"a":"2","z":"1"},"status":"pending","created":1700000000}`,
+			want: `{"id":"%s","object":"payment","amount":1,"currency":"usd","customer":"c","description":"Order \u003c1\u003e","metadata":{"a":"2","z":"1"},"status":"pending","provider_charge_id":null,"failure_code":null,"created":1700000000}`,
+		},
+		{
+			name:   "succeeded",
+			req:    plain,
+			settle: func(p *Payment) { p.Status, p.ProviderChargeID = StatusSucceeded, "prch_1" },
+			want:   `{"id":"%s","object":"payment","amount":2500,"currency":"eur","customer":"cus_42","description":null,"metadata":{},"status":"succeeded","provider_charge_id":"prch_1","failure_code":null,"created":1700000000}`,
+		},
+		{
+			name: "declined",
+			req:  plain,
+			settle: func(p *Payment) {
+				p.Status, p.ProviderChargeID, p.FailureCode = StatusFailed, "prch_2", "card_declined"
+			},
+			want: `{"id":"%s","object":"payment","amount":2500,"currency":"eur","customer":"cus_42","description":null,"metadata":{},"status":"failed","provider_charge_id":"prch_2","failure_code":"card_declined","created":1700000000}`,
+		},
+		{
+			name:   "rejected by the provider, nothing charged",
+			req:    plain,
+			settle: func(p *Payment) { p.Status, p.FailureCode = StatusFailed, "provider_rejected" },
+			want:   `{"id":"%s","object":"payment","amount":2500,"currency":"eur","customer":"cus_42","description":null,"metadata":{},"status":"failed","provider_charge_id":null,"failure_code":"provider_rejected","created":1700000000}`,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := New("acme", tt.req, now)
+			if tt.settle != nil {
+				tt.settle(&p)
+			}
 			got, err := p.MarshalJSON()
 			if err != nil {
 				t.Fatal(err)
