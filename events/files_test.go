@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -414,4 +416,78 @@ func plain(v types.AttributeValue) any {
 		return nil
 	}
 	return fmt.Sprintf("%T", v)
+}
+
+// TestSeededImagesOutliveTheFixtures checks that every item a stream file
+// leaves in its table (a record's new image, which `sam local invoke` needs
+// seeded first) has no TTL expiry within fifty years: an expiry already in
+// the past would have DynamoDB (Local too) delete the seeded item within
+// seconds, and the invocation would quietly find nothing.
+func TestSeededImagesOutliveTheFixtures(t *testing.T) {
+	tables, err := template(t).Tables("once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl := map[string]string{}
+	for _, tbl := range tables {
+		ttl[tbl.LogicalID] = tbl.TTLAttribute
+	}
+	horizon := time.Now().AddDate(50, 0, 0)
+	checked := 0
+	for file, trig := range streamFiles(t) {
+		attr := ttl[trig.table]
+		if attr == "" {
+			continue
+		}
+		for i, rec := range streamEvent(t, file).Records {
+			v, ok := rec.Change.NewImage[attr]
+			if rec.Change.NewImage == nil || !ok {
+				continue
+			}
+			checked++
+			secs, err := strconv.ParseInt(v.Number(), 10, 64)
+			if err != nil || time.Unix(secs, 0).Before(horizon) {
+				t.Errorf("%s record %d: new image's %s = %v, want a date after %v (a TTL deletion would remove the seeded item)",
+					file, i, attr, time.Unix(secs, 0).UTC(), horizon.Format(time.DateOnly))
+			}
+		}
+	}
+	if checked == 0 {
+		t.Error("no stream file seeds an item with a TTL attribute: the test checks nothing")
+	}
+}
+
+// streamFiles returns the stream event files, with their function's trigger.
+func streamFiles(t *testing.T) map[string]streamTrigger {
+	t.Helper()
+	triggers := streamTriggers(t)
+	out := map[string]streamTrigger{}
+	for file := range fixtures {
+		if trig, ok := triggers[functionOf(file)]; ok {
+			out[file] = trig
+		}
+	}
+	return out
+}
+
+// TestReadmeSeedsTheReconcilerFixture checks the README's commands that
+// prepare reconciler-unknown.json for `sam local invoke`: the provider
+// charge they make must be under the record's forwarded key, for its
+// request, or the reconciler finds no charge (or one of another amount).
+func TestReadmeSeedsTheReconcilerFixture(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(dynamotest.TemplatePath(t)), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := recordImage(t, streamEvent(t, "reconciler-unknown.json").Records[0].Change.NewImage)
+	want := []string{
+		"events/reconciler-unknown.json",
+		"Idempotency-Key: " + rec.ForwardKey(),
+		"-d '" + string(rec.Request) + "'",
+	}
+	for _, w := range want {
+		if !strings.Contains(string(data), w) {
+			t.Errorf("README.md does not hold %q: the seeding commands for reconciler-unknown.json are out of date", w)
+		}
+	}
 }

@@ -56,8 +56,12 @@ func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (http
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
+	d, err := newDeps(cfg, client, opts)
+	if err != nil {
+		return nil, err
+	}
 	return httpapi.NewHandler(httpapi.Deps{
-		Routes:  routes(mw, newDeps(cfg, client, opts)),
+		Routes:  routes(mw, d),
 		Tenant:  gateway.Tenant,
 		Logger:  opts.Logger,
 		Metrics: opts.Emitter("api"),
@@ -73,7 +77,11 @@ func Resolvers(cfg config.Config, client *dynamodb.Client, opts app.Options) (id
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
-	routes(mw, newDeps(cfg, client, opts.WithDefaults(cfg)))
+	d, err := newDeps(cfg, client, opts.WithDefaults(cfg))
+	if err != nil {
+		return nil, err
+	}
+	routes(mw, d)
 	return mw.Resolvers(), nil
 }
 
@@ -86,12 +94,19 @@ type deps struct {
 	now             func() time.Time
 }
 
-func newDeps(cfg config.Config, client *dynamodb.Client, opts app.Options) deps {
+func newDeps(cfg config.Config, client *dynamodb.Client, opts app.Options) (deps, error) {
 	d := deps{client: client, paymentsTable: cfg.PaymentsTable, providerTimeout: cfg.ProviderTimeout, now: opts.Now}
-	if p := provider.FromConfig(cfg); p != nil { // a nil *provider.Client would not be a nil Provider
+	// The provider signs its calls with the function's own credentials,
+	// those of its DynamoDB client.
+	o := client.Options()
+	p, err := provider.FromConfig(cfg, o.Credentials, o.Region)
+	if err != nil {
+		return deps{}, fmt.Errorf("api: %w", err)
+	}
+	if p != nil { // a nil *provider.Client would not be a nil Provider
 		d.provider = p
 	}
-	return d
+	return d, nil
 }
 
 // routes lists every endpoint of the API.

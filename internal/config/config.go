@@ -21,6 +21,7 @@ const (
 	EnvFaultInjection   = "ONCE_FAULT_INJECTION"
 	EnvProviderURL      = "ONCE_PROVIDER_URL"
 	EnvProviderTimeout  = "ONCE_PROVIDER_TIMEOUT"
+	EnvProviderAuth     = "ONCE_PROVIDER_AUTH"
 	EnvDynamoDBEndpoint = "DYNAMODB_ENDPOINT"
 	EnvRegion           = "AWS_REGION"
 	EnvLogLevel         = "LOG_LEVEL"
@@ -41,6 +42,18 @@ const (
 	// DefaultLocalRegion is the region used with a DYNAMODB_ENDPOINT and no
 	// AWS_REGION.
 	DefaultLocalRegion = "us-east-1"
+)
+
+// How the functions authenticate to the payment provider
+// (ONCE_PROVIDER_AUTH).
+const (
+	// ProviderAuthNone sends plain requests (the default): a provider of
+	// its own authentication, or the devstack's simulator on 127.0.0.1.
+	ProviderAuthNone = "none"
+	// ProviderAuthIAM signs every request with SigV4 for the service
+	// "lambda", with the function's own credentials: the provider simulator
+	// behind a function URL whose AuthType is AWS_IAM.
+	ProviderAuthIAM = "aws_iam"
 )
 
 // Config is the parsed configuration.
@@ -68,6 +81,9 @@ type Config struct {
 	ProviderURL string
 	// ProviderTimeout bounds one call to the payment provider.
 	ProviderTimeout time.Duration
+	// ProviderAuth is how calls to the provider are authenticated:
+	// ProviderAuthNone or ProviderAuthIAM.
+	ProviderAuth string
 }
 
 // tableName is DynamoDB's rule for table names.
@@ -136,6 +152,12 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.Region == "" && c.DynamoDBEndpoint != "" {
 		c.Region = DefaultLocalRegion
+	}
+	switch v := str(EnvProviderAuth, ProviderAuthNone); strings.ToLower(v) {
+	case ProviderAuthNone, ProviderAuthIAM:
+		c.ProviderAuth = strings.ToLower(v)
+	default:
+		bad(EnvProviderAuth, v, `must be "`+ProviderAuthNone+`" or "`+ProviderAuthIAM+`"`)
 	}
 	switch v := str(EnvFaultInjection, ""); strings.ToLower(v) {
 	case "", "0", "false":

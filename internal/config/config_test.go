@@ -19,6 +19,7 @@ func TestFromEnv(t *testing.T) {
 		Lease:            DefaultLease,
 		LogLevel:         slog.LevelInfo,
 		ProviderTimeout:  DefaultProviderTimeout,
+		ProviderAuth:     ProviderAuthNone,
 	}
 	with := func(f func(*Config)) Config {
 		c := defaults
@@ -47,6 +48,7 @@ func TestFromEnv(t *testing.T) {
 				"LOG_LEVEL":              "debug",
 				"ONCE_PROVIDER_URL":      "https://provider.example.com",
 				"ONCE_PROVIDER_TIMEOUT":  "2500ms",
+				"ONCE_PROVIDER_AUTH":     "aws_iam",
 			},
 			want: Config{
 				IdempotencyTable: "stack-idempotency",
@@ -61,6 +63,7 @@ func TestFromEnv(t *testing.T) {
 				LogLevel:         slog.LevelDebug,
 				ProviderURL:      "https://provider.example.com",
 				ProviderTimeout:  2500 * time.Millisecond,
+				ProviderAuth:     ProviderAuthIAM,
 			},
 		},
 		{name: "fault injection true", env: map[string]string{"ONCE_FAULT_INJECTION": "TRUE"},
@@ -77,6 +80,10 @@ func TestFromEnv(t *testing.T) {
 			want: with(func(c *Config) { c.Retention = 2 * time.Hour })},
 		{name: "provider timeout not under the lease", env: map[string]string{"ONCE_LEASE": "5s", "ONCE_PROVIDER_TIMEOUT": "5s"},
 			wantErr: []string{"ONCE_PROVIDER_TIMEOUT"}},
+		{name: "provider auth in upper case, as a function URL's AuthType", env: map[string]string{"ONCE_PROVIDER_AUTH": "AWS_IAM"},
+			want: with(func(c *Config) { c.ProviderAuth = ProviderAuthIAM })},
+		{name: "provider auth none", env: map[string]string{"ONCE_PROVIDER_AUTH": "none"}, want: defaults},
+		{name: "bad provider auth", env: map[string]string{"ONCE_PROVIDER_AUTH": "sigv4"}, wantErr: []string{"ONCE_PROVIDER_AUTH"}},
 		{name: "bad provider timeout", env: map[string]string{"ONCE_PROVIDER_TIMEOUT": "-1s"}, wantErr: []string{"ONCE_PROVIDER_TIMEOUT"}},
 		{name: "bad retention", env: map[string]string{"ONCE_RETENTION": "1 day"}, wantErr: []string{"ONCE_RETENTION"}},
 		{name: "zero retention", env: map[string]string{"ONCE_RETENTION": "0s"}, wantErr: []string{"ONCE_RETENTION=\"0s\": must be positive"}},

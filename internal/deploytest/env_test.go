@@ -28,11 +28,11 @@ func notFromTemplate(name string) bool {
 // designEnv is docs/design.md's "Environment per function", less
 // ONCE_FAULT_INJECTION.
 var designEnv = map[string][]string{
-	"ApiFunction":        {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_RETENTION"},
+	"ApiFunction":        {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_RETENTION"},
 	"AuthorizerFunction": {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_API_KEYS_TABLE"},
-	"WorkerFunction":     {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL"},
+	"WorkerFunction":     {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL"},
 	"SweeperFunction":    {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_RETENTION"},
-	"ReconcilerFunction": {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_RETENTION"},
+	"ReconcilerFunction": {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_RETENTION"},
 	"ProviderFunction":   {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_PROVIDER_TABLE"},
 }
 
@@ -47,6 +47,8 @@ var envSource = map[string]any{
 	"ONCE_RETENTION":         map[string]any{"Ref": "Retention"},
 	"ONCE_LEASE":             map[string]any{"Ref": "Lease"},
 	"ONCE_PROVIDER_TIMEOUT":  map[string]any{"Ref": "ProviderTimeout"},
+	// The simulator's function URL takes SigV4-signed calls only.
+	"ONCE_PROVIDER_AUTH": map[string]any{"Fn::If": []any{"DeployProvider", "aws_iam", "none"}},
 	"ONCE_PROVIDER_URL": map[string]any{"Fn::If": []any{
 		"DeployProvider",
 		map[string]any{"Fn::GetAtt": []any{"ProviderFunctionUrl", "FunctionUrl"}},
@@ -87,7 +89,7 @@ func TestEnvironmentCoversCode(t *testing.T) {
 	for id, fn := range template(t).Functions() {
 		folder := samtemplate.FunctionFolder(id)
 		if !hasFolder(t, folder) {
-			t.Logf("%s: functions/%s does not exist yet", id, folder)
+			t.Errorf("%s: functions/%s does not exist", id, folder)
 			continue
 		}
 		s := scanFunction(t, folder)
@@ -98,6 +100,16 @@ func TestEnvironmentCoversCode(t *testing.T) {
 		for field, v := range fieldEnv {
 			if s.Selected[field] {
 				reads[v] = "config." + field
+			}
+		}
+		// config.FromEnv checks some variables against others, whatever
+		// the function uses: a function that reads one needs the other
+		// too, or a valid deployment fails at init.
+		for _, c := range crossChecks {
+			if _, ok := reads[c.checked]; ok {
+				if _, ok := reads[c.against]; !ok {
+					reads[c.against] = "config.FromEnv checks " + c.checked + " against it"
+				}
 			}
 		}
 		env := fn.Environment()
@@ -120,7 +132,7 @@ func TestEnvironmentCoversCode(t *testing.T) {
 		}
 		if len(unread) > 0 {
 			sort.Strings(unread)
-			t.Logf("%s: set but not read by the code yet: %v", id, unread)
+			t.Errorf("%s: template.yaml sets %v, which its code never reads", id, unread)
 		}
 	}
 }
@@ -147,9 +159,38 @@ func configFieldEnv(t *testing.T) map[string]string {
 	return out
 }
 
+// crossChecks are config.FromEnv's checks of one variable against another
+// (TestCrossChecks holds this list to FromEnv).
+var crossChecks = []struct {
+	checked, against string
+	// bad is a value of checked that FromEnv refuses against against's
+	// default, good a value of against that makes it valid.
+	bad, good string
+}{
+	{checked: config.EnvProviderTimeout, against: config.EnvLease, bad: config.DefaultLease.String(), good: (2 * config.DefaultLease).String()},
+}
+
+// TestCrossChecks checks crossChecks against config.FromEnv: each checked
+// value is refused against its partner's default and accepted with the
+// partner set.
+func TestCrossChecks(t *testing.T) {
+	for _, c := range crossChecks {
+		_, err := config.FromEnv(func(k string) string { return map[string]string{c.checked: c.bad}[k] })
+		if err == nil || !strings.Contains(err.Error(), c.checked) {
+			t.Errorf("FromEnv(%s=%s) = %v, want an error naming %s", c.checked, c.bad, err, c.checked)
+		}
+		if _, err := config.FromEnv(func(k string) string { return map[string]string{c.checked: c.bad, c.against: c.good}[k] }); err != nil {
+			t.Errorf("FromEnv(%s=%s, %s=%s) = %v, want it accepted", c.checked, c.bad, c.against, c.good, err)
+		}
+	}
+}
+
 // TestConfigAcceptsTemplate runs config.FromEnv on each function's
-// environment as a deployment with the parameters' defaults (and each
-// allowed LogLevel) sets it.
+// environment as a deployment sets it: with the parameters' defaults, each
+// allowed LogLevel, with and without the simulator, and with valid
+// parameters other than the defaults (a ProviderTimeout at or above the
+// default Lease, with a Lease above it), which only work if every function
+// gets every variable FromEnv checks.
 func TestConfigAcceptsTemplate(t *testing.T) {
 	tm := template(t)
 	vars := tm.ParameterDefaults()
@@ -164,25 +205,35 @@ func TestConfigAcceptsTemplate(t *testing.T) {
 	if len(levels) == 0 {
 		t.Fatal("LogLevel has no AllowedValues")
 	}
+	timings := []map[string]string{
+		{}, // the defaults
+		{"ProviderTimeout": "30s", "Lease": "45s"},
+		{"ProviderTimeout": "50s", "Lease": "2m"},
+	}
 	for _, deploy := range []bool{true, false} {
 		for _, level := range levels {
-			vars := clone(vars)
-			vars["LogLevel"] = fmt.Sprint(level)
-			vars["DeployProviderSimulator"] = fmt.Sprint(deploy)
-			if !deploy {
-				vars["ProviderUrl"] = "https://provider.example.com/"
-			}
-			for id, fn := range tm.Functions() {
-				env := map[string]string{}
-				for name, v := range fn.Environment() {
-					s, err := evalDefault(v, vars, deploy)
-					if err != nil {
-						t.Fatalf("%s %s: %v", id, name, err)
-					}
-					env[name] = s
+			for _, timing := range timings {
+				vars := clone(vars)
+				vars["LogLevel"] = fmt.Sprint(level)
+				vars["DeployProviderSimulator"] = fmt.Sprint(deploy)
+				if !deploy {
+					vars["ProviderUrl"] = "https://provider.example.com/"
 				}
-				if _, err := config.FromEnv(func(k string) string { return env[k] }); err != nil {
-					t.Errorf("%s (DeployProviderSimulator=%v, LogLevel=%v): config.FromEnv: %v", id, deploy, level, err)
+				for k, v := range timing {
+					vars[k] = v
+				}
+				for id, fn := range tm.Functions() {
+					env := map[string]string{}
+					for name, v := range fn.Environment() {
+						s, err := evalDefault(v, vars, deploy)
+						if err != nil {
+							t.Fatalf("%s %s: %v", id, name, err)
+						}
+						env[name] = s
+					}
+					if _, err := config.FromEnv(func(k string) string { return env[k] }); err != nil {
+						t.Errorf("%s (DeployProviderSimulator=%v, LogLevel=%v, %v): config.FromEnv: %v", id, deploy, level, timing, err)
+					}
 				}
 			}
 		}
@@ -197,18 +248,19 @@ func clone(m map[string]string) map[string]string {
 	return out
 }
 
-// evalDefault evaluates an environment value: !Ref, !Sub, and the
-// !If [DeployProvider, !GetAtt ProviderFunctionUrl.FunctionUrl, ...] form.
+// evalDefault evaluates an environment value: !Ref, !Sub, !If
+// [DeployProvider, ...] and !GetAtt ProviderFunctionUrl.FunctionUrl.
 func evalDefault(v any, vars map[string]string, deployProvider bool) (string, error) {
 	if m := mapOf(v); m != nil {
 		if args, ok := m["Fn::If"].([]any); ok && len(args) == 3 && args[0] == "DeployProvider" {
-			if !deployProvider {
-				return evalDefault(args[2], vars, deployProvider)
+			if deployProvider {
+				return evalDefault(args[1], vars, deployProvider)
 			}
-			if ga, ok := mapOf(args[1])["Fn::GetAtt"].([]any); ok && ga[0] == "ProviderFunctionUrl" {
-				// What Lambda returns: note the trailing slash.
-				return "https://abcdefghijklmnopqrstuvwxyz012345.lambda-url.us-east-1.on.aws/", nil
-			}
+			return evalDefault(args[2], vars, deployProvider)
+		}
+		if ga, ok := m["Fn::GetAtt"].([]any); ok && len(ga) == 2 && ga[0] == "ProviderFunctionUrl" {
+			// What Lambda returns: note the trailing slash.
+			return "https://abcdefghijklmnopqrstuvwxyz012345.lambda-url.us-east-1.on.aws/", nil
 		}
 	}
 	return samtemplate.String(v, vars)

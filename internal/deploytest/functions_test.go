@@ -25,7 +25,7 @@ func TestFunctionsMatchFolders(t *testing.T) {
 			t.Errorf("functions/%s has no %s in template.yaml", folder, id)
 		}
 	}
-	// ...and every function its folder, once the folder exists.
+	// ...and every function its folder.
 	for id := range fns {
 		folder := samtemplate.FunctionFolder(id)
 		if folder == "" {
@@ -33,7 +33,7 @@ func TestFunctionsMatchFolders(t *testing.T) {
 			continue
 		}
 		if !hasFolder(t, folder) {
-			t.Logf("%s: functions/%s does not exist yet", id, folder)
+			t.Errorf("%s: functions/%s does not exist", id, folder)
 		}
 	}
 }

@@ -13,12 +13,17 @@ import (
 
 var streamRead = []string{"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"}
 
+// invokeURL is what calling a function URL whose AuthType is AWS_IAM takes,
+// for function URLs created since October 2025.
+var invokeURL = []string{"lambda:InvokeFunction", "lambda:InvokeFunctionUrl"}
+
 // wantGrants is each function's least privilege: resource -> actions, where a
 // resource is a logical ID (its Arn) or <Table>/stream (its StreamArn).
 var wantGrants = map[string]map[string][]string{
 	"ApiFunction": {
 		"IdempotencyTable": {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
 		"PaymentsTable":    {"dynamodb:GetItem", "dynamodb:PutItem"},
+		"ProviderFunction": invokeURL,
 	},
 	"AuthorizerFunction": {
 		"ApiKeysTable": {"dynamodb:GetItem"},
@@ -27,6 +32,7 @@ var wantGrants = map[string]map[string][]string{
 		"PaymentsTable":        {"dynamodb:GetItem", "dynamodb:UpdateItem"},
 		"PaymentsTable/stream": streamRead,
 		"WorkerDLQ":            {"sqs:SendMessage"},
+		"ProviderFunction":     invokeURL,
 	},
 	"SweeperFunction": {
 		"IdempotencyTable":        {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem"},
@@ -38,6 +44,7 @@ var wantGrants = map[string]map[string][]string{
 		"PaymentsTable":           {"dynamodb:GetItem", "dynamodb:PutItem"},
 		"IdempotencyTable/stream": streamRead,
 		"ReconcilerDLQ":           {"sqs:SendMessage"},
+		"ProviderFunction":        invokeURL,
 	},
 	"ProviderFunction": {
 		"ProviderTable": {"dynamodb:GetItem", "dynamodb:PutItem"},
@@ -53,7 +60,8 @@ var allowedManaged = []any{
 
 // functionGrants returns the resource -> actions that fn's role grants,
 // failing the test on anything but exact Allow statements on the template's
-// own resources.
+// own resources. A statement may exist only under DeployProvider:
+// !If [DeployProvider, <statement>, !Ref AWS::NoValue].
 func functionGrants(t *testing.T, id string, fn samtemplate.Function) map[string][]string {
 	t.Helper()
 	resources := template(t).Resources()
@@ -95,6 +103,13 @@ func functionGrants(t *testing.T, id string, fn samtemplate.Function) map[string
 		doc := mapOf(mapOf(p)["PolicyDocument"])
 		for _, raw := range list(doc["Statement"]) {
 			st := mapOf(raw)
+			if args, ok := st["Fn::If"].([]any); ok {
+				if len(args) != 3 || args[0] != "DeployProvider" || !cmp.Equal(args[2], map[string]any{"Ref": "AWS::NoValue"}) {
+					t.Errorf("%s: statement %v: the only !If allowed is [DeployProvider, <statement>, !Ref AWS::NoValue]", roleID, st)
+					continue
+				}
+				st = mapOf(args[1])
+			}
 			for _, k := range []string{"NotAction", "NotResource", "NotPrincipal", "Condition"} {
 				if _, ok := st[k]; ok {
 					t.Errorf("%s: statement %v uses %s", roleID, st["Sid"], k)
@@ -156,8 +171,10 @@ func grantResource(r any, resources map[string]samtemplate.Resource) (string, er
 		return id, nil
 	case attr == "StreamArn" && typ == "AWS::DynamoDB::Table":
 		return id + "/stream", nil
+	case attr == "Arn" && typ == "AWS::Serverless::Function":
+		return id, nil
 	}
-	return "", fmt.Errorf("resource !GetAtt %s.%s (%s) is not a table, stream or queue ARN", id, attr, typ)
+	return "", fmt.Errorf("resource !GetAtt %s.%s (%s) is not a table, stream, queue or function ARN", id, attr, typ)
 }
 
 func TestLeastPrivilege(t *testing.T) {
@@ -166,12 +183,16 @@ func TestLeastPrivilege(t *testing.T) {
 		if diff := cmp.Diff(wantGrants[id], got); diff != "" {
 			t.Errorf("%s grants mismatch (-want +got):\n%s", id, diff)
 		}
-		// The tables it may touch are the tables it is told about...
-		var envTables, grantTables []string
+		// The tables it may touch are the tables it is told about, and the
+		// functions it may invoke those whose URL it is told about...
+		var envTables, grantTables, envURLs, grantFunctions []string
 		for _, v := range fn.Environment() {
 			for _, r := range samtemplate.Refs(v) {
 				if template(t).Resources()[r.Name].Type == "AWS::DynamoDB::Table" {
 					envTables = append(envTables, r.Name)
+				}
+				if fnID, ok := strings.CutSuffix(r.Name, "Url"); ok && r.Attribute == "FunctionUrl" {
+					envURLs = append(envURLs, fnID)
 				}
 			}
 		}
@@ -195,6 +216,8 @@ func TestLeastPrivilege(t *testing.T) {
 				grantStreams = append(grantStreams, res)
 			case template(t).Resources()[res].Type == "AWS::SQS::Queue":
 				grantQueues = append(grantQueues, res)
+			case template(t).Resources()[res].Type == "AWS::Serverless::Function":
+				grantFunctions = append(grantFunctions, res)
 			default:
 				grantTables = append(grantTables, res)
 			}
@@ -202,7 +225,10 @@ func TestLeastPrivilege(t *testing.T) {
 		for _, pair := range []struct {
 			what      string
 			want, got []string
-		}{{"tables (environment vs grants)", envTables, grantTables}, {"streams", streams, grantStreams}, {"queues", queues, grantQueues}} {
+		}{
+			{"tables (environment vs grants)", envTables, grantTables}, {"streams", streams, grantStreams}, {"queues", queues, grantQueues},
+			{"functions (URLs in the environment vs grants)", envURLs, grantFunctions},
+		} {
 			sort.Strings(pair.want)
 			sort.Strings(pair.got)
 			if diff := cmp.Diff(pair.want, pair.got); diff != "" {

@@ -17,7 +17,7 @@ import (
 // cfg.ProviderURL and settles them in cfg.PaymentsTable through client.
 // opts.Now is not used. It is an error for cfg.ProviderURL to be empty.
 func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (stream.Handler, error) {
-	charger, err := provider.Require(cfg, "worker")
+	charger, err := provider.Require(cfg, client.Options().Credentials, client.Options().Region, "worker")
 	if err != nil {
 		return nil, err
 	}
