@@ -14,10 +14,13 @@ GOARCH_LAMBDA := $(patsubst x86_64,amd64,$(LAMBDA_ARCH))
 GO_BUILD_LAMBDA = GOOS=linux GOARCH=$(GOARCH_LAMBDA) CGO_ENABLED=0 \
 	$(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w'
 
-# Flags for `make test` / `make bench` / `make fuzz`.
+# Flags for `make test` / `make bench` / `make fuzz` / `make soak`.
 GOTESTFLAGS ?=
 BENCHTIME ?= 200ms
 FUZZTIME ?= 10s
+SOAK_DURATION ?= 5m
+SOAK_CLIENTS ?= 64
+SOAK_TIMEOUT ?= 2h
 
 BUILD_DIR := build
 # Binaries before zipping, one folder per function like `sam build`'s.
@@ -41,6 +44,11 @@ test: ## go vet, then go test -race ./... against a DynamoDB Local started for t
 .PHONY: bench
 bench: ## the benchmarks, against a DynamoDB Local started for the run (BENCHTIME=200ms)
 	$(WITH_DYNAMODB) $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count=1 $(GOTESTFLAGS) ./...
+
+.PHONY: soak
+soak: ## mixed-tenant load through the devstack under -race for SOAK_DURATION (5m), SOAK_CLIENTS (64) clients
+	ONCE_SOAK_DURATION=$(SOAK_DURATION) ONCE_SOAK_CLIENTS=$(SOAK_CLIENTS) $(WITH_DYNAMODB) \
+		$(GO) test -race -count=1 -v -timeout $(SOAK_TIMEOUT) -run '^TestIsolationUnderLoad$$' $(GOTESTFLAGS) ./internal/devstack
 
 .PHONY: fuzz
 fuzz: ## each fuzz target for FUZZTIME (10s)

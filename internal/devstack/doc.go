@@ -2,8 +2,11 @@
 // DynamoDB Local (or any DYNAMODB_ENDPOINT, such as LocalStack), the tables of
 // template.yaml, demo API keys, and the API Gateway emulator in front of the
 // same Lambda handlers a deployment runs (the REQUEST authorizer, then the
-// api function behind a proxy integration), each invoked through the Lambda
-// runtime's own JSON path.
+// api function behind a proxy integration), each run in Lambda execution
+// environments (package lambdaenv: one invocation at a time each, as Lambda
+// runs them) through the Lambda runtime's own JSON path. The gateway is
+// served through gateway.Listener, so that even a request Go's HTTP server
+// refuses itself gets a JSON answer.
 //
 // A Stack is a list of components started in order and stopped in reverse
 // order: a failed start stops what had started, and Close shuts the HTTP
