@@ -185,7 +185,8 @@ func paymentBody(tenant string, p seeded) string {
 }
 
 // isolationRequest sends request seq and checks its answer: one in sixteen
-// creates a payment, one in eight asks for another tenant's payment, the
+// creates a payment, one in eight asks for another tenant's payment, about
+// one in four for a path that is no payment (hostile ones included), the
 // rest read one of the caller's own.
 func isolationRequest(ctx context.Context, client *http.Client, base string, own [][]seeded, seq int, tally *isolationTally) {
 	ti := seq % len(isolationTenants)
@@ -203,6 +204,12 @@ func isolationRequest(ctx context.Context, client *http.Client, base string, own
 	case seq%8 == 6:
 		other := own[(ti+1+seq%2)%len(isolationTenants)][seq%paymentsPerTenant]
 		url = base + "/" + other.id
+		status = http.StatusNotFound
+	case seq%4 == 1:
+		// No payment ID at all (the api answers without reading the
+		// table), hostile ones among them: their 404s race with the
+		// payments the others get.
+		url = base + "/" + []string{"%25zz", "%00", "x%0A%7B%22msg%22:%22forged%22%7D", "pay_short"}[(seq/4)%4]
 		status = http.StatusNotFound
 	}
 	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
