@@ -162,8 +162,8 @@ func (l *Lambda) ProxyV1(ctx context.Context, ev events.APIGatewayProxyRequest) 
 // before passing them to the backend integration", HTTP API routes guide),
 // a function URL as the client sent it: a decoded path has its "%", "?",
 // "#", spaces and control characters escaped, so it reaches the handler as
-// it was, except a decoded "%" followed by two hex digits, which the two
-// cannot be told apart by.
+// it was, but for a decoded "%" followed by two hex digits, which reads as
+// an escape (nothing in the event tells the two apart).
 func (l *Lambda) ProxyV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (resp events.APIGatewayV2HTTPResponse, err error) {
 	if err := checkEvent(ev.RequestContext.HTTP.Method, ev.Body, ev.IsBase64Encoded); err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
