@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	apifn "github.com/oncehq/once/internal/api"
+	"github.com/oncehq/once/internal/fault"
 	"github.com/oncehq/once/internal/provider/simulator"
 	"github.com/oncehq/once/internal/reconciler"
 	"github.com/oncehq/once/internal/sweeper"
@@ -28,7 +29,6 @@ import (
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamoclient"
 	"github.com/oncehq/once/internal/dynamotest"
-	"github.com/oncehq/once/internal/gateway"
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
@@ -102,7 +102,7 @@ func newStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.handlers[apiFunction] = lambda.NewHandler(gateway.NewLambdaHandler(api))
+	s.handlers[apiFunction] = lambda.NewHandler(fault.NewLambdaHandler(api))
 	for fn, build := range map[string]func(config.Config, *dynamodb.Client, app.Options) (stream.Handler, error){
 		workerFunction:     worker.Handler,
 		sweeperFunction:    sweeper.Handler,
@@ -116,7 +116,7 @@ func newStack(t *testing.T) *stack {
 	}
 
 	// functions/provider.
-	s.handlers[providerFunction] = lambda.NewHandler(gateway.NewLambdaHandler(simulator.Handler(cfg, fnClient, opts(providerFunction))))
+	s.handlers[providerFunction] = lambda.NewHandler(fault.NewLambdaHandler(simulator.Handler(cfg, fnClient, opts(providerFunction))))
 
 	// functions/authorizer.
 	awsCfg, err := dynamoclient.Config(t.Context(), dynamoclient.Options{Endpoint: cfg.DynamoDBEndpoint, Region: cfg.Region})

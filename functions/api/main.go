@@ -11,7 +11,7 @@ import (
 	"github.com/oncehq/once/internal/api"
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
-	"github.com/oncehq/once/internal/gateway"
+	"github.com/oncehq/once/internal/fault"
 	"github.com/oncehq/once/internal/lambdamain"
 )
 
@@ -30,6 +30,6 @@ func run(ctx context.Context, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	lambda.StartWithOptions(gateway.NewLambdaHandler(h), lambda.WithContext(ctx))
+	lambda.StartWithOptions(fault.NewLambdaHandler(h), lambda.WithContext(ctx))
 	return nil
 }

@@ -9,9 +9,9 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
+	"github.com/oncehq/once/idempotency/apigw"
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
-	"github.com/oncehq/once/internal/gateway"
 	"github.com/oncehq/once/internal/lambdamain"
 	"github.com/oncehq/once/internal/provider/simulator"
 )
@@ -28,6 +28,6 @@ func run(ctx context.Context, getenv func(string) string) error {
 		return err
 	}
 	h := simulator.Handler(cfg, client, app.Options{})
-	lambda.StartWithOptions(gateway.NewLambdaHandler(h), lambda.WithContext(ctx))
+	lambda.StartWithOptions(apigw.NewLambdaHandler(h), lambda.WithContext(ctx))
 	return nil
 }

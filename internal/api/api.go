@@ -14,12 +14,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/apigw"
 	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/charges"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/fault"
-	"github.com/oncehq/once/internal/gateway"
 	"github.com/oncehq/once/internal/httpapi"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
@@ -45,7 +45,7 @@ func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (http
 	}
 	mw, err := idempotency.New(idempotency.Config{
 		Store:     dynamo.New(client, cfg.IdempotencyTable),
-		Tenant:    gateway.Tenant,
+		Tenant:    apigw.Tenant,
 		OnError:   httpapi.WriteError,
 		Retention: cfg.Retention,
 		Lease:     cfg.Lease,
@@ -62,7 +62,7 @@ func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (http
 	}
 	return httpapi.NewHandler(httpapi.Deps{
 		Routes:  routes(mw, d),
-		Tenant:  gateway.Tenant,
+		Tenant:  apigw.Tenant,
 		Logger:  opts.Logger,
 		Metrics: opts.Emitter("api"),
 		Fault:   cfg.FaultInjection,
@@ -73,7 +73,7 @@ func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (http
 // reconciler: the same routes the api function serves, wired the same way
 // (only the middleware's own settings, which resolvers do not use, differ).
 func Resolvers(cfg config.Config, client *dynamodb.Client, opts app.Options) (idempotency.Resolvers, error) {
-	mw, err := idempotency.New(idempotency.Config{Store: dynamo.New(client, cfg.IdempotencyTable), Tenant: gateway.Tenant})
+	mw, err := idempotency.New(idempotency.Config{Store: dynamo.New(client, cfg.IdempotencyTable), Tenant: apigw.Tenant})
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
@@ -121,7 +121,7 @@ func routes(mw *idempotency.Middleware, d deps) []httpapi.Route {
 // order: what API Gateway must forward to the api function (internal/
 // deploytest holds template.yaml to it).
 func Patterns() []string {
-	mw, err := idempotency.New(idempotency.Config{Store: dynamo.New(nil, ""), Tenant: gateway.Tenant})
+	mw, err := idempotency.New(idempotency.Config{Store: dynamo.New(nil, ""), Tenant: apigw.Tenant})
 	if err != nil {
 		panic(err) // unreachable: Store and Tenant are set
 	}

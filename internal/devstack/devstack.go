@@ -22,6 +22,7 @@ import (
 	"github.com/oncehq/once/internal/auth"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/ddblocal"
+	"github.com/oncehq/once/internal/fault"
 	"github.com/oncehq/once/internal/gateway"
 	"github.com/oncehq/once/internal/lambdaenv"
 	"github.com/oncehq/once/internal/samtemplate"
@@ -296,7 +297,7 @@ func (s *Stack) startGateway(context.Context) error {
 		if err != nil {
 			return nil, err
 		}
-		return gateway.NewLambdaHandler(h), nil
+		return fault.NewLambdaHandler(h), nil
 	})
 	authorizer := lambdaenv.New("authorizer", func() (any, error) {
 		keys := auth.NewKeys(s.client, s.cfg.APIKeysTable)

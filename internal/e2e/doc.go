@@ -1,5 +1,5 @@
 // Package e2e holds the end-to-end tests of the api function: real API
 // Gateway proxy events (REST payload 1.0 and HTTP API payload 2.0) through
-// gateway.NewLambdaHandler and the handler app.API builds, against DynamoDB
+// fault.NewLambdaHandler and the handler app.API builds, against DynamoDB
 // Local with the tables of template.yaml. It has no code of its own.
 package e2e

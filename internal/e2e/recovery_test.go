@@ -13,11 +13,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/apigw"
 	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamoclient"
 	"github.com/oncehq/once/internal/dynamotest"
-	"github.com/oncehq/once/internal/gateway"
 	"github.com/oncehq/once/internal/httpapi"
 )
 
@@ -28,7 +28,7 @@ func TestSameKeyOtherRoute(t *testing.T) {
 		setup.wrap = func(s *stack, api http.Handler) http.Handler {
 			mw, err := idempotency.New(idempotency.Config{
 				Store:   dynamo.New(s.calls.wrap(s.client), s.names.Idempotency),
-				Tenant:  gateway.Tenant,
+				Tenant:  apigw.Tenant,
 				OnError: httpapi.WriteError,
 			})
 			if err != nil {

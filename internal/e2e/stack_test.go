@@ -14,6 +14,7 @@ import (
 	"time"
 
 	apifn "github.com/oncehq/once/internal/api"
+	"github.com/oncehq/once/internal/fault"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -23,7 +24,6 @@ import (
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamotest"
-	"github.com/oncehq/once/internal/gateway"
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
@@ -125,7 +125,7 @@ func newStack(t testing.TB, opts ...stackOption) *stack {
 		if setup.wrap != nil {
 			api = setup.wrap(s, api)
 		}
-		s.invoke = gateway.NewLambdaHandler(api)
+		s.invoke = fault.NewLambdaHandler(api)
 	}
 	s.restart()
 	return s

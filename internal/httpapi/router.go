@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/apigw"
 	"github.com/oncehq/once/internal/fault"
-	"github.com/oncehq/once/internal/gateway"
 	"github.com/oncehq/once/internal/metrics"
 )
 
@@ -125,7 +125,7 @@ func NoteCall(r *http.Request, d time.Duration) {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	info := &requestInfo{}
-	if id, ok := gateway.RequestID(r); ok {
+	if id, ok := apigw.RequestID(r); ok {
 		info.id = id
 	} else {
 		info.id = newRequestID()

@@ -26,7 +26,7 @@ import (
 )
 
 // tenantHeader carries the tenant in these tests; in production it comes
-// from the authorizer context only (gateway.Tenant).
+// from the authorizer context only (apigw.Tenant).
 const tenantHeader = "X-Test-Tenant"
 
 func testTenant(r *http.Request) (string, bool) {

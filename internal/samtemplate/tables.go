@@ -41,9 +41,12 @@ func (t *Template) Tables(stackName string) ([]Table, error) {
 }
 
 func table(id string, p map[string]any, vars map[string]string) (Table, error) {
-	name, err := String(p["TableName"], vars)
-	if err != nil {
-		return Table{}, fmt.Errorf("TableName: %w", err)
+	name := vars["AWS::StackName"] + "-" + id // CloudFormation names a table without TableName after the stack and its logical ID
+	if _, ok := p["TableName"]; ok {
+		var err error
+		if name, err = String(p["TableName"], vars); err != nil {
+			return Table{}, fmt.Errorf("TableName: %w", err)
+		}
 	}
 	in := &dynamodb.CreateTableInput{TableName: aws.String(name)}
 	if bm, _ := p["BillingMode"].(string); bm != "" {

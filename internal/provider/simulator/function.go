@@ -11,7 +11,7 @@ import (
 
 // Handler returns the provider function's handler: the simulator, keeping
 // its state in cfg.ProviderTable through client. Serve it with
-// gateway.NewLambdaHandler, which takes the function URL's events (payload
+// fault.NewLambdaHandler, which takes the function URL's events (payload
 // 2.0) as well as API Gateway's. opts.Metrics and opts.Now are not used.
 func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) http.Handler {
 	opts = opts.WithDefaults(cfg)

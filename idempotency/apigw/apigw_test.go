@@ -1,4 +1,4 @@
-package gateway
+package apigw
 
 import (
 	"encoding/base64"
@@ -12,7 +12,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/oncehq/once/internal/fault"
 )
 
 // echo answers with what the handler saw of the request.
@@ -207,11 +206,16 @@ func TestResponseBodies(t *testing.T) {
 	}
 }
 
+// crash is the panic value the tests' Lambda recognises as a crash.
+type crash struct{}
+
 func TestCrash(t *testing.T) {
-	crash := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(fault.Crash{Point: fault.AfterComplete}) })
+	crashing := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(crash{}) })
+	l := NewLambda(crashing)
+	l.Crashed = func(v any) bool { _, ok := v.(crash); return ok }
 	for _, ev := range []any{v1Event(nil, nil, ""), v2Event(nil, nil, "")} {
 		payload, _ := json.Marshal(ev)
-		out, err := NewLambdaHandler(crash)(t.Context(), payload)
+		out, err := l.Invoke(t.Context(), payload)
 		if err != nil {
 			t.Fatalf("handler error = %v, want a 500 response", err)
 		}

@@ -1,4 +1,4 @@
-package gateway
+package apigw
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 	"github.com/awslabs/aws-lambda-go-api-proxy/core"
 	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
 
-	"github.com/oncehq/once/internal/fault"
 )
 
-// TenantKey is the authorizer context key that carries the caller's tenant.
+// TenantKey is the authorizer context key that carries the caller's tenant,
+// for Tenant.
 const TenantKey = "tenant"
 
 // CrashBody is what API Gateway answers, with status 500, when the function
@@ -29,19 +29,26 @@ const CrashBody = `{"message":"Internal Server Error"}`
 // (payload 1.0), requestContext.authorizer.lambda.tenant for an HTTP API
 // (payload 2.0). It never looks at the request's own headers, which the caller
 // controls.
-func Tenant(r *http.Request) (string, bool) {
-	ctx := r.Context()
-	if rc, ok := core.GetAPIGatewayContextFromContext(ctx); ok {
-		return tenantFrom(rc.Authorizer)
-	}
-	if rc, ok := core.GetAPIGatewayV2ContextFromContext(ctx); ok && rc.Authorizer != nil {
-		return tenantFrom(rc.Authorizer.Lambda)
-	}
-	return "", false
+// It is idempotency.Config's Tenant for an authorizer that puts the tenant
+// under TenantKey; TenantFrom reads another key.
+func Tenant(r *http.Request) (string, bool) { return tenantFrom(r, TenantKey) }
+
+// TenantFrom returns a Tenant that reads the authorizer context key key (a
+// Lambda authorizer's context, or a Cognito or JWT authorizer's claims are
+// under "claims" in payload 1.0: use a key your authorizer sets as a string).
+func TenantFrom(key string) func(*http.Request) (string, bool) {
+	return func(r *http.Request) (string, bool) { return tenantFrom(r, key) }
 }
 
-func tenantFrom(authorizer map[string]any) (string, bool) {
-	s, ok := authorizer[TenantKey].(string)
+func tenantFrom(r *http.Request, key string) (string, bool) {
+	ctx := r.Context()
+	var authorizer map[string]any
+	if rc, ok := core.GetAPIGatewayContextFromContext(ctx); ok {
+		authorizer = rc.Authorizer
+	} else if rc, ok := core.GetAPIGatewayV2ContextFromContext(ctx); ok && rc.Authorizer != nil {
+		authorizer = rc.Authorizer.Lambda
+	}
+	s, ok := authorizer[key].(string)
 	return s, ok && s != ""
 }
 
@@ -65,9 +72,16 @@ func RequestID(r *http.Request) (string, bool) {
 // base64 (isBase64Encoded) otherwise; the API only writes JSON, which is
 // UTF-8, and the response of a replay is the stored bytes, so a replay goes out
 // exactly as the original did.
+//
+// A Lambda is safe for concurrent use (Lambda Managed Instances run several
+// invocations per execution environment).
 type Lambda struct {
 	v1 *httpadapter.HandlerAdapter
 	v2 *httpadapter.HandlerAdapterV2
+	// Crashed, if set, recognises a panic value as a crash to answer as API
+	// Gateway answers for a crashed function (500 CrashBody) instead of
+	// letting it go on (crash injection in tests).
+	Crashed func(v any) bool
 }
 
 // NewLambda returns a Lambda serving h.
@@ -76,7 +90,8 @@ func NewLambda(h http.Handler) *Lambda {
 }
 
 // NewLambdaHandler returns the function to pass to lambda.Start: it serves REST
-// API (payload 1.0) and HTTP API (payload 2.0) proxy events with h.
+// API (payload 1.0) and HTTP API (payload 2.0) proxy events (and function URL
+// events, which are payload 2.0) with h.
 func NewLambdaHandler(h http.Handler) func(ctx context.Context, payload json.RawMessage) (json.RawMessage, error) {
 	return NewLambda(h).Invoke
 }
@@ -119,9 +134,9 @@ func (l *Lambda) Invoke(ctx context.Context, payload json.RawMessage) (json.RawM
 	return out, nil
 }
 
-// ProxyV1 serves a REST API proxy event (payload 1.0). An injected crash
-// (fault.Crash) is answered as API Gateway answers for a crashed function;
-// any other panic goes on.
+// ProxyV1 serves a REST API proxy event (payload 1.0). A panic that Crashed
+// recognises is answered as API Gateway answers for a crashed function; any
+// other panic goes on.
 //
 // The path reaches the handler whatever it holds (see proxyablePath): a path
 // the handler does not serve is its 404, never an error of the adapter. An
@@ -135,7 +150,7 @@ func (l *Lambda) ProxyV1(ctx context.Context, ev events.APIGatewayProxyRequest) 
 	ev.RequestContext.DomainName = proxyableHost(ev.RequestContext.DomainName)
 	defer func() {
 		if v := recover(); v != nil {
-			if _, ok := fault.AsCrash(v); !ok {
+			if l.Crashed == nil || !l.Crashed(v) {
 				panic(v)
 			}
 			resp, err = events.APIGatewayProxyResponse{
@@ -149,8 +164,8 @@ func (l *Lambda) ProxyV1(ctx context.Context, ev events.APIGatewayProxyRequest) 
 	return l.v1.ProxyWithContext(ctx, ev)
 }
 
-// ProxyV2 serves an HTTP API proxy event (payload 2.0), recovering an
-// injected crash as ProxyV1 does.
+// ProxyV2 serves an HTTP API proxy event (payload 2.0), recovering a crash
+// as ProxyV1 does.
 //
 // The adapter splits every header value but a few singletons on commas (API
 // Gateway joins repeated headers with commas in payload 2.0), so an
@@ -176,7 +191,7 @@ func (l *Lambda) ProxyV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 	ev.RequestContext.DomainName = proxyableHost(ev.RequestContext.DomainName)
 	defer func() {
 		if v := recover(); v != nil {
-			if _, ok := fault.AsCrash(v); !ok {
+			if l.Crashed == nil || !l.Crashed(v) {
 				panic(v)
 			}
 			resp, err = events.APIGatewayV2HTTPResponse{

@@ -1,0 +1,18 @@
+// Package apigw serves API Gateway with an http.Handler in a Lambda
+// function, for handlers made idempotent by package idempotency: Tenant
+// reads the caller's tenant from the authorizer's context (never from the
+// request), and Lambda turns REST API (payload 1.0), HTTP API and function
+// URL (payload 2.0) proxy events into requests through
+// aws-lambda-go-api-proxy, with every path and host API Gateway can send
+// made proxyable, so that a hostile path (an encoded newline, "%zz", a NUL)
+// is the handler's 404, never an adapter error, a 502 or a raw log line.
+//
+// A complete main:
+//
+//	func main() {
+//		mw, _ := idempotency.New(idempotency.Config{Store: dynamo.New(client, table), Tenant: apigw.Tenant})
+//		mux := http.NewServeMux()
+//		mux.Handle("POST /v1/notes", mw.Atomic("POST /v1/notes", notes))
+//		lambda.Start(apigw.NewLambdaHandler(mux))
+//	}
+package apigw

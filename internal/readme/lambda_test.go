@@ -1,0 +1,187 @@
+package readme
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/oncehq/once/internal/dynamotest"
+	"github.com/oncehq/once/internal/lambdatest"
+	"github.com/oncehq/once/internal/samtemplate"
+)
+
+// block returns the fenced code block that follows marker in the README.
+func block(t *testing.T, readme, marker string) string {
+	t.Helper()
+	re := regexp.MustCompile("(?s)<!-- " + regexp.QuoteMeta(marker) + " -->\\n```[a-z]+\\n(.*?)\\n```")
+	m := re.FindStringSubmatch(readme)
+	if m == nil {
+		t.Fatalf("README.md has no code block after <!-- %s -->", marker)
+	}
+	return m[1] + "\n"
+}
+
+// goCmd runs go in dir, offline: the module cache has every module once
+// needs, and the fresh module resolves once through a replace to this
+// checkout.
+func goCmd(t *testing.T, dir string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOSUMDB=off", "GOWORK=off", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+func TestUseOnceInYourOwnLambda(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(raw)
+	mainGo, templateYAML := block(t, readme, "readme:main.go"), block(t, readme, "readme:template.yaml")
+
+	// A fresh module, then `go get github.com/oncehq/once` and nothing else.
+	dir := t.TempDir()
+	gomod := "module example.com/notes\n\ngo 1.26\n\nreplace github.com/oncehq/once => " + root + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(mainGo), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	goCmd(t, dir, "get", "github.com/oncehq/once")
+	bin := filepath.Join(dir, "bootstrap")
+	goCmd(t, dir, "build", "-o", bin, ".")
+
+	// The template entries' tables, in DynamoDB Local.
+	tmpl, err := samtemplate.Parse([]byte(templateYAML))
+	if err != nil {
+		t.Fatalf("the README's template entries: %v", err)
+	}
+	stack := "readme-" + fmt.Sprint(time.Now().UnixNano())
+	tables, err := tmpl.Tables(stack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := dynamotest.Client(t)
+	if err := samtemplate.Create(t.Context(), client, tables); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, tb := range tables {
+			_, _ = client.DeleteTable(t.Context(), &dynamodb.DeleteTableInput{TableName: tb.Input.TableName})
+		}
+	})
+	names := map[string]string{}
+	for _, tb := range tables {
+		names[tb.LogicalID] = aws.ToString(tb.Input.TableName)
+	}
+	fn, ok := tmpl.Functions()["NotesFunction"]
+	if !ok {
+		t.Fatal("the README's template entries have no NotesFunction")
+	}
+	env := []string{"DYNAMODB_ENDPOINT=" + dynamotest.Endpoint(t), "AWS_REGION=us-east-1"}
+	for name, v := range fn.Environment() {
+		ref := samtemplate.Refs(v)
+		if len(ref) != 1 || names[ref[0].Name] == "" {
+			t.Fatalf("NotesFunction's %s = %v, want a !Ref to a table of the entries", name, v)
+		}
+		env = append(env, name+"="+names[ref[0].Name])
+	}
+
+	// The function, under a Lambda Runtime API.
+	rt := lambdatest.NewRuntimeAPI(t)
+	cmd := exec.Command(bin)
+	cmd.Env = append(env, "AWS_LAMBDA_RUNTIME_API="+rt.Addr(), "PATH="+os.Getenv("PATH"))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("function stderr:\n%s", stderr.String())
+		}
+	})
+
+	type answer struct {
+		status  int
+		headers map[string]string
+		body    string
+	}
+	post := func(tenant, key, body string) answer {
+		t.Helper()
+		ev := events.APIGatewayProxyRequest{
+			Resource: "/v1/notes", Path: "/v1/notes", HTTPMethod: "POST", Body: body,
+			Headers:           map[string]string{"Idempotency-Key": key, "Content-Type": "application/json"},
+			MultiValueHeaders: map[string][]string{"Idempotency-Key": {key}, "Content-Type": {"application/json"}},
+			RequestContext: events.APIGatewayProxyRequestContext{
+				RequestID: "r-" + fmt.Sprint(time.Now().UnixNano()), DomainName: "api.example.com", Stage: "prod",
+				Authorizer: map[string]any{"tenant": tenant, "principalId": tenant},
+			},
+		}
+		payload, _ := json.Marshal(ev)
+		out, err := rt.Invoke(t.Context(), payload)
+		if err != nil {
+			t.Fatalf("invoke: %v", err)
+		}
+		var resp events.APIGatewayProxyResponse
+		if err := json.Unmarshal(out, &resp); err != nil {
+			t.Fatalf("response %s: %v", out, err)
+		}
+		h := resp.Headers
+		if h == nil {
+			h = map[string]string{}
+		}
+		for k, v := range resp.MultiValueHeaders {
+			h[k] = v[0]
+		}
+		return answer{resp.StatusCode, h, resp.Body}
+	}
+
+	first := post("acme", "note-1", `{"text":"hello"}`)
+	if first.status != 201 || !strings.Contains(first.body, `"text":"hello"`) || first.headers["Location"] == "" {
+		t.Fatalf("first = %+v, want 201 with the note", first)
+	}
+	again := post("acme", "note-1", `{ "text": "hello" }`)
+	if again.status != 201 || again.body != first.body || again.headers["Idempotent-Replayed"] != "true" {
+		t.Errorf("retry = %+v, want the first answer replayed", again)
+	}
+	if other := post("acme", "note-1", `{"text":"bye"}`); other.status != 422 || !strings.Contains(other.body, "idempotency_key_reused") {
+		t.Errorf("same key, other text = %+v, want 422 idempotency_key_reused", other)
+	}
+	if bad := post("acme", "note-2", `{}`); bad.status != 400 || !strings.Contains(bad.body, `"field":"text"`) {
+		t.Errorf("no text = %+v, want 400 naming text", bad)
+	}
+	if fixed := post("acme", "note-2", `{"text":"fixed"}`); fixed.status != 201 {
+		t.Errorf("corrected retry = %+v, want 201 (a validation answer is not stored)", fixed)
+	}
+	if globex := post("globex", "note-1", `{"text":"hello"}`); globex.status != 201 || globex.body == first.body {
+		t.Errorf("another tenant, same key = %+v, want its own 201", globex)
+	}
+	out, err := client.Scan(t.Context(), &dynamodb.ScanInput{TableName: aws.String(names["NotesTable"]), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Items) != 3 {
+		t.Errorf("%d notes written, want 3 (acme's two, globex's one)", len(out.Items))
+	}
+}

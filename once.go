@@ -1,0 +1,80 @@
+// Package once wires the idempotency engine for the common case: an
+// http.Handler behind API Gateway on AWS Lambda, with its idempotency
+// records in DynamoDB. It is all a function needs besides the engine
+// (package idempotency), its DynamoDB effects (idempotency/dynamo) and the
+// problem answers (idempotency/problem):
+//
+//	client, _ := once.DynamoDB(ctx)                                   // AWS_REGION, DYNAMODB_ENDPOINT
+//	mw, _ := once.Middleware(client, "my-idempotency", idempotency.Config{}) // Tenant from the authorizer
+//	mux.Handle("POST /v1/notes", mw.Atomic("POST /v1/notes", notes))
+//	once.Start(mux)
+//
+// The module's packages:
+//
+//   - idempotency: the engine (keys, fingerprints, records, the Store
+//     interface, the Middleware and its modes, effects, resolvers, phases).
+//   - idempotency/dynamo: the DynamoDB store and its effects.
+//   - idempotency/memory, idempotency/storetest: an in-memory store and the
+//     conformance suite every store passes.
+//   - idempotency/problem: errors that carry their HTTP answer (RFC 9457).
+//   - idempotency/apigw: API Gateway proxy events to http.Handler, and the
+//     tenant from the authorizer.
+//   - idempotency/recovery, idempotency/stream: the stream- and
+//     queue-triggered functions that leave no key stuck (sweeper,
+//     reconciler, scheduled lease checks).
+package once
+
+import (
+	"context"
+	"net/http"
+	"os"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/apigw"
+	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/internal/dynamoclient"
+)
+
+// DefaultCacheEntries and DefaultCacheBytes bound the replay cache
+// Middleware gives a Config without one.
+const (
+	DefaultCacheEntries = 10_000
+	DefaultCacheBytes   = 16 << 20
+)
+
+// DynamoDB returns a DynamoDB client configured from the environment as the
+// AWS SDK does (AWS_REGION, the function's role), with bounded retries and
+// timeouts so that a request fails in time rather than outlive its lease.
+// DYNAMODB_ENDPOINT, when set, points it at DynamoDB Local or LocalStack,
+// with dummy credentials.
+func DynamoDB(ctx context.Context) (*dynamodb.Client, error) {
+	endpoint := os.Getenv("DYNAMODB_ENDPOINT")
+	cfg, err := dynamoclient.Config(ctx, dynamoclient.Options{Endpoint: endpoint, Region: os.Getenv("AWS_REGION")})
+	if err != nil {
+		return nil, err
+	}
+	return dynamoclient.New(cfg, endpoint), nil
+}
+
+// Middleware returns the idempotency middleware for cfg with its records in
+// the DynamoDB table through client (cfg.Store is replaced), the caller's
+// tenant read from the API Gateway authorizer's context when cfg.Tenant is
+// nil (apigw.Tenant), and a replay cache when cfg.Cache is nil.
+func Middleware(client *dynamodb.Client, table string, cfg idempotency.Config) (*idempotency.Middleware, error) {
+	cfg.Store = dynamo.New(client, table)
+	if cfg.Tenant == nil {
+		cfg.Tenant = apigw.Tenant
+	}
+	if cfg.Cache == nil {
+		cfg.Cache = idempotency.NewCache(DefaultCacheEntries, DefaultCacheBytes)
+	}
+	return idempotency.New(cfg)
+}
+
+// Start serves h for API Gateway (REST API and HTTP API proxy events, and
+// function URLs) in the Lambda runtime; it returns only when the runtime
+// ends the process.
+func Start(h http.Handler) { lambda.Start(apigw.NewLambdaHandler(h)) }
