@@ -2,7 +2,7 @@
 //
 // Each file is an event as AWS sends it to one function, named
 // <function>-<case>.json (api-*, authorizer-*, worker-*, sweeper-*,
-// reconciler-*, provider-*), for `sam local invoke -e events/<file>.json <LogicalId>`.
+// reconciler-*, checker-*, retrier-*, provider-*), for `sam local invoke -e events/<file>.json <LogicalId>`.
 // TestEvents feeds every file to its function's handler, built as
 // functions/<name>/main.go builds it and invoked through lambda.NewHandler
 // (so the file is decoded exactly as the Lambda runtime decodes it), against
@@ -23,15 +23,19 @@ import (
 	"github.com/oncehq/once/internal/charges"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/recovery"
 	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/auth"
 	"github.com/oncehq/once/internal/payments"
+	"github.com/oncehq/once/internal/sqstest"
 	"github.com/oncehq/once/internal/worker"
 )
 
@@ -401,6 +405,85 @@ var fixtures = map[string]fixture{
 			checkMetrics(t, s, reconcilerFunction, []string{`"reconcile_resolved":1`}, []string{"reconcile_failed"})
 		},
 	},
+
+	// A new reservation: the sweeper schedules its recovery check.
+	"sweeper-new-reservation.json": {
+		origin: &origin{"acme", "charge-8", `{"amount": 4200, "currency": "EUR", "customer": "cus_7", "description": "Order 1008", "source": "tok_visa"}`},
+		run: func(t *testing.T, s *stack, file string) {
+			rec := recordImage(t, streamEvent(t, file).Records[0].Change.NewImage)
+			if resp := s.stream(t, sweeperFunction, file); len(resp.BatchItemFailures) != 0 {
+				t.Fatalf("batch item failures = %v, want none", resp.BatchItemFailures)
+			}
+			msgs := sqstest.Receive(t, s.sqs, s.checkQueue, 5*time.Second, false)
+			if len(msgs) != 1 {
+				t.Fatalf("check queue = %d messages, want the reservation's check", len(msgs))
+			}
+			got, err := recovery.DecodeCheck(aws.ToString(msgs[0].Body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(recovery.NewCheck(rec), got, cmpopts.EquateApproxTime(time.Millisecond)); diff != "" {
+				t.Errorf("check mismatch (-want +got):\n%s", diff)
+			}
+			checkMetrics(t, s, sweeperFunction, []string{`"check_scheduled":1`}, []string{"zombie_swept"})
+		},
+	},
+
+	// The check of sweeper-new-reservation.json's reservation, due: its
+	// lease has run out, and the request never completed.
+	"checker-due-check.json": {run: func(t *testing.T, s *stack, file string) {
+		s.stream(t, sweeperFunction, "sweeper-new-reservation.json") // writes the reservation
+		reserved := recordImage(t, streamEvent(t, "sweeper-new-reservation.json").Records[0].Change.NewImage)
+		var ev events.SQSEvent
+		if err := json.Unmarshal(readFile(t, file), &ev); err != nil {
+			t.Fatal(err)
+		}
+		check, err := recovery.DecodeCheck(ev.Records[0].Body)
+		if err != nil || check.Record != reserved.Key.ID() || check.LeaseToken != reserved.LeaseToken {
+			t.Fatalf("%s: check %+v, %v; want the check of sweeper-new-reservation.json's reservation", file, check, err)
+		}
+		if resp := s.sqsEvent(t, checkerFunction, file); len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("batch item failures = %v, want none", resp.BatchItemFailures)
+		}
+		got, err := s.store().Get(t.Context(), reserved.Key)
+		if err != nil || got.Status != idempotency.StatusUnknown || got.LeaseToken == reserved.LeaseToken {
+			t.Fatalf("record = %s under %q, %v; want UNKNOWN under a new lease token", got.Status, got.LeaseToken, err)
+		}
+		checkMetrics(t, s, checkerFunction, []string{`"reservation_abandoned":1`, `"reconcile_scheduled":1`}, []string{"check_failed"})
+		// Delivered again, as SQS may: nothing more happens.
+		if resp := s.sqsEvent(t, checkerFunction, file); len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("again: batch item failures = %v, want none", resp.BatchItemFailures)
+		}
+		if again, _ := s.store().Get(t.Context(), reserved.Key); again.LeaseToken != got.LeaseToken {
+			t.Errorf("the second delivery changed the record's lease token")
+		}
+	}},
+
+	// A payment whose charge failed transiently, retried.
+	"retrier-retry.json": {run: func(t *testing.T, s *stack, file string) {
+		var ev events.SQSEvent
+		if err := json.Unmarshal(readFile(t, file), &ev); err != nil {
+			t.Fatal(err)
+		}
+		var m struct{ Tenant, Payment string }
+		if err := json.Unmarshal([]byte(ev.Records[0].Body), &m); err != nil {
+			t.Fatal(err)
+		}
+		p := payments.New(m.Tenant, payments.Request{Amount: 2500, Currency: "eur", Customer: "cus_42", Source: "tok_visa"}, time.Now())
+		p.ID, p.PK = m.Payment, payments.PK(m.Tenant, m.Payment)
+		item, err := attributevalue.MarshalMap(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.client.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(s.names.Payments), Item: item}); err != nil {
+			t.Fatal(err)
+		}
+		if resp := s.sqsEvent(t, retrierFunction, file); len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("batch item failures = %v, want none", resp.BatchItemFailures)
+		}
+		checkSettled(t, s, p)
+		checkMetrics(t, s, retrierFunction, []string{`"worker_charged":1`}, nil)
+	}},
 
 	// The provider simulator behind its function URL (payload 2.0).
 	"provider-function-url-charge.json": {run: func(t *testing.T, s *stack, file string) {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	apifn "github.com/oncehq/once/internal/api"
+	"github.com/oncehq/once/internal/checker"
 	"github.com/oncehq/once/internal/fault"
 	"github.com/oncehq/once/internal/provider/simulator"
 	"github.com/oncehq/once/internal/reconciler"
@@ -21,6 +22,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/idempotency/stream"
@@ -32,6 +34,8 @@ import (
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
+	"github.com/oncehq/once/internal/queue"
+	"github.com/oncehq/once/internal/sqstest"
 )
 
 // Logical IDs of the functions in template.yaml.
@@ -41,6 +45,8 @@ const (
 	workerFunction     = "WorkerFunction"
 	sweeperFunction    = "SweeperFunction"
 	reconcilerFunction = "ReconcilerFunction"
+	checkerFunction    = "CheckerFunction"
+	retrierFunction    = "RetrierFunction"
 	providerFunction   = "ProviderFunction"
 )
 
@@ -54,6 +60,9 @@ type stack struct {
 	// lookups; simURL is the simulator's base URL.
 	provider *provider.Client
 	simURL   string
+	// sqs reaches the functions' queues; checkQueue is the check queue's URL.
+	sqs        *sqs.Client
+	checkQueue string
 	// handlers and metrics are by function logical ID.
 	handlers map[string]lambda.Handler
 	metrics  map[string]*lambdatest.Buffer
@@ -73,6 +82,7 @@ func newStack(t *testing.T) *stack {
 		config.EnvProviderURL:      srv.URL,
 		config.EnvProviderTimeout:  "2s",
 		config.EnvDynamoDBEndpoint: dynamotest.Endpoint(t),
+		config.EnvSQSEndpoint:      sqstest.Endpoint(t),
 		config.EnvLogLevel:         "debug",
 	}
 	cfg, err := config.FromEnv(func(k string) string { return env[k] })
@@ -93,7 +103,7 @@ func newStack(t *testing.T) *stack {
 		return app.Options{Logger: logger.With("function", fn), Metrics: s.metrics[fn]}
 	}
 
-	// functions/api, functions/worker, functions/sweeper, functions/reconciler.
+	// functions/api, functions/reconciler.
 	fnClient, err := app.DynamoDB(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -103,12 +113,37 @@ func newStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	s.handlers[apiFunction] = lambda.NewHandler(fault.NewLambdaHandler(api))
-	for fn, build := range map[string]func(config.Config, *dynamodb.Client, app.Options) (stream.Handler, error){
-		workerFunction:     worker.Handler,
-		sweeperFunction:    sweeper.Handler,
-		reconcilerFunction: reconciler.Handler,
+	reconcile, err := reconciler.Handler(cfg, fnClient, opts(reconcilerFunction))
+	if err != nil {
+		t.Fatalf("%s: %v", reconcilerFunction, err)
+	}
+	s.handlers[reconcilerFunction] = lambda.NewHandler(reconcile)
+	// functions/checker and functions/retrier; worker and sweeper send to
+	// queues too.
+	clients := queue.Clients{DynamoDB: fnClient, SQS: sqstest.Client(t, cfg.SQSEndpoint)}
+	for _, q := range []string{cfg.CheckQueue, cfg.WorkerRetryQueue} {
+		sqstest.Queue(t, clients.SQS, q, nil)
+	}
+	s.sqs = clients.SQS
+	s.checkQueue, err = queue.Resolve(t.Context(), clients.SQS, cfg.CheckQueue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for fn, build := range map[string]queue.Builder[stream.Handler]{
+		workerFunction:  worker.Handler,
+		sweeperFunction: sweeper.Handler,
 	} {
-		h, err := build(cfg, fnClient, opts(fn))
+		h, err := build(t.Context(), cfg, clients, opts(fn))
+		if err != nil {
+			t.Fatalf("%s: %v", fn, err)
+		}
+		s.handlers[fn] = lambda.NewHandler(h)
+	}
+	for fn, build := range map[string]queue.Builder[queue.Handler]{
+		checkerFunction: checker.Handler,
+		retrierFunction: worker.RetryHandler,
+	} {
+		h, err := build(t.Context(), cfg, clients, opts(fn))
 		if err != nil {
 			t.Fatalf("%s: %v", fn, err)
 		}
@@ -220,6 +255,20 @@ func (s *stack) authorize(t *testing.T, file string) (events.APIGatewayCustomAut
 		t.Fatalf("%s: response %s: %v", file, out, err)
 	}
 	return r, nil
+}
+
+// sqsEvent feeds the SQS event file to fn and returns its response.
+func (s *stack) sqsEvent(t *testing.T, fn, file string) events.SQSEventResponse {
+	t.Helper()
+	out, err := s.invoke(t, fn, file)
+	if err != nil {
+		t.Fatalf("%s: invoke error = %v, want nil (failures are per message)", file, err)
+	}
+	var r events.SQSEventResponse
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("%s: response %s: %v", file, out, err)
+	}
+	return r
 }
 
 // stream writes the state the stream event file leaves its table in (each

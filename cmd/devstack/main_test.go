@@ -107,7 +107,7 @@ func TestRun(t *testing.T) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	prefix := "devstack-run-" + hex.EncodeToString(b[:])
-	env := map[string]string{"DYNAMODB_ENDPOINT": endpoint, "PORT": "0", "PROVIDER_PORT": "0"}
+	env := map[string]string{"DYNAMODB_ENDPOINT": endpoint, "PORT": "0", "PROVIDER_PORT": "0", "SQS_PORT": "0"}
 	for _, k := range []string{"ONCE_IDEMPOTENCY_TABLE", "ONCE_PAYMENTS_TABLE", "ONCE_API_KEYS_TABLE", "ONCE_PROVIDER_TABLE"} {
 		name := prefix + "-" + strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(k, "ONCE_"), "_TABLE"))
 		env[k] = name
@@ -135,7 +135,7 @@ func TestRunDynamoDBLocal(t *testing.T) {
 		skipOrFail(t, "DynamoDB Local not fetched (scripts/dynamodb-local.sh fetch): %v", err)
 	}
 	var out lambdatest.Buffer
-	url, cancel, done := runStack(t, map[string]string{"PORT": "0", "PROVIDER_PORT": "0"}, &out)
+	url, cancel, done := runStack(t, map[string]string{"PORT": "0", "PROVIDER_PORT": "0", "SQS_PORT": "0"}, &out)
 	check(t, url)
 	stopped(t, url, cancel, done)
 

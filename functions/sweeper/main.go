@@ -1,18 +1,20 @@
 // Command sweeper is the sweeper Lambda function: triggered by the idempotency
-// table's stream (REMOVEs of IN_PROGRESS records), it sweeps abandoned
-// reservations and restores abandoned External ones as UNKNOWN.
+// table's stream, it schedules a recovery check for each new IN_PROGRESS
+// reservation (on the check queue, due when its lease runs out), and, as the
+// TTL backstop, sweeps the IN_PROGRESS reservations TTL removed, restoring
+// abandoned External ones as UNKNOWN.
 package main
 
 import (
 	"context"
 
-	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/lambdamain"
+	"github.com/oncehq/once/internal/queue"
 	"github.com/oncehq/once/internal/sweeper"
 )
 
 func main() { lambdamain.Run(run) }
 
 func run(ctx context.Context, getenv func(string) string) error {
-	return app.StartStream(ctx, getenv, sweeper.Handler)
+	return queue.Start(ctx, getenv, sweeper.Handler)
 }

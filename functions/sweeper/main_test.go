@@ -21,7 +21,9 @@ func TestStartupFailureIsJSON(t *testing.T) {
 // it, several invocations at once in one process, and checks that each
 // batch's response names its own failed records (here, an IN_PROGRESS record's removal whose image is no record).
 func TestManagedInstancesConcurrency(t *testing.T) {
-	lambdatest.CheckStreamFunction(t, map[string]string{"ONCE_IDEMPOTENCY_TABLE": "once-idempotency", "DYNAMODB_ENDPOINT": "http://127.0.0.1:1"},
+	lambdatest.CheckStreamFunction(t, map[string]string{"ONCE_IDEMPOTENCY_TABLE": "once-idempotency", "DYNAMODB_ENDPOINT": "http://127.0.0.1:1",
+		// A queue URL is taken as it is: nothing is called at start.
+		"SQS_ENDPOINT": "http://127.0.0.1:1", "ONCE_CHECK_QUEUE": "http://127.0.0.1:1/000000000000/once-check"},
 		func() events.DynamoDBEventRecord {
 			img := map[string]events.DynamoDBAttributeValue{
 				"pk":     events.NewStringAttribute("acme#poison"),

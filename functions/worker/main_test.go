@@ -21,7 +21,9 @@ func TestStartupFailureIsJSON(t *testing.T) {
 // it, several invocations at once in one process, and checks that each
 // batch's response names its own failed records (here, a pending payment's insert whose image is no payment).
 func TestManagedInstancesConcurrency(t *testing.T) {
-	lambdatest.CheckStreamFunction(t, map[string]string{"ONCE_PAYMENTS_TABLE": "once-payments", "ONCE_PROVIDER_URL": "http://127.0.0.1:1", "DYNAMODB_ENDPOINT": "http://127.0.0.1:1"},
+	lambdatest.CheckStreamFunction(t, map[string]string{"ONCE_PAYMENTS_TABLE": "once-payments", "ONCE_PROVIDER_URL": "http://127.0.0.1:1", "DYNAMODB_ENDPOINT": "http://127.0.0.1:1",
+		// A queue URL is taken as it is: nothing is called at start.
+		"SQS_ENDPOINT": "http://127.0.0.1:1", "ONCE_WORKER_RETRY_QUEUE": "http://127.0.0.1:1/000000000000/once-worker-retry"},
 		func() events.DynamoDBEventRecord {
 			img := map[string]events.DynamoDBAttributeValue{
 				"pk":     events.NewStringAttribute("acme#poison"),

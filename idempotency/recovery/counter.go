@@ -7,14 +7,27 @@ type Counter interface {
 	Count(names ...string)
 }
 
-// Metric names counted by the Sweeper and the Reconciler. Alarm on
-// MetricFailed and MetricUnroutable.
+// Metric names counted by the Sweeper, the Reconciler, the Scheduler and
+// the Checker. Alarm on MetricFailed, MetricUnroutable and
+// MetricCheckFailed.
 const (
 	MetricZombieSwept        = "zombie_swept"
 	MetricReconcileScheduled = "reconcile_scheduled"
 	MetricResolved           = "reconcile_resolved"
 	MetricFailed             = "reconcile_failed"
 	MetricUnroutable         = "reconcile_unroutable"
+	// MetricCheckScheduled counts the checks a Scheduler sent, one per
+	// reservation.
+	MetricCheckScheduled = "check_scheduled"
+	// MetricCheckRescheduled counts the checks a Checker sent on because
+	// the lease had not run out yet.
+	MetricCheckRescheduled = "check_rescheduled"
+	// MetricAbandoned counts the abandoned reservations a Checker
+	// recovered: moved to UNKNOWN (External) or released.
+	MetricAbandoned = "reservation_abandoned"
+	// MetricCheckFailed counts the checks that could not be sent or acted
+	// on (each is retried).
+	MetricCheckFailed = "check_failed"
 )
 
 type noCounter struct{}

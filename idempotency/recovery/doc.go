@@ -1,17 +1,65 @@
-// Package recovery holds the stream-triggered handlers that make sure no
-// idempotency key stays stuck and no request runs twice after a crash: the
-// Sweeper, which deals with abandoned reservations that DynamoDB's TTL
-// deleted, and the Reconciler, which finds out what became of requests whose
-// outcome is unknown, dispatching on each record's route to that route's
-// idempotency.Resolver.
+// Package recovery holds the handlers that make sure no idempotency key
+// stays stuck and no request runs twice after a crash: the Scheduler and the
+// Checker, which recover an abandoned reservation as soon as its lease runs
+// out; the Sweeper, the backstop, which deals with abandoned reservations
+// that DynamoDB's TTL deleted; and the Reconciler, which finds out what
+// became of requests whose outcome is unknown, dispatching on each record's
+// route to that route's idempotency.Resolver.
 //
-// Both are Lambda handlers for the idempotency table's stream (see the
-// Handle methods), take the store and an optional Counter for metrics, and
-// are idempotent, as streams deliver at least once.
+// The Scheduler, the Sweeper and the Reconciler are Lambda handlers for the
+// idempotency table's stream, the Checker for an SQS queue (see the Handle
+// methods). They take the store (the Scheduler a Queue instead, the Checker
+// both) and an optional Counter for metrics, and are idempotent, as streams
+// and queues deliver at least once.
+//
+// # Scheduler and Checker
+//
+// AWS deletes expired items "within a few days", so recovery cannot wait for
+// TTL. Instead, every reservation arms a check. The Scheduler handles the
+// INSERT and MODIFY records whose new image is IN_PROGRESS (a reservation, or
+// a reclaim of an expired record; filter them with {"eventName": ["INSERT",
+// "MODIFY"], "dynamodb": {"NewImage": {"status": {"S": ["IN_PROGRESS"]}}}})
+// and sends a Check (the record's ID, route, lease token and deadline) to a
+// Queue, delayed until the lease runs out plus a margin; a queue delays a
+// message by at most MaxDelay (SQS's 15 minutes), and a check sent earlier
+// than its deadline is sent on. A MODIFY that keeps the lease token and the
+// deadline sends nothing: its check stands. A record whose check cannot be
+// sent fails, with every later record of its batch.
+//
+// The Checker handles the delivered checks, each independently (a failed one
+// is a batch item failure, delivered again by the queue and moved to its
+// dead-letter queue after its maxReceiveCount). It reads the record,
+// consistently, and acts only if it is still IN_PROGRESS under the checked
+// lease token:
+//
+//   - The lease has not run out (the check came early): the check is sent
+//     on, due at the stored deadline. Counts check_rescheduled.
+//   - It has, and the record is External: the request may have had an
+//     effect, so the record moves to UNKNOWN under a new lease token with
+//     the retention as expiry (Store.MarkUnknown, fenced on the checked
+//     token): the stream MODIFY that hands it to the Reconciler. Counts
+//     reservation_abandoned and reconcile_scheduled.
+//   - It has, and it is not External: nothing happened that needs
+//     remembering, and the key is released (Store.Release, fenced). Counts
+//     reservation_abandoned.
+//   - The record is gone, completed, UNKNOWN, or held under another lease
+//     token, or the fenced write finds it so: someone else moved it on.
+//     Nothing to do.
+//
+// A multi-step flow's reservation is an External record, recovered the same
+// way: its route's Resolver resumes it. The check carries the route, for logs
+// and for any route that should ever need its own recovery.
+//
+// One stream shard serves at most two readers without throttling: a
+// deployment whose idempotency table already feeds a Sweeper and a
+// Reconciler runs the Scheduler in the Sweeper's function
+// (stream.All(scheduler.Handle, sweeper.Handle)), with both filters.
 //
 // # Sweeper
 //
-// The sweeper function is triggered by the idempotency table's stream,
+// The Sweeper is the backstop, for an abandoned reservation whose check
+// never came (lost to the check queue's dead-letter queue). It is triggered
+// by the idempotency table's stream,
 // filtered to REMOVE records whose old image is IN_PROGRESS. While a record is
 // IN_PROGRESS its TTL attribute is its lease deadline, so a request that died
 // holding its lease leaves a reservation that DynamoDB deletes by itself. What

@@ -2,6 +2,8 @@ package stream
 
 import (
 	"context"
+	"errors"
+	"sync"
 
 	"github.com/aws/aws-lambda-go/events"
 )
@@ -28,4 +30,44 @@ func Process(ctx context.Context, ev events.DynamoDBEvent, fn func(ctx context.C
 		return events.DynamoDBEventResponse{BatchItemFailures: failures}
 	}
 	return events.DynamoDBEventResponse{}
+}
+
+// All returns a handler that runs every one of handlers on each batch,
+// concurrently, for the functions that do several things with one stream
+// (DynamoDB Streams serves at most two readers per shard without
+// throttling). Each handler skips the records that are not its own, as the
+// recovery handlers do. The batch item failures are the earliest record any
+// handler failed and every record after it, as Process reports them; the
+// handlers must be idempotent, as the failed records are delivered to all of
+// them again. An error of one handler is the error of the batch.
+func All(handlers ...Handler) Handler {
+	return func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		resps := make([]events.DynamoDBEventResponse, len(handlers))
+		errs := make([]error, len(handlers))
+		var wg sync.WaitGroup
+		for i, h := range handlers {
+			wg.Go(func() { resps[i], errs[i] = h(ctx, ev) })
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return events.DynamoDBEventResponse{}, err
+		}
+		failed := map[string]bool{}
+		for _, r := range resps {
+			for _, f := range r.BatchItemFailures {
+				failed[f.ItemIdentifier] = true
+			}
+		}
+		for i, rec := range ev.Records {
+			if !failed[rec.Change.SequenceNumber] {
+				continue
+			}
+			failures := make([]events.DynamoDBBatchItemFailure, 0, len(ev.Records)-i)
+			for _, r := range ev.Records[i:] {
+				failures = append(failures, events.DynamoDBBatchItemFailure{ItemIdentifier: r.Change.SequenceNumber})
+			}
+			return events.DynamoDBEventResponse{BatchItemFailures: failures}, nil
+		}
+		return events.DynamoDBEventResponse{}, nil
+	}
 }

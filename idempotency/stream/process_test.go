@@ -66,3 +66,48 @@ func TestProcess(t *testing.T) {
 		})
 	}
 }
+
+func TestAll(t *testing.T) {
+	handler := func(failing ...string) Handler {
+		return func(_ context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+			var resp events.DynamoDBEventResponse
+			for _, f := range failing {
+				resp.BatchItemFailures = append(resp.BatchItemFailures, events.DynamoDBBatchItemFailure{ItemIdentifier: f})
+			}
+			return resp, nil
+		}
+	}
+	boom := func(context.Context, events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		return events.DynamoDBEventResponse{}, errors.New("boom")
+	}
+	var ev events.DynamoDBEvent
+	for _, s := range []string{"1", "2", "3", "4"} {
+		ev.Records = append(ev.Records, events.DynamoDBEventRecord{Change: events.DynamoDBStreamRecord{SequenceNumber: s}})
+	}
+	tests := []struct {
+		name     string
+		handlers []Handler
+		wantFail []string
+		wantErr  bool
+	}{
+		{name: "all succeed", handlers: []Handler{handler(), handler()}},
+		{name: "one fails from 3", handlers: []Handler{handler(), handler("3", "4")}, wantFail: []string{"3", "4"}},
+		{name: "the earliest failure of either", handlers: []Handler{handler("4"), handler("2", "3", "4")}, wantFail: []string{"2", "3", "4"}},
+		{name: "an error fails the batch", handlers: []Handler{handler(), boom}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := All(tt.handlers...)(t.Context(), ev)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("All() error = %v, want error: %v", err, tt.wantErr)
+			}
+			var got []string
+			for _, f := range resp.BatchItemFailures {
+				got = append(got, f.ItemIdentifier)
+			}
+			if diff := cmp.Diff(tt.wantFail, got); diff != "" {
+				t.Errorf("batch item failures (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -12,15 +12,19 @@ import (
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/provider/simulator"
+	"github.com/oncehq/once/internal/queue"
+	"github.com/oncehq/once/internal/sqstest"
 	"github.com/oncehq/once/internal/stream"
 )
 
 // fixture is one test's DynamoDB Local tables, with the provider simulator
-// on its ProviderTable served over HTTP.
+// on its ProviderTable served over HTTP, and a local SQS endpoint with the
+// functions' queues under their default names.
 type fixture struct {
 	client      *dynamodb.Client
 	names       dynamotest.Names
 	providerURL string
+	clients     queue.Clients
 }
 
 func newFixture(t *testing.T) fixture {
@@ -29,11 +33,16 @@ func newFixture(t *testing.T) fixture {
 	names := dynamotest.Tables(t, client)
 	srv := httptest.NewServer(simulator.New(simulator.Options{DB: client, Table: names.Provider}))
 	t.Cleanup(srv.Close)
-	return fixture{client: client, names: names, providerURL: srv.URL}
+	sqsEndpoint := sqstest.Endpoint(t)
+	sqsClient := sqstest.Client(t, sqsEndpoint)
+	for _, q := range []string{config.DefaultCheckQueue, config.DefaultWorkerRetryQueue} {
+		sqstest.Queue(t, sqsClient, q, nil)
+	}
+	return fixture{client: client, names: names, providerURL: srv.URL, clients: queue.Clients{DynamoDB: client, SQS: sqsClient}}
 }
 
 // config returns the functions' configuration from env, with the
-// simulator's URL and the test endpoint.
+// simulator's URL and the test endpoints.
 func (f fixture) config(t *testing.T, env map[string]string) config.Config {
 	t.Helper()
 	env[config.EnvProviderURL] = f.providerURL

@@ -34,7 +34,7 @@ func TestSweeperAndReconciler(t *testing.T) {
 		config.EnvProviderTimeout:  "500ms",
 	})
 	var sweeperOut, reconcilerOut lambdatest.Buffer
-	sweep, err := sweeper.Handler(cfg, f.client, app.Options{Logger: slog.New(slog.DiscardHandler), Metrics: &sweeperOut})
+	sweep, err := sweeper.Handler(t.Context(), cfg, f.clients, app.Options{Logger: slog.New(slog.DiscardHandler), Metrics: &sweeperOut})
 	if err != nil {
 		t.Fatalf("Sweeper() error = %v", err)
 	}

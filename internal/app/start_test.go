@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	"github.com/oncehq/once/internal/reconciler"
-	"github.com/oncehq/once/internal/sweeper"
-	"github.com/oncehq/once/internal/worker"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
@@ -27,21 +25,6 @@ func TestStartStreamRefuses(t *testing.T) {
 		names []string // variables the error must name
 		built bool     // the configuration is valid: build is called, and fails
 	}{
-		{
-			name: "worker: invalid values", build: worker.Handler,
-			env:   map[string]string{"ONCE_PAYMENTS_TABLE": "x", "ONCE_PROVIDER_TIMEOUT": "forever", "ONCE_PROVIDER_URL": "provider"},
-			names: []string{"ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL"},
-		},
-		{
-			name: "worker: no provider", build: worker.Handler,
-			env:   map[string]string{"DYNAMODB_ENDPOINT": "http://127.0.0.1:1"},
-			names: []string{"ONCE_PROVIDER_URL"}, built: true,
-		},
-		{
-			name: "sweeper: invalid values", build: sweeper.Handler,
-			env:   map[string]string{"ONCE_RETENTION": "forever", "ONCE_IDEMPOTENCY_TABLE": "x"},
-			names: []string{"ONCE_RETENTION", "ONCE_IDEMPOTENCY_TABLE"},
-		},
 		{
 			name: "reconciler: invalid values", build: reconciler.Handler,
 			env:   map[string]string{"ONCE_PROVIDER_TIMEOUT": "soon", "ONCE_PROVIDER_URL": "ftp://provider"},

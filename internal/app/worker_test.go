@@ -25,7 +25,7 @@ func TestWorkerSettles(t *testing.T) {
 	f := newFixture(t)
 	cfg := f.config(t, map[string]string{config.EnvPaymentsTable: f.names.Payments})
 	var out lambdatest.Buffer
-	h, err := worker.Handler(cfg, f.client, app.Options{Logger: slog.New(slog.DiscardHandler), Metrics: &out})
+	h, err := worker.Handler(t.Context(), cfg, f.clients, app.Options{Logger: slog.New(slog.DiscardHandler), Metrics: &out})
 	if err != nil {
 		t.Fatalf("Worker() error = %v", err)
 	}

@@ -25,6 +25,17 @@ const (
 	EnvDynamoDBEndpoint = "DYNAMODB_ENDPOINT"
 	EnvRegion           = "AWS_REGION"
 	EnvLogLevel         = "LOG_LEVEL"
+	// The recovery checks' delay queue and its dead-letter queue, the
+	// worker's retry queue and its dead-letter queue: a queue name (resolved
+	// with GetQueueUrl) or a queue URL (what template.yaml passes).
+	EnvCheckQueue       = "ONCE_CHECK_QUEUE"
+	EnvCheckDLQ         = "ONCE_CHECK_DLQ"
+	EnvWorkerRetryQueue = "ONCE_WORKER_RETRY_QUEUE"
+	EnvWorkerRetryDLQ   = "ONCE_WORKER_RETRY_DLQ"
+	// EnvWorkerRetryWindow bounds how long the worker retries a payment
+	// whose provider call keeps failing transiently.
+	EnvWorkerRetryWindow = "ONCE_WORKER_RETRY_WINDOW"
+	EnvSQSEndpoint       = "SQS_ENDPOINT"
 )
 
 // Defaults applied by FromEnv to unset variables.
@@ -33,14 +44,22 @@ const (
 	DefaultPaymentsTable    = "once-payments"
 	DefaultAPIKeysTable     = "once-api-keys"
 	DefaultProviderTable    = "once-provider"
-	DefaultRetention        = 24 * time.Hour
-	DefaultLease            = 30 * time.Second
+	DefaultCheckQueue       = "once-check"
+	DefaultCheckDLQ         = "once-check-dlq"
+	DefaultWorkerRetryQueue = "once-worker-retry"
+	DefaultWorkerRetryDLQ   = "once-worker-retry-dlq"
+	// DefaultWorkerRetryWindow outlasts most provider outages: a payment
+	// whose charge keeps failing transiently is retried for this long after
+	// its creation, then settled failed (provider_unavailable).
+	DefaultWorkerRetryWindow = 6 * time.Hour
+	DefaultRetention         = 24 * time.Hour
+	DefaultLease             = 30 * time.Second
 	// DefaultProviderTimeout bounds one call to the payment provider. It is
 	// well under DefaultLease, so a request that times out still holds its
 	// lease when it records the ambiguous outcome.
 	DefaultProviderTimeout = 5 * time.Second
-	// DefaultLocalRegion is the region used with a DYNAMODB_ENDPOINT and no
-	// AWS_REGION.
+	// DefaultLocalRegion is the region used with a DYNAMODB_ENDPOINT or an
+	// SQS_ENDPOINT and no AWS_REGION.
 	DefaultLocalRegion = "us-east-1"
 )
 
@@ -84,10 +103,25 @@ type Config struct {
 	// ProviderAuth is how calls to the provider are authenticated:
 	// ProviderAuthNone or ProviderAuthIAM.
 	ProviderAuth string
+	// CheckQueue and CheckDLQ are the recovery checks' delay queue and its
+	// dead-letter queue; WorkerRetryQueue and WorkerRetryDLQ the worker's.
+	// Each is a queue name or a queue URL.
+	CheckQueue       string
+	CheckDLQ         string
+	WorkerRetryQueue string
+	WorkerRetryDLQ   string
+	// WorkerRetryWindow is how long after its creation a payment whose
+	// charge fails transiently is retried.
+	WorkerRetryWindow time.Duration
+	// SQSEndpoint overrides the SQS endpoint; empty means AWS.
+	SQSEndpoint string
 }
 
 // tableName is DynamoDB's rule for table names.
 var tableName = regexp.MustCompile(`^[a-zA-Z0-9_.-]{3,255}$`)
+
+// queueName is SQS's rule for (standard) queue names.
+var queueName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,80}$`)
 
 // FromEnv parses the configuration from getenv (os.Getenv in production). It
 // returns every problem found, joined.
@@ -123,6 +157,16 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		}
 		return d
 	}
+	queue := func(name, def string) string {
+		v := str(name, def)
+		if queueName.MatchString(v) {
+			return v
+		}
+		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad(name, v, "neither an SQS queue name (1-80 characters of a-z A-Z 0-9 _ -) nor an absolute http(s) queue URL")
+		}
+		return v
+	}
 	endpoint := func(name string) string {
 		v := str(name, "")
 		if v == "" {
@@ -146,11 +190,18 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		Region:           str(EnvRegion, ""),
 		ProviderURL:      endpoint(EnvProviderURL),
 		ProviderTimeout:  duration(EnvProviderTimeout, DefaultProviderTimeout),
+
+		CheckQueue:        queue(EnvCheckQueue, DefaultCheckQueue),
+		CheckDLQ:          queue(EnvCheckDLQ, DefaultCheckDLQ),
+		WorkerRetryQueue:  queue(EnvWorkerRetryQueue, DefaultWorkerRetryQueue),
+		WorkerRetryDLQ:    queue(EnvWorkerRetryDLQ, DefaultWorkerRetryDLQ),
+		WorkerRetryWindow: duration(EnvWorkerRetryWindow, DefaultWorkerRetryWindow),
+		SQSEndpoint:       endpoint(EnvSQSEndpoint),
 	}
 	if c.Lease > 0 && c.ProviderTimeout > 0 && c.ProviderTimeout >= c.Lease {
 		bad(EnvProviderTimeout, c.ProviderTimeout.String(), "must be shorter than "+EnvLease+" ("+c.Lease.String()+"), or a timed-out request would lose its lease before recording the unknown outcome")
 	}
-	if c.Region == "" && c.DynamoDBEndpoint != "" {
+	if c.Region == "" && (c.DynamoDBEndpoint != "" || c.SQSEndpoint != "") {
 		c.Region = DefaultLocalRegion
 	}
 	switch v := str(EnvProviderAuth, ProviderAuthNone); strings.ToLower(v) {

@@ -20,6 +20,12 @@ func TestFromEnv(t *testing.T) {
 		LogLevel:         slog.LevelInfo,
 		ProviderTimeout:  DefaultProviderTimeout,
 		ProviderAuth:     ProviderAuthNone,
+
+		CheckQueue:        DefaultCheckQueue,
+		CheckDLQ:          DefaultCheckDLQ,
+		WorkerRetryQueue:  DefaultWorkerRetryQueue,
+		WorkerRetryDLQ:    DefaultWorkerRetryDLQ,
+		WorkerRetryWindow: DefaultWorkerRetryWindow,
 	}
 	with := func(f func(*Config)) Config {
 		c := defaults
@@ -49,6 +55,13 @@ func TestFromEnv(t *testing.T) {
 				"ONCE_PROVIDER_URL":      "https://provider.example.com",
 				"ONCE_PROVIDER_TIMEOUT":  "2500ms",
 				"ONCE_PROVIDER_AUTH":     "aws_iam",
+
+				"ONCE_CHECK_QUEUE":         "https://sqs.eu-west-1.amazonaws.com/123456789012/stack-CheckQueue-AbC",
+				"ONCE_CHECK_DLQ":           "stack-check-dlq",
+				"ONCE_WORKER_RETRY_QUEUE":  "http://127.0.0.1:9324/000000000000/retry",
+				"ONCE_WORKER_RETRY_DLQ":    "retry_dlq",
+				"ONCE_WORKER_RETRY_WINDOW": "90s",
+				"SQS_ENDPOINT":             "http://127.0.0.1:9324",
 			},
 			want: Config{
 				IdempotencyTable: "stack-idempotency",
@@ -64,8 +77,20 @@ func TestFromEnv(t *testing.T) {
 				ProviderURL:      "https://provider.example.com",
 				ProviderTimeout:  2500 * time.Millisecond,
 				ProviderAuth:     ProviderAuthIAM,
+
+				CheckQueue:        "https://sqs.eu-west-1.amazonaws.com/123456789012/stack-CheckQueue-AbC",
+				CheckDLQ:          "stack-check-dlq",
+				WorkerRetryQueue:  "http://127.0.0.1:9324/000000000000/retry",
+				WorkerRetryDLQ:    "retry_dlq",
+				WorkerRetryWindow: 90 * time.Second,
+				SQSEndpoint:       "http://127.0.0.1:9324",
 			},
 		},
+		{name: "SQS endpoint without region defaults the region", env: map[string]string{"SQS_ENDPOINT": "http://localhost:4566"},
+			want: with(func(c *Config) { c.SQSEndpoint = "http://localhost:4566"; c.Region = "us-east-1" })},
+		{name: "bad queue name", env: map[string]string{"ONCE_CHECK_QUEUE": "check.fifo"}, wantErr: []string{"ONCE_CHECK_QUEUE"}},
+		{name: "queue URL without scheme", env: map[string]string{"ONCE_WORKER_RETRY_DLQ": "sqs.amazonaws.com/1/q x"}, wantErr: []string{"ONCE_WORKER_RETRY_DLQ"}},
+		{name: "bad retry window", env: map[string]string{"ONCE_WORKER_RETRY_WINDOW": "0s"}, wantErr: []string{"ONCE_WORKER_RETRY_WINDOW"}},
 		{name: "fault injection true", env: map[string]string{"ONCE_FAULT_INJECTION": "TRUE"},
 			want: with(func(c *Config) { c.FaultInjection = true })},
 		{name: "fault injection 0", env: map[string]string{"ONCE_FAULT_INJECTION": "0"}, want: defaults},

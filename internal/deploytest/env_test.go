@@ -30,23 +30,29 @@ func notFromTemplate(name string) bool {
 var designEnv = map[string][]string{
 	"ApiFunction":        {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_RETENTION"},
 	"AuthorizerFunction": {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_API_KEYS_TABLE"},
-	"WorkerFunction":     {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL"},
-	"SweeperFunction":    {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_RETENTION"},
+	"WorkerFunction":     {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_WORKER_RETRY_QUEUE", "ONCE_WORKER_RETRY_WINDOW", "SQS_ENDPOINT"},
+	"RetrierFunction":    {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_WORKER_RETRY_QUEUE", "ONCE_WORKER_RETRY_WINDOW", "SQS_ENDPOINT"},
+	"SweeperFunction":    {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_CHECK_QUEUE", "ONCE_IDEMPOTENCY_TABLE", "ONCE_RETENTION", "SQS_ENDPOINT"},
+	"CheckerFunction":    {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_CHECK_QUEUE", "ONCE_IDEMPOTENCY_TABLE", "ONCE_RETENTION", "SQS_ENDPOINT"},
 	"ReconcilerFunction": {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_RETENTION"},
 	"ProviderFunction":   {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_PROVIDER_TABLE"},
 }
 
 // envSource is what each variable must be set from.
 var envSource = map[string]any{
-	"LOG_LEVEL":              map[string]any{"Ref": "LogLevel"},
-	"DYNAMODB_ENDPOINT":      map[string]any{"Ref": "DynamoDBEndpoint"},
-	"ONCE_IDEMPOTENCY_TABLE": map[string]any{"Ref": "IdempotencyTable"},
-	"ONCE_PAYMENTS_TABLE":    map[string]any{"Ref": "PaymentsTable"},
-	"ONCE_API_KEYS_TABLE":    map[string]any{"Ref": "ApiKeysTable"},
-	"ONCE_PROVIDER_TABLE":    map[string]any{"Ref": "ProviderTable"},
-	"ONCE_RETENTION":         map[string]any{"Ref": "Retention"},
-	"ONCE_LEASE":             map[string]any{"Ref": "Lease"},
-	"ONCE_PROVIDER_TIMEOUT":  map[string]any{"Ref": "ProviderTimeout"},
+	"LOG_LEVEL":                map[string]any{"Ref": "LogLevel"},
+	"DYNAMODB_ENDPOINT":        map[string]any{"Ref": "DynamoDBEndpoint"},
+	"ONCE_IDEMPOTENCY_TABLE":   map[string]any{"Ref": "IdempotencyTable"},
+	"ONCE_PAYMENTS_TABLE":      map[string]any{"Ref": "PaymentsTable"},
+	"ONCE_API_KEYS_TABLE":      map[string]any{"Ref": "ApiKeysTable"},
+	"ONCE_PROVIDER_TABLE":      map[string]any{"Ref": "ProviderTable"},
+	"ONCE_RETENTION":           map[string]any{"Ref": "Retention"},
+	"ONCE_LEASE":               map[string]any{"Ref": "Lease"},
+	"ONCE_PROVIDER_TIMEOUT":    map[string]any{"Ref": "ProviderTimeout"},
+	"ONCE_CHECK_QUEUE":         map[string]any{"Ref": "CheckQueue"},
+	"ONCE_WORKER_RETRY_QUEUE":  map[string]any{"Ref": "WorkerRetryQueue"},
+	"ONCE_WORKER_RETRY_WINDOW": map[string]any{"Ref": "WorkerRetryWindow"},
+	"SQS_ENDPOINT":             map[string]any{"Ref": "SQSEndpoint"},
 	// The simulator's function URL takes SigV4-signed calls only.
 	"ONCE_PROVIDER_AUTH": map[string]any{"Fn::If": []any{"DeployProvider", "aws_iam", "none"}},
 	"ONCE_PROVIDER_URL": map[string]any{"Fn::If": []any{
@@ -200,6 +206,10 @@ func TestConfigAcceptsTemplate(t *testing.T) {
 	}
 	for _, tbl := range tables {
 		vars[tbl.LogicalID] = aws.ToString(tbl.Input.TableName)
+	}
+	for id := range tm.ResourcesOfType("AWS::SQS::Queue") {
+		// What !Ref of a queue returns: its URL.
+		vars[id] = "https://sqs.us-east-1.amazonaws.com/123456789012/once-" + id + "-1A2B3C4D5E6F"
 	}
 	levels := list(mapOf(tm.Section("Parameters")["LogLevel"])["AllowedValues"])
 	if len(levels) == 0 {

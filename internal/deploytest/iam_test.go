@@ -2,6 +2,7 @@ package deploytest
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -16,6 +17,10 @@ var streamRead = []string{"dynamodb:DescribeStream", "dynamodb:GetRecords", "dyn
 // invokeURL is what calling a function URL whose AuthType is AWS_IAM takes,
 // for function URLs created since October 2025.
 var invokeURL = []string{"lambda:InvokeFunction", "lambda:InvokeFunctionUrl"}
+
+// queueRead is what an SQS event source mapping needs of its queue, as
+// Lambda documents it (AWSLambdaSQSQueueExecutionRole).
+var queueRead = []string{"sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:ReceiveMessage"}
 
 // wantGrants is each function's least privilege: resource -> actions, where a
 // resource is a logical ID (its Arn) or <Table>/stream (its StreamArn).
@@ -33,11 +38,22 @@ var wantGrants = map[string]map[string][]string{
 		"PaymentsTable/stream": streamRead,
 		"WorkerDLQ":            {"sqs:SendMessage"},
 		"ProviderFunction":     invokeURL,
+		"WorkerRetryQueue":     {"sqs:GetQueueUrl", "sqs:SendMessage"},
+	},
+	"RetrierFunction": {
+		"PaymentsTable":    {"dynamodb:GetItem", "dynamodb:UpdateItem"},
+		"WorkerRetryQueue": {"sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"},
+		"ProviderFunction": invokeURL,
 	},
 	"SweeperFunction": {
 		"IdempotencyTable":        {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem"},
 		"IdempotencyTable/stream": streamRead,
 		"SweeperDLQ":              {"sqs:SendMessage"},
+		"CheckQueue":              {"sqs:GetQueueUrl", "sqs:SendMessage"},
+	},
+	"CheckerFunction": {
+		"IdempotencyTable": {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:UpdateItem"},
+		"CheckQueue":       {"sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"},
 	},
 	"ReconcilerFunction": {
 		"IdempotencyTable":        {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
@@ -197,17 +213,29 @@ func TestLeastPrivilege(t *testing.T) {
 			}
 		}
 		// ...its stream grants are its mappings' streams, and its queue
-		// grants its mappings' on-failure destinations.
+		// grants its mappings' on-failure destinations and queues, and the
+		// queues it is told about.
 		var streams, queues, grantStreams, grantQueues []string
 		for _, ev := range fn.Events() {
-			if ev.Type != "DynamoDB" {
-				continue
+			switch ev.Type {
+			case "DynamoDB":
+				for _, r := range samtemplate.Refs(ev.Properties["Stream"]) {
+					streams = append(streams, r.Name+"/stream")
+				}
+				for _, r := range samtemplate.Refs(mapOf(mapOf(ev.Properties["DestinationConfig"])["OnFailure"])["Destination"]) {
+					queues = append(queues, r.Name)
+				}
+			case "SQS":
+				for _, r := range samtemplate.Refs(ev.Properties["Queue"]) {
+					queues = append(queues, r.Name)
+				}
 			}
-			for _, r := range samtemplate.Refs(ev.Properties["Stream"]) {
-				streams = append(streams, r.Name+"/stream")
-			}
-			for _, r := range samtemplate.Refs(mapOf(mapOf(ev.Properties["DestinationConfig"])["OnFailure"])["Destination"]) {
-				queues = append(queues, r.Name)
+		}
+		for _, v := range fn.Environment() {
+			for _, r := range samtemplate.Refs(v) {
+				if template(t).Resources()[r.Name].Type == "AWS::SQS::Queue" && !slices.Contains(queues, r.Name) {
+					queues = append(queues, r.Name)
+				}
 			}
 		}
 		for res := range got {
@@ -292,6 +320,83 @@ func TestGrantsCoverCode(t *testing.T) {
 			if !granted[action] {
 				t.Errorf("%s: the code can call %s but the role does not grant %s", id, need[action], action)
 			}
+		}
+	}
+}
+
+// sqsActions maps the SQS client's methods to the IAM actions they need.
+var sqsActions = map[string]string{
+	"SendMessage": "sqs:SendMessage", "SendMessageBatch": "sqs:SendMessage",
+	"ReceiveMessage": "sqs:ReceiveMessage", "DeleteMessage": "sqs:DeleteMessage", "DeleteMessageBatch": "sqs:DeleteMessage",
+	"ChangeMessageVisibility": "sqs:ChangeMessageVisibility", "ChangeMessageVisibilityBatch": "sqs:ChangeMessageVisibility",
+	"GetQueueUrl": "sqs:GetQueueUrl", "GetQueueAttributes": "sqs:GetQueueAttributes", "PurgeQueue": "sqs:PurgeQueue",
+	"CreateQueue": "sqs:CreateQueue", "DeleteQueue": "sqs:DeleteQueue", "SetQueueAttributes": "sqs:SetQueueAttributes",
+	"ListQueues": "sqs:ListQueues", "ListDeadLetterSourceQueues": "sqs:ListDeadLetterSourceQueues",
+}
+
+// TestQueueGrantsFromCode derives each function's SQS grants and checks that
+// the role grants exactly them, on each queue: the actions its code can call
+// (method selected and input type named, as for DynamoDB) on the queues its
+// environment names; ReceiveMessage, DeleteMessage and GetQueueAttributes on
+// the queue its event source mapping reads, which Lambda calls; and
+// SendMessage on its stream mappings' on-failure destinations, which Lambda
+// sends to.
+func TestQueueGrantsFromCode(t *testing.T) {
+	const sdk = "github.com/aws/aws-sdk-go-v2/service/sqs."
+	for id, fn := range template(t).Functions() {
+		folder := samtemplate.FunctionFolder(id)
+		if !hasFolder(t, folder) {
+			continue
+		}
+		s := scanFunction(t, folder)
+		var code []string
+		for method, action := range sqsActions {
+			if s.Selected[method] && s.Qualified[sdk+method+"Input"] {
+				code = append(code, action)
+			}
+		}
+		need := map[string][]string{}
+		add := func(queue string, actions ...string) {
+			for _, a := range actions {
+				if !slices.Contains(need[queue], a) {
+					need[queue] = append(need[queue], a)
+				}
+			}
+		}
+		for _, v := range fn.Environment() {
+			for _, r := range samtemplate.Refs(v) {
+				if template(t).Resources()[r.Name].Type == "AWS::SQS::Queue" {
+					if len(code) == 0 {
+						t.Errorf("%s is told about queue %s but its code makes no SQS call", id, r.Name)
+					}
+					add(r.Name, code...)
+				}
+			}
+		}
+		for _, ev := range fn.Events() {
+			for _, r := range samtemplate.Refs(mapOf(mapOf(ev.Properties["DestinationConfig"])["OnFailure"])["Destination"]) {
+				add(r.Name, "sqs:SendMessage")
+			}
+			if ev.Type == "SQS" {
+				for _, r := range samtemplate.Refs(ev.Properties["Queue"]) {
+					add(r.Name, queueRead...)
+				}
+			}
+		}
+		got := map[string][]string{}
+		for res, actions := range functionGrants(t, id, fn) {
+			if template(t).Resources()[res].Type == "AWS::SQS::Queue" {
+				got[res] = actions
+			}
+		}
+		for q := range need {
+			sort.Strings(need[q])
+		}
+		if len(need) == 0 {
+			need = map[string][]string{}
+		}
+		if diff := cmp.Diff(need, got); diff != "" {
+			t.Errorf("%s SQS grants mismatch (-derived +granted):\n%s", id, diff)
 		}
 	}
 }

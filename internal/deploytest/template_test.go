@@ -24,8 +24,8 @@ func TestParameters(t *testing.T) {
 	params := template(t).Section("Parameters")
 	want := map[string]string{ // name -> default
 		"StageName": "prod", "Architecture": "arm64", "LogLevel": "info",
-		"Retention": "24h", "Lease": "30s", "ProviderTimeout": "5s",
-		"DeployProviderSimulator": "true", "ProviderUrl": "", "AlarmTopicArn": "", "DynamoDBEndpoint": "",
+		"Retention": "24h", "Lease": "30s", "ProviderTimeout": "5s", "WorkerRetryWindow": "6h",
+		"DeployProviderSimulator": "true", "ProviderUrl": "", "AlarmTopicArn": "", "DynamoDBEndpoint": "", "SQSEndpoint": "",
 	}
 	if diff := cmp.Diff(sortedKeys(want), sortedKeys(params)); diff != "" {
 		t.Errorf("parameters mismatch (-want +got):\n%s", diff)
@@ -54,7 +54,7 @@ func TestParameters(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"Retention", "Lease", "ProviderTimeout"} {
+	for _, name := range []string{"Retention", "Lease", "ProviderTimeout", "WorkerRetryWindow"} {
 		d, err := time.ParseDuration(defaults[name])
 		if err != nil || d <= 0 {
 			t.Errorf("%s Default %q is not a positive Go duration: %v", name, defaults[name], err)
@@ -309,7 +309,7 @@ func TestAlarms(t *testing.T) {
 		got = append(got, fmt.Sprintf("%v %v %v=%s", p["Namespace"], p["MetricName"], d["Name"], target))
 	}
 	var want []string
-	for id := range template(t).ResourcesOfType("AWS::SQS::Queue") {
+	for _, id := range deadLetterQueues(t) {
 		want = append(want, "AWS/SQS ApproximateNumberOfMessagesVisible QueueName="+id+".QueueName")
 	}
 	for id := range template(t).Functions() {
@@ -347,6 +347,10 @@ func TestOutputs(t *testing.T) {
 		"WorkerDLQUrl":         map[string]any{"Ref": "WorkerDLQ"},
 		"SweeperDLQUrl":        map[string]any{"Ref": "SweeperDLQ"},
 		"ReconcilerDLQUrl":     map[string]any{"Ref": "ReconcilerDLQ"},
+		"CheckQueueUrl":        map[string]any{"Ref": "CheckQueue"},
+		"CheckDLQUrl":          map[string]any{"Ref": "CheckDLQ"},
+		"WorkerRetryQueueUrl":  map[string]any{"Ref": "WorkerRetryQueue"},
+		"WorkerRetryDLQUrl":    map[string]any{"Ref": "WorkerRetryDLQ"},
 		"ProviderUrl":          envSource["ONCE_PROVIDER_URL"],
 	}
 	got := map[string]any{}

@@ -25,6 +25,7 @@ import (
 	"github.com/oncehq/once/internal/fault"
 	"github.com/oncehq/once/internal/gateway"
 	"github.com/oncehq/once/internal/lambdaenv"
+	"github.com/oncehq/once/internal/queue"
 	"github.com/oncehq/once/internal/samtemplate"
 )
 
@@ -33,6 +34,12 @@ const (
 	EnvDevAPIKeys   = "ONCE_DEV_API_KEYS"
 	EnvPort         = "PORT"
 	EnvProviderPort = "PROVIDER_PORT"
+	// EnvSQSPort is where the local SQS endpoint listens when SQS_ENDPOINT
+	// names none (DefaultSQSPort).
+	EnvSQSPort = "SQS_PORT"
+	// EnvDevTTL set to "off" creates the tables without TTL, so that
+	// nothing expires by itself, as on AWS within minutes (see Options).
+	EnvDevTTL = "ONCE_DEV_TTL"
 )
 
 // Defaults of Start.
@@ -41,6 +48,9 @@ const (
 	// DefaultProviderPort is where the provider simulator listens when
 	// ONCE_PROVIDER_URL names no provider.
 	DefaultProviderPort = 3001
+	// DefaultSQSPort is the local SQS endpoint's port (ElasticMQ's, which
+	// SQS tools often expect locally).
+	DefaultSQSPort = 9324
 	// DefaultStateDir holds the dead letters of the stream mappings.
 	DefaultStateDir = ".devstack"
 	// DefaultShutdownTimeout bounds Close: API Gateway's integration timeout,
@@ -72,6 +82,11 @@ type Options struct {
 	// StateDir receives the stream mappings' dead letters (DefaultStateDir
 	// beside the template when empty).
 	StateDir string
+	// WithoutTTL creates the tables without enabling their TTL attribute
+	// (as does ONCE_DEV_TTL=off): DynamoDB Local deletes expired items
+	// within seconds, AWS within days, so only without TTL does the stack
+	// show what recovers without it.
+	WithoutTTL bool
 }
 
 // Stack is a running devstack.
@@ -89,6 +104,7 @@ type Stack struct {
 	api          api
 
 	client   *dynamodb.Client
+	clients  queue.Clients // client and the SQS client, for the functions that use queues
 	emulator *gateway.Emulator
 	url      string
 
@@ -119,9 +135,11 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	}{
 		{"dynamodb", s.startDynamoDB},
 		{"tables", s.createTables},
+		{"queues", s.startQueues},
 		{"api keys", s.seedKeys},
 		{"provider", s.startProvider},
 		{"streams", s.startStreams},
+		{"queue mappings", s.startQueueMappings},
 		{"gateway", s.startGateway},
 	}
 	for _, step := range steps {
@@ -260,6 +278,19 @@ func (s *Stack) createTables(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	switch v := strings.TrimSpace(s.opts.Getenv(EnvDevTTL)); v {
+	case "", "on":
+	case "off":
+		s.opts.WithoutTTL = true
+	default:
+		return fmt.Errorf("devstack: %s=%q: must be on or off", EnvDevTTL, v)
+	}
+	if s.opts.WithoutTTL {
+		for i := range tables {
+			tables[i].TTLAttribute = ""
+		}
+		s.log.Warn("devstack: TTL is off: expired items stay, as on AWS within minutes; the checker recovers abandoned reservations")
+	}
 	if err := samtemplate.Create(ctx, s.client, tables); err != nil {
 		return err
 	}
@@ -376,6 +407,9 @@ func (s *Stack) URL() string { return s.url }
 
 // DynamoDBEndpoint is the DynamoDB endpoint the stack uses.
 func (s *Stack) DynamoDBEndpoint() string { return s.cfg.DynamoDBEndpoint }
+
+// SQSEndpoint is the SQS endpoint the stack uses.
+func (s *Stack) SQSEndpoint() string { return s.cfg.SQSEndpoint }
 
 // Config is the configuration the functions run with.
 func (s *Stack) Config() config.Config { return s.cfg }

@@ -32,6 +32,7 @@ func testEnv(t *testing.T) map[string]string {
 		"DYNAMODB_ENDPOINT":      endpoint,
 		"PORT":                   "0",
 		"PROVIDER_PORT":          "0",
+		"SQS_PORT":               "0",
 		"LOG_LEVEL":              "debug",
 		"ONCE_IDEMPOTENCY_TABLE": prefix + "-idempotency",
 		"ONCE_PAYMENTS_TABLE":    prefix + "-payments",

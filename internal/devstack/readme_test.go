@@ -52,9 +52,10 @@ func TestReadmeExamples(t *testing.T) {
 		// payments: create, sf-string replay, mismatch, other tenant, no key,
 		// invalid body, GET, other tenant's GET, no Authorization, unknown key.
 		{"201", "201r", "422", "201", "400", "400", "200", "404", "401", "403"},
-		// charges: tok_visa, tok_chargeDeclined, tok_unavailable, tok_timeout,
-		// its retry once reconciled, the tok_slow duplicate.
-		{"201", "402", "503", "504", "201r", "409"},
+		// charges: tok_visa, tok_chargeDeclined, tok_unavailable, tok_flaky
+		// and its retry after the outage, tok_timeout, its retry once
+		// reconciled, the tok_slow duplicate.
+		{"201", "402", "503", "503", "201", "504", "201r", "409"},
 		// the crash after the provider call, and the retry within the lease.
 		{"500", "409"},
 	}

@@ -11,6 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/internal/devstack"
@@ -204,43 +209,79 @@ func TestRecoveryMatrix(t *testing.T) {
 	})
 }
 
-// TestRecoveryWithoutRetry crashes a charge after the provider charged and
-// never retries: DynamoDB's TTL deletes the abandoned reservation, the
-// sweeper restores it as UNKNOWN and the reconciler completes it from the
-// provider's record. The next request, however late, gets the charge.
-func TestRecoveryWithoutRetry(t *testing.T) {
-	stack, out, store := startRecovery(t)
+// TestRecoveryWithoutTTL crashes a charge after the provider charged and
+// never retries, on tables without TTL, so that nothing is deleted by
+// itself, as on AWS, where TTL takes up to days: the sweeper schedules the
+// reservation's check, the checker finds its lease run out and hands it to
+// the reconciler (UNKNOWN), which completes it from the provider's record,
+// within the lease plus 60 seconds. The first retry afterwards replays the
+// charge's 201.
+func TestRecoveryWithoutTTL(t *testing.T) {
+	env := testEnv(t)
+	env["ONCE_FAULT_INJECTION"] = "1"
+	env["ONCE_LEASE"] = "2s"
+	env["ONCE_PROVIDER_TIMEOUT"] = "1s"
+	env["ONCE_DEV_TTL"] = "off"
+	env["LOG_LEVEL"] = "info"
+	out := &lambdatest.Buffer{}
+	stack := start(t, env, out)
 	cfg := stack.Config()
-	key := fmt.Sprintf("no-retry-%d", time.Now().UnixNano())
+	db := dynamotest.Client(t)
+	store := dynamo.New(db, cfg.IdempotencyTable)
+	for _, table := range []string{cfg.IdempotencyTable, cfg.PaymentsTable} {
+		ttl, err := db.DescribeTimeToLive(t.Context(), &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(table)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := ttl.TimeToLiveDescription.TimeToLiveStatus; s != types.TimeToLiveStatusDisabled {
+			t.Fatalf("%s TTL = %s, want DISABLED", table, s)
+		}
+	}
+	key := fmt.Sprintf("no-ttl-%d", time.Now().UnixNano())
 	body := `{"amount": 4200, "currency": "EUR", "customer": "cus_7", "source": "tok_visa"}`
-
 	if r := send(t, stack.URL(), "/v1/charges", key, "after-provider-call", body); r.status != http.StatusInternalServerError {
 		t.Fatalf("crash = %d %s, want 500", r.status, r.body)
 	}
+	crashed := time.Now()
 	k := idempotency.NewKey("acme", key)
-	// DynamoDB Local deletes expired items about ten seconds after expiry.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		rec, err := store.Get(t.Context(), k)
+	reserved, err := store.Get(t.Context(), k)
+	if err != nil || reserved.Status != idempotency.StatusInProgress {
+		t.Fatalf("after the crash: %s, %v; want the reservation IN_PROGRESS", reserved.Status, err)
+	}
+	lease := reserved.ExpiresAt.Sub(reserved.CreatedAt)
+	var rec idempotency.Record
+	for deadline := reserved.ExpiresAt.Add(60 * time.Second); ; {
+		rec, err = store.Get(t.Context(), k)
 		if err == nil && rec.Status == idempotency.StatusCompleted {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("record not completed without a retry within 60s: %+v, %v\n%s", rec.Status, err, out.String())
+		if err == nil && rec.Status == idempotency.StatusInProgress && rec.LeaseToken != reserved.LeaseToken {
+			t.Fatalf("the reservation was taken over: %+v", rec)
 		}
-		time.Sleep(250 * time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatalf("no COMPLETED record within the lease (%v) + 60s without TTL: %s, %v\n%s", lease, rec.Status, err, out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	took := time.Since(crashed)
+	t.Logf("recovered without TTL and without a retry %v after the crash (lease %v)", took.Round(10*time.Millisecond), lease)
+	if took < lease-time.Second {
+		t.Errorf("recovered %v after the crash, before the lease (%v) ran out", took, lease)
 	}
 	r := send(t, stack.URL(), "/v1/charges", key, "", body)
 	if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("first retry after recovery = %d %s (replayed %q), want the stored 201", r.status, r.body, r.header.Get("Idempotent-Replayed"))
 	}
+	if string(rec.Response.Body) != r.body {
+		t.Errorf("retry body %s, want the recorded %s", r.body, rec.Response.Body)
+	}
 	if n := charges(t, cfg.ProviderURL, forwardKey(t, k, body)); n != 1 {
 		t.Errorf("provider charges = %d, want 1", n)
 	}
 	metrics := lambdatest.CountsAmong(out.String())
-	for _, name := range []string{"zombie_swept", "reconcile_scheduled", "reconcile_resolved"} {
-		if metrics[name] == 0 {
-			t.Errorf("no %s metric in the output", name)
+	for name, want := range map[string]int{"check_scheduled": 1, "reservation_abandoned": 1, "reconcile_scheduled": 1, "reconcile_resolved": 1, "zombie_swept": 0} {
+		if metrics[name] != want {
+			t.Errorf("%s = %d, want %d", name, metrics[name], want)
 		}
 	}
 }
@@ -281,4 +322,109 @@ func TestWorkerThroughStream(t *testing.T) {
 	if metrics["worker_charged"] != 1 || metrics["worker_failed"] != 1 {
 		t.Errorf("worker metrics = charged %d, failed %d; want 1 and 1", metrics["worker_charged"], metrics["worker_failed"])
 	}
+}
+
+// TestWorkerKeepsFlowing puts three payments whose provider answers 503 and
+// one good payment behind them on the payments table's stream (one shard):
+// the bad ones go to the retry queue instead of being retried in place, so
+// the good one settles at once; a payment whose provider comes back is
+// charged once on a retry; and the bad ones end failed with failure_code
+// provider_unavailable when their retry window closes.
+func TestWorkerKeepsFlowing(t *testing.T) {
+	env := testEnv(t)
+	env["ONCE_WORKER_RETRY_WINDOW"] = "6s"
+	env["ONCE_PROVIDER_TIMEOUT"] = "1s"
+	env["LOG_LEVEL"] = "info"
+	out := &lambdatest.Buffer{}
+	stack := start(t, env, out)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("stack output:\n%s", out.String())
+		}
+	})
+	create := func(t *testing.T, source string, n int) string {
+		t.Helper()
+		body := fmt.Sprintf(`{"amount": 990, "currency": "EUR", "customer": "cus_1", "source": %q}`, source)
+		r := send(t, stack.URL(), "/v1/payments", fmt.Sprintf("flow-%s-%d", source, n), "", body)
+		if r.status != http.StatusCreated {
+			t.Fatalf("create = %d %s", r.status, r.body)
+		}
+		var p struct{ ID string }
+		if err := json.Unmarshal([]byte(r.body), &p); err != nil {
+			t.Fatal(err)
+		}
+		return p.ID
+	}
+	type payment struct {
+		Status           string
+		FailureCode      string `json:"failure_code"`
+		ProviderChargeID string `json:"provider_charge_id"`
+	}
+	get := func(t *testing.T, id string) payment {
+		t.Helper()
+		r := call(t, "GET", stack.URL()+"/v1/payments/"+id, "sk_test_acme", "", "")
+		var p payment
+		if err := json.Unmarshal([]byte(r.body), &p); err != nil || r.status != http.StatusOK {
+			t.Fatalf("GET %s = %d %s", id, r.status, r.body)
+		}
+		return p
+	}
+	var bad []string
+	for i := range 3 {
+		bad = append(bad, create(t, "tok_unavailable", i))
+	}
+	flaky := create(t, "tok_flaky", 0)
+	good := create(t, "tok_visa", 0)
+	created := time.Now()
+	for {
+		if p := get(t, good); p.Status == "succeeded" {
+			break
+		}
+		if time.Since(created) > 5*time.Second {
+			t.Fatalf("the good payment behind three failing ones is not settled 5s after its creation")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	took := time.Since(created)
+	t.Logf("good payment settled %v after its creation, behind 3 payments whose provider answers 503 and one whose provider is down for 3s", took.Round(time.Millisecond))
+
+	shards, err := dynamotest.Streams(t).DescribeStream(t.Context(), &dynamodbstreams.DescribeStreamInput{StreamArn: streamARN(t, stack.Config().PaymentsTable)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(shards.StreamDescription.Shards); n != 1 {
+		t.Errorf("payments stream shards = %d, want one: the claim is about payments on the same shard", n)
+	}
+
+	lambdatest.WaitFor(t, 30*time.Second, "the flaky payment to succeed on a retry", func() bool { return get(t, flaky).Status == "succeeded" })
+	lambdatest.WaitFor(t, 30*time.Second, "the failing payments to end failed", func() bool {
+		for _, id := range bad {
+			if get(t, id).Status == "pending" {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range bad {
+		if p := get(t, id); p.Status != "failed" || p.FailureCode != "provider_unavailable" || p.ProviderChargeID != "" {
+			t.Errorf("payment %s = %+v, want failed, provider_unavailable, no charge", id, p)
+		}
+	}
+	metrics := lambdatest.CountsAmong(out.String())
+	if metrics["worker_charged"] != 2 || metrics["worker_failed"] != 3 {
+		t.Errorf("metrics charged %d, failed %d; want 2 and 3", metrics["worker_charged"], metrics["worker_failed"])
+	}
+	if metrics["worker_retried"] < 4*2 {
+		t.Errorf("worker_retried = %d, want at least two attempts each for four payments", metrics["worker_retried"])
+	}
+}
+
+// streamARN returns the latest stream of table.
+func streamARN(t *testing.T, table string) *string {
+	t.Helper()
+	out, err := dynamotest.Client(t).DescribeTable(t.Context(), &dynamodb.DescribeTableInput{TableName: aws.String(table)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Table.LatestStreamArn
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamoclient"
 	"github.com/oncehq/once/internal/provider/simulator"
+	"github.com/oncehq/once/internal/queue"
 	"github.com/oncehq/once/internal/reconciler"
 	"github.com/oncehq/once/internal/samtemplate"
 	"github.com/oncehq/once/internal/stream"
@@ -27,10 +28,18 @@ import (
 
 // streamFunctions builds the handler of each stream-triggered function of
 // the template, exactly as its main does.
-var streamFunctions = map[string]func(config.Config, *dynamodb.Client, app.Options) (stream.Handler, error){
+var streamFunctions = map[string]queue.Builder[stream.Handler]{
 	"WorkerFunction":     worker.Handler,
 	"SweeperFunction":    sweeper.Handler,
-	"ReconcilerFunction": reconciler.Handler,
+	"ReconcilerFunction": dynamoOnly(reconciler.Handler),
+}
+
+// dynamoOnly adapts the builder of a stream function that uses no queue
+// (its main is app.StartStream).
+func dynamoOnly(build func(config.Config, *dynamodb.Client, app.Options) (stream.Handler, error)) queue.Builder[stream.Handler] {
+	return func(_ context.Context, cfg config.Config, c queue.Clients, opts app.Options) (stream.Handler, error) {
+		return build(cfg, c.DynamoDB, opts)
+	}
 }
 
 // mapping is one DynamoDB event source of the template, emulated by a
@@ -179,7 +188,7 @@ func (s *Stack) startStreams(ctx context.Context) error {
 			return errors.Join(fmt.Errorf("devstack: %s reads the stream of unknown table %s", m.function, m.table), stop(ctx))
 		}
 		log := s.log.With("function", samtemplate.FunctionFolder(m.function))
-		h, err := build(s.cfg, s.client, app.Options{Logger: log, Metrics: s.output})
+		h, err := build(ctx, s.cfg, s.clients, app.Options{Logger: log, Metrics: s.output})
 		if err != nil {
 			return errors.Join(fmt.Errorf("devstack: %s: %w", m.function, err), stop(ctx))
 		}

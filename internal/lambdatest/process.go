@@ -39,7 +39,7 @@ type Process struct {
 }
 
 // StartFunction starts the test binary's function main (see Main) with env
-// as its only AWS_*, ONCE_*, DYNAMODB_* and LOG_LEVEL variables, and kills it
+// as its only AWS_*, ONCE_*, DYNAMODB_*, SQS_* and LOG_LEVEL variables, and kills it
 // when the test ends. Point it at a RuntimeAPI with AWS_LAMBDA_RUNTIME_API.
 func StartFunction(t testing.TB, env map[string]string) *Process {
 	t.Helper()
@@ -51,7 +51,7 @@ func StartFunction(t testing.TB, env map[string]string) *Process {
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(name, "AWS_") || strings.HasPrefix(name, "ONCE_") ||
-			strings.HasPrefix(name, "DYNAMODB_") || name == "LOG_LEVEL" {
+			strings.HasPrefix(name, "DYNAMODB_") || strings.HasPrefix(name, "SQS_") || name == "LOG_LEVEL" {
 			continue
 		}
 		p.cmd.Env = append(p.cmd.Env, kv)

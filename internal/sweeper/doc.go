@@ -1,4 +1,7 @@
-// Package sweeper composes the sweeper function: the public
-// recovery.Sweeper (see its documentation for what it does with an abandoned
-// reservation) on the idempotency table, configured from the environment.
+// Package sweeper composes the sweeper function on the idempotency table's
+// stream, configured from the environment: the public recovery.Scheduler,
+// which schedules a recovery check (on the check queue) for every new
+// reservation, and recovery.Sweeper, the TTL backstop, which restores the
+// abandoned External reservations that DynamoDB's TTL deleted. See the
+// recovery package's documentation for both.
 package sweeper

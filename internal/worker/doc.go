@@ -30,16 +30,43 @@
 // {"eventName": ["INSERT"], "dynamodb": {"NewImage": {"status": {"S":
 // ["pending"]}}}} drops them before they reach the function.
 //
+// # Transient failures: the retry queue
+//
+// When the provider answers ErrNotCharged (503, 429, no connection) or
+// ErrOutcomeUnknown (a timeout after the request was sent, a 5xx), or the
+// settle cannot be written, the payment is not retried in the stream's
+// place, where it would hold up every record behind it on its shard, of any
+// tenant: it goes to the retry queue (Config.Retries, an SQS queue) with a
+// delay, and its record succeeds. The message says how many attempts were
+// made and, when one of them may have charged (its answer was lost, or the
+// charge was made and the settle failed), when.
+//
+// HandleRetries, the retrier function's handler, takes those messages. It
+// reads the payment (consistently) and does nothing if it is settled. Else
+// it makes one more attempt under the same key, and settles the payment or,
+// on another transient failure, sends the next retry: the delay doubles from
+// RetryBase (1s) with each attempt, half of it random (equal jitter), up to
+// MaxRetryDelay (SQS's 15 minutes), never past the end of the payment's
+// retry window (RetryWindow after its creation; ONCE_WORKER_RETRY_WINDOW,
+// 6h). At the end of the window no attempt is made: a payment that no
+// attempt can have charged is settled failed with failure_code
+// provider_unavailable; one that an attempt may have charged is looked up at
+// the provider, once CallTimeout has passed since that attempt, and settled
+// as the provider's record of the charge says (failed, provider_unavailable,
+// when there is none). A message that cannot be processed (undecodable, the
+// payments table or the look-up failing) is a batch item failure: the queue
+// delivers it again and, after its maxReceiveCount, moves it to its
+// dead-letter queue (alarmed). Messages are handled concurrently.
+//
 // # Failures
 //
 // A record fails, and is reported with every later record of its batch as a
 // batch item failure (stream.Process), when its image does not decode into a
-// payment (a poison record), when the provider answers ErrNotCharged (503,
-// 429, no connection) or ErrOutcomeUnknown (a timeout after the request was
-// sent, a 5xx), when the provider answers another 4xx (a
+// payment (a poison record), when the provider answers another 4xx (a
 // *provider.StatusError that is not provider.ErrRejected, such as 401 for a
-// wrong API key: a misconfiguration, never settled on a guess), and when the
-// settle cannot be written. Lambda retries from the failed record, bisecting
+// wrong API key: a misconfiguration, never settled on a guess), and when a
+// transient failure cannot be sent to the retry queue (or there is none:
+// Config.Retries unset). Lambda retries from the failed record, bisecting
 // the batch; the retry sends the same key, so the provider either charges
 // for the first time or replays the charge it made.
 // After MaximumRetryAttempts the record goes to the on-failure destination
@@ -52,14 +79,18 @@
 // event_id, sequence_number and outcome, plus tenant and payment once the
 // payment is decoded: outcome succeeded or failed (this delivery settled the
 // payment; a failed one settled provider_rejected is logged at warn level
-// with err, the provider's status and code), already_settled, ignored (at
-// debug level), or error (with err, at warn level for the provider's
-// transient outcomes and DynamoDB outages, error otherwise). The provider
+// with err, the provider's status and code, one settled
+// provider_unavailable at warn level), already_settled, ignored (at debug
+// level), retrying (at warn level, with err and retry_in), or error (with
+// err, at warn level for the provider's transient outcomes and DynamoDB
+// outages, error otherwise). Each retry message writes one "worker: retry"
+// line with its message_id and attempt and the same outcomes. The provider
 // idempotency key is never logged.
 //
 // Two EMF metrics count settlements made by this worker, one per payment
 // however many times its record is delivered: worker_charged when it settles
-// a payment succeeded, worker_failed when it settles one failed (declined or
-// rejected). Records that fail are not counted; they show in the logs, the
-// function's Errors and IteratorAge metrics and the on-failure destination.
+// a payment succeeded, worker_failed when it settles one failed (declined,
+// rejected or provider_unavailable); worker_retried counts the retries sent.
+// Records that fail are not counted; they show in the logs, the function's
+// Errors and IteratorAge metrics and the on-failure destination.
 package worker

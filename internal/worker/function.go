@@ -1,35 +1,64 @@
 package worker
 
 import (
+	"context"
 	"fmt"
-
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
+	"github.com/oncehq/once/internal/queue"
 )
 
 // Handler returns the worker function's handler: it charges the pending
 // payments of the payments table's stream through the provider at
-// cfg.ProviderURL and settles them in cfg.PaymentsTable through client.
-// opts.Now is not used. It is an error for cfg.ProviderURL to be empty.
-func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (stream.Handler, error) {
-	charger, err := provider.Require(cfg, client.Options().Credentials, client.Options().Region, "worker")
+// cfg.ProviderURL, settles them in cfg.PaymentsTable, and sends those whose
+// charge fails transiently to cfg.WorkerRetryQueue. It is an error for
+// cfg.ProviderURL to be empty.
+func Handler(ctx context.Context, cfg config.Config, c queue.Clients, opts app.Options) (stream.Handler, error) {
+	w, err := build(ctx, cfg, c, opts, "worker")
 	if err != nil {
 		return nil, err
 	}
+	return w.Handle, nil
+}
+
+// RetryHandler returns the retrier function's handler: it charges again the
+// payments of cfg.WorkerRetryQueue, as Handler does the stream's, until
+// their retry window (cfg.WorkerRetryWindow) ends.
+func RetryHandler(ctx context.Context, cfg config.Config, c queue.Clients, opts app.Options) (queue.Handler, error) {
+	w, err := build(ctx, cfg, c, opts, "retrier")
+	if err != nil {
+		return nil, err
+	}
+	return w.HandleRetries, nil
+}
+
+// build builds the Worker of the function name.
+func build(ctx context.Context, cfg config.Config, c queue.Clients, opts app.Options, name string) (*Worker, error) {
+	charger, err := provider.Require(cfg, c.DynamoDB.Options().Credentials, c.DynamoDB.Options().Region, name)
+	if err != nil {
+		return nil, err
+	}
+	retries, err := queue.Open(ctx, c, cfg.WorkerRetryQueue, config.EnvWorkerRetryQueue)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
 	opts = opts.WithDefaults(cfg)
 	w, err := New(Config{
-		Charger: charger,
-		Settler: payments.NewTable(client, cfg.PaymentsTable),
-		Logger:  opts.Logger,
-		Metrics: opts.Emitter("worker"),
+		Charger:     charger,
+		Settler:     payments.NewTable(c.DynamoDB, cfg.PaymentsTable),
+		Logger:      opts.Logger,
+		Metrics:     opts.Emitter(name),
+		Retries:     retries,
+		RetryWindow: cfg.WorkerRetryWindow,
+		CallTimeout: cfg.ProviderTimeout,
+		Now:         opts.Now,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("worker: %w", err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return w.Handle, nil
+	return w, nil
 }

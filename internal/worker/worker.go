@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -19,6 +20,9 @@ import (
 const (
 	MetricCharged = "worker_charged"
 	MetricFailed  = "worker_failed"
+	// MetricRetried counts the charges sent to the retry queue after a
+	// transient failure, one per attempt.
+	MetricRetried = "worker_retried"
 )
 
 // Outcomes of a record, as logged in the "outcome" attribute.
@@ -28,6 +32,7 @@ const (
 	outcomeAlreadySettled = "already_settled"
 	outcomeIgnored        = "ignored"
 	outcomeError          = "error"
+	outcomeRetrying       = "retrying"
 )
 
 // Failure codes the worker records itself.
@@ -37,6 +42,9 @@ const (
 	// rejectedCode: the provider refused the charge request itself
 	// (provider.ErrRejected); it made no charge.
 	rejectedCode = "provider_rejected"
+	// unavailableCode: the provider could not be reached, or answered that
+	// it charged nothing, for the whole retry window; nothing was charged.
+	unavailableCode = "provider_unavailable"
 )
 
 // Charger charges the provider; *provider.Client implements it.
@@ -48,10 +56,17 @@ type Charger interface {
 	// a request the provider refused as wrong, or another error (a
 	// *provider.StatusError for another 4xx).
 	Charge(ctx context.Context, key string, req provider.ChargeRequest) (provider.Charge, error)
+	// Lookup returns the charge (succeeded or failed) made under the key,
+	// an error wrapping provider.ErrNoCharge when there is none, or another
+	// error when the provider could not tell.
+	Lookup(ctx context.Context, key string) (provider.Charge, error)
 }
 
-// Settler settles payments; *payments.Table implements it.
+// Settler reads and settles payments; *payments.Table implements it.
 type Settler interface {
+	// Get returns tenant's payment id, read consistently, or an error
+	// wrapping payments.ErrNotFound or payments.ErrUnavailable.
+	Get(ctx context.Context, tenant, id string) (payments.Payment, error)
 	// Settle moves tenant's pending payment id to status (succeeded with
 	// chargeID, or failed with failureCode). It returns a
 	// *payments.NotPendingError when the payment is already settled, and
@@ -67,17 +82,39 @@ type Config struct {
 	Settler Settler
 	// Logger receives one line per record (default: discard).
 	Logger *slog.Logger
-	// Metrics receives worker_charged and worker_failed (nil discards).
+	// Metrics receives worker_charged, worker_failed and worker_retried
+	// (nil discards).
 	Metrics *metrics.Emitter
+	// Retries, when set, receives the payments whose charge failed
+	// transiently (see the package documentation); without it such a
+	// record fails, and the stream retries it in place.
+	Retries Queue
+	// RetryWindow is how long after its creation a payment is retried
+	// (DefaultRetryWindow).
+	RetryWindow time.Duration
+	// RetryBase is the delay before the second attempt; it doubles with
+	// each attempt, jittered, up to MaxRetryDelay (DefaultRetryBase).
+	RetryBase time.Duration
+	// CallTimeout bounds one provider call: a charge whose outcome was
+	// unknown at t is looked up after t + CallTimeout (DefaultCallTimeout).
+	CallTimeout time.Duration
+	// Now returns the current time (time.Now).
+	Now func() time.Time
 }
 
 // Worker charges and settles the pending payments of a payments table
-// stream. It is safe for concurrent use.
+// stream, and retries those whose charge failed transiently from its retry
+// queue. It is safe for concurrent use.
 type Worker struct {
 	charger Charger
 	settler Settler
 	log     *slog.Logger
 	metrics *metrics.Emitter
+	retries Queue
+	window  time.Duration
+	base    time.Duration
+	call    time.Duration
+	now     func() time.Time
 }
 
 // New returns a Worker for cfg, or an error naming every missing
@@ -97,7 +134,23 @@ func New(cfg Config) (*Worker, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Worker{charger: cfg.Charger, settler: cfg.Settler, log: log, metrics: cfg.Metrics}, nil
+	w := &Worker{
+		charger: cfg.Charger, settler: cfg.Settler, log: log, metrics: cfg.Metrics, retries: cfg.Retries,
+		window: cfg.RetryWindow, base: cfg.RetryBase, call: cfg.CallTimeout, now: cfg.Now,
+	}
+	if w.window <= 0 {
+		w.window = DefaultRetryWindow
+	}
+	if w.base <= 0 {
+		w.base = DefaultRetryBase
+	}
+	if w.call <= 0 {
+		w.call = DefaultCallTimeout
+	}
+	if w.now == nil {
+		w.now = time.Now
+	}
+	return w, nil
 }
 
 // Handle processes a batch of payments table stream records in order (see
@@ -124,10 +177,30 @@ func (w *Worker) record(ctx context.Context, rec events.DynamoDBEventRecord) err
 	}
 	log = log.With("tenant", p.Tenant, "payment", p.ID)
 	res, err := w.process(ctx, p)
+	if err != nil && w.retries != nil && transient(err) {
+		// Not in place: the shard moves on, and the payment is retried
+		// from the retry queue after a backoff.
+		msg := retryMessage{Tenant: p.Tenant, Payment: p.ID, Attempt: 1}
+		if maybeCharged(err) {
+			msg.Unknown = w.now()
+		}
+		delay, serr := w.schedule(ctx, p, msg)
+		if serr == nil {
+			log.Warn("worker: record", "outcome", outcomeRetrying, "attempt", 1, "retry_in", delay.String(), "err", err)
+			return nil
+		}
+		err = errors.Join(err, serr)
+	}
 	if err != nil {
 		log.Log(ctx, errorLevel(err), "worker: record", "outcome", outcomeError, "err", err)
 		return err
 	}
+	logResult(ctx, log, "worker: record", res)
+	return nil
+}
+
+// logResult logs the outcome of a payment processed to the end, as msg.
+func logResult(ctx context.Context, log *slog.Logger, msg string, res result) {
 	attrs := []any{"outcome", res.outcome, "status", string(res.status)}
 	level := slog.LevelInfo
 	if res.rejected != nil {
@@ -141,8 +214,12 @@ func (w *Worker) record(ctx context.Context, rec events.DynamoDBEventRecord) err
 		level = slog.LevelWarn
 		attrs = append(attrs, "conflict", "the stored settlement differs from the provider's answer")
 	}
-	log.Log(ctx, level, "worker: record", attrs...)
-	return nil
+	if res.gaveUp {
+		// Nothing charged through the whole retry window: worth a look.
+		level = slog.LevelWarn
+		attrs = append(attrs, "failure_code", unavailableCode)
+	}
+	log.Log(ctx, level, msg, attrs...)
 }
 
 // result is what processing a pending payment came to.
@@ -156,6 +233,9 @@ type result struct {
 	// rejected is the provider's refusal of the charge request, when it
 	// settled the payment failed.
 	rejected error
+	// gaveUp is set when the payment was settled failed at the end of its
+	// retry window.
+	gaveUp bool
 }
 
 // settlement is what the provider's answer settles a payment to.
@@ -173,7 +253,12 @@ func (w *Worker) process(ctx context.Context, p payments.Payment) (result, error
 	if err != nil {
 		return result{}, err
 	}
-	err = w.settler.Settle(ctx, p.Tenant, p.ID, s.status, s.chargeID, s.failureCode)
+	return w.settle(ctx, p, s)
+}
+
+// settle settles p as s says.
+func (w *Worker) settle(ctx context.Context, p payments.Payment, s settlement) (result, error) {
+	err := w.settler.Settle(ctx, p.Tenant, p.ID, s.status, s.chargeID, s.failureCode)
 	var settled *payments.NotPendingError
 	switch {
 	case errors.As(err, &settled):
@@ -191,7 +276,7 @@ func (w *Worker) process(ctx context.Context, p payments.Payment) (result, error
 		return result{outcome: outcomeSucceeded, status: s.status}, nil
 	}
 	w.metrics.Count(MetricFailed)
-	return result{outcome: outcomeFailed, status: s.status, rejected: s.rejected}, nil
+	return result{outcome: outcomeFailed, status: s.status, rejected: s.rejected, gaveUp: s.failureCode == unavailableCode}, nil
 }
 
 // charge charges p under its key and returns how to settle it.
@@ -256,9 +341,23 @@ func decode(c stream.Change) (payments.Payment, error) {
 // errorLevel is the level of a failed record's log line: warn for the
 // outcomes a retry is expected to cure, error for the rest.
 func errorLevel(err error) slog.Level {
-	if errors.Is(err, provider.ErrNotCharged) || errors.Is(err, provider.ErrOutcomeUnknown) ||
-		errors.Is(err, payments.ErrUnavailable) {
+	if transient(err) {
 		return slog.LevelWarn
 	}
 	return slog.LevelError
+}
+
+// transient reports whether err is an outcome a later attempt is expected to
+// cure: the provider charged nothing (503, 429, unreachable), its answer was
+// lost, or the payments table could not be written.
+func transient(err error) bool {
+	return errors.Is(err, provider.ErrNotCharged) || errors.Is(err, provider.ErrOutcomeUnknown) ||
+		errors.Is(err, payments.ErrUnavailable)
+}
+
+// maybeCharged reports whether a transient err leaves a charge possible: the
+// provider's answer was lost, or it charged and the settle failed
+// (payments.ErrUnavailable comes only from the settle).
+func maybeCharged(err error) bool {
+	return errors.Is(err, provider.ErrOutcomeUnknown) || errors.Is(err, payments.ErrUnavailable)
 }

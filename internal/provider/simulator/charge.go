@@ -22,6 +22,10 @@ const (
 	TokenUnavailable = "tok_unavailable"
 	TokenTimeout     = "tok_timeout"
 	TokenSlow        = "tok_slow"
+	// TokenFlaky answers 503 (nothing charged) for Options.FlakyFor after
+	// the first request with its key, then charges as TokenVisa does: a
+	// provider outage that ends.
+	TokenFlaky = "tok_flaky"
 )
 
 // Statuses of a charge.
@@ -44,6 +48,7 @@ const (
 	maxMetadataValue  = 500
 	idPrefix          = "prch_"
 	pointerKeyPrefix  = "id#"
+	flakyKeyPrefix    = "flaky#"
 	maxCharacterBytes = 6 // a character JSON-escaped, as encoding/json does "<": \u003c
 	// maxBody holds the largest request within the limits above with every
 	// character escaped, plus 4 KiB for the rest (names, punctuation, the
@@ -60,6 +65,7 @@ const (
 	unavailable
 	hold
 	slow
+	flaky
 )
 
 var tokens = map[string]behaviour{
@@ -68,6 +74,7 @@ var tokens = map[string]behaviour{
 	TokenUnavailable: unavailable,
 	TokenTimeout:     hold,
 	TokenSlow:        slow,
+	TokenFlaky:       flaky,
 }
 
 // chargeRequest is the body of POST /v1/charges.
@@ -109,8 +116,10 @@ func parseKey(param string, values []string) (string, error) {
 			return "", invalid(param, "character %d is outside 0x21-0x7E", i+1)
 		}
 	}
-	if strings.HasPrefix(k, pointerKeyPrefix) {
-		return "", invalid(param, "keys starting with %q are reserved", pointerKeyPrefix)
+	for _, reserved := range []string{pointerKeyPrefix, flakyKeyPrefix} {
+		if strings.HasPrefix(k, reserved) {
+			return "", invalid(param, "keys starting with %q are reserved", reserved)
+		}
 	}
 	return k, nil
 }

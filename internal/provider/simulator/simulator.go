@@ -14,6 +14,7 @@ import (
 const (
 	DefaultSlowDelay = 3 * time.Second
 	DefaultHoldFor   = 30 * time.Second
+	DefaultFlakyFor  = 3 * time.Second
 	// writeTimeout bounds the recording of a charge, which goes on when the
 	// client hangs up: a charge is recorded or not, never cut off midway by
 	// the caller.
@@ -36,6 +37,9 @@ type Options struct {
 	// HoldFor is how long tok_timeout holds its answer, unless the client
 	// goes away first (default 30s, longer than API Gateway's 29s).
 	HoldFor time.Duration
+	// FlakyFor is how long tok_flaky answers 503 after the first request
+	// with a key (default 3s).
+	FlakyFor time.Duration
 	// Logger receives one line per request that reaches a charge (default:
 	// discard). Keys are logged as a short hash.
 	Logger *slog.Logger
@@ -49,6 +53,7 @@ type Server struct {
 	now       func() time.Time
 	slowDelay time.Duration
 	holdFor   time.Duration
+	flakyFor  time.Duration
 	log       *slog.Logger
 	mux       *http.ServeMux
 }
@@ -64,6 +69,7 @@ func New(opts Options) *Server {
 		now:       opts.Now,
 		slowDelay: opts.SlowDelay,
 		holdFor:   opts.HoldFor,
+		flakyFor:  opts.FlakyFor,
 		log:       opts.Logger,
 		mux:       http.NewServeMux(),
 	}
@@ -75,6 +81,9 @@ func New(opts Options) *Server {
 	}
 	if s.holdFor <= 0 {
 		s.holdFor = DefaultHoldFor
+	}
+	if s.flakyFor <= 0 {
+		s.flakyFor = DefaultFlakyFor
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -105,24 +114,37 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), writeTimeout)
 	defer cancel()
 
-	if b == unavailable {
+	if b == unavailable || b == flaky {
 		// Nothing is charged or recorded, but a key already used for a
 		// charge must not be told "not charged".
 		existing, found, err := s.get(ctx, key)
 		switch {
 		case err != nil:
 			s.unknown(w, log, err)
+			return
 		case found:
 			s.replay(w, log, existing, paramsHash(req))
-		default:
+			return
+		}
+		if b == flaky {
+			first, err := s.firstSeen(ctx, key)
+			if err != nil {
+				s.unknown(w, log, err)
+				return
+			}
+			if !s.now().Before(first.Add(s.flakyFor)) {
+				b = succeed // the outage is over
+			}
+		}
+		if b != succeed {
 			log.Info("simulator: unavailable", "outcome", "unavailable")
 			w.Header().Set("Retry-After", "1")
 			writeJSON(w, http.StatusServiceUnavailable, encode(errorBody{Error: apiError{
 				Type: "api_error", Code: "provider_unavailable",
 				Message: "The provider is unavailable; nothing was charged. Retry later.",
 			}}))
+			return
 		}
-		return
 	}
 
 	c, created, err := s.record(ctx, key, func() charge { return newCharge(key, req, b, s.now()) })

@@ -556,3 +556,48 @@ func TestHoldReleased(t *testing.T) {
 		t.Errorf("Count = %d, %v, want 1", n, err)
 	}
 }
+
+// TestFlaky checks tok_flaky: 503 with nothing charged for FlakyFor after
+// the first request with the key, then one charge, replayed after.
+func TestFlaky(t *testing.T) {
+	e := newEnv(t)
+	clock := now
+	var mu sync.Mutex
+	sim := simulator.New(simulator.Options{
+		DB: e.db, Table: e.table, FlakyFor: 10 * time.Second,
+		Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return clock },
+	})
+	e = &env{db: e.db, table: e.table, sim: sim, srv: httptest.NewServer(sim)}
+	t.Cleanup(e.srv.Close)
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	for _, step := range []struct {
+		after      time.Duration
+		wantStatus int
+		wantCount  int
+		replayed   bool
+	}{
+		{0, http.StatusServiceUnavailable, 0, false},
+		{9 * time.Second, http.StatusServiceUnavailable, 0, false},
+		{time.Second, http.StatusCreated, 1, false},
+		{time.Hour, http.StatusCreated, 1, true},
+	} {
+		advance(step.after)
+		a := e.post(t, "k-flaky", request(simulator.TokenFlaky))
+		if a.status != step.wantStatus || (a.header.Get("Idempotent-Replayed") == "true") != step.replayed {
+			t.Errorf("after %v: %d (replayed %q) %s, want %d (replayed %v)", step.after, a.status, a.header.Get("Idempotent-Replayed"), a.body, step.wantStatus, step.replayed)
+		}
+		if a.status == http.StatusServiceUnavailable && a.json(t)["error"].(map[string]any)["code"] != "provider_unavailable" {
+			t.Errorf("503 body %s, want code provider_unavailable", a.body)
+		}
+		if n := e.count(t, "k-flaky"); n != step.wantCount {
+			t.Errorf("after %v: charges = %d, want %d", step.after, n, step.wantCount)
+		}
+	}
+	// Another key has its own outage.
+	if a := e.post(t, "k-flaky-2", request(simulator.TokenFlaky)); a.status != http.StatusServiceUnavailable {
+		t.Errorf("another key: %d, want 503", a.status)
+	}
+	if a := e.post(t, "flaky#k", request(simulator.TokenVisa)); a.status != http.StatusBadRequest {
+		t.Errorf("a key in the markers' namespace: %d, want 400", a.status)
+	}
+}

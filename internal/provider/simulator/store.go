@@ -23,6 +23,7 @@ type TableAPI interface {
 const (
 	kindCharge  = "charge"
 	kindPointer = "charge_id"
+	kindFlaky   = "flaky"
 	// recordAttempts bounds the transactions tried for one charge when
 	// concurrent transactions on the same key cancel each other.
 	recordAttempts = 8
@@ -192,6 +193,43 @@ func (s *Server) getByID(ctx context.Context, id string) (charge, bool, error) {
 		return charge{}, false, nil
 	}
 	return s.get(ctx, p.Key)
+}
+
+// flakyItem remembers when tok_flaky first saw a key.
+type flakyItem struct {
+	PK    string `dynamodbav:"pk"`
+	Kind  string `dynamodbav:"kind"`
+	First int64  `dynamodbav:"first"` // unix milliseconds
+}
+
+// firstSeen returns when a tok_flaky request first came with key, recording
+// now when none did.
+func (s *Server) firstSeen(ctx context.Context, key string) (time.Time, error) {
+	pk := flakyKeyPrefix + key
+	item, err := attributevalue.MarshalMap(flakyItem{PK: pk, Kind: kindFlaky, First: s.now().UnixMilli()})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("simulator: marshal flaky marker: %w", err)
+	}
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: &types.Put{TableName: &s.table, Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
+	}})
+	var canceled *types.TransactionCanceledException
+	if err != nil && !errors.As(err, &canceled) {
+		return time.Time{}, fmt.Errorf("simulator: record flaky marker: %w", err)
+	}
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      &s.table,
+		Key:            map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: pk}},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("simulator: get flaky marker: %w", err)
+	}
+	var it flakyItem
+	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil || it.Kind != kindFlaky {
+		return time.Time{}, fmt.Errorf("simulator: flaky marker of the key is missing or malformed: %v", err)
+	}
+	return time.UnixMilli(it.First), nil
 }
 
 // Count returns the number of charges created with key: 0 or 1, since the

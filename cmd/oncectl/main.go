@@ -1,0 +1,29 @@
+// Command oncectl is the operator's view of a once deployment: it lists the
+// records left UNKNOWN and the dead letters, shows one record (never its raw
+// key: its hash), re-announces a record to the reconciler and sends dead
+// letters back to their queue. It is configured like the functions, from the
+// environment, and works against AWS, LocalStack and the devstack alike. See
+// internal/operator, and `oncectl help`.
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/oncehq/once/internal/operator"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// run runs the command args until it ends or SIGINT or SIGTERM arrives, and
+// returns the exit code.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return operator.Run(ctx, args, getenv, stdout, stderr)
+}

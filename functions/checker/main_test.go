@@ -1,0 +1,30 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/oncehq/once/internal/lambdatest"
+)
+
+func TestMain(m *testing.M) { lambdatest.Main(m, main) }
+
+// TestStartupFailureIsJSON runs main with a bad configuration: it exits
+// with status 1 after one JSON line saying why.
+func TestStartupFailureIsJSON(t *testing.T) {
+	lambdatest.CheckStartupFailure(t, map[string]string{"ONCE_CHECK_QUEUE": "checks.fifo"}, "ONCE_CHECK_QUEUE")
+}
+
+// TestManagedInstancesConcurrency runs main as Lambda Managed Instances run
+// it, several invocations at once in one process, and checks that each
+// batch's response names its own failed messages (here, checks that do not
+// decode).
+func TestManagedInstancesConcurrency(t *testing.T) {
+	lambdatest.CheckSQSFunction(t, map[string]string{"ONCE_IDEMPOTENCY_TABLE": "once-idempotency", "DYNAMODB_ENDPOINT": "http://127.0.0.1:1",
+		// A queue URL is taken as it is: nothing is called at start.
+		"SQS_ENDPOINT": "http://127.0.0.1:1", "ONCE_CHECK_QUEUE": "http://127.0.0.1:1/000000000000/once-check"},
+		func() events.SQSMessage {
+			return events.SQSMessage{Body: `{"record":"no tenant"}`, EventSource: "aws:sqs"}
+		})
+}

@@ -1,0 +1,28 @@
+// Package operator is the operator's command-line tool, oncectl
+// (cmd/oncectl): the stuck keys that the threat model hands to
+// reconciliation for operator review.
+//
+//   - unknown lists the records left UNKNOWN (a Scan of the idempotency
+//     table, filtered and bounded), by their ID: tenant#key-hash. The raw
+//     key is never stored, so never shown.
+//   - show prints one record as JSON: its state, lease, expiry and the key
+//     forwarded to the provider, and with -bodies the canonical request and
+//     the stored response. A record is named by its ID, or by -tenant and
+//     the raw -key, which is hashed and never printed.
+//   - reannounce hands a record to the reconciler again: a fenced
+//     MarkUnknown under a new lease token, which is the stream MODIFY the
+//     reconciler is triggered by. It takes an UNKNOWN record (its expiry is
+//     kept, as a client's redrive keeps it) or an External reservation whose
+//     lease has run out (its check may be a dead letter).
+//   - dlq list lists the dead letters of the check queue and of the worker's
+//     retry queue, leaving them where they are; dlq redrive sends some, or
+//     all, back to the queue they came from, where their function handles
+//     them again, idempotently.
+//
+// It is configured like the functions, by config.FromEnv: DYNAMODB_ENDPOINT
+// and SQS_ENDPOINT (unset: AWS), AWS_REGION, the table and queue variables.
+// Against AWS it needs dynamodb:Scan, GetItem, BatchGetItem and UpdateItem on the
+// idempotency table, and sqs:GetQueueUrl, ReceiveMessage,
+// ChangeMessageVisibility, DeleteMessage on the dead-letter queues and
+// SendMessage on their source queues.
+package operator

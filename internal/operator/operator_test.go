@@ -1,0 +1,331 @@
+package operator_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/dynamotest"
+	"github.com/oncehq/once/internal/lambdatest"
+	"github.com/oncehq/once/internal/operator"
+	"github.com/oncehq/once/internal/sqstest"
+	"github.com/oncehq/once/internal/stream"
+)
+
+// env is one test's tables and queues, and the environment oncectl runs
+// with.
+type env struct {
+	vars  map[string]string
+	store *dynamo.Store
+	names dynamotest.Names
+	sqs   *sqs.Client
+	urls  map[string]string // by config variable
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	db := dynamotest.Client(t)
+	names := dynamotest.Tables(t, db)
+	endpoint := sqstest.Endpoint(t)
+	c := sqstest.Client(t, endpoint)
+	e := &env{
+		vars: map[string]string{
+			config.EnvDynamoDBEndpoint: dynamotest.Endpoint(t),
+			config.EnvSQSEndpoint:      endpoint,
+			config.EnvIdempotencyTable: names.Idempotency,
+		},
+		store: dynamo.New(db, names.Idempotency), names: names, sqs: c, urls: map[string]string{},
+	}
+	for env, name := range map[string]string{
+		config.EnvCheckQueue: config.DefaultCheckQueue, config.EnvCheckDLQ: config.DefaultCheckDLQ,
+		config.EnvWorkerRetryQueue: config.DefaultWorkerRetryQueue, config.EnvWorkerRetryDLQ: config.DefaultWorkerRetryDLQ,
+	} {
+		e.urls[env] = sqstest.Queue(t, c, name, nil)
+	}
+	return e
+}
+
+// run runs oncectl args and returns its exit code and output.
+func (e *env) run(t *testing.T, args ...string) (code int, out, errOut string) {
+	t.Helper()
+	var o, eo bytes.Buffer
+	code = operator.Run(t.Context(), args, func(k string) string { return e.vars[k] }, &o, &eo)
+	return code, o.String(), eo.String()
+}
+
+// record writes a record of key with status, updated ago.
+func (e *env) record(t *testing.T, tenant, raw string, status idempotency.Status, ago time.Duration) idempotency.Record {
+	t.Helper()
+	now := time.Now()
+	rec := idempotency.Record{
+		Key: idempotency.NewKey(tenant, raw), Status: status, Route: "POST /v1/charges", Fingerprint: "f00d",
+		External: true, LeaseToken: idempotency.NewToken(), ExpiresAt: now.Add(time.Hour),
+		Request:   []byte(`{"amount":1500,"currency":"usd","customer":"cus_42","source":"tok_visa"}`),
+		CreatedAt: now.Add(-ago), UpdatedAt: now.Add(-ago),
+	}
+	if status == idempotency.StatusCompleted {
+		rec.LeaseToken = ""
+		rec.Response = &idempotency.Response{Status: 201, Header: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{"id":"ch_1"}`)}
+	}
+	if status == idempotency.StatusInProgress {
+		rec.ExpiresAt = now.Add(-time.Second) // its lease has run out
+	}
+	if err := e.store.Reserve(t.Context(), rec, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+func TestUnknown(t *testing.T) {
+	e := newEnv(t)
+	older := e.record(t, "acme", "order-7", idempotency.StatusUnknown, time.Hour)
+	newer := e.record(t, "acme", "order-8", idempotency.StatusUnknown, time.Minute)
+	other := e.record(t, "globex", "order-7", idempotency.StatusUnknown, 2*time.Minute)
+	e.record(t, "acme", "order-9", idempotency.StatusCompleted, time.Minute)
+	e.record(t, "acme", "order-10", idempotency.StatusInProgress, time.Minute)
+	tests := []struct {
+		args []string
+		want []string // record IDs, in order
+	}{
+		{[]string{"unknown", "-json"}, []string{older.Key.ID(), other.Key.ID(), newer.Key.ID()}},
+		{[]string{"unknown", "-json", "-tenant", "acme"}, []string{older.Key.ID(), newer.Key.ID()}},
+		{[]string{"unknown", "-limit", "1", "-json"}, []string{older.Key.ID()}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, out, errOut := e.run(t, tt.args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			var got []string
+			for line := range strings.Lines(out) {
+				var s struct {
+					Record, Tenant, Route string
+					Since                 time.Time `json:"unknown_since"`
+				}
+				if err := json.Unmarshal([]byte(line), &s); err != nil {
+					t.Fatalf("line %q: %v", line, err)
+				}
+				got = append(got, s.Record)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("records (-want +got):\n%s", diff)
+			}
+		})
+	}
+	code, out, _ := e.run(t, "unknown")
+	if code != 0 || !strings.Contains(out, "RECORD") || !strings.Contains(out, older.Key.ID()) {
+		t.Errorf("table output = %d %q, want a header and the records", code, out)
+	}
+	if strings.Contains(out, "order-7") {
+		t.Errorf("the output holds a raw key:\n%s", out)
+	}
+}
+
+func TestShow(t *testing.T) {
+	e := newEnv(t)
+	done := e.record(t, "acme", "order-9", idempotency.StatusCompleted, time.Minute)
+	for _, args := range [][]string{
+		{"show", done.Key.ID()},
+		{"show", "-tenant", "acme", "-key", "order-9"},
+		{"show", "-bodies", done.Key.ID()},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			code, out, errOut := e.run(t, args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			var v map[string]any
+			if err := json.Unmarshal([]byte(out), &v); err != nil {
+				t.Fatalf("output %q: %v", out, err)
+			}
+			want := map[string]any{
+				"record": done.Key.ID(), "tenant": "acme", "key_hash": done.Key.Hash, "status": "COMPLETED",
+				"route": "POST /v1/charges", "external": true, "forward_key": done.ForwardKey(),
+			}
+			for k, w := range want {
+				if v[k] != w {
+					t.Errorf("%s = %v, want %v", k, v[k], w)
+				}
+			}
+			resp, _ := v["response"].(map[string]any)
+			if resp["status"] != float64(201) || resp["body_bytes"] != float64(len(done.Response.Body)) {
+				t.Errorf("response = %v, want 201 with its size", resp)
+			}
+			bodies := args[1] == "-bodies"
+			if _, ok := v["request"]; ok != bodies {
+				t.Errorf("request shown: %v, want %v", ok, bodies)
+			}
+			if _, ok := resp["body"]; ok != bodies {
+				t.Errorf("response body shown: %v, want %v", ok, bodies)
+			}
+			if strings.Contains(out, "order-9") {
+				t.Errorf("the output holds the raw key:\n%s", out)
+			}
+		})
+	}
+	for _, tt := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"show", "acme#" + strings.Repeat("0", 64)}, 1},
+		{[]string{"show", "not-an-id"}, 2},
+		{[]string{"show", "-tenant", "acme"}, 2},
+		{[]string{"show"}, 2},
+		{[]string{"frobnicate"}, 2},
+	} {
+		if code, _, _ := e.run(t, tt.args...); code != tt.code {
+			t.Errorf("oncectl %v = exit %d, want %d", tt.args, code, tt.code)
+		}
+	}
+}
+
+// TestReannounce re-announces a record and watches the idempotency table's
+// stream for the MODIFY the reconciler is triggered by.
+func TestReannounce(t *testing.T) {
+	e := newEnv(t)
+	unknown := e.record(t, "acme", "order-7", idempotency.StatusUnknown, time.Hour)
+	abandoned := e.record(t, "acme", "order-10", idempotency.StatusInProgress, time.Minute)
+	done := e.record(t, "acme", "order-9", idempotency.StatusCompleted, time.Minute)
+
+	var (
+		mu   sync.Mutex
+		seen []events.DynamoDBEventRecord
+	)
+	p, err := stream.NewPoller(stream.PollerOptions{
+		Client: dynamotest.Streams(t), DB: dynamotest.Client(t), Table: e.names.Idempotency, PollInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler),
+		Handler: func(_ context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, ev.Records...)
+			return events.DynamoDBEventResponse{}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lambdatest.Start(t, p)
+
+	for _, rec := range []idempotency.Record{unknown, abandoned} {
+		code, out, errOut := e.run(t, "reannounce", rec.Key.ID())
+		if code != 0 || !strings.Contains(out, "re-announced") {
+			t.Fatalf("reannounce %s = exit %d %q %q", rec.Key.Short(), code, out, errOut)
+		}
+		got, err := e.store.Get(t.Context(), rec.Key)
+		if err != nil || got.Status != idempotency.StatusUnknown || got.LeaseToken == rec.LeaseToken {
+			t.Errorf("after reannounce: %s under %q, %v; want UNKNOWN under a new lease token", got.Status, got.LeaseToken, err)
+		}
+		if rec.Status == idempotency.StatusUnknown && !got.ExpiresAt.Equal(rec.ExpiresAt.Truncate(time.Millisecond)) {
+			t.Errorf("expiry = %v, want the record's own %v", got.ExpiresAt, rec.ExpiresAt)
+		}
+		lambdatest.WaitFor(t, 10*time.Second, "the MODIFY to UNKNOWN on the stream", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range seen {
+				img, _ := dynamo.RecordFromStreamImage(r.Change.NewImage)
+				if r.EventName == "MODIFY" && img.Key == rec.Key && img.Status == idempotency.StatusUnknown && img.LeaseToken == got.LeaseToken {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	code, _, errOut := e.run(t, "reannounce", done.Key.ID())
+	if code != 1 || !strings.Contains(errOut, "COMPLETED") {
+		t.Errorf("reannounce of a COMPLETED record = exit %d %q, want 1 saying it is COMPLETED", code, errOut)
+	}
+	if got, _ := e.store.Get(t.Context(), done.Key); got.Status != idempotency.StatusCompleted {
+		t.Errorf("the COMPLETED record became %s", got.Status)
+	}
+}
+
+func TestDeadLetters(t *testing.T) {
+	e := newEnv(t)
+	send := func(url, body string) {
+		if _, err := e.sqs.SendMessage(t.Context(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkDLQ, retryDLQ := e.urls[config.EnvCheckDLQ], e.urls[config.EnvWorkerRetryDLQ]
+	send(checkDLQ, `{"record":"acme#1","lease_token":"a"}`)
+	send(checkDLQ, `{"record":"acme#2","lease_token":"b"}`)
+	send(retryDLQ, `{"tenant":"acme","payment":"pay_x","attempt":5}`)
+
+	type letter struct {
+		Queue string `json:"queue"`
+		ID    string `json:"message_id"`
+		Body  string `json:"body"`
+	}
+	list := func(args ...string) []letter {
+		t.Helper()
+		code, out, errOut := e.run(t, append([]string{"dlq", "list", "-json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("dlq list = exit %d: %s", code, errOut)
+		}
+		var ls []letter
+		for line := range strings.Lines(out) {
+			var l letter
+			if err := json.Unmarshal([]byte(line), &l); err != nil {
+				t.Fatal(err)
+			}
+			ls = append(ls, l)
+		}
+		return ls
+	}
+	all := list()
+	if len(all) != 3 {
+		t.Fatalf("dlq list = %+v, want 3 letters", all)
+	}
+	// A listing leaves the letters in place, visible.
+	if again := list("check"); len(again) != 2 || again[0].Queue != "check" {
+		t.Fatalf("dlq list check = %+v, want the 2 check letters", again)
+	}
+	var first letter
+	for _, l := range all {
+		if l.Body == `{"record":"acme#1","lease_token":"a"}` {
+			first = l
+		}
+	}
+	code, out, errOut := e.run(t, "dlq", "redrive", "check", first.ID)
+	if code != 0 || !strings.Contains(out, first.ID) {
+		t.Fatalf("dlq redrive = exit %d %q %q", code, out, errOut)
+	}
+	back := sqstest.Receive(t, e.sqs, e.urls[config.EnvCheckQueue], 0, false)
+	if len(back) != 1 || aws.ToString(back[0].Body) != first.Body {
+		t.Errorf("check queue = %v, want the redriven letter", back)
+	}
+	if left := list("check"); len(left) != 1 || left[0].ID == first.ID {
+		t.Errorf("check dead letters after the redrive = %+v, want the other one", left)
+	}
+	if code, _, errOut := e.run(t, "dlq", "redrive", "check", "no-such-message"); code != 1 || !strings.Contains(errOut, "no-such-message") {
+		t.Errorf("redrive of an unknown letter = exit %d %q, want 1 naming it", code, errOut)
+	}
+	if code, _, _ := e.run(t, "dlq", "redrive", "worker-retry", "-all"); code != 0 {
+		t.Errorf("redrive -all = exit %d", code)
+	}
+	if left := list("worker-retry"); len(left) != 0 {
+		t.Errorf("worker-retry dead letters after -all = %+v, want none", left)
+	}
+	if back := sqstest.Receive(t, e.sqs, e.urls[config.EnvWorkerRetryQueue], 0, false); len(back) != 1 {
+		t.Errorf("worker retry queue = %v, want the redriven letter", back)
+	}
+	for _, args := range [][]string{{"dlq"}, {"dlq", "list", "nope"}, {"dlq", "redrive", "check"}, {"dlq", "redrive", "check", "-all", "x"}} {
+		if code, _, _ := e.run(t, args...); code != 2 {
+			t.Errorf("oncectl %v = exit %d, want 2", args, code)
+		}
+	}
+}

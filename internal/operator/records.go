@@ -1,0 +1,271 @@
+package operator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
+)
+
+// maxScanPages bounds a listing's Scan: one page reads up to 1 MB.
+const maxScanPages = 10000
+
+// unknown lists the UNKNOWN records: a Scan of the idempotency table with a
+// filter, bounded by -limit.
+func (t *Tool) unknown(ctx context.Context, args []string) error {
+	fs := t.flags("unknown", "[-tenant T] [-limit N] [-json]", "List the records left UNKNOWN, oldest change first, by their ID (tenant#key-hash).")
+	tenant := fs.String("tenant", "", "only this tenant's records")
+	limit := fs.Int("limit", 100, "list at most this many")
+	asJSON := fs.Bool("json", false, "one JSON object per line")
+	if err := t.parse(fs, args, 0); err != nil {
+		return err
+	}
+	if *limit < 1 {
+		return usageError{fs, "-limit must be positive"}
+	}
+	filter := "#status = :unknown"
+	names := map[string]string{"#status": dynamo.AttrStatus}
+	values := map[string]types.AttributeValue{":unknown": &types.AttributeValueMemberS{Value: string(idempotency.StatusUnknown)}}
+	if *tenant != "" {
+		filter += " AND #tenant = :tenant"
+		names["#tenant"] = dynamo.AttrTenant
+		values[":tenant"] = &types.AttributeValueMemberS{Value: *tenant}
+	}
+	in := &dynamodb.ScanInput{
+		TableName:                 aws.String(t.cfg.IdempotencyTable),
+		FilterExpression:          aws.String(filter),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	}
+	var recs []idempotency.Record
+	for range maxScanPages {
+		out, err := t.db.Scan(ctx, in)
+		if err != nil {
+			return fmt.Errorf("scan %s: %w", t.cfg.IdempotencyTable, err)
+		}
+		for _, item := range out.Items {
+			rec, err := dynamo.RecordFromItem(item)
+			if err != nil {
+				return fmt.Errorf("record %s: %w", pkOf(item), err)
+			}
+			recs = append(recs, rec)
+		}
+		if len(recs) >= *limit || len(out.LastEvaluatedKey) == 0 {
+			break
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+	sortByUpdate(recs)
+	if len(recs) > *limit {
+		recs = recs[:*limit]
+	}
+	if *asJSON {
+		for _, rec := range recs {
+			if err := t.writeJSON(summary(rec, t.now())); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	w := tabwriter.NewWriter(t.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "RECORD\tROUTE\tUNKNOWN FOR\tEXPIRES")
+	for _, rec := range recs {
+		s := summary(rec, t.now())
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Record, s.Route, s.For, s.ExpiresAt.Format(time.RFC3339))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(t.errOut, "%d UNKNOWN record(s)\n", len(recs))
+	return nil
+}
+
+// recordSummary is a line of the unknown listing.
+type recordSummary struct {
+	Record    string    `json:"record"`
+	Tenant    string    `json:"tenant"`
+	Route     string    `json:"route"`
+	Since     time.Time `json:"unknown_since"`
+	For       string    `json:"unknown_for"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+func summary(rec idempotency.Record, now time.Time) recordSummary {
+	return recordSummary{
+		Record: rec.Key.ID(), Tenant: rec.Key.Tenant, Route: rec.Route, Since: rec.UpdatedAt.UTC(),
+		For: now.Sub(rec.UpdatedAt).Round(time.Second).String(), ExpiresAt: rec.ExpiresAt.UTC(),
+	}
+}
+
+func sortByUpdate(recs []idempotency.Record) {
+	for i := 1; i < len(recs); i++ {
+		for j := i; j > 0 && recs[j].UpdatedAt.Before(recs[j-1].UpdatedAt); j-- {
+			recs[j], recs[j-1] = recs[j-1], recs[j]
+		}
+	}
+}
+
+func pkOf(item map[string]types.AttributeValue) string {
+	if s, ok := item[dynamo.AttrPK].(*types.AttributeValueMemberS); ok {
+		return s.Value
+	}
+	return "(no pk)"
+}
+
+// keyArg reads the record a command is about: its ID (tenant#key-hash) as
+// the one argument, or -tenant and -key (the raw key, hashed here and never
+// printed).
+func keyArg(fs *flag.FlagSet, tenant, raw string) (idempotency.Key, error) {
+	switch {
+	case fs.NArg() == 1 && tenant == "" && raw == "":
+		k, err := idempotency.ParseID(fs.Arg(0))
+		if err != nil || len(k.Hash) != 64 {
+			return idempotency.Key{}, usageError{fs, fmt.Sprintf("%q is not a record ID (tenant#key-hash, as `oncectl unknown` lists them)", fs.Arg(0))}
+		}
+		return k, nil
+	case fs.NArg() == 0 && tenant != "" && raw != "":
+		return idempotency.NewKey(tenant, raw), nil
+	}
+	return idempotency.Key{}, usageError{fs, "give a record ID, or -tenant and -key"}
+}
+
+// recordView is a record as show prints it.
+type recordView struct {
+	Record      string          `json:"record"`
+	Tenant      string          `json:"tenant"`
+	KeyHash     string          `json:"key_hash"`
+	Status      string          `json:"status"`
+	Route       string          `json:"route"`
+	External    bool            `json:"external"`
+	ForwardKey  string          `json:"forward_key,omitempty"`
+	LeaseToken  string          `json:"lease_token,omitempty"`
+	Fingerprint string          `json:"fingerprint"`
+	CreatedAt   time.Time       `json:"created_at"`
+	UpdatedAt   time.Time       `json:"updated_at"`
+	ExpiresAt   time.Time       `json:"expires_at"`
+	Expired     bool            `json:"expired"`
+	Request     json.RawMessage `json:"request,omitempty"`
+	Response    *responseView   `json:"response,omitempty"`
+}
+
+type responseView struct {
+	Status    int               `json:"status"`
+	Header    map[string]string `json:"header,omitempty"`
+	BodyBytes int               `json:"body_bytes"`
+	Body      *string           `json:"body,omitempty"`
+}
+
+// show prints one record as JSON.
+func (t *Tool) show(ctx context.Context, args []string) error {
+	fs := t.flags("show", "[-bodies] (RECORD | -tenant T -key KEY)", "Show one record (the raw key is never printed: its hash is).")
+	tenant := fs.String("tenant", "", "the record's tenant, with -key")
+	raw := fs.String("key", "", "the raw Idempotency-Key, with -tenant (hashed, never printed)")
+	bodies := fs.Bool("bodies", false, "include the request and response bodies")
+	if err := t.parse(fs, args, -1); err != nil {
+		return err
+	}
+	key, err := keyArg(fs, *tenant, *raw)
+	if err != nil {
+		return err
+	}
+	rec, err := t.store.Get(ctx, key)
+	if errors.Is(err, idempotency.ErrNotFound) {
+		return fmt.Errorf("no record %s", key.ID())
+	}
+	if err != nil {
+		return err
+	}
+	v := recordView{
+		Record: key.ID(), Tenant: key.Tenant, KeyHash: key.Hash, Status: string(rec.Status), Route: rec.Route,
+		External: rec.External, LeaseToken: rec.LeaseToken, Fingerprint: rec.Fingerprint,
+		CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.UpdatedAt.UTC(), ExpiresAt: rec.ExpiresAt.UTC(), Expired: rec.Expired(t.now()),
+	}
+	if rec.External {
+		v.ForwardKey = rec.ForwardKey()
+	}
+	if *bodies && len(rec.Request) > 0 {
+		v.Request = json.RawMessage(rec.Request) // canonical JSON
+	}
+	if r := rec.Response; r != nil {
+		v.Response = &responseView{Status: r.Status, Header: r.Header, BodyBytes: len(r.Body)}
+		if *bodies {
+			b := string(r.Body)
+			v.Response.Body = &b
+		}
+	}
+	enc := json.NewEncoder(t.out)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// reannounce hands a record to the reconciler again: a fenced MarkUnknown
+// under a new lease token, which is the stream MODIFY the reconciler is
+// triggered by.
+func (t *Tool) reannounce(ctx context.Context, args []string) error {
+	fs := t.flags("reannounce", "(RECORD | -tenant T -key KEY)",
+		"Hand a record to the reconciler again: an UNKNOWN record (its expiry kept), or an External reservation whose lease ran out.")
+	tenant := fs.String("tenant", "", "the record's tenant, with -key")
+	raw := fs.String("key", "", "the raw Idempotency-Key, with -tenant (hashed, never printed)")
+	if err := t.parse(fs, args, -1); err != nil {
+		return err
+	}
+	key, err := keyArg(fs, *tenant, *raw)
+	if err != nil {
+		return err
+	}
+	rec, err := t.store.Get(ctx, key)
+	if errors.Is(err, idempotency.ErrNotFound) {
+		return fmt.Errorf("no record %s", key.ID())
+	}
+	if err != nil {
+		return err
+	}
+	now := t.now()
+	expires := rec.ExpiresAt
+	switch {
+	case rec.Status == idempotency.StatusUnknown:
+	case rec.Status == idempotency.StatusInProgress && rec.External && rec.Expired(now):
+		// As the checker would have: its check may be in a dead-letter
+		// queue.
+		expires = now.Add(t.cfg.Retention)
+	case rec.Status == idempotency.StatusInProgress && !rec.Expired(now):
+		return fmt.Errorf("%s is IN_PROGRESS and its lease runs until %s: its request may still be running", key.ID(), rec.ExpiresAt.UTC().Format(time.RFC3339))
+	case rec.Status == idempotency.StatusInProgress:
+		return fmt.Errorf("%s is an abandoned reservation of a route that is not External: there is nothing to reconcile, the key is free", key.ID())
+	default:
+		return fmt.Errorf("%s is %s: there is nothing to reconcile", key.ID(), rec.Status)
+	}
+	err = t.store.MarkUnknown(ctx, key, rec.LeaseToken, idempotency.NewToken(), expires, now)
+	var conflict *idempotency.ConflictError
+	if errors.As(err, &conflict) {
+		return fmt.Errorf("%s changed meanwhile (%v): look at it again with `oncectl show`", key.ID(), err)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(t.out, "%s re-announced to the reconciler (UNKNOWN under a new lease token, expires %s)\n",
+		key.ID(), expires.UTC().Format(time.RFC3339))
+	return nil
+}
+
+// writeJSON writes v as one line.
+func (t *Tool) writeJSON(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(t.out, strings.TrimSpace(string(b)))
+	return err
+}

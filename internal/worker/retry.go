@@ -1,0 +1,213 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/oncehq/once/internal/auth"
+	"github.com/oncehq/once/internal/payments"
+	"github.com/oncehq/once/internal/provider"
+)
+
+// Defaults of Config's retry settings.
+const (
+	// DefaultRetryWindow outlasts most provider outages (config's
+	// ONCE_WORKER_RETRY_WINDOW default).
+	DefaultRetryWindow = 6 * time.Hour
+	// DefaultRetryBase is the delay before the second attempt.
+	DefaultRetryBase = time.Second
+	// MaxRetryDelay caps the delay between attempts: SQS's longest
+	// DelaySeconds.
+	MaxRetryDelay = 15 * time.Minute
+	// DefaultCallTimeout is the provider client's default bound on a call.
+	DefaultCallTimeout = 5 * time.Second
+)
+
+// Queue delivers a retry later: in AWS the worker's retry queue, an SQS
+// queue, each message sent with its own DelaySeconds (*queue.Queue).
+type Queue interface {
+	// Send enqueues body, to be delivered no earlier than delay (at most
+	// MaxRetryDelay) from now.
+	Send(ctx context.Context, body string, delay time.Duration) error
+}
+
+// retryMessage is a payment to charge again, as sent to the retry queue.
+type retryMessage struct {
+	Tenant  string `json:"tenant"`
+	Payment string `json:"payment"`
+	// Attempt counts the charge attempts made so far.
+	Attempt int `json:"attempt"`
+	// Unknown is when the latest attempt that may have charged was made
+	// (its answer was lost, or it charged and the settle failed); zero when
+	// every attempt provably charged nothing.
+	Unknown time.Time `json:"unknown,omitzero"`
+}
+
+// decodeRetry parses and checks a retry message.
+func decodeRetry(body string) (retryMessage, error) {
+	var m retryMessage
+	if err := json.Unmarshal([]byte(body), &m); err != nil {
+		return retryMessage{}, fmt.Errorf("worker: retry message: %w", err)
+	}
+	if !auth.ValidTenant(m.Tenant) || !payments.ValidID(m.Payment) || m.Attempt < 1 {
+		return retryMessage{}, fmt.Errorf("worker: retry message: tenant %q, payment %q, attempt %d: not a payment's retry", m.Tenant, m.Payment, m.Attempt)
+	}
+	return m, nil
+}
+
+// backoff is the delay before the attempt after attempt (from 1): base
+// doubled per attempt, capped at MaxRetryDelay, with equal jitter (half of
+// it fixed, half random), so that payments that failed together do not all
+// come back together.
+func (w *Worker) backoff(attempt int) time.Duration {
+	d := w.base
+	for i := 1; i < attempt && d < MaxRetryDelay; i++ {
+		d *= 2
+	}
+	d = min(d, MaxRetryDelay)
+	return d/2 + rand.N(d/2+1)
+}
+
+// schedule sends the retry of p described by m (m.Attempt attempts made),
+// due after the backoff but no later than the end of p's retry window, and
+// returns the delay.
+func (w *Worker) schedule(ctx context.Context, p payments.Payment, m retryMessage) (time.Duration, error) {
+	now := w.now()
+	delay := w.backoff(m.Attempt)
+	if end := p.Created.Add(w.window); now.Add(delay).After(end) {
+		delay = max(end.Sub(now), 0)
+	}
+	return delay, w.send(ctx, m, delay)
+}
+
+// send sends m with delay.
+func (w *Worker) send(ctx context.Context, m retryMessage, delay time.Duration) error {
+	b, _ := json.Marshal(m) // strings, an int and a time: always encodes
+	if err := w.retries.Send(ctx, string(b), delay); err != nil {
+		return fmt.Errorf("worker: schedule retry of payment %s: %w", m.Payment, err)
+	}
+	w.metrics.Count(MetricRetried)
+	return nil
+}
+
+// HandleRetries is the retry queue's handler (an SQS-triggered Lambda
+// handler): it makes one attempt per message, concurrently, and reports the
+// messages that failed as batch item failures, which the queue delivers
+// again after its visibility timeout and moves to its dead-letter queue
+// after its maxReceiveCount. Its error is always nil.
+func (w *Worker) HandleRetries(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	failed := make([]bool, len(ev.Records))
+	var wg sync.WaitGroup
+	for i, m := range ev.Records {
+		wg.Go(func() { failed[i] = ctx.Err() != nil || w.retry(ctx, m) != nil })
+	}
+	wg.Wait()
+	var resp events.SQSEventResponse
+	for i, m := range ev.Records {
+		if failed[i] {
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: m.MessageId})
+		}
+	}
+	return resp, nil
+}
+
+// retry handles one retry message and logs its outcome.
+func (w *Worker) retry(ctx context.Context, sm events.SQSMessage) error {
+	log := w.log.With("message_id", sm.MessageId)
+	m, err := decodeRetry(sm.Body)
+	if err != nil {
+		log.Error("worker: retry", "outcome", outcomeError, "err", err)
+		return err
+	}
+	log = log.With("tenant", m.Tenant, "payment", m.Payment, "attempt", m.Attempt+1)
+	p, err := w.settler.Get(ctx, m.Tenant, m.Payment)
+	switch {
+	case errors.Is(err, payments.ErrNotFound):
+		// Nothing to charge, and nothing retrying would find.
+		log.Error("worker: retry", "outcome", outcomeIgnored, "err", err)
+		return nil
+	case err != nil:
+		log.Warn("worker: retry", "outcome", outcomeError, "err", err)
+		return err
+	case p.Status != payments.StatusPending:
+		log.Info("worker: retry", "outcome", outcomeAlreadySettled, "status", string(p.Status))
+		return nil
+	}
+	if !w.now().Before(p.Created.Add(w.window)) {
+		return w.giveUp(ctx, log, p, m)
+	}
+	res, err := w.process(ctx, p)
+	if err != nil && transient(err) {
+		m.Attempt++
+		if maybeCharged(err) {
+			m.Unknown = w.now()
+		}
+		if !w.now().Before(p.Created.Add(w.window)) {
+			log.Warn("worker: retry", "outcome", outcomeError, "err", err)
+			return w.giveUp(ctx, log, p, m)
+		}
+		delay, serr := w.schedule(ctx, p, m)
+		if serr == nil {
+			log.Warn("worker: retry", "outcome", outcomeRetrying, "retry_in", delay.String(), "err", err)
+			return nil
+		}
+		err = errors.Join(err, serr)
+	}
+	if err != nil {
+		log.Log(ctx, errorLevel(err), "worker: retry", "outcome", outcomeError, "err", err)
+		return err
+	}
+	logResult(ctx, log, "worker: retry", res)
+	return nil
+}
+
+// giveUp settles p at the end of its retry window, without charging again:
+// failed with provider_unavailable when no attempt can have charged, or as
+// the provider's record of the charge says when one may have.
+func (w *Worker) giveUp(ctx context.Context, log *slog.Logger, p payments.Payment, m retryMessage) error {
+	s := settlement{status: payments.StatusFailed, failureCode: unavailableCode}
+	if !m.Unknown.IsZero() {
+		// A request of an attempt may still be on its way to the provider
+		// until CallTimeout after it: only then does a look-up tell.
+		if settled := m.Unknown.Add(w.call); w.now().Before(settled) {
+			delay := settled.Sub(w.now())
+			if err := w.send(ctx, m, delay); err != nil {
+				log.Warn("worker: retry", "outcome", outcomeError, "err", err)
+				return err
+			}
+			log.Info("worker: retry", "outcome", outcomeRetrying, "retry_in", delay.String(), "look_up", true)
+			return nil
+		}
+		ch, err := w.charger.Lookup(ctx, ChargeKey(p.Tenant, p.ID))
+		switch {
+		case errors.Is(err, provider.ErrNoCharge):
+		case err != nil:
+			err = fmt.Errorf("worker: look up the charge of payment %s: %w", p.ID, err)
+			log.Warn("worker: retry", "outcome", outcomeError, "err", err)
+			return err
+		case ch.Status == provider.StatusSucceeded && ch.ID != "":
+			s = settlement{status: payments.StatusSucceeded, chargeID: ch.ID}
+		default:
+			code := ch.FailureCode
+			if code == "" {
+				code = declinedCode
+			}
+			s = settlement{status: payments.StatusFailed, chargeID: ch.ID, failureCode: code}
+		}
+	}
+	res, err := w.settle(ctx, p, s)
+	if err != nil {
+		log.Warn("worker: retry", "outcome", outcomeError, "err", err)
+		return err
+	}
+	logResult(ctx, log.With("retry_window", w.window.String()), "worker: retry", res)
+	return nil
+}

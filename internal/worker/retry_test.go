@@ -1,0 +1,341 @@
+package worker_test
+
+import (
+	"encoding/json"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncehq/once/internal/lambdatest"
+	"github.com/oncehq/once/internal/metrics"
+	"github.com/oncehq/once/internal/payments"
+	"github.com/oncehq/once/internal/provider"
+	"github.com/oncehq/once/internal/provider/simulator"
+	"github.com/oncehq/once/internal/queue"
+	"github.com/oncehq/once/internal/sqstest"
+	"github.com/oncehq/once/internal/worker"
+)
+
+const retryWindow = time.Hour
+
+// retryEnv is an env whose worker sends transient failures to a retry
+// queue on a local SQS endpoint, with its clock at now().
+type retryEnv struct {
+	*env
+	sqs *sqs.Client
+	url string
+	now time.Time
+	w   *worker.Worker
+}
+
+func newRetryEnv(t *testing.T) *retryEnv {
+	t.Helper()
+	e := &retryEnv{env: newEnv(t)}
+	e.sqs = sqstest.Client(t, sqstest.Endpoint(t))
+	e.url = sqstest.Queue(t, e.sqs, "retries", nil)
+	e.w = e.worker_(t, queue.New(e.sqs, e.url))
+	return e
+}
+
+// worker_ builds a worker on e sending retries to q.
+func (e *retryEnv) worker_(t *testing.T, q worker.Queue) *worker.Worker {
+	t.Helper()
+	w, err := worker.New(worker.Config{
+		Charger:     e.provider,
+		Settler:     e.table,
+		Logger:      slog.New(slog.NewJSONHandler(&e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics:     metrics.New(&e.metrics, "once", map[string]string{"Service": "worker"}),
+		Retries:     q,
+		RetryWindow: retryWindow,
+		RetryBase:   time.Second,
+		CallTimeout: providerTimeout,
+		Now: func() time.Time {
+			if e.now.IsZero() {
+				return time.Now()
+			}
+			return e.now
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// retryMessage is the worker's retry message as the test reads it.
+type retryMessage struct {
+	Tenant  string    `json:"tenant"`
+	Payment string    `json:"payment"`
+	Attempt int       `json:"attempt"`
+	Unknown time.Time `json:"unknown"`
+}
+
+// sent receives (and deletes) the retries on the queue, waiting up to wait
+// for the first.
+func (e *retryEnv) sent(t *testing.T, wait time.Duration) (msgs []retryMessage) {
+	t.Helper()
+	for _, m := range sqstest.Receive(t, e.sqs, e.url, wait, false) {
+		var r retryMessage
+		if err := json.Unmarshal([]byte(aws.ToString(m.Body)), &r); err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, r)
+	}
+	return msgs
+}
+
+// TestStreamHandsTransientFailuresToRetries checks that a payment whose
+// charge fails transiently does not fail its stream record: it goes to the
+// retry queue, delayed, and the record after it is charged in the same
+// batch.
+func TestStreamHandsTransientFailuresToRetries(t *testing.T) {
+	t.Parallel()
+	e := newRetryEnv(t)
+	down := e.pay(t, simulator.TokenUnavailable)
+	lost := e.pay(t, simulator.TokenTimeout)
+	good := e.pay(t, simulator.TokenVisa)
+	recs := e.records(t, e.names.Payments, 3)
+	resp, err := e.w.Handle(t.Context(), events.DynamoDBEvent{Records: recs})
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("Handle() = %+v, %v; want no failures", resp, err)
+	}
+	if got := e.get(t, good); got.Status != payments.StatusSucceeded {
+		t.Errorf("the payment after the failing ones = %s, want succeeded in the same batch", got.Status)
+	}
+	for _, p := range []payments.Payment{down, lost} {
+		if got := e.get(t, p); got.Status != payments.StatusPending {
+			t.Errorf("payment %s = %s, want pending (retried later)", p.ID, got.Status)
+		}
+	}
+	for _, l := range e.logs.Lines(t) {
+		if l["msg"] == "worker: record" && l["outcome"] == "retrying" {
+			// The first retry comes after the base delay, jittered.
+			if d, err := time.ParseDuration(l["retry_in"].(string)); err != nil || d < 500*time.Millisecond || d > time.Second {
+				t.Errorf("payment %v retry_in = %v, want 0.5s to 1s", l["payment"], l["retry_in"])
+			}
+		}
+	}
+	msgs := e.sent(t, 3*time.Second)
+	for len(msgs) < 2 {
+		more := e.sent(t, 2*time.Second)
+		if len(more) == 0 {
+			break
+		}
+		msgs = append(msgs, more...)
+	}
+	byID := map[string]retryMessage{}
+	for _, m := range msgs {
+		byID[m.Payment] = m
+	}
+	if m := byID[down.ID]; m.Tenant != "acme" || m.Attempt != 1 || !m.Unknown.IsZero() {
+		t.Errorf("retry of the 503 = %+v, want attempt 1, nothing charged", m)
+	}
+	if m := byID[lost.ID]; m.Attempt != 1 || m.Unknown.IsZero() {
+		t.Errorf("retry of the lost answer = %+v, want attempt 1 with the time of the unknown outcome", m)
+	}
+	if diff := cmp.Diff(map[string]int{worker.MetricCharged: 1, worker.MetricRetried: 2}, e.counts(t)); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]int{"WARN retrying": 1}, e.outcomes(t, down.ID)); diff != "" {
+		t.Errorf("logged outcomes of the 503 (-want +got):\n%s", diff)
+	}
+}
+
+// TestStreamFailsWhenRetriesCannotBeSent checks that a transient failure
+// that cannot reach the retry queue fails its record, as without a queue.
+func TestStreamFailsWhenRetriesCannotBeSent(t *testing.T) {
+	t.Parallel()
+	e := newRetryEnv(t)
+	w := e.worker_(t, queue.New(e.sqs, e.url+"-missing"))
+	e.pay(t, simulator.TokenUnavailable)
+	recs := e.records(t, e.names.Payments, 1)
+	resp, err := w.Handle(t.Context(), events.DynamoDBEvent{Records: recs})
+	if diff := cmp.Diff([]string{recs[0].Change.SequenceNumber}, lambdatest.Failures(resp)); err != nil || diff != "" {
+		t.Errorf("Handle() error = %v, batch item failures (-want +got):\n%s", err, diff)
+	}
+}
+
+func TestHandleRetries(t *testing.T) {
+	t.Parallel()
+	e := newRetryEnv(t)
+	tests := []struct {
+		name   string
+		source string
+		// setup runs before the message is handled; it returns the message.
+		setup func(t *testing.T, p payments.Payment) retryMessage
+		// at is the clock, relative to the payment's creation.
+		at          time.Duration
+		wantStatus  payments.Status
+		wantFailure string
+		wantCharge  bool
+		wantCharges int
+		wantNext    *retryMessage // the next retry sent, with Unknown compared as set or not
+		wantCalls   int64         // requests to the provider
+		wantMetrics map[string]int
+	}{
+		{
+			name: "provider back: charged", source: simulator.TokenVisa, at: time.Minute,
+			wantStatus: payments.StatusSucceeded, wantCharge: true, wantCharges: 1, wantCalls: 1,
+			wantMetrics: map[string]int{worker.MetricCharged: 1},
+		},
+		{
+			name: "still unavailable: the next attempt, later", source: simulator.TokenUnavailable, at: time.Minute,
+			wantStatus: payments.StatusPending, wantNext: &retryMessage{Attempt: 3}, wantCalls: 1,
+			wantMetrics: map[string]int{worker.MetricRetried: 1},
+		},
+		{
+			name: "window over, nothing charged: failed without a call", source: simulator.TokenUnavailable, at: retryWindow,
+			wantStatus: payments.StatusFailed, wantFailure: "provider_unavailable",
+			wantMetrics: map[string]int{worker.MetricFailed: 1},
+		},
+		{
+			name: "window over, an answer was lost, the charge exists: succeeded", source: simulator.TokenVisa, at: retryWindow + time.Minute,
+			setup: func(t *testing.T, p payments.Payment) retryMessage {
+				if _, err := e.provider.Charge(t.Context(), worker.ChargeKey(p.Tenant, p.ID), provider.ChargeRequest{
+					Amount: p.Amount, Currency: p.Currency, Source: p.Source, Customer: p.Customer, Description: p.Description, Metadata: p.Metadata,
+				}); err != nil {
+					t.Fatal(err)
+				}
+				return retryMessage{Attempt: 7, Unknown: p.Created.Add(retryWindow - time.Minute)}
+			},
+			wantStatus: payments.StatusSucceeded, wantCharge: true, wantCharges: 1, wantCalls: 1, // the look-up
+			wantMetrics: map[string]int{worker.MetricCharged: 1},
+		},
+		{
+			name: "window over, an answer was lost, no charge: failed", source: simulator.TokenUnavailable, at: retryWindow + time.Minute,
+			setup: func(t *testing.T, p payments.Payment) retryMessage {
+				return retryMessage{Attempt: 7, Unknown: p.Created.Add(retryWindow - time.Minute)}
+			},
+			wantStatus: payments.StatusFailed, wantFailure: "provider_unavailable", wantCalls: 1,
+			wantMetrics: map[string]int{worker.MetricFailed: 1},
+		},
+		{
+			name: "window over, an answer was lost just now: looked up once no call can be in flight", source: simulator.TokenUnavailable, at: retryWindow,
+			setup: func(t *testing.T, p payments.Payment) retryMessage {
+				return retryMessage{Attempt: 7, Unknown: p.Created.Add(retryWindow - 100*time.Millisecond)}
+			},
+			wantStatus: payments.StatusPending, wantNext: &retryMessage{Attempt: 7, Unknown: time.Unix(1, 0)},
+			wantMetrics: map[string]int{worker.MetricRetried: 1},
+		},
+		{
+			name: "already settled: nothing", source: simulator.TokenVisa, at: time.Minute,
+			setup: func(t *testing.T, p payments.Payment) retryMessage {
+				if err := e.table.Settle(t.Context(), p.Tenant, p.ID, payments.StatusFailed, "", "card_declined"); err != nil {
+					t.Fatal(err)
+				}
+				return retryMessage{Attempt: 2}
+			},
+			wantStatus: payments.StatusFailed, wantFailure: "card_declined", wantMetrics: map[string]int{},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := e.pay(t, tt.source)
+			m := retryMessage{Attempt: 2}
+			if tt.setup != nil {
+				m = tt.setup(t, p)
+			}
+			m.Tenant, m.Payment = p.Tenant, p.ID
+			body, _ := json.Marshal(m)
+			e.now = p.Created.Add(tt.at)
+			before := e.counts(t)
+			calls := e.requests.Load()
+			resp, err := e.w.HandleRetries(t.Context(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m1", Body: string(body)}}})
+			if err != nil || len(resp.BatchItemFailures) != 0 {
+				t.Fatalf("HandleRetries() = %+v, %v; want no failures", resp, err)
+			}
+			got := e.get(t, p)
+			if got.Status != tt.wantStatus || got.FailureCode != tt.wantFailure || (got.ProviderChargeID != "") != tt.wantCharge {
+				t.Errorf("payment = %s %q charge %q; want %s %q, charge %v", got.Status, got.FailureCode, got.ProviderChargeID, tt.wantStatus, tt.wantFailure, tt.wantCharge)
+			}
+			if n := e.charges(t, p); n != tt.wantCharges {
+				t.Errorf("charges = %d, want %d", n, tt.wantCharges)
+			}
+			if n := e.requests.Load() - calls; n != tt.wantCalls {
+				t.Errorf("provider requests = %d, want %d", n, tt.wantCalls)
+			}
+			if tt.wantNext == nil {
+				if visible, inFlight, delayed := sqstest.Counts(t, e.sqs, e.url); visible+inFlight+delayed != "000" {
+					t.Errorf("retry queue holds %s visible, %s in flight, %s delayed; want no next retry", visible, inFlight, delayed)
+				}
+			}
+			var next []retryMessage
+			if tt.wantNext != nil {
+				next = e.sent(t, 5*time.Second) // the next attempt comes 2s to 4s later
+			}
+			switch {
+			case tt.wantNext != nil && (len(next) != 1 || next[0].Attempt != tt.wantNext.Attempt || next[0].Payment != p.ID ||
+				next[0].Unknown.IsZero() != tt.wantNext.Unknown.IsZero()):
+				t.Errorf("next retries = %+v, want one: %+v", next, *tt.wantNext)
+			}
+			got2 := map[string]int{}
+			for k, v := range e.counts(t) {
+				if n := v - before[k]; n != 0 {
+					got2[k] = n
+				}
+			}
+			if diff := cmp.Diff(tt.wantMetrics, got2); diff != "" {
+				t.Errorf("metrics (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestHandleRetriesFailures checks which messages fail (and so come back,
+// then go to the dead-letter queue) and which are dropped.
+func TestHandleRetriesFailures(t *testing.T) {
+	t.Parallel()
+	e := newRetryEnv(t)
+	gone, _ := json.Marshal(retryMessage{Tenant: "acme", Payment: payments.NewID(), Attempt: 2})
+	resp, err := e.w.HandleRetries(t.Context(), events.SQSEvent{Records: []events.SQSMessage{
+		{MessageId: "not-json", Body: "{"},
+		{MessageId: "no-payment", Body: `{"tenant":"acme","payment":"nope","attempt":1}`},
+		{MessageId: "gone", Body: string(gone)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []events.SQSBatchItemFailure{{ItemIdentifier: "not-json"}, {ItemIdentifier: "no-payment"}}
+	if diff := cmp.Diff(want, resp.BatchItemFailures); diff != "" {
+		t.Errorf("batch item failures (-want +got):\n%s", diff)
+	}
+}
+
+// TestBackoff checks the delays between attempts: doubling from the base,
+// jittered within the upper half, capped at SQS's 15 minutes, spread.
+func TestBackoff(t *testing.T) {
+	t.Parallel()
+	e := newRetryEnv(t)
+	p := e.pay(t, simulator.TokenUnavailable)
+	e.now = p.Created.Add(time.Minute)
+	seen := map[time.Duration]bool{}
+	for attempt := 1; attempt <= 14; attempt++ {
+		body, _ := json.Marshal(retryMessage{Tenant: p.Tenant, Payment: p.ID, Attempt: attempt})
+		resp, err := e.w.HandleRetries(t.Context(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m", Body: string(body)}}})
+		if err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("HandleRetries() = %+v, %v", resp, err)
+		}
+		var delay time.Duration
+		for _, l := range e.logs.Lines(t) {
+			if l["msg"] == "worker: retry" && l["outcome"] == "retrying" && l["attempt"] == float64(attempt+1) {
+				delay, _ = time.ParseDuration(l["retry_in"].(string))
+			}
+		}
+		d := min(time.Second<<attempt, worker.MaxRetryDelay)
+		if delay < d/2 || delay > d {
+			t.Errorf("attempt %d: retry in %v, want %v to %v", attempt+1, delay, d/2, d)
+		}
+		seen[delay] = true
+	}
+	if len(seen) < 10 {
+		t.Errorf("%d distinct delays over 14 attempts: want them jittered", len(seen))
+	}
+	if _, err := e.sqs.PurgeQueue(t.Context(), &sqs.PurgeQueueInput{QueueUrl: aws.String(e.url)}); err != nil {
+		t.Fatal(err)
+	}
+}
