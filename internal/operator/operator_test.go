@@ -12,6 +12,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	dynamodbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/google/go-cmp/cmp"
 
@@ -39,6 +41,14 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	db := dynamotest.Client(t)
 	names := dynamotest.Tables(t, db)
+	// Records whose expiry has passed stay, as on AWS within minutes:
+	// DynamoDB Local would delete them within seconds.
+	if _, err := db.UpdateTimeToLive(t.Context(), &dynamodb.UpdateTimeToLiveInput{
+		TableName:               aws.String(names.Idempotency),
+		TimeToLiveSpecification: &dynamodbtypes.TimeToLiveSpecification{AttributeName: aws.String(dynamo.AttrExpiresAt), Enabled: aws.Bool(false)},
+	}); err != nil {
+		t.Fatal(err)
+	}
 	endpoint := sqstest.Endpoint(t)
 	c := sqstest.Client(t, endpoint)
 	e := &env{
