@@ -81,6 +81,7 @@ func newStack(t *testing.T) *stack {
 		config.EnvProviderTable:    names.Provider,
 		config.EnvProviderURL:      srv.URL,
 		config.EnvProviderTimeout:  "2s",
+		config.EnvProviderSettle:   "2s",
 		config.EnvDynamoDBEndpoint: dynamotest.Endpoint(t),
 		config.EnvSQSEndpoint:      sqstest.Endpoint(t),
 		config.EnvLogLevel:         "debug",

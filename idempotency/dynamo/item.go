@@ -22,7 +22,7 @@ const (
 	AttrFingerprint     = "fingerprint"      // S
 	AttrExternal        = "external"         // BOOL, always present (the reclaim condition reads it)
 	AttrLeaseToken      = "lease_token"      // S, absent when empty
-	AttrExpiresAt       = "expires_at"       // N: unix seconds, rounded up (the TTL attribute)
+	AttrExpiresAt       = "expires_at"       // N: unix seconds, rounded up (the TTL attribute; see ExternalReservationTTL)
 	AttrExpiresAtMS     = "expires_at_ms"    // N: unix milliseconds (the conditions compare it)
 	AttrRequest         = "request"          // B, absent when empty
 	AttrResponseStatus  = "response_status"  // N, present when the record has a response
@@ -34,12 +34,27 @@ const (
 	AttrUpdatedAt       = "updated_at"       // N: unix milliseconds, absent when zero
 )
 
+// ExternalReservationTTL is how long after its lease an External
+// reservation (IN_PROGRESS) is left to DynamoDB's TTL. Until it is
+// reconciled it must stay: a key whose abandoned reservation had vanished
+// would take another request under it, which would act again although the
+// first one's effect at the other system is unknown. The scheduled lease
+// check (idempotency/recovery) hands it to the reconciler within seconds of
+// its lease; TTL, a day later, is the backstop. Every other record's TTL is
+// its expiry: the lease deadline of a Leased reservation, the retention of
+// the rest.
+const ExternalReservationTTL = 24 * time.Hour
+
 // ItemFromRecord is the item that stores rec. Times are kept to the
 // millisecond; an empty lease token, request or header set is left out; a
 // response's body is always present, empty or not, and compressed from
 // CompressAbove bytes when that makes it smaller.
 func ItemFromRecord(rec idempotency.Record) map[string]types.AttributeValue {
 	expiresMS := rec.ExpiresAt.UnixMilli()
+	ttlMS := expiresMS
+	if rec.Status == idempotency.StatusInProgress && rec.External {
+		ttlMS += ExternalReservationTTL.Milliseconds()
+	}
 	item := map[string]types.AttributeValue{
 		AttrPK:          str(rec.Key.ID()),
 		AttrTenant:      str(rec.Key.Tenant),
@@ -47,7 +62,7 @@ func ItemFromRecord(rec idempotency.Record) map[string]types.AttributeValue {
 		AttrRoute:       str(rec.Route),
 		AttrFingerprint: str(rec.Fingerprint),
 		AttrExternal:    &types.AttributeValueMemberBOOL{Value: rec.External},
-		AttrExpiresAt:   num(ceilSeconds(expiresMS)),
+		AttrExpiresAt:   num(ceilSeconds(ttlMS)),
 		AttrExpiresAtMS: num(expiresMS),
 	}
 	if rec.LeaseToken != "" {

@@ -209,18 +209,18 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 	names, values := leaseExpr(lease)
 	names["#point"] = AttrPoint
 	names["#data"] = AttrData
-	names["#expires"] = AttrExpiresAt
 	names["#expires_ms"] = AttrExpiresAtMS
 	names["#updated"] = AttrUpdatedAt
 	expiresMS := p.ExpiresAt.UnixMilli()
 	values[":new_lease"] = str(p.LeaseToken)
 	values[":point"] = str(p.Point)
 	values[":data"] = strMap(p.Data)
-	values[":expires"] = num(ceilSeconds(expiresMS))
 	values[":expires_ms"] = num(expiresMS)
 	values[":now"] = num(p.UpdatedAt.UnixMilli())
+	// The TTL attribute stays: an External reservation's is a day past its
+	// lease (ExternalReservationTTL), an UNKNOWN record's its retention.
 	update := "SET #point = :point, #data = :data, #lease = :new_lease, " +
-		"#expires = :expires, #expires_ms = :expires_ms, #updated = :now"
+		"#expires_ms = :expires_ms, #updated = :now"
 	k := map[string]types.AttributeValue{AttrPK: str(key.ID())}
 	// The write is already in place when the record is at p under its lease
 	// token and update time.

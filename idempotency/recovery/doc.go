@@ -107,7 +107,7 @@
 //   - Nothing happened (no Response): that is proof only once no request with
 //     the key can still be on its way to the other system, that is once the
 //     record's UpdatedAt (when it became UNKNOWN; no new request calls out for
-//     an UNKNOWN key) plus Config.CallTimeout has passed. A record resolved
+//     an UNKNOWN key) plus ReconcilerConfig.Settle has passed. A record resolved
 //     earlier is resolved again once that time has come, waiting for it if
 //     the invocation's deadline allows and failing the record (to be retried)
 //     otherwise. Then the record is released with the resolution's effects

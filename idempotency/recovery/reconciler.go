@@ -25,18 +25,21 @@ type Finisher interface {
 	Release(ctx context.Context, key idempotency.Key, lease string, effects []idempotency.Effect) error
 }
 
-// ReconcilerConfig configures a Reconciler. Store, Resolvers and CallTimeout
-// are required.
+// ReconcilerConfig configures a Reconciler. Store, Resolvers and Settle are
+// required.
 type ReconcilerConfig struct {
 	// Store is the idempotency store.
 	Store Finisher
 	// Resolvers resolve the records of each External route. A record whose
 	// route has none stays UNKNOWN (see the package documentation).
 	Resolvers idempotency.Resolvers
-	// CallTimeout bounds one call out by a handler: a request that became
-	// UNKNOWN at t has no call in flight after t + CallTimeout, so a "nothing
-	// happened" found after that is final.
-	CallTimeout time.Duration
+	// Settle is how long after a call out the other system may still apply
+	// it: at least the handler's timeout on the call, plus however long the
+	// other system goes on with a request whose client gave up. A request
+	// that became UNKNOWN at t can still take effect until t + Settle, so a
+	// "nothing happened" found before then is looked up again at t + Settle,
+	// and only one found after it releases the key.
+	Settle time.Duration
 	// Retention is how long a completed record is kept
 	// (idempotency.DefaultRetention).
 	Retention time.Duration
@@ -56,6 +59,10 @@ type Reconciler struct {
 	cfg ReconcilerConfig
 }
 
+// resolveLeeway is the time an invocation must have left, after a wait, for
+// one more resolution.
+const resolveLeeway = 5 * time.Second
+
 // errUnsettled fails a record whose "nothing happened" cannot be trusted yet
 // and whose invocation has no time left to wait.
 var errUnsettled = errors.New("recovery: a request with the key may still be in flight and the invocation cannot wait")
@@ -74,8 +81,8 @@ func NewReconciler(cfg ReconcilerConfig) (*Reconciler, error) {
 			errs = append(errs, fmt.Errorf("recovery: route %q has a nil Resolver", route))
 		}
 	}
-	if cfg.CallTimeout <= 0 {
-		errs = append(errs, errors.New("recovery: ReconcilerConfig.CallTimeout must be positive"))
+	if cfg.Settle <= 0 {
+		errs = append(errs, errors.New("recovery: ReconcilerConfig.Settle must be positive"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -168,22 +175,22 @@ func (r *Reconciler) reconcile(ctx context.Context, log *slog.Logger, resolver i
 	}
 }
 
-// settledAt is when no request with rec's key can still be in flight to the
-// other system: CallTimeout after rec became UNKNOWN. A record without an
+// settledAt is when no call of rec's request can still take effect at the
+// other system: Settle after rec became UNKNOWN. A record without an
 // update time, or with one after start, counts as updated at start.
 func (r *Reconciler) settledAt(rec idempotency.Record, start time.Time) time.Time {
 	at := rec.UpdatedAt
 	if at.IsZero() || at.After(start) {
 		at = start
 	}
-	return at.Add(r.cfg.CallTimeout)
+	return at.Add(r.cfg.Settle)
 }
 
 // waitUntil waits until t, provided ctx leaves time for one more resolution
 // after it; otherwise it returns errUnsettled at once.
 func (r *Reconciler) waitUntil(ctx context.Context, t time.Time) error {
 	d := t.Sub(r.cfg.Now())
-	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d+r.cfg.CallTimeout {
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d+resolveLeeway {
 		return fmt.Errorf("%w (until %s)", errUnsettled, t.UTC().Format(time.RFC3339Nano))
 	}
 	timer := time.NewTimer(d)

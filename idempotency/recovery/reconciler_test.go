@@ -142,7 +142,7 @@ func newHarness(t *testing.T, c config) harness {
 	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
 		Store:       c.Store,
 		Resolvers:   idempotency.Resolvers{route: chargeResolver(c.Provider, c.Rebuild)},
-		CallTimeout: providerTimeout,
+		Settle: providerTimeout,
 		Retention:   c.Retention,
 		Logger:      slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Metrics:     metrics.New(h.metrics, "once", map[string]string{"Service": "reconciler"}),
@@ -513,7 +513,7 @@ func TestNewReconciler(t *testing.T) {
 	if err == nil {
 		t.Fatal("NewReconciler(ReconcilerConfig{}) = nil error, want one")
 	}
-	for _, field := range []string{"Store", "nil Resolver", "CallTimeout"} {
+	for _, field := range []string{"Store", "nil Resolver", "Settle"} {
 		if !strings.Contains(err.Error(), field) {
 			t.Errorf("NewReconciler(ReconcilerConfig{}) error = %q, want it to name %s", err, field)
 		}

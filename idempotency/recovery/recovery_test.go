@@ -3,6 +3,7 @@ package recovery_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"testing"
@@ -11,6 +12,9 @@ import (
 	streamlocal "github.com/oncehq/once/internal/stream"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/idempotency"
@@ -77,8 +81,9 @@ func (w world) run(t *testing.T, function string, h stream.Handler, logs *lambda
 	lambdatest.Start(t, p)
 }
 
-// TestRecoveryThroughTTL runs the whole recovery path on DynamoDB Local:
-// reservations abandoned with a 1s lease are deleted by TTL, the sweeper
+// TestRecoveryThroughTTL runs the TTL backstop of recovery on DynamoDB Local:
+// reservations abandoned with a 1s lease are deleted by TTL (an External
+// one's TTL, a day past its lease, brought forward), the sweeper
 // (behind the template's FilterCriteria) sees the REMOVEs on the real stream,
 // and the reconciler the UNKNOWN records the sweeper restores, with the
 // provider simulator over HTTP. No client retries.
@@ -100,7 +105,7 @@ func TestRecoveryThroughTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
-		Store: w.store, Resolvers: idempotency.Resolvers{route: chargeResolver(w.provider, rebuild)}, CallTimeout: providerTimeout,
+		Store: w.store, Resolvers: idempotency.Resolvers{route: chargeResolver(w.provider, rebuild)}, Settle: providerTimeout,
 		Retention: retention, Logger: logger,
 		Metrics: metrics.New(reconcilerMetrics, "once", map[string]string{"Service": "reconciler"}),
 	})
@@ -118,6 +123,20 @@ func TestRecoveryThroughTTL(t *testing.T) {
 		}
 		if err := w.store.Reserve(t.Context(), rec, nil, now); err != nil {
 			t.Fatalf("Reserve(%s): %v", raw, err)
+		}
+		if external {
+			// An External reservation is left to TTL a day past its lease
+			// (dynamo.ExternalReservationTTL): the backstop of the scheduled
+			// lease check. Bring that day forward.
+			_, err := w.db.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
+				TableName:                 aws.String(w.names.Idempotency),
+				Key:                       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: rec.Key.ID()}},
+				UpdateExpression:          aws.String("SET expires_at = :ttl"),
+				ExpressionAttributeValues: map[string]types.AttributeValue{":ttl": &types.AttributeValueMemberN{Value: fmt.Sprint(rec.ExpiresAt.Unix() + 1)}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
 		return rec
 	}

@@ -32,6 +32,7 @@ func TestSweeperAndReconciler(t *testing.T) {
 	cfg := f.config(t, map[string]string{
 		config.EnvIdempotencyTable: f.names.Idempotency,
 		config.EnvProviderTimeout:  "500ms",
+		config.EnvProviderSettle:   "500ms",
 	})
 	var sweeperOut, reconcilerOut lambdatest.Buffer
 	sweep, err := sweeper.Handler(t.Context(), cfg, f.clients, app.Options{Logger: slog.New(slog.DiscardHandler), Metrics: &sweeperOut})

@@ -21,6 +21,7 @@ const (
 	EnvFaultInjection   = "ONCE_FAULT_INJECTION"
 	EnvProviderURL      = "ONCE_PROVIDER_URL"
 	EnvProviderTimeout  = "ONCE_PROVIDER_TIMEOUT"
+	EnvProviderSettle   = "ONCE_PROVIDER_SETTLE"
 	EnvProviderAuth     = "ONCE_PROVIDER_AUTH"
 	EnvDynamoDBEndpoint = "DYNAMODB_ENDPOINT"
 	EnvRegion           = "AWS_REGION"
@@ -58,6 +59,9 @@ const (
 	// well under DefaultLease, so a request that times out still holds its
 	// lease when it records the ambiguous outcome.
 	DefaultProviderTimeout = 5 * time.Second
+	// DefaultProviderSettle is how long after a call the provider may still
+	// apply it, its client gone (the simulator: 30 s at most).
+	DefaultProviderSettle = 30 * time.Second
 	// DefaultLocalRegion is the region used with a DYNAMODB_ENDPOINT or an
 	// SQS_ENDPOINT and no AWS_REGION.
 	DefaultLocalRegion = "us-east-1"
@@ -100,6 +104,10 @@ type Config struct {
 	ProviderURL string
 	// ProviderTimeout bounds one call to the payment provider.
 	ProviderTimeout time.Duration
+	// ProviderSettle bounds how long after a call the provider may still
+	// apply it, its client having given up: only a look-up after that which
+	// finds nothing proves that nothing happened (at least ProviderTimeout).
+	ProviderSettle time.Duration
 	// ProviderAuth is how calls to the provider are authenticated:
 	// ProviderAuthNone or ProviderAuthIAM.
 	ProviderAuth string
@@ -190,6 +198,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		Region:           str(EnvRegion, ""),
 		ProviderURL:      endpoint(EnvProviderURL),
 		ProviderTimeout:  duration(EnvProviderTimeout, DefaultProviderTimeout),
+		ProviderSettle:   duration(EnvProviderSettle, 0),
 
 		CheckQueue:        queue(EnvCheckQueue, DefaultCheckQueue),
 		CheckDLQ:          queue(EnvCheckDLQ, DefaultCheckDLQ),
@@ -197,6 +206,12 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		WorkerRetryDLQ:    queue(EnvWorkerRetryDLQ, DefaultWorkerRetryDLQ),
 		WorkerRetryWindow: duration(EnvWorkerRetryWindow, DefaultWorkerRetryWindow),
 		SQSEndpoint:       endpoint(EnvSQSEndpoint),
+	}
+	if c.ProviderSettle == 0 { // unset: the default, and never less than the call's own timeout
+		c.ProviderSettle = max(DefaultProviderSettle, c.ProviderTimeout)
+	}
+	if c.ProviderSettle > 0 && c.ProviderTimeout > 0 && c.ProviderSettle < c.ProviderTimeout {
+		bad(EnvProviderSettle, c.ProviderSettle.String(), "must be at least "+EnvProviderTimeout+" ("+c.ProviderTimeout.String()+"): a call can land until it times out")
 	}
 	if c.Lease > 0 && c.ProviderTimeout > 0 && c.ProviderTimeout >= c.Lease {
 		bad(EnvProviderTimeout, c.ProviderTimeout.String(), "must be shorter than "+EnvLease+" ("+c.Lease.String()+"), or a timed-out request would lose its lease before recording the unknown outcome")

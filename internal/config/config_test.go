@@ -19,6 +19,7 @@ func TestFromEnv(t *testing.T) {
 		Lease:            DefaultLease,
 		LogLevel:         slog.LevelInfo,
 		ProviderTimeout:  DefaultProviderTimeout,
+		ProviderSettle:   DefaultProviderSettle,
 		ProviderAuth:     ProviderAuthNone,
 
 		CheckQueue:        DefaultCheckQueue,
@@ -76,6 +77,7 @@ func TestFromEnv(t *testing.T) {
 				LogLevel:         slog.LevelDebug,
 				ProviderURL:      "https://provider.example.com",
 				ProviderTimeout:  2500 * time.Millisecond,
+				ProviderSettle:   DefaultProviderSettle,
 				ProviderAuth:     ProviderAuthIAM,
 
 				CheckQueue:        "https://sqs.eu-west-1.amazonaws.com/123456789012/stack-CheckQueue-AbC",
@@ -91,6 +93,9 @@ func TestFromEnv(t *testing.T) {
 		{name: "bad queue name", env: map[string]string{"ONCE_CHECK_QUEUE": "check.fifo"}, wantErr: []string{"ONCE_CHECK_QUEUE"}},
 		{name: "queue URL without scheme", env: map[string]string{"ONCE_WORKER_RETRY_DLQ": "sqs.amazonaws.com/1/q x"}, wantErr: []string{"ONCE_WORKER_RETRY_DLQ"}},
 		{name: "bad retry window", env: map[string]string{"ONCE_WORKER_RETRY_WINDOW": "0s"}, wantErr: []string{"ONCE_WORKER_RETRY_WINDOW"}},
+		{name: "settle below the provider timeout", env: map[string]string{"ONCE_PROVIDER_TIMEOUT": "10s", "ONCE_PROVIDER_SETTLE": "5s"}, wantErr: []string{"ONCE_PROVIDER_SETTLE"}},
+		{name: "settle unset follows a long provider timeout", env: map[string]string{"ONCE_PROVIDER_TIMEOUT": "40s", "ONCE_LEASE": "1m"},
+			want: with(func(c *Config) { c.ProviderTimeout, c.Lease, c.ProviderSettle = 40*time.Second, time.Minute, 40*time.Second })},
 		{name: "fault injection true", env: map[string]string{"ONCE_FAULT_INJECTION": "TRUE"},
 			want: with(func(c *Config) { c.FaultInjection = true })},
 		{name: "fault injection 0", env: map[string]string{"ONCE_FAULT_INJECTION": "0"}, want: defaults},

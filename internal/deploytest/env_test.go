@@ -30,11 +30,11 @@ func notFromTemplate(name string) bool {
 var designEnv = map[string][]string{
 	"ApiFunction":        {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_RETENTION"},
 	"AuthorizerFunction": {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_API_KEYS_TABLE"},
-	"WorkerFunction":     {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_WORKER_RETRY_QUEUE", "ONCE_WORKER_RETRY_WINDOW", "SQS_ENDPOINT"},
-	"RetrierFunction":    {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_WORKER_RETRY_QUEUE", "ONCE_WORKER_RETRY_WINDOW", "SQS_ENDPOINT"},
+	"WorkerFunction":     {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_SETTLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_WORKER_RETRY_QUEUE", "ONCE_WORKER_RETRY_WINDOW", "SQS_ENDPOINT"},
+	"RetrierFunction":    {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_SETTLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_WORKER_RETRY_QUEUE", "ONCE_WORKER_RETRY_WINDOW", "SQS_ENDPOINT"},
 	"SweeperFunction":    {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_CHECK_QUEUE", "ONCE_IDEMPOTENCY_TABLE", "ONCE_RETENTION", "SQS_ENDPOINT"},
 	"CheckerFunction":    {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_CHECK_QUEUE", "ONCE_IDEMPOTENCY_TABLE", "ONCE_RETENTION", "SQS_ENDPOINT"},
-	"ReconcilerFunction": {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_RETENTION"},
+	"ReconcilerFunction": {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_SETTLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_RETENTION"},
 	"ProviderFunction":   {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_PROVIDER_TABLE"},
 }
 
@@ -49,6 +49,7 @@ var envSource = map[string]any{
 	"ONCE_RETENTION":           map[string]any{"Ref": "Retention"},
 	"ONCE_LEASE":               map[string]any{"Ref": "Lease"},
 	"ONCE_PROVIDER_TIMEOUT":    map[string]any{"Ref": "ProviderTimeout"},
+	"ONCE_PROVIDER_SETTLE":     map[string]any{"Ref": "ProviderSettle"},
 	"ONCE_CHECK_QUEUE":         map[string]any{"Ref": "CheckQueue"},
 	"ONCE_WORKER_RETRY_QUEUE":  map[string]any{"Ref": "WorkerRetryQueue"},
 	"ONCE_WORKER_RETRY_WINDOW": map[string]any{"Ref": "WorkerRetryWindow"},
@@ -218,7 +219,7 @@ func TestConfigAcceptsTemplate(t *testing.T) {
 	timings := []map[string]string{
 		{}, // the defaults
 		{"ProviderTimeout": "30s", "Lease": "45s"},
-		{"ProviderTimeout": "50s", "Lease": "2m"},
+		{"ProviderTimeout": "50s", "Lease": "2m", "ProviderSettle": "1m"},
 	}
 	for _, deploy := range []bool{true, false} {
 		for _, level := range levels {

@@ -24,7 +24,7 @@ func TestParameters(t *testing.T) {
 	params := template(t).Section("Parameters")
 	want := map[string]string{ // name -> default
 		"StageName": "prod", "Architecture": "arm64", "LogLevel": "info",
-		"Retention": "24h", "Lease": "30s", "ProviderTimeout": "5s", "WorkerRetryWindow": "6h",
+		"Retention": "24h", "Lease": "30s", "ProviderTimeout": "5s", "ProviderSettle": "30s", "WorkerRetryWindow": "6h",
 		"DeployProviderSimulator": "true", "ProviderUrl": "", "AlarmTopicArn": "", "DynamoDBEndpoint": "", "SQSEndpoint": "",
 	}
 	if diff := cmp.Diff(sortedKeys(want), sortedKeys(params)); diff != "" {

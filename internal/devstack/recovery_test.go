@@ -33,6 +33,7 @@ func startRecovery(t *testing.T) (*devstack.Stack, *lambdatest.Buffer, *dynamo.S
 	env["ONCE_FAULT_INJECTION"] = "1"
 	env["ONCE_LEASE"] = "2s"
 	env["ONCE_PROVIDER_TIMEOUT"] = "1s"
+	env["ONCE_PROVIDER_SETTLE"] = "1s"
 	env["LOG_LEVEL"] = "info"
 	out := &lambdatest.Buffer{}
 	stack := start(t, env, out)
@@ -221,6 +222,7 @@ func TestRecoveryWithoutTTL(t *testing.T) {
 	env["ONCE_FAULT_INJECTION"] = "1"
 	env["ONCE_LEASE"] = "2s"
 	env["ONCE_PROVIDER_TIMEOUT"] = "1s"
+	env["ONCE_PROVIDER_SETTLE"] = "1s"
 	env["ONCE_DEV_TTL"] = "off"
 	env["LOG_LEVEL"] = "info"
 	out := &lambdatest.Buffer{}
@@ -334,6 +336,7 @@ func TestWorkerKeepsFlowing(t *testing.T) {
 	env := testEnv(t)
 	env["ONCE_WORKER_RETRY_WINDOW"] = "6s"
 	env["ONCE_PROVIDER_TIMEOUT"] = "1s"
+	env["ONCE_PROVIDER_SETTLE"] = "1s"
 	env["LOG_LEVEL"] = "info"
 	out := &lambdatest.Buffer{}
 	stack := start(t, env, out)

@@ -27,13 +27,13 @@ func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (stre
 		return nil, err
 	}
 	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
-		Store:       dynamo.New(client, cfg.IdempotencyTable),
-		Resolvers:   resolvers,
-		CallTimeout: cfg.ProviderTimeout,
-		Retention:   cfg.Retention,
-		Logger:      opts.Logger,
-		Metrics:     opts.Emitter("reconciler"),
-		Now:         opts.Now,
+		Store:     dynamo.New(client, cfg.IdempotencyTable),
+		Resolvers: resolvers,
+		Settle:    cfg.ProviderSettle,
+		Retention: cfg.Retention,
+		Logger:    opts.Logger,
+		Metrics:   opts.Emitter("reconciler"),
+		Now:       opts.Now,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reconciler: %w", err)

@@ -54,7 +54,7 @@ func build(ctx context.Context, cfg config.Config, c queue.Clients, opts app.Opt
 		Metrics:     opts.Emitter(name),
 		Retries:     retries,
 		RetryWindow: cfg.WorkerRetryWindow,
-		CallTimeout: cfg.ProviderTimeout,
+		CallTimeout: cfg.ProviderSettle,
 		Now:         opts.Now,
 	})
 	if err != nil {
