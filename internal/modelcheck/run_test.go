@@ -469,8 +469,9 @@ func (c *checker) runClients(ctx context.Context) {
 
 // quietFor is how long nothing may be pending for the system to count as
 // quiet: a reservation DynamoDB's TTL has just deleted leaves nothing
-// pending until the sweeper, run from the stream, restores it as UNKNOWN.
-const quietFor = 3 * time.Second
+// pending until the sweeper, run from the stream (whose idle poller reads
+// every 2s), restores it as UNKNOWN.
+const quietFor = 4 * time.Second
 
 // waitQuiet waits until no record is IN_PROGRESS or UNKNOWN and no payment
 // is pending, for quietFor, or the bound passes; it returns what is still
