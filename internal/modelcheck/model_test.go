@@ -332,12 +332,17 @@ func TestModel(t *testing.T) {
 		{"External: a replay of nothing", []req{final(0, 1, 0, true, x, true)}, false, false},
 		{"Atomic: a 5xx that committed, then its replay", []req{other(0, 1, 0, false, classFailed), final(2, 3, 0, false, x, true)}, true, true},
 		{"the other body runs after a release", []req{other(0, 1, 0, true, classFailed), final(2, 3, 1, true, y, false)}, true, true},
+		{"the other body runs after a crash that charged", []req{other(0, 1, 0, true, classFailed), final(2, 3, 1, true, y, false)}, true, false},
+		{"an effect and no record", []req{other(0, 1, 0, true, classFailed)}, true, false},
+		{"Atomic: 409 with nothing held", []req{final(0, 1, 0, false, x, false), other(2, 3, 0, false, classInProgress)}, false, false},
 	}
 	audits := map[string]porcupineOp{
 		"a crash, then the reconciled answer":              auditOp(10, recordCompleted, 0, x, bit(0)),
 		"Atomic: the request's own commit replayed":        auditOp(10, recordCompleted, 0, x, bit(0)),
 		"Atomic: a 5xx that committed, then its replay":    auditOp(10, recordCompleted, 0, x, bit(0)),
 		"the other body runs after a release":              auditOp(10, recordCompleted, 1, y, bit(1)),
+		"the other body runs after a crash that charged":   auditOp(10, recordCompleted, 1, y, bit(0)|bit(1)),
+		"an effect and no record":                          auditOp(10, recordAbsent, -1, "", bit(0)),
 		"the planted bug: a zombie overwrote the new body": auditOp(200, recordCompleted, 0, rej, bit(1)),
 		"the same schedule, fenced":                        auditOp(200, recordCompleted, 1, y, bit(1)),
 	}
