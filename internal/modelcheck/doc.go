@@ -112,7 +112,7 @@
 // # Running it
 //
 //   - `make test` runs one bounded history (TestModelCheck, a random seed,
-//     about 450 requests over 12s, 8 clients, 3 tenants, 5 keys each);
+//     about 500 requests over 12s, 8 clients, 3 tenants, 5 keys each);
 //   - `make check CHECK_TIME=5m` runs fresh seeds until the time is up;
 //   - MODELCHECK_SEED=n replays seed n (the same choices and fault schedule;
 //     the interleaving is the machine's);

@@ -35,6 +35,10 @@ type endpoint struct {
 	// (variants of one key differ by amount). The checker adds the tags to
 	// its metadata.
 	body func(r *rand.Rand, amount int64) map[string]any
+	// finals are the statuses of the final answers a valid request may get
+	// (besides 409, 422 idempotency_key_reused and 5xx); any other (400,
+	// 404, ...) is a failure of the harness or of the contract.
+	finals []int
 	// effectful reports whether a final answer with this status means that
 	// the request's effect exists.
 	effectful func(status int) bool
@@ -115,6 +119,7 @@ var endpoints = []*endpoint{
 		body: func(r *rand.Rand, amount int64) map[string]any {
 			return baseBody(r, amount, paymentSources.pick(r))
 		},
+		finals:    []int{http.StatusCreated},
 		effectful: func(status int) bool { return status == http.StatusCreated },
 		effects: func(ctx context.Context, s systems) (map[tag]int, error) {
 			return taggedItems(ctx, s.db, s.cfg.PaymentsTable, nil)
@@ -128,6 +133,8 @@ var endpoints = []*endpoint{
 		body: func(r *rand.Rand, amount int64) map[string]any {
 			return baseBody(r, amount, chargeSources.pick(r))
 		},
+		// 402 card_declined; 422 provider_rejected, for tokUnknown.
+		finals: []int{http.StatusCreated, http.StatusPaymentRequired, http.StatusUnprocessableEntity},
 		effectful: func(status int) bool {
 			return status == http.StatusCreated || status == http.StatusPaymentRequired
 		},
