@@ -32,8 +32,11 @@
 //
 // Once the clients are done and the proxy has stopped injecting faults, the
 // run waits (bounded) until the system is quiet: no idempotency record
-// IN_PROGRESS or UNKNOWN and no payment pending, which takes DynamoDB Local's
-// TTL, the sweeper and the reconciler for reservations nobody retried. It
+// IN_PROGRESS or UNKNOWN and no payment pending, which takes the checker
+// (a recovery check a second after each lease), the reconciler and the
+// worker for reservations and payments nobody retried. The tables have no
+// TTL, as on AWS where it takes days (MODELCHECK_TTL=on turns DynamoDB
+// Local's on: its deletions within seconds then race the checker). It
 // then reads the final record of every key and every effect (payment items,
 // provider charges), and sends every variant of every completed key once
 // more (probes). The history, the final reads and the probes are checked per
@@ -89,9 +92,9 @@
 //     reservation) or stored with an unseen answer (an ambiguous or crashed
 //     commit; Atomic: with its effect).
 //
-// Recovery (DynamoDB's TTL, the sweeper, the reconciler, and retries that
-// hand an expired reservation to it) happens between any two operations
-// without a client: held(v) with v's effect becomes stored(v) (the reconciler
+// Recovery (the checker, the reconciler, DynamoDB's TTL and the sweeper,
+// and retries that hand an expired reservation over) happens between any
+// two operations without a client: held(v) with v's effect becomes stored(v) (the reconciler
 // found the charge and rebuilt the answer, byte for byte the one sent, if
 // any), held(v) without it becomes free (the provider provably did nothing).
 // Nothing else happens by itself: in particular, a key with an effect is never
@@ -124,13 +127,14 @@
 //   - TestAbandonedChargeFreedBeforeSweeper and
 //     TestLateProviderWriteAfterRelease reproduce two known bugs (a second
 //     charge under one key); they are skipped unless MODELCHECK_KNOWN_BUGS=1;
+//   - MODELCHECK_TTL=on runs with DynamoDB Local's TTL on;
 //   - MODELCHECK_OUT sets where failures write their files.
 //
 // # Adding an endpoint
 //
 // An endpoint is one entry in the endpoints table: its path, whether it holds
 // a reservation while it calls out (External), its fault points, a body
-// generator (which must put the metadata tags into the body), which final
-// statuses mean an effect, and a function that counts effects per tag at the
-// systems the endpoint writes to.
+// generator (the checker adds the tags to its metadata), the statuses of its
+// final answers and which of them mean an effect, and a function that counts
+// effects per tag at the systems the endpoint writes to.
 package modelcheck

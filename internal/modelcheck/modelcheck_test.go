@@ -34,6 +34,9 @@ const (
 	// envPlant names a plant (see plants) to put in the random runs too, to
 	// see how often random histories catch it.
 	envPlant = "MODELCHECK_PLANT"
+	// envTTL=on turns DynamoDB Local's TTL on in the random runs (see
+	// runConfig.ttl).
+	envTTL = "MODELCHECK_TTL"
 )
 
 // TestModelCheck runs random concurrent histories against the devstack and
@@ -49,8 +52,13 @@ func TestModelCheck(t *testing.T) {
 		}
 		budget = d
 	}
+	config := func(seed uint64) runConfig {
+		cfg := boundedConfig(seed)
+		cfg.ttl = os.Getenv(envTTL) == "on"
+		return cfg
+	}
 	if budget == 0 {
-		checkRun(t, boundedConfig(seed))
+		checkRun(t, config(seed))
 		return
 	}
 	deadline := time.Now().Add(budget)
@@ -61,7 +69,7 @@ func TestModelCheck(t *testing.T) {
 	runs, failed := 0, 0
 	for s := seed; time.Now().Before(deadline); s++ {
 		runs++
-		if !t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) { checkRun(t, boundedConfig(s)) }) {
+		if !t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) { checkRun(t, config(s)) }) {
 			failed++
 		}
 	}
@@ -202,23 +210,34 @@ func unfencedCompletion(t *testing.T, planted bool) *result {
 }
 
 // TestAbandonedChargeFreedBeforeSweeper reproduces a known bug: a charge
-// that crashed after the provider charged leaves an IN_PROGRESS reservation;
-// DynamoDB's TTL deletes it once its lease has run out, and until the sweeper
-// restores it as UNKNOWN the key is free. A request with another body under
-// the key then executes and charges too: two charges under one key, and the
-// first is never recorded. Here the proxy holds the sweeper's restore, as a
-// slow or throttled sweeper would be; without it the window is the stream's
-// latency. Run it with MODELCHECK_KNOWN_BUGS=1.
+// that crashed after the provider charged leaves an IN_PROGRESS reservation.
+// The checker moves it to UNKNOWN a second after its lease; when it cannot
+// (a check delayed or failing for longer than DynamoDB's TTL takes: days on
+// AWS, seconds on DynamoDB Local), TTL deletes the record, and until the
+// sweeper restores it as UNKNOWN the key is free. A request with another
+// body under the key then executes and charges too: two charges under one
+// key, and the first is never recorded. Here the proxy holds the checker's
+// and the sweeper's writes to UNKNOWN until the other request is done.
+// Run it with MODELCHECK_KNOWN_BUGS=1.
 func TestAbandonedChargeFreedBeforeSweeper(t *testing.T) {
 	if os.Getenv(envKnownBugs) == "" {
-		t.Skip("known bug: a key whose abandoned External reservation was deleted by TTL is free until the sweeper restores it as UNKNOWN, so another request under the key can execute and charge a second time; set " + envKnownBugs + "=1 to run")
+		t.Skip("known bug: a key whose abandoned External reservation was deleted by TTL (the checker late) is free until the sweeper restores it as UNKNOWN, so another request under the key can execute and charge a second time; set " + envKnownBugs + "=1 to run")
 	}
 	ctx := t.Context()
 	cfg := scenarioConfig(seedFromEnv(t))
-	cfg.lease, cfg.providerTimeout = time.Second, 500*time.Millisecond
+	cfg.lease, cfg.providerTimeout, cfg.ttl = time.Second, 500*time.Millisecond, true
 	c := newChecker(t, cfg)
 	p := c.twoCharges(t, "abandoned-"+c.run, tokVisa, tokVisa)
-	restore := c.gatePut(p, idempotency.StatusUnknown, 20*time.Second)
+	toUnknown := newGate(time.Minute, func(op string, req map[string]any) bool {
+		if itemKey(req) != p.pk {
+			return false
+		}
+		values, _ := req["ExpressionAttributeValues"].(map[string]any)
+		unknown, _ := values[":unknown"].(map[string]any)
+		return op == "PutItem" && itemString(req, "status") == string(idempotency.StatusUnknown) ||
+			op == "UpdateItem" && unknown["S"] == string(idempotency.StatusUnknown)
+	})
+	c.px.addGate(toUnknown)
 	r := mrand.New(mrand.NewPCG(c.cfg.seed, 1))
 
 	if o := c.send(ctx, 0, p, 0, fault.AfterProviderCall, r); o.status != 500 {
@@ -231,8 +250,15 @@ func TestAbandonedChargeFreedBeforeSweeper(t *testing.T) {
 	if o := c.send(ctx, 1, p, 1, "", r); o.status != 201 {
 		t.Logf("v1 = %d %s", o.status, o.body)
 	}
-	waitUntil(t, 20*time.Second, "the sweeper restoring the reservation", func() bool { return restore.held.Load() > 0 })
-	restore.release()
+	waitUntil(t, 20*time.Second, "the sweeper restoring the reservation", func() bool {
+		for _, e := range c.px.faultEvents() {
+			if e.kind == faultGated && e.op == "PutItem" && e.pk == p.pk {
+				return true
+			}
+		}
+		return false
+	})
+	toUnknown.release()
 	waitUntil(t, 20*time.Second, "the sweeper giving up on the key", func() bool {
 		return strings.Contains(c.out.String(), "abandoned external reservation swept; not restored")
 	})

@@ -50,8 +50,13 @@ type runConfig struct {
 	outages         int     // store outage windows during the history
 	outageRate      float64 // share of eligible calls that fail in an outage
 	background      float64 // share of eligible calls dropped or delayed outside outages
-	quiet           time.Duration
-	checkTimeout    time.Duration // porcupine's bound per key
+	// ttl turns DynamoDB Local's TTL on. Off, as on AWS (where TTL takes
+	// days), abandoned reservations are recovered by the checker only; on,
+	// DynamoDB Local deletes them within seconds and the sweeper's backstop
+	// races the checker.
+	ttl          bool
+	quiet        time.Duration // bound on the wait for quiet
+	checkTimeout time.Duration // porcupine's bound per key
 }
 
 // boundedConfig is the run of `make test`: about 500 requests in about 12s
@@ -76,8 +81,10 @@ func boundedConfig(seed uint64) runConfig {
 		outages:         4,
 		outageRate:      0.6,
 		background:      0.04,
-		quiet:           60 * time.Second,
-		checkTimeout:    30 * time.Second,
+		// A recovery check that failed (a store fault) comes back 60s
+		// later, as the CheckQueue's visibility timeout says.
+		quiet:        90 * time.Second,
+		checkTimeout: 30 * time.Second,
 	}
 }
 
@@ -230,6 +237,8 @@ func newChecker(t *testing.T, cfg runConfig) *checker {
 		"DYNAMODB_ENDPOINT":      px.url,
 		"PORT":                   "0",
 		"PROVIDER_PORT":          "0",
+		"SQS_PORT":               "0",
+		"ONCE_DEV_TTL":           map[bool]string{true: "on", false: "off"}[cfg.ttl],
 		"LOG_LEVEL":              "info",
 		"ONCE_IDEMPOTENCY_TABLE": prefix + "-idempotency",
 		"ONCE_PAYMENTS_TABLE":    prefix + "-payments",
