@@ -14,13 +14,14 @@ GOARCH_LAMBDA := $(patsubst x86_64,amd64,$(LAMBDA_ARCH))
 GO_BUILD_LAMBDA = GOOS=linux GOARCH=$(GOARCH_LAMBDA) CGO_ENABLED=0 \
 	$(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w'
 
-# Flags for `make test` / `make bench` / `make fuzz` / `make soak`.
+# Flags for `make test` / `make bench` / `make fuzz` / `make soak` / `make check`.
 GOTESTFLAGS ?=
 BENCHTIME ?= 200ms
 FUZZTIME ?= 10s
 SOAK_DURATION ?= 5m
 SOAK_CLIENTS ?= 64
 SOAK_TIMEOUT ?= 2h
+CHECK_TIME ?= 5m
 
 BUILD_DIR := build
 # Binaries before zipping, one folder per function like `sam build`'s.
@@ -60,6 +61,11 @@ fuzz: ## each fuzz target for FUZZTIME (10s)
 			$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) "$$pkg"; \
 		done; \
 	done <<< "$$targets"
+
+.PHONY: check
+check: ## the model check (internal/modelcheck) on fresh seeds for CHECK_TIME (5m); MODELCHECK_SEED sets the first
+	MODELCHECK_TIME=$(CHECK_TIME) $(WITH_DYNAMODB) \
+		$(GO) test -race -count=1 -v -timeout 24h -run '^TestModelCheck$$' $(GOTESTFLAGS) ./internal/modelcheck/
 
 .PHONY: ddb-fetch
 ddb-fetch: ## fetch DynamoDB Local into .cache/ (checksum verified; no-op when cached)

@@ -1,0 +1,903 @@
+package modelcheck
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	mrand "math/rand/v2"
+	"mime"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/internal/devstack"
+	"github.com/oncehq/once/internal/dynamotest"
+	"github.com/oncehq/once/internal/lambdatest"
+)
+
+// runConfig shapes one run.
+type runConfig struct {
+	seed            uint64
+	clients         int
+	perClient       int           // requests a client starts, at most (its retries included)
+	think           time.Duration // a client's mean pause between requests
+	history         time.Duration // clients start no request after this
+	tenants         []string
+	keysPerTenant   int     // used two at a time per tenant, one after the other
+	maxVariants     int     // request variants per key, at most
+	otherEndpoint   float64 // chance that a variant after the first goes to another endpoint
+	lease           time.Duration
+	providerTimeout time.Duration
+	faultRate       float64 // share of requests with a Once-Fault header
+	retryRate       float64 // chance that a client retries after 409 or 5xx
+	outages         int     // store outage windows during the history
+	outageRate      float64 // share of eligible calls that fail in an outage
+	background      float64 // share of eligible calls dropped or delayed outside outages
+	// ttl turns DynamoDB Local's TTL on. Off, as on AWS (where TTL takes
+	// days), abandoned reservations are recovered by the checker only; on,
+	// DynamoDB Local deletes them within seconds and the sweeper's backstop
+	// races the checker.
+	ttl          bool
+	quiet        time.Duration // bound on the wait for quiet
+	checkTimeout time.Duration // porcupine's bound per key
+}
+
+// boundedConfig is the run of `make test`: about 500 requests in about 12s
+// of history.
+func boundedConfig(seed uint64) runConfig {
+	return runConfig{
+		seed:          seed,
+		clients:       8,
+		perClient:     80,
+		think:         150 * time.Millisecond,
+		history:       12 * time.Second,
+		tenants:       []string{"acme", "globex", "initech"},
+		keysPerTenant: 5,
+		maxVariants:   3,
+		otherEndpoint: 0.3,
+		// The provider timeout is close to the lease, so that a store call
+		// delayed a few hundred milliseconds makes a zombie.
+		lease:           600 * time.Millisecond,
+		providerTimeout: 400 * time.Millisecond,
+		faultRate:       0.15,
+		retryRate:       0.6,
+		outages:         4,
+		outageRate:      0.6,
+		background:      0.04,
+		// A recovery check that failed (a store fault) comes back 60s
+		// later, as the CheckQueue's visibility timeout says.
+		quiet:        90 * time.Second,
+		checkTimeout: 30 * time.Second,
+	}
+}
+
+// apiKeys are the devstack's demo API keys, one tenant each.
+var apiKeys = map[string]string{"acme": "sk_test_acme", "globex": "sk_test_globex", "initech": "sk_test_initech"}
+
+// partition is one (tenant, key) and the request variants sent under it.
+type partition struct {
+	index    int
+	from, to time.Duration // when clients use it, after they start
+	tenant   string
+	key      string // the Idempotency-Key
+	pk       string // its record's pk
+	variants []*variant
+}
+
+func (p *partition) String() string { return p.tenant + "/" + p.key }
+
+// variant is one request sent under a key.
+type variant struct {
+	index int
+	ep    *endpoint
+	body  map[string]any // tags included
+	tag   tag
+}
+
+func (v *variant) String() string {
+	b := v.body
+	return fmt.Sprintf("v%d %s %v %v %v", v.index, v.ep.name, b["amount"], b["currency"], b["source"])
+}
+
+// op is one request as a client saw it.
+type op struct {
+	client   int
+	part     *partition
+	variant  int
+	fault    string
+	probe    bool
+	call     int64
+	ret      int64
+	status   int
+	code     string // the problem's code
+	class    answerClass
+	replayed bool
+	digest   string // of a final answer
+	body     []byte
+	err      error // a transport error
+}
+
+func (o *op) label() string {
+	v := o.part.variants[o.variant]
+	s := fmt.Sprintf("c%d %s", o.client, v)
+	if o.probe {
+		s = "probe " + v.String()
+	}
+	if o.fault != "" {
+		s += " Once-Fault: " + o.fault
+	}
+	return s
+}
+
+// kind sums o up for the run's statistics.
+func (o *op) kind(lease time.Duration) string {
+	s := strconv.Itoa(o.status)
+	switch {
+	case o.err != nil:
+		return "error"
+	case o.replayed:
+		s += "r"
+	case o.code == "idempotency_key_reused":
+		s += "reused"
+	}
+	if o.fault != "" && o.status == http.StatusInternalServerError {
+		s += "crash"
+	}
+	if time.Duration(o.ret-o.call) >= lease {
+		s += "long"
+	}
+	return s
+}
+
+func (o *op) answerLabel() string {
+	if o.err != nil {
+		return "transport error"
+	}
+	s := strconv.Itoa(o.status)
+	if o.code != "" {
+		s += " " + o.code
+	}
+	if o.class == classFinal {
+		s += " " + o.digest[strings.IndexByte(o.digest, '#'):]
+		if o.replayed {
+			s += " (replayed)"
+		}
+	}
+	return s
+}
+
+// finalRead is a key's record and effects once the system is quiet.
+type finalRead struct {
+	at      int64
+	record  recordState
+	status  string // the record's status, "" when absent
+	variant int    // the record's variant, -1 unknown
+	digest  string
+	effects map[int]int // variant: count, over all systems
+	foreign []tag       // effects tagged with this key but no variant of it
+}
+
+// checker runs one history against a devstack behind a fault proxy and
+// checks it.
+type checker struct {
+	t     *testing.T
+	cfg   runConfig
+	run   string
+	epoch time.Time
+	px    *dynamoProxy
+	stack *devstack.Stack
+	out   *lambdatest.Buffer
+	sys   systems
+	http  *http.Client
+	parts []*partition
+
+	mu  sync.Mutex
+	ops []*op
+}
+
+// newChecker starts a devstack whose DynamoDB is a fault proxy in front of
+// the test DynamoDB Local. Faults stay off until arm.
+func newChecker(t *testing.T, cfg runConfig) *checker {
+	t.Helper()
+	db := dynamotest.Client(t)
+	c := &checker{
+		t:     t,
+		cfg:   cfg,
+		run:   fmt.Sprintf("%d-%s", cfg.seed, randomHex(3)),
+		epoch: time.Now(),
+		out:   &lambdatest.Buffer{},
+		http:  &http.Client{Timeout: 60 * time.Second},
+	}
+	px, err := startProxy(dynamotest.Endpoint(t), cfg.seed, c.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = px.close() })
+	c.px = px
+
+	prefix := "mc-" + randomHex(4)
+	env := map[string]string{
+		"DYNAMODB_ENDPOINT":      px.url,
+		"PORT":                   "0",
+		"PROVIDER_PORT":          "0",
+		"SQS_PORT":               "0",
+		"ONCE_DEV_TTL":           map[bool]string{true: "on", false: "off"}[cfg.ttl],
+		"LOG_LEVEL":              "info",
+		"ONCE_IDEMPOTENCY_TABLE": prefix + "-idempotency",
+		"ONCE_PAYMENTS_TABLE":    prefix + "-payments",
+		"ONCE_API_KEYS_TABLE":    prefix + "-api-keys",
+		"ONCE_PROVIDER_TABLE":    prefix + "-provider",
+		"ONCE_FAULT_INJECTION":   "1",
+		"ONCE_LEASE":             cfg.lease.String(),
+		"ONCE_PROVIDER_TIMEOUT":  cfg.providerTimeout.String(),
+		"ONCE_RETENTION":         "24h",
+		"ONCE_DEV_API_KEYS":      devAPIKeys(),
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, k := range []string{"ONCE_IDEMPOTENCY_TABLE", "ONCE_PAYMENTS_TABLE", "ONCE_API_KEYS_TABLE", "ONCE_PROVIDER_TABLE"} {
+			_, _ = db.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(env[k])})
+		}
+	})
+	stack, err := devstack.Start(t.Context(), devstack.Options{
+		Getenv:       func(k string) string { return env[k] },
+		Output:       c.out,
+		TemplatePath: dynamotest.TemplatePath(t),
+		StateDir:     t.TempDir(),
+	})
+	if err != nil {
+		t.Fatalf("devstack.Start = %v", err)
+	}
+	t.Cleanup(func() {
+		if err := stack.Close(); err != nil {
+			t.Errorf("devstack Close = %v", err)
+		}
+	})
+	c.stack = stack
+	c.sys = systems{db: db, cfg: stack.Config()}
+	px.faultTables(c.sys.cfg.IdempotencyTable, c.sys.cfg.PaymentsTable)
+	return c
+}
+
+func devAPIKeys() string {
+	var pairs []string
+	for _, tenant := range slices.Sorted(maps.Keys(apiKeys)) {
+		pairs = append(pairs, tenant+":"+apiKeys[tenant])
+	}
+	return strings.Join(pairs, ",")
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// now is the checker's clock: nanoseconds since it started, monotonic.
+func (c *checker) now() int64 { return int64(time.Since(c.epoch)) }
+
+// addPartition adds a key of tenant with the given request variants (bodies
+// without tags).
+func (c *checker) addPartition(tenant, key string, variants ...variantSpec) *partition {
+	p := &partition{
+		index:  len(c.parts),
+		tenant: tenant,
+		key:    key,
+		pk:     idempotency.NewKey(tenant, key).ID(),
+	}
+	for i, vs := range variants {
+		tg := tag{run: c.run, tenant: tenant, key: key, variant: i, endpoint: vs.ep.name}
+		body := make(map[string]any, len(vs.body)+1)
+		for k, v := range vs.body {
+			body[k] = v
+		}
+		body["metadata"] = tg.metadata()
+		p.variants = append(p.variants, &variant{index: i, ep: vs.ep, body: body, tag: tg})
+	}
+	c.parts = append(c.parts, p)
+	return p
+}
+
+// variantSpec is a request variant before it is tagged.
+type variantSpec struct {
+	ep   *endpoint
+	body map[string]any
+}
+
+// plan adds keysPerTenant keys to every tenant, the same key values in every
+// tenant, each with one to maxVariants variants. Clients use each key for
+// two steps of the history, two keys per tenant at a time, so that every key
+// sees its first requests race.
+func (c *checker) plan(r *mrand.Rand) {
+	step := c.cfg.history / time.Duration(c.cfg.keysPerTenant+1)
+	for k := range c.cfg.keysPerTenant {
+		key := fmt.Sprintf("mc-%s-k%d", c.run, k)
+		for _, tenant := range c.cfg.tenants {
+			first := endpoints[r.IntN(len(endpoints))]
+			n := 1 + r.IntN(c.cfg.maxVariants)
+			specs := make([]variantSpec, 0, n)
+			for i := range n {
+				ep := first
+				if i > 0 && r.Float64() < c.cfg.otherEndpoint {
+					ep = endpoints[r.IntN(len(endpoints))]
+				}
+				// Amounts differ per variant: no two share a fingerprint.
+				specs = append(specs, variantSpec{ep: ep, body: ep.body(r, int64(1000+100*i+r.IntN(100)))})
+			}
+			p := c.addPartition(tenant, key, specs...)
+			p.from, p.to = time.Duration(k)*step, time.Duration(k+2)*step
+		}
+	}
+}
+
+// send posts variant v of p, with a Once-Fault header when fault is set, and
+// records it. The client numbered probeLane is the prober.
+func (c *checker) send(ctx context.Context, client int, p *partition, v int, fault string, r *mrand.Rand) *op {
+	va := p.variants[v]
+	o := &op{client: client, part: p, variant: v, fault: fault, probe: client == c.probeLane()}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.stack.URL()+va.ep.path, bytes.NewReader(render(r, va.body)))
+	if err != nil {
+		panic(err) // a URL of the stack's and a constant method
+	}
+	req.Header.Set("Authorization", "Bearer "+apiKeys[p.tenant])
+	req.Header.Set("Idempotency-Key", p.key)
+	req.Header.Set("Content-Type", "application/json")
+	if fault != "" {
+		req.Header.Set("Once-Fault", fault)
+	}
+	o.call = c.now()
+	resp, err := c.http.Do(req)
+	if err == nil {
+		o.body, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	o.ret = c.now()
+	if err != nil {
+		o.err, o.class = err, classFailed
+	} else {
+		o.status = resp.StatusCode
+		o.replayed = resp.Header.Get(idempotency.ReplayedHeader) == "true"
+		o.code = problemCode(resp.Header.Get("Content-Type"), o.body)
+		o.class = classify(o.status, o.code)
+		o.digest = digest(o.status, resp.Header.Get("Content-Type"), resp.Header.Get("Location"), o.body)
+	}
+	c.mu.Lock()
+	c.ops = append(c.ops, o)
+	c.mu.Unlock()
+	return o
+}
+
+// classify tells what an answer says about the key.
+func classify(status int, code string) answerClass {
+	switch {
+	case status == http.StatusConflict:
+		return classInProgress
+	case status == http.StatusUnprocessableEntity && code == "idempotency_key_reused":
+		return classReused
+	case status >= 500:
+		return classFailed
+	}
+	return classFinal
+}
+
+func problemCode(contentType string, body []byte) string {
+	mt, _, _ := mime.ParseMediaType(contentType)
+	if mt != "application/problem+json" {
+		return ""
+	}
+	var p struct{ Code string }
+	_ = json.Unmarshal(body, &p)
+	return p.Code
+}
+
+// digest identifies an answer as a replay must reproduce it: status,
+// Content-Type, Location and body bytes.
+func digest(status int, contentType, location string, body []byte) string {
+	sum := sha256.Sum256([]byte(contentType + "\x00" + location + "\x00" + string(body)))
+	return fmt.Sprintf("%d #%s", status, hex.EncodeToString(sum[:])[:8])
+}
+
+// runClients runs the random clients until each has started perClient
+// requests or the history's time is up.
+func (c *checker) runClients(ctx context.Context) {
+	start := time.Now()
+	deadline := start.Add(c.cfg.history)
+	active := func() []*partition {
+		since := time.Since(start)
+		var ps []*partition
+		for _, p := range c.parts {
+			if since >= p.from && since < p.to {
+				ps = append(ps, p)
+			}
+		}
+		if len(ps) == 0 {
+			return c.parts
+		}
+		return ps
+	}
+	var wg sync.WaitGroup
+	for i := range c.cfg.clients {
+		r := mrand.New(mrand.NewPCG(c.cfg.seed, uint64(i)+1))
+		wg.Go(func() {
+			sleep := func(d time.Duration) {
+				select {
+				case <-ctx.Done():
+				case <-time.After(d):
+				}
+			}
+			for n := 0; n < c.cfg.perClient && time.Now().Before(deadline) && ctx.Err() == nil; n++ {
+				ps := active()
+				p := ps[r.IntN(len(ps))]
+				v := 0
+				if r.Float64() < 0.4 {
+					v = r.IntN(len(p.variants))
+				}
+				fault := ""
+				if ep := p.variants[v].ep; r.Float64() < c.cfg.faultRate {
+					fault = ep.faults[r.IntN(len(ep.faults))]
+				}
+				o := c.send(ctx, i, p, v, fault, r)
+				for o.class == classInProgress || o.class == classFailed {
+					if n++; n >= c.cfg.perClient || !time.Now().Before(deadline) || r.Float64() >= c.cfg.retryRate {
+						break
+					}
+					sleep(time.Duration(50+r.IntN(400)) * time.Millisecond)
+					o = c.send(ctx, i, p, v, "", r)
+				}
+				sleep(time.Duration(r.Int64N(int64(2 * c.cfg.think))))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// quietFor is how long nothing may be pending for the system to count as
+// quiet: a reservation DynamoDB's TTL has just deleted leaves nothing
+// pending until the sweeper, run from the stream (whose idle poller reads
+// every 2s), restores it as UNKNOWN.
+const quietFor = 4 * time.Second
+
+// waitQuiet waits until no record is IN_PROGRESS or UNKNOWN and no payment
+// is pending, for quietFor, or the bound passes; it returns what is still
+// pending then.
+func (c *checker) waitQuiet(ctx context.Context) []string {
+	deadline := time.Now().Add(c.cfg.quiet)
+	var since time.Time // nothing pending since
+	for {
+		pending, err := c.pending(ctx)
+		if err != nil {
+			return []string{err.Error()}
+		}
+		switch {
+		case len(pending) > 0:
+			since = time.Time{}
+		case since.IsZero():
+			since = time.Now()
+		case time.Since(since) >= quietFor:
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return pending
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// records reads every idempotency record.
+func (c *checker) records(ctx context.Context) ([]idempotency.Record, error) {
+	items, err := scan(ctx, c.sys.db, c.sys.cfg.IdempotencyTable)
+	if err != nil {
+		return nil, err
+	}
+	recs := make([]idempotency.Record, 0, len(items))
+	for _, item := range items {
+		rec, err := dynamo.RecordFromItem(item)
+		if err != nil {
+			return nil, fmt.Errorf("record: %w", err)
+		}
+		recs = append(recs, rec)
+	}
+	return recs, nil
+}
+
+func (c *checker) pending(ctx context.Context) ([]string, error) {
+	var out []string
+	recs, err := c.records(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, rec := range recs {
+		if rec.Status != idempotency.StatusCompleted {
+			out = append(out, fmt.Sprintf("record %s is %s (updated %s ago)", c.partitionName(rec.Key.ID()), rec.Status, time.Since(rec.UpdatedAt).Round(time.Millisecond)))
+		}
+	}
+	pays, err := scan(ctx, c.sys.db, c.sys.cfg.PaymentsTable)
+	if err != nil {
+		return nil, err
+	}
+	for _, item := range pays {
+		if s := stringAttr(item, "status"); s == "pending" {
+			out = append(out, "payment "+stringAttr(item, "id")+" is pending")
+		}
+	}
+	return out, nil
+}
+
+func (c *checker) partitionName(pk string) string {
+	for _, p := range c.parts {
+		if p.pk == pk {
+			return p.String()
+		}
+	}
+	return pk
+}
+
+// readFinal reads every key's record and effects.
+func (c *checker) readFinal(ctx context.Context) (map[*partition]*finalRead, error) {
+	at := c.now()
+	reads := map[*partition]*finalRead{}
+	byPK := map[string]*partition{}
+	for _, p := range c.parts {
+		reads[p] = &finalRead{at: at, record: recordAbsent, variant: -1, effects: map[int]int{}}
+		byPK[p.pk] = p
+	}
+	recs, err := c.records(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, rec := range recs {
+		p := byPK[rec.Key.ID()]
+		if p == nil {
+			continue
+		}
+		f := reads[p]
+		f.status = string(rec.Status)
+		if rec.Status != idempotency.StatusCompleted || rec.Response == nil {
+			f.record = recordPending
+			continue
+		}
+		f.record = recordCompleted
+		resp := rec.Response
+		f.digest = digest(resp.Status, resp.Header["Content-Type"], resp.Header["Location"], resp.Body)
+		// External records keep their request; Atomic answers are the
+		// payment, with its metadata.
+		tg, ok := tagInJSON(rec.Request)
+		if !ok {
+			tg, ok = tagInJSON(resp.Body)
+		}
+		if ok && tg.run == c.run {
+			f.variant = tg.variant
+		}
+	}
+	for _, ep := range endpoints {
+		counts, err := ep.effects(ctx, c.sys)
+		if err != nil {
+			return nil, err
+		}
+		for tg, n := range counts {
+			if tg.run != c.run {
+				continue
+			}
+			p := c.partitionOf(tg)
+			switch {
+			case p == nil:
+				continue
+			case tg.variant < 0 || tg.variant >= len(p.variants) || p.variants[tg.variant].ep != ep:
+				reads[p].foreign = append(reads[p].foreign, tg)
+			default:
+				reads[p].effects[tg.variant] += n
+			}
+		}
+	}
+	return reads, nil
+}
+
+func (c *checker) partitionOf(tg tag) *partition {
+	for _, p := range c.parts {
+		if p.tenant == tg.tenant && p.key == tg.key {
+			return p
+		}
+	}
+	return nil
+}
+
+// probe sends every variant of every completed key once more, without
+// faults: the stored variant must be replayed, the others refused.
+func (c *checker) probe(ctx context.Context, reads map[*partition]*finalRead) {
+	r := mrand.New(mrand.NewPCG(c.cfg.seed, 0x9e0be))
+	for _, p := range c.parts {
+		if reads[p].record != recordCompleted {
+			continue
+		}
+		for v := range p.variants {
+			c.send(ctx, c.probeLane(), p, v, "", r)
+		}
+	}
+}
+
+// result is what a run found.
+type result struct {
+	seed       uint64
+	requests   int
+	operations int // porcupine operations, final reads included
+	faults     map[faultKind]int
+	answers    map[string]int // answers by status and kind
+	quiet      time.Duration  // the wait for quiet
+	violations []string
+	files      []string
+}
+
+func (r *result) ok() bool { return len(r.violations) == 0 }
+
+func (r *result) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: %d requests, %d operations checked, answers %v, store faults %v, quiet after %v",
+		r.seed, r.requests, r.operations, r.answers, r.faults, r.quiet.Round(100*time.Millisecond))
+	if r.ok() {
+		return b.String()
+	}
+	fmt.Fprintf(&b, "\n%d violation(s) (replay the choices with MODELCHECK_SEED=%d):", len(r.violations), r.seed)
+	for _, v := range r.violations {
+		b.WriteString("\n  - " + v)
+	}
+	for _, f := range r.files {
+		b.WriteString("\n  see " + f)
+	}
+	return b.String()
+}
+
+// finish stops the faults, waits for quiet, reads the final state, probes,
+// and checks the history and the invariants.
+func (c *checker) finish(ctx context.Context) *result {
+	c.px.disarm()
+	res := &result{seed: c.cfg.seed, faults: map[faultKind]int{}, answers: map[string]int{}}
+	for _, e := range c.px.faultEvents() {
+		res.faults[e.kind]++
+	}
+	quietFrom := time.Now()
+	stuck := c.waitQuiet(ctx)
+	res.quiet = time.Since(quietFrom)
+	for _, s := range stuck {
+		res.violations = append(res.violations, fmt.Sprintf("not quiet %v after the last request: %s", c.cfg.quiet, s))
+	}
+	reads, err := c.readFinal(ctx)
+	if err != nil {
+		res.violations = append(res.violations, "final read: "+err.Error())
+		return res
+	}
+	c.probe(ctx, reads)
+
+	c.mu.Lock()
+	ops := slices.Clone(c.ops)
+	c.mu.Unlock()
+	res.requests = len(ops)
+	for _, o := range ops {
+		res.answers[o.kind(c.cfg.lease)]++
+	}
+	byPart := map[*partition][]*op{}
+	for _, o := range ops {
+		byPart[o.part] = append(byPart[o.part], o)
+	}
+	dumps := 0 // histories printed; the rest are in their files
+	for _, p := range c.parts {
+		res.violations = append(res.violations, c.invariants(p, byPart[p], reads[p])...)
+		n, bad, file := c.linearizable(p, byPart[p], reads[p], dumps < 3)
+		res.operations += n
+		if bad != "" {
+			res.violations = append(res.violations, bad)
+			dumps++
+		}
+		if file != "" {
+			res.files = append(res.files, file)
+		}
+	}
+	res.violations = append(res.violations, c.workerInvariants(ctx)...)
+	if !res.ok() {
+		if f := c.writeFile("stack.log", []byte(c.out.String())); f != "" {
+			res.files = append(res.files, f)
+		}
+	}
+	return res
+}
+
+// invariants checks what is stated directly rather than through the model.
+func (c *checker) invariants(p *partition, ops []*op, f *finalRead) []string {
+	var out []string
+	bad := func(format string, args ...any) {
+		out = append(out, p.String()+": "+fmt.Sprintf(format, args...))
+	}
+	for _, o := range ops {
+		switch {
+		case o.err != nil:
+			bad("%s: %v", o.label(), o.err)
+		case o.class == classFinal && !slices.Contains(p.variants[o.variant].ep.finals, o.status):
+			bad("%s: unexpected answer %d %s", o.label(), o.status, o.body)
+		case o.class == classFinal:
+			if tg, ok := tagInJSON(o.body); ok && tg != p.variants[o.variant].tag {
+				bad("%s: the answer carries another request's tags %+v: %s", o.label(), tg, o.body)
+			}
+		}
+	}
+	var effected []int
+	for v, n := range f.effects {
+		if n > 1 {
+			bad("%d effects of %s (at most one per key)", n, p.variants[v])
+		}
+		if n > 0 {
+			effected = append(effected, v)
+		}
+	}
+	slices.Sort(effected)
+	if len(effected) > 1 {
+		bad("effects of %d requests under one key: variants %v", len(effected), effected)
+	}
+	for _, tg := range f.foreign {
+		bad("an effect tagged %+v, which no request under the key made", tg)
+	}
+	switch f.record {
+	case recordCompleted:
+		for _, v := range effected {
+			if f.variant >= 0 && v != f.variant {
+				bad("the effect of %s exists, but the stored answer is v%d's", p.variants[v], f.variant)
+			}
+		}
+		for _, o := range ops {
+			if o.class == classFinal && o.variant == f.variant && o.digest != f.digest {
+				bad("%s got %s, but the stored answer is %s", o.label(), o.answerLabel(), f.digest)
+			}
+		}
+	case recordAbsent:
+		for _, v := range effected {
+			bad("the effect of %s exists, but the key has no record", p.variants[v])
+		}
+	}
+	const most = 6
+	if len(out) > most {
+		out = append(out[:most], fmt.Sprintf("%s: ... and %d more like these", p, len(out)-most))
+	}
+	return out
+}
+
+// workerInvariants: the worker charged every payment once (their sources
+// are ones the provider charges, and the system is quiet: none is pending),
+// and only payments that exist.
+func (c *checker) workerInvariants(ctx context.Context) []string {
+	charges, err := providerCharges(ctx, c.sys, "payments")
+	if err != nil {
+		return []string{"provider charges: " + err.Error()}
+	}
+	payments, err := taggedItems(ctx, c.sys.db, c.sys.cfg.PaymentsTable, nil)
+	if err != nil {
+		return []string{"payments: " + err.Error()}
+	}
+	var out []string
+	for tg, n := range charges {
+		if tg.run != c.run {
+			continue
+		}
+		if n > 1 {
+			out = append(out, fmt.Sprintf("the worker charged %+v %d times", tg, n))
+		}
+		if payments[tg] == 0 {
+			out = append(out, fmt.Sprintf("the worker charged %+v, which has no payment", tg))
+		}
+	}
+	for tg := range payments {
+		if tg.run == c.run && charges[tg] == 0 {
+			out = append(out, fmt.Sprintf("the worker never charged the payment of %+v", tg))
+		}
+	}
+	return out
+}
+
+// Porcupine lanes: one per client, then the probes, then the reservations
+// of each client's requests, then the final read.
+func (c *checker) probeLane() int           { return c.cfg.clients }
+func (c *checker) enterLane(client int) int { return c.cfg.clients + 1 + client }
+func (c *checker) auditLane() int           { return 2*c.cfg.clients + 2 }
+
+// history turns p's requests and final read into porcupine operations.
+func (c *checker) history(p *partition, ops []*op, f *finalRead) []porcupineOp {
+	var h []porcupineOp
+	end := f.at - 1
+	for id, o := range ops {
+		va := p.variants[o.variant]
+		ret := o.ret
+		if o.err != nil {
+			ret = max(ret, end) // its effect may land any time before quiet
+		}
+		in := opInput{
+			kind:     kindRequest,
+			id:       id,
+			variant:  o.variant,
+			external: va.ep.external,
+			long:     time.Duration(o.ret-o.call) >= c.cfg.lease-20*time.Millisecond,
+			label:    o.label(),
+		}
+		out := opOutput{
+			class:     o.class,
+			replayed:  o.replayed,
+			answer:    o.digest,
+			effectful: o.class == classFinal && va.ep.effectful(o.status),
+			label:     o.answerLabel(),
+		}
+		lane := o.client
+		if o.probe {
+			lane = c.probeLane()
+		}
+		h = append(h, porcupineOp{client: lane, in: in, out: out, call: o.call, ret: ret})
+		mayReserve := out.class == classFinal && !o.replayed || out.class == classFailed || in.long
+		if va.ep.external && mayReserve && !o.probe {
+			enter := in
+			enter.kind = kindEnter
+			h = append(h, porcupineOp{client: c.enterLane(o.client), in: enter, call: o.call, ret: ret})
+		}
+	}
+	var eff uint32
+	dup := false
+	for v, n := range f.effects {
+		if n > 0 {
+			eff |= bit(v)
+		}
+		dup = dup || n > 1
+	}
+	label := "no record"
+	switch f.record {
+	case recordCompleted:
+		label = fmt.Sprintf("COMPLETED v%d %s", f.variant, f.digest)
+	case recordPending:
+		label = f.status
+	}
+	label += ", effects " + describeEffects(eff)
+	if dup || len(f.foreign) > 0 {
+		label += " (duplicates)"
+		dup = true
+	}
+	h = append(h, porcupineOp{
+		client: c.auditLane(),
+		in:     opInput{kind: kindAudit, label: "final read"},
+		out: opOutput{
+			record: f.record, recordVariant: f.variant, answer: f.digest,
+			effects: eff, duplicates: dup, label: label,
+		},
+		call: f.at, ret: f.at + 1,
+	})
+	return h
+}
+
+// writeFile writes data under the output directory as <run>-name and
+// returns its path ("" when it could not).
+func (c *checker) writeFile(name string, data []byte) string {
+	dir := os.Getenv("MODELCHECK_OUT")
+	if dir == "" {
+		dir = filepath.Join(filepath.Dir(dynamotest.TemplatePath(c.t)), ".cache", "modelcheck")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.t.Logf("modelcheck: %v", err)
+		return ""
+	}
+	path := filepath.Join(dir, c.run+"-"+name)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		c.t.Logf("modelcheck: %v", err)
+		return ""
+	}
+	return path
+}
