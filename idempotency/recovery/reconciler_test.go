@@ -140,13 +140,13 @@ func newHarness(t *testing.T, c config) harness {
 		c.Retention = retention
 	}
 	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
-		Store:       c.Store,
-		Resolvers:   idempotency.Resolvers{route: chargeResolver(c.Provider, c.Rebuild)},
-		Settle: providerTimeout,
-		Retention:   c.Retention,
-		Logger:      slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Metrics:     metrics.New(h.metrics, "once", map[string]string{"Service": "reconciler"}),
-		Now:         c.Now,
+		Store:     c.Store,
+		Resolvers: idempotency.Resolvers{route: chargeResolver(c.Provider, c.Rebuild)},
+		Settle:    providerTimeout,
+		Retention: c.Retention,
+		Logger:    slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics:   metrics.New(h.metrics, "once", map[string]string{"Service": "reconciler"}),
+		Now:       c.Now,
 	})
 	if err != nil {
 		t.Fatalf("recovery.NewReconciler: %v", err)

@@ -95,7 +95,9 @@ func TestFromEnv(t *testing.T) {
 		{name: "bad retry window", env: map[string]string{"ONCE_WORKER_RETRY_WINDOW": "0s"}, wantErr: []string{"ONCE_WORKER_RETRY_WINDOW"}},
 		{name: "settle below the provider timeout", env: map[string]string{"ONCE_PROVIDER_TIMEOUT": "10s", "ONCE_PROVIDER_SETTLE": "5s"}, wantErr: []string{"ONCE_PROVIDER_SETTLE"}},
 		{name: "settle unset follows a long provider timeout", env: map[string]string{"ONCE_PROVIDER_TIMEOUT": "40s", "ONCE_LEASE": "1m"},
-			want: with(func(c *Config) { c.ProviderTimeout, c.Lease, c.ProviderSettle = 40*time.Second, time.Minute, 40*time.Second })},
+			want: with(func(c *Config) {
+				c.ProviderTimeout, c.Lease, c.ProviderSettle = 40*time.Second, time.Minute, 40*time.Second
+			})},
 		{name: "fault injection true", env: map[string]string{"ONCE_FAULT_INJECTION": "TRUE"},
 			want: with(func(c *Config) { c.FaultInjection = true })},
 		{name: "fault injection 0", env: map[string]string{"ONCE_FAULT_INJECTION": "0"}, want: defaults},
