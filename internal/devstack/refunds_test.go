@@ -84,33 +84,10 @@ func TestRefundRecoveryMatrix(t *testing.T) {
 				key := fmt.Sprintf("refund-matrix-%s-%s-%s", run, source, fault)
 				id := succeededPayment(t, stack.URL(), "payment-"+key, source, amount)
 				body := fmt.Sprintf(`{"payment": %q, "amount": %d}`, id, refund)
-				first := send(t, stack.URL(), "/v1/refunds", key, fault, body)
 				// after-complete is reached only when a response is stored:
 				// not for 503 (released) nor 504 (left UNKNOWN).
 				crashes := fault != "" && (fault != "after-complete" || source == "tok_visa")
-				if crashes && (first.status != http.StatusInternalServerError || first.body != `{"message":"Internal Server Error"}`) {
-					t.Errorf("first answer with Once-Fault: %s = %d %s, want API Gateway's 500", fault, first.status, first.body)
-				}
-				if !crashes && first.status == http.StatusInternalServerError {
-					t.Errorf("first answer with Once-Fault: %q = %d %s, want no crash", fault, first.status, first.body)
-				}
-
-				got := retryUntilSettled(t, stack.URL(), "/v1/refunds", key, body, 45*time.Second)
-				if got.status != want.status {
-					t.Fatalf("settled answer = %d %s, want %d", got.status, got.body, want.status)
-				}
-				if want.code != "" && !strings.Contains(got.body, `"code":"`+want.code+`"`) {
-					t.Errorf("settled answer %s, want code %s", got.body, want.code)
-				}
-				for i := range 3 {
-					again := send(t, stack.URL(), "/v1/refunds", key, "", body)
-					if again.status != got.status {
-						t.Fatalf("retry %d = %d %s, want %d", i, again.status, again.body, got.status)
-					}
-					if want.record != "" && (again.body != got.body || again.header.Get("Idempotent-Replayed") != "true") {
-						t.Errorf("retry %d = %s (replayed %q), want the replay of %s", i, again.body, again.header.Get("Idempotent-Replayed"), got.body)
-					}
-				}
+				crashAndSettle(t, stack.URL(), "/v1/refunds", key, fault, body, crashes, settledAs{want.status, want.code, want.record != ""})
 
 				p, err := table.Get(t.Context(), "acme", id)
 				if err != nil {

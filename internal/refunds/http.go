@@ -109,24 +109,21 @@ func (h handler) create(w http.ResponseWriter, r *http.Request) {
 		Charge: p.ProviderChargeID, Amount: amount, Reason: req.Reason, Metadata: req.Metadata,
 	})
 	fault.Check(r.Context(), fault.AfterProviderCall)
-	switch {
-	case err == nil:
-	case errors.Is(Answer(err), ErrOutcomeUnknown):
-		// The refund may exist: the record goes to UNKNOWN, the hold stays
-		// until the reconciler knows, and this 504 is not stored.
-		call.Unknown()
-		httpapi.WriteError(w, r, Answer(err))
-		return
-	case errors.Is(err, provider.ErrRejected):
-		// Final, and nothing was refunded: the 422 is stored with the
-		// hold given back.
-		call.AddEffect(h.cfg.Tables.release(key, req.Payment))
-		httpapi.WriteError(w, r, Answer(err))
-		return
-	default:
-		// Nothing was refunded (503), or something else went wrong (500):
-		// the engine releases the key of a 5xx, with the release effect.
-		httpapi.WriteError(w, r, Answer(err))
+	if answer := Answer(err); answer != nil {
+		switch {
+		case errors.Is(answer, ErrOutcomeUnknown):
+			// The refund may exist: the record goes to UNKNOWN, the hold
+			// stays until the reconciler knows, and this 504 is not stored.
+			call.Unknown()
+		case errors.Is(answer, ErrProviderRejected):
+			// Final, and nothing was refunded: the 422 is stored with the
+			// hold given back.
+			call.AddEffect(h.cfg.Tables.release(key, req.Payment))
+		}
+		// Otherwise nothing was refunded (503) or something else went
+		// wrong (500): the engine releases the key of a 5xx, with the
+		// release effect.
+		httpapi.WriteError(w, r, answer)
 		return
 	}
 	if res.Amount != amount || !strings.EqualFold(res.Currency, p.Currency) || res.Charge != p.ProviderChargeID {
