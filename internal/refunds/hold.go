@@ -75,11 +75,16 @@ func rejectHold(key idempotency.Key) func(map[string]types.AttributeValue) error
 			return fmt.Errorf("refunds: the payment item: %w", err)
 		}
 		_, held := p.Holds[key.Hash]
+		_, kept := item[payments.AttrRefundable]
 		switch {
 		case p.Status != payments.StatusSucceeded:
 			return fmt.Errorf("refunds: payment %s is %s: %w", p.ID, p.Status, ErrNotRefundable)
 		case held:
 			return errStaleHold
+		case !kept:
+			// Settled before refunds existed: a 500, not a stored "nothing
+			// left", until its balance is backfilled.
+			return fmt.Errorf("refunds: payment %s has no %s: it was settled before refunds", p.ID, payments.AttrRefundable)
 		}
 		return &ExceedsError{Left: p.Refundable}
 	}
