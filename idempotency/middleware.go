@@ -414,6 +414,19 @@ func (c *Call) Steps() *Steps { return c.steps }
 // PointAfter(point) follows the completion.
 func (c *Call) Finish(point string) { c.finalPoint = point }
 
+// KeyOf returns the scoped idempotency key of r, a request inside a handler
+// wrapped by a Middleware, before Begin as after: what a handler names the
+// holds it passes to Begin by (a refund's hold on a payment), so that the
+// route's Resolver, which gets the Record, names them the same
+// (Record.Key). It is false outside such a handler.
+func KeyOf(r *http.Request) (Key, bool) {
+	c, ok := r.Context().Value(callKey{}).(*Call)
+	if !ok {
+		return Key{}, false
+	}
+	return c.key, true
+}
+
 // Key is the scoped idempotency key of the request.
 func (c *Call) Key() Key { return c.key }
 

@@ -83,6 +83,39 @@ func TestCallRecord(t *testing.T) {
 	}
 }
 
+// TestKeyOf checks that a handler learns its request's key before Begin, to
+// name the holds it passes to Begin, and that it is the key Begin records.
+func TestKeyOf(t *testing.T) {
+	mw, err := idempotency.New(idempotency.Config{Store: memory.New(), Tenant: func(*http.Request) (string, bool) { return "acme", true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before idempotency.Key
+	h := wrap(mw, idempotency.External, "POST /v1/things", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var ok bool
+		if before, ok = idempotency.KeyOf(r); !ok {
+			t.Error("KeyOf() before Begin = false, want true")
+		}
+		call, ok := idempotency.Begin(w, r)
+		if !ok {
+			t.Fatal("Begin() = false, want true")
+		}
+		if got := call.Record().Key; got != before {
+			t.Errorf("Record().Key = %v, KeyOf() before Begin = %v; want the same", got, before)
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	r := httptest.NewRequest("POST", "/v1/things", strings.NewReader(`{}`))
+	r.Header.Set(idempotency.Header, "k")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	if want := idempotency.NewKey("acme", "k"); before != want {
+		t.Errorf("KeyOf() = %v, want %v", before, want)
+	}
+	if _, ok := idempotency.KeyOf(httptest.NewRequest("POST", "/", nil)); ok {
+		t.Error("KeyOf() outside a Middleware = true, want false")
+	}
+}
+
 // wrap wraps h under mode, External with a resolver that finds nothing.
 func wrap(mw *idempotency.Middleware, mode idempotency.Mode, route string, h http.Handler) http.Handler {
 	if mode == idempotency.External {

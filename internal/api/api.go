@@ -23,6 +23,7 @@ import (
 	"github.com/oncehq/once/internal/httpapi"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
+	"github.com/oncehq/once/internal/refunds"
 )
 
 // The bounds of the api function's replay cache (idempotency.Cache): a warm
@@ -34,9 +35,10 @@ const (
 )
 
 // Handler returns the api function's handler: the API over the idempotency
-// engine, backed by DynamoDB through client. The charges route calls the
-// provider at cfg.ProviderURL, each call bounded by cfg.ProviderTimeout;
-// without a ProviderURL it answers 503 provider_unavailable.
+// engine, backed by DynamoDB through client. The charges and refunds routes
+// call the provider at cfg.ProviderURL, each call bounded by
+// cfg.ProviderTimeout; without a ProviderURL they answer 503
+// provider_unavailable.
 func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (http.Handler, error) {
 	opts = opts.WithDefaults(cfg)
 	var hook func(context.Context, string)
@@ -89,13 +91,17 @@ func Resolvers(cfg config.Config, client *dynamodb.Client, opts app.Options) (id
 type deps struct {
 	client          *dynamodb.Client
 	paymentsTable   string
-	provider        charges.Provider
+	refundsTable    string
+	provider        *provider.Client
 	providerTimeout time.Duration
 	now             func() time.Time
 }
 
 func newDeps(cfg config.Config, client *dynamodb.Client, opts app.Options) (deps, error) {
-	d := deps{client: client, paymentsTable: cfg.PaymentsTable, providerTimeout: cfg.ProviderTimeout, now: opts.Now}
+	d := deps{
+		client: client, paymentsTable: cfg.PaymentsTable, refundsTable: cfg.RefundsTable,
+		providerTimeout: cfg.ProviderTimeout, now: opts.Now,
+	}
 	// The provider signs its calls with the function's own credentials,
 	// those of its DynamoDB client.
 	o := client.Options()
@@ -103,17 +109,26 @@ func newDeps(cfg config.Config, client *dynamodb.Client, opts app.Options) (deps
 	if err != nil {
 		return deps{}, fmt.Errorf("api: %w", err)
 	}
-	if p != nil { // a nil *provider.Client would not be a nil Provider
-		d.provider = p
-	}
+	d.provider = p
 	return d, nil
 }
 
 // routes lists every endpoint of the API.
 func routes(mw *idempotency.Middleware, d deps) []httpapi.Route {
+	var chargesProvider charges.Provider
+	var refundsProvider refunds.Provider
+	if d.provider != nil { // a nil *provider.Client would not be a nil interface
+		chargesProvider, refundsProvider = d.provider, d.provider
+	}
 	var rs []httpapi.Route
 	rs = append(rs, payments.Routes(mw, d.paymentsTable, payments.NewTable(d.client, d.paymentsTable), d.now)...)
-	rs = append(rs, charges.Routes(mw, d.provider, d.providerTimeout)...)
+	rs = append(rs, charges.Routes(mw, chargesProvider, d.providerTimeout)...)
+	rs = append(rs, refunds.Routes(mw, refunds.Config{
+		Tables:   refunds.Tables{Refunds: d.refundsTable, Payments: d.paymentsTable},
+		DB:       d.client,
+		Provider: refundsProvider,
+		Timeout:  d.providerTimeout,
+	})...)
 	return rs
 }
 

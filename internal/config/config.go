@@ -14,6 +14,7 @@ import (
 const (
 	EnvIdempotencyTable = "ONCE_IDEMPOTENCY_TABLE"
 	EnvPaymentsTable    = "ONCE_PAYMENTS_TABLE"
+	EnvRefundsTable     = "ONCE_REFUNDS_TABLE"
 	EnvAPIKeysTable     = "ONCE_API_KEYS_TABLE"
 	EnvProviderTable    = "ONCE_PROVIDER_TABLE"
 	EnvRetention        = "ONCE_RETENTION"
@@ -43,6 +44,7 @@ const (
 const (
 	DefaultIdempotencyTable = "once-idempotency"
 	DefaultPaymentsTable    = "once-payments"
+	DefaultRefundsTable     = "once-refunds"
 	DefaultAPIKeysTable     = "once-api-keys"
 	DefaultProviderTable    = "once-provider"
 	DefaultCheckQueue       = "once-check"
@@ -81,10 +83,11 @@ const (
 
 // Config is the parsed configuration.
 type Config struct {
-	// IdempotencyTable, PaymentsTable, APIKeysTable and ProviderTable are the
-	// DynamoDB table names.
+	// IdempotencyTable, PaymentsTable, RefundsTable, APIKeysTable and
+	// ProviderTable are the DynamoDB table names.
 	IdempotencyTable string
 	PaymentsTable    string
+	RefundsTable     string
 	APIKeysTable     string
 	ProviderTable    string
 	// Retention is how long a completed idempotency record is kept.
@@ -190,6 +193,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	c := Config{
 		IdempotencyTable: table(EnvIdempotencyTable, DefaultIdempotencyTable),
 		PaymentsTable:    table(EnvPaymentsTable, DefaultPaymentsTable),
+		RefundsTable:     table(EnvRefundsTable, DefaultRefundsTable),
 		APIKeysTable:     table(EnvAPIKeysTable, DefaultAPIKeysTable),
 		ProviderTable:    table(EnvProviderTable, DefaultProviderTable),
 		Retention:        duration(EnvRetention, DefaultRetention),

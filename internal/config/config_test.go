@@ -13,6 +13,7 @@ func TestFromEnv(t *testing.T) {
 	defaults := Config{
 		IdempotencyTable: DefaultIdempotencyTable,
 		PaymentsTable:    DefaultPaymentsTable,
+		RefundsTable:     DefaultRefundsTable,
 		APIKeysTable:     DefaultAPIKeysTable,
 		ProviderTable:    DefaultProviderTable,
 		Retention:        DefaultRetention,
@@ -47,6 +48,7 @@ func TestFromEnv(t *testing.T) {
 				"ONCE_PAYMENTS_TABLE":    "stack-payments",
 				"ONCE_API_KEYS_TABLE":    "stack-api-keys",
 				"ONCE_PROVIDER_TABLE":    "stack-provider",
+				"ONCE_REFUNDS_TABLE":     "stack-refunds",
 				"ONCE_RETENTION":         "1h30m",
 				"ONCE_LEASE":             "10s",
 				"ONCE_FAULT_INJECTION":   "1",
@@ -67,6 +69,7 @@ func TestFromEnv(t *testing.T) {
 			want: Config{
 				IdempotencyTable: "stack-idempotency",
 				PaymentsTable:    "stack-payments",
+				RefundsTable:     "stack-refunds",
 				APIKeysTable:     "stack-api-keys",
 				ProviderTable:    "stack-provider",
 				Retention:        90 * time.Minute,

@@ -27,7 +27,8 @@ var queueRead = []string{"sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:Rec
 var wantGrants = map[string]map[string][]string{
 	"ApiFunction": {
 		"IdempotencyTable": {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
-		"PaymentsTable":    {"dynamodb:GetItem", "dynamodb:PutItem"},
+		"PaymentsTable":    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+		"RefundsTable":     {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem"},
 		"ProviderFunction": invokeURL,
 	},
 	"AuthorizerFunction": {
@@ -57,13 +58,14 @@ var wantGrants = map[string]map[string][]string{
 	},
 	"ReconcilerFunction": {
 		"IdempotencyTable":        {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
-		"PaymentsTable":           {"dynamodb:GetItem", "dynamodb:PutItem"},
+		"PaymentsTable":           {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+		"RefundsTable":            {"dynamodb:ConditionCheckItem", "dynamodb:PutItem"},
 		"IdempotencyTable/stream": streamRead,
 		"ReconcilerDLQ":           {"sqs:SendMessage"},
 		"ProviderFunction":        invokeURL,
 	},
 	"ProviderFunction": {
-		"ProviderTable": {"dynamodb:GetItem", "dynamodb:PutItem"},
+		"ProviderTable": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
 	},
 }
 

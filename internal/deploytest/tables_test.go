@@ -26,6 +26,7 @@ type tableSpec struct {
 var designTables = map[string]tableSpec{
 	"IdempotencyTable": {suffix: "idempotency", ttl: "expires_at", stream: "NEW_AND_OLD_IMAGES", retain: true},
 	"PaymentsTable":    {suffix: "payments", stream: "NEW_AND_OLD_IMAGES", retain: true},
+	"RefundsTable":     {suffix: "refunds", retain: true},
 	"ApiKeysTable":     {suffix: "api-keys", retain: true},
 	"ProviderTable":    {suffix: "provider"},
 }
@@ -105,6 +106,7 @@ func TestTablesMatchCode(t *testing.T) {
 		{"IdempotencyTable", "idempotency/dynamo", "AttrPK", partitionKey},
 		{"IdempotencyTable", "idempotency/dynamo", "AttrExpiresAt", designTables["IdempotencyTable"].ttl},
 		{"PaymentsTable", "internal/payments", "KeyAttr", partitionKey},
+		{"RefundsTable", "internal/refunds", "KeyAttr", partitionKey},
 		{"ApiKeysTable", "internal/auth", "attrPK", partitionKey},
 	}
 	for _, tt := range tests {

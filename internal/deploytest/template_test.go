@@ -342,6 +342,7 @@ func TestOutputs(t *testing.T) {
 		"ApiId":                map[string]any{"Ref": "Api"},
 		"IdempotencyTableName": map[string]any{"Ref": "IdempotencyTable"},
 		"PaymentsTableName":    map[string]any{"Ref": "PaymentsTable"},
+		"RefundsTableName":     map[string]any{"Ref": "RefundsTable"},
 		"ApiKeysTableName":     map[string]any{"Ref": "ApiKeysTable"},
 		"ProviderTableName":    map[string]any{"Ref": "ProviderTable"},
 		"WorkerDLQUrl":         map[string]any{"Ref": "WorkerDLQ"},

@@ -56,6 +56,9 @@ func TestReadmeExamples(t *testing.T) {
 		// and its retry after the outage, tok_timeout, its retry once
 		// reconciled, the tok_slow duplicate.
 		{"201", "402", "503", "503", "201", "504", "201r", "409"},
+		// refunds: 2000, its replay, too much, the rest, the payment, the
+		// refund, the refund as another tenant.
+		{"201", "201r", "400", "201", "200", "200", "404"},
 		// the crash after the provider call, and the retry within the lease.
 		{"500", "409"},
 	}

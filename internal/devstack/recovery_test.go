@@ -119,6 +119,47 @@ func retryUntilSettled(t *testing.T, base, path, key, body string, within time.D
 	}
 }
 
+// settledAs is the answer a request settles on: its status, its problem
+// code ("" for none), and whether it is stored (replayed byte for byte).
+type settledAs struct {
+	status int
+	code   string
+	stored bool
+}
+
+// crashAndSettle sends body to path under key with the Once-Fault header
+// fault, checks that it crashed when crashes says so, then retries as a
+// client would until the answer is settled, and checks that it is want and
+// that every later retry gets it again.
+func crashAndSettle(t *testing.T, base, path, key, fault, body string, crashes bool, want settledAs) {
+	t.Helper()
+	first := send(t, base, path, key, fault, body)
+	if crashes && (first.status != http.StatusInternalServerError || first.body != `{"message":"Internal Server Error"}`) {
+		t.Errorf("first answer with Once-Fault: %s = %d %s, want API Gateway's 500", fault, first.status, first.body)
+	}
+	if !crashes && first.status == http.StatusInternalServerError {
+		t.Errorf("first answer with Once-Fault: %q = %d %s, want no crash", fault, first.status, first.body)
+	}
+	got := retryUntilSettled(t, base, path, key, body, 45*time.Second)
+	if got.status != want.status {
+		t.Fatalf("settled answer = %d %s, want %d", got.status, got.body, want.status)
+	}
+	if want.code != "" && !strings.Contains(got.body, `"code":"`+want.code+`"`) {
+		t.Errorf("settled answer %s, want code %s", got.body, want.code)
+	}
+	// Every later retry gets the same answer; a stored one is replayed byte
+	// for byte.
+	for i := range 3 {
+		again := send(t, base, path, key, "", body)
+		if again.status != got.status {
+			t.Fatalf("retry %d = %d %s, want %d", i, again.status, again.body, got.status)
+		}
+		if want.stored && (again.body != got.body || again.header.Get("Idempotent-Replayed") != "true") {
+			t.Errorf("retry %d = %s (replayed %q), want the replay of %s", i, again.body, again.header.Get("Idempotent-Replayed"), got.body)
+		}
+	}
+}
+
 // TestRecoveryMatrix crashes or confuses a charge at every fault point with
 // every source token, then retries as a client would, with the sweeper,
 // reconciler and worker running from the streams as in AWS. Whatever
@@ -157,35 +198,10 @@ func TestRecoveryMatrix(t *testing.T) {
 				t.Parallel()
 				key := fmt.Sprintf("matrix-%s-%s-%s", run, token, fault)
 				body := fmt.Sprintf(`{"amount": 1500, "currency": "USD", "customer": "cus_42", "source": %q}`, token)
-				first := send(t, stack.URL(), "/v1/charges", key, fault, body)
 				// after-complete is reached only when a response is stored:
 				// not for 503 (released) nor 504 (left UNKNOWN).
 				crashes := fault != "" && (fault != "after-complete" || (token != "tok_unavailable" && token != "tok_timeout" && token != "tok_slow"))
-				if crashes && (first.status != http.StatusInternalServerError || first.body != `{"message":"Internal Server Error"}`) {
-					t.Errorf("first answer with Once-Fault: %s = %d %s, want API Gateway's 500", fault, first.status, first.body)
-				}
-				if !crashes && first.status == http.StatusInternalServerError {
-					t.Errorf("first answer with Once-Fault: %q = %d %s, want no crash", fault, first.status, first.body)
-				}
-
-				got := retryUntilSettled(t, stack.URL(), "/v1/charges", key, body, 45*time.Second)
-				if got.status != want.status {
-					t.Fatalf("settled answer = %d %s, want %d", got.status, got.body, want.status)
-				}
-				if want.code != "" && !strings.Contains(got.body, `"code":"`+want.code+`"`) {
-					t.Errorf("settled answer %s, want code %s", got.body, want.code)
-				}
-				// Every later retry gets the same answer; a stored one is
-				// replayed byte for byte.
-				for i := range 3 {
-					again := send(t, stack.URL(), "/v1/charges", key, "", body)
-					if again.status != got.status {
-						t.Fatalf("retry %d = %d %s, want %d", i, again.status, again.body, got.status)
-					}
-					if want.record != "" && (again.body != got.body || again.header.Get("Idempotent-Replayed") != "true") {
-						t.Errorf("retry %d = %s (replayed %q), want the replay of %s", i, again.body, again.header.Get("Idempotent-Replayed"), got.body)
-					}
-				}
+				crashAndSettle(t, stack.URL(), "/v1/charges", key, fault, body, crashes, settledAs{want.status, want.code, want.record != ""})
 
 				k := idempotency.NewKey("acme", key)
 				if n := charges(t, cfg.ProviderURL, forwardKey(t, k, body)); n != want.charged {

@@ -135,6 +135,7 @@ func tableNames(cfg config.Config) map[string]string {
 	return map[string]string{
 		"IdempotencyTable": cfg.IdempotencyTable,
 		"PaymentsTable":    cfg.PaymentsTable,
+		"RefundsTable":     cfg.RefundsTable,
 		"ApiKeysTable":     cfg.APIKeysTable,
 		"ProviderTable":    cfg.ProviderTable,
 	}

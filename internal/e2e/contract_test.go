@@ -42,7 +42,7 @@ func TestContract(t *testing.T) {
 			t.Fatalf("id = %v, want pay_ and 24 characters", created["id"])
 		}
 		want := map[string]any{
-			"id": id, "object": "payment", "amount": 2500.0, "currency": "eur", "customer": "cus_42",
+			"id": id, "object": "payment", "amount": 2500.0, "amount_refunded": 0.0, "currency": "eur", "customer": "cus_42",
 			"description": "Order 1001", "metadata": map[string]any{"order": "1001", "channel": "web"},
 			"status": "pending", "provider_charge_id": nil, "failure_code": nil, "created": float64(s.clock.Now().Unix()),
 		}
@@ -50,7 +50,7 @@ func TestContract(t *testing.T) {
 			t.Errorf("body (-want +got):\n%s", diff)
 		}
 		// The keys come out in a fixed order, as documented.
-		if !strings.HasPrefix(string(first.body), `{"id":"`+id+`","object":"payment","amount":2500,"currency":"eur","customer":"cus_42","description":"Order 1001","metadata":{"channel":"web","order":"1001"},"status":"pending","provider_charge_id":null,"failure_code":null,"created":`) {
+		if !strings.HasPrefix(string(first.body), `{"id":"`+id+`","object":"payment","amount":2500,"amount_refunded":0,"currency":"eur","customer":"cus_42","description":"Order 1001","metadata":{"channel":"web","order":"1001"},"status":"pending","provider_charge_id":null,"failure_code":null,"created":`) {
 			t.Errorf("body = %s, want the contract's field order", first.body)
 		}
 		if got := first.header.Get("Location"); got != "/v1/payments/"+id {
@@ -284,8 +284,8 @@ func TestContract(t *testing.T) {
 	})
 
 	t.Run("unknown routes and methods", func(t *testing.T) {
-		if r := s.do(t, request{method: "GET", path: "/v1/refunds", tenant: "acme"}); r.status != http.StatusNotFound || problem(t, r)["code"] != "not_found" {
-			t.Errorf("GET /v1/refunds = %d %s, want 404", r.status, r.body)
+		if r := s.do(t, request{method: "GET", path: "/v1/customers", tenant: "acme"}); r.status != http.StatusNotFound || problem(t, r)["code"] != "not_found" {
+			t.Errorf("GET /v1/customers = %d %s, want 404", r.status, r.body)
 		}
 		r := s.do(t, request{method: "DELETE", path: "/v1/payments/" + created["id"].(string), tenant: "acme"})
 		if r.status != http.StatusMethodNotAllowed || problem(t, r)["code"] != "method_not_allowed" || r.header.Get("Allow") == "" {

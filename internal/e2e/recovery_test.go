@@ -35,14 +35,14 @@ func TestSameKeyOtherRoute(t *testing.T) {
 				t.Fatal(err)
 			}
 			mux := http.NewServeMux()
-			mux.Handle("POST /v1/refunds", mw.Wrap(idempotency.Atomic, "POST /v1/refunds", http.HandlerFunc(
+			mux.Handle("POST /v1/orders", mw.Wrap(idempotency.Atomic, "POST /v1/orders", http.HandlerFunc(
 				func(w http.ResponseWriter, r *http.Request) {
 					if _, ok := idempotency.Begin(w, r); !ok {
 						return
 					}
 					w.Header().Set("Content-Type", "application/json")
 					w.WriteHeader(http.StatusCreated)
-					_, _ = w.Write([]byte(`{"object":"refund"}`))
+					_, _ = w.Write([]byte(`{"object":"order"}`))
 				})))
 			mux.Handle("/", api)
 			return mux
@@ -52,19 +52,19 @@ func TestSameKeyOtherRoute(t *testing.T) {
 		t.Fatalf("POST /v1/payments = %d %s, want 201", r.status, r.body)
 	}
 	s.calls.take()
-	r := s.do(t, request{path: "/v1/refunds", tenant: "acme", keys: []string{"route-key"}, body: body1001})
+	r := s.do(t, request{path: "/v1/orders", tenant: "acme", keys: []string{"route-key"}, body: body1001})
 	if r.status != http.StatusUnprocessableEntity || problem(t, r)["code"] != "idempotency_key_reused" {
-		t.Errorf("same key and body on POST /v1/refunds = %d %s, want 422 idempotency_key_reused", r.status, r.body)
+		t.Errorf("same key and body on POST /v1/orders = %d %s, want 422 idempotency_key_reused", r.status, r.body)
 	}
 	if ops, n := s.calls.take(); n != 1 {
 		t.Errorf("mismatch made %d DynamoDB calls (%v), want 1", n, ops)
 	}
 	// And the other way round.
-	if r := s.do(t, request{path: "/v1/refunds", tenant: "acme", keys: []string{"refund-key"}, body: body1001}); r.status != http.StatusCreated {
-		t.Fatalf("POST /v1/refunds = %d %s, want 201", r.status, r.body)
+	if r := s.do(t, request{path: "/v1/orders", tenant: "acme", keys: []string{"order-key"}, body: body1001}); r.status != http.StatusCreated {
+		t.Fatalf("POST /v1/orders = %d %s, want 201", r.status, r.body)
 	}
-	if r := s.do(t, request{tenant: "acme", keys: []string{"refund-key"}, body: body1001}); r.status != http.StatusUnprocessableEntity {
-		t.Errorf("refund key on POST /v1/payments = %d %s, want 422", r.status, r.body)
+	if r := s.do(t, request{tenant: "acme", keys: []string{"order-key"}, body: body1001}); r.status != http.StatusUnprocessableEntity {
+		t.Errorf("order key on POST /v1/payments = %d %s, want 422", r.status, r.body)
 	}
 	if n := len(s.payments(t)); n != 1 {
 		t.Errorf("%d payments, want 1", n)

@@ -60,6 +60,8 @@ type stackSetup struct {
 	client func(t testing.TB, base *dynamodb.Client) *dynamodb.Client
 	// sim configures the provider simulator.
 	sim simulator.Options
+	// simWrap, when set, wraps the simulator's handler.
+	simWrap func(http.Handler) http.Handler
 }
 
 func withConfig(f func(*config.Config)) stackOption {
@@ -76,6 +78,8 @@ func newStack(t testing.TB, opts ...stackOption) *stack {
 			return names.Idempotency
 		case config.EnvPaymentsTable:
 			return names.Payments
+		case config.EnvRefundsTable:
+			return names.ByLogicalID["RefundsTable"]
 		case config.EnvAPIKeysTable:
 			return names.APIKeys
 		case config.EnvProviderTable:
@@ -94,7 +98,11 @@ func newStack(t testing.TB, opts ...stackOption) *stack {
 	}
 	setup.sim.DB, setup.sim.Table = base, names.Provider
 	sim := simulator.New(setup.sim)
-	srv := httptest.NewServer(sim)
+	var simHandler http.Handler = sim
+	if setup.simWrap != nil {
+		simHandler = setup.simWrap(sim)
+	}
+	srv := httptest.NewServer(simHandler)
 	t.Cleanup(srv.Close)
 	setup.cfg.ProviderURL = srv.URL
 	s := &stack{

@@ -22,6 +22,16 @@ const (
 // KeyAttr is the partition key attribute of the payments table.
 const KeyAttr = "pk"
 
+// Attributes of a payment item that other domains condition on and update
+// (refunds: see Payment.Refundable).
+const (
+	AttrStatus         = "status"
+	AttrAmount         = "amount"
+	AttrAmountRefunded = "amount_refunded"
+	AttrRefundable     = "refundable"
+	AttrHolds          = "holds"
+)
+
 // Payment is a payment as stored in the payments table. Its JSON rendering is
 // the API's (MarshalJSON).
 type Payment struct {
@@ -51,6 +61,20 @@ type Payment struct {
 	ProviderChargeID string `dynamodbav:"provider_charge_id,omitempty"`
 	// FailureCode says why a failed payment failed.
 	FailureCode string `dynamodbav:"failure_code,omitempty"`
+	// AmountRefunded is the sum of the payment's refunds.
+	AmountRefunded int64 `dynamodbav:"amount_refunded,omitempty"`
+	// Refundable is what is left to refund less the refunds in flight:
+	// Amount - AmountRefunded - the sum of Holds. Settle sets it, with Holds
+	// and AmountRefunded, when the payment succeeds; a payment that has not
+	// has none. A DynamoDB condition cannot add, so it is kept rather than
+	// derived: a refund takes its amount from it when it starts,
+	// conditioned on Refundable >= amount.
+	Refundable int64 `dynamodbav:"refundable,omitempty"`
+	// Holds are the amounts taken from Refundable by refunds in flight, by
+	// the hash of their idempotency key (idempotency.Key.Hash). A hold goes
+	// into AmountRefunded when its refund is made, back into Refundable
+	// when it provably is not.
+	Holds map[string]int64 `dynamodbav:"holds,omitempty"`
 }
 
 // New returns the pending payment that req creates for tenant at now, with a
@@ -82,13 +106,15 @@ func (p Payment) Location() string { return "/v1/payments/" + p.ID }
 // metadata {} when absent, provider_charge_id and failure_code null until
 // the worker has settled the payment (a failed payment may have no charge,
 // when the provider refused the request itself), created in unix seconds.
-// Neither the tenant, the partition key nor the source is rendered.
+// Neither the tenant, the partition key, the source nor what is refundable
+// or held is rendered.
 func (p Payment) MarshalJSON() ([]byte, error) {
 	desc, md := RenderOptional(p.Description, p.Metadata)
 	return json.Marshal(rendering{
 		ID:               p.ID,
 		Object:           "payment",
 		Amount:           p.Amount,
+		AmountRefunded:   p.AmountRefunded,
 		Currency:         p.Currency,
 		Customer:         p.Customer,
 		Description:      desc,
@@ -122,14 +148,16 @@ func RenderOptional(description string, metadata map[string]string) (*string, ma
 }
 
 type rendering struct {
-	ID          string            `json:"id"`
-	Object      string            `json:"object"`
-	Amount      int64             `json:"amount"`
-	Currency    string            `json:"currency"`
-	Customer    string            `json:"customer"`
-	Description *string           `json:"description"`
-	Metadata    map[string]string `json:"metadata"`
-	Status      Status            `json:"status"`
+	ID     string `json:"id"`
+	Object string `json:"object"`
+	Amount int64  `json:"amount"`
+	// AmountRefunded is the sum of the payment's refunds.
+	AmountRefunded int64             `json:"amount_refunded"`
+	Currency       string            `json:"currency"`
+	Customer       string            `json:"customer"`
+	Description    *string           `json:"description"`
+	Metadata       map[string]string `json:"metadata"`
+	Status         Status            `json:"status"`
 	// ProviderChargeID and FailureCode are set once the payment is settled.
 	ProviderChargeID *string `json:"provider_charge_id"`
 	FailureCode      *string `json:"failure_code"`

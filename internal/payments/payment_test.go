@@ -61,19 +61,19 @@ func TestPaymentJSON(t *testing.T) {
 		{
 			name: "without optional fields",
 			req:  plain,
-			want: `{"id":"%s","object":"payment","amount":2500,"currency":"eur","customer":"cus_42","description":null,"metadata":{},"status":"pending","provider_charge_id":null,"failure_code":null,"created":1700000000}`,
+			want: `{"id":"%s","object":"payment","amount":2500,"amount_refunded":0,"currency":"eur","customer":"cus_42","description":null,"metadata":{},"status":"pending","provider_charge_id":null,"failure_code":null,"created":1700000000}`,
 		},
 		{
 			name: "with description and metadata",
 			req: Request{Amount: 1, Currency: "usd", Customer: "c", Description: "Order <1>",
 				Metadata: map[string]string{"z": "1", "a": "2"}, Source: "tok_visa"},
-			want: `{"id":"%s","object":"payment","amount":1,"currency":"usd","customer":"c","description":"Order \u003c1\u003e","metadata":{"a":"2","z":"1"},"status":"pending","provider_charge_id":null,"failure_code":null,"created":1700000000}`,
+			want: `{"id":"%s","object":"payment","amount":1,"amount_refunded":0,"currency":"usd","customer":"c","description":"Order \u003c1\u003e","metadata":{"a":"2","z":"1"},"status":"pending","provider_charge_id":null,"failure_code":null,"created":1700000000}`,
 		},
 		{
 			name:   "succeeded",
 			req:    plain,
 			settle: func(p *Payment) { p.Status, p.ProviderChargeID = StatusSucceeded, "prch_1" },
-			want:   `{"id":"%s","object":"payment","amount":2500,"currency":"eur","customer":"cus_42","description":null,"metadata":{},"status":"succeeded","provider_charge_id":"prch_1","failure_code":null,"created":1700000000}`,
+			want:   `{"id":"%s","object":"payment","amount":2500,"amount_refunded":0,"currency":"eur","customer":"cus_42","description":null,"metadata":{},"status":"succeeded","provider_charge_id":"prch_1","failure_code":null,"created":1700000000}`,
 		},
 		{
 			name: "declined",
@@ -81,13 +81,13 @@ func TestPaymentJSON(t *testing.T) {
 			settle: func(p *Payment) {
 				p.Status, p.ProviderChargeID, p.FailureCode = StatusFailed, "prch_2", "card_declined"
 			},
-			want: `{"id":"%s","object":"payment","amount":2500,"currency":"eur","customer":"cus_42","description":null,"metadata":{},"status":"failed","provider_charge_id":"prch_2","failure_code":"card_declined","created":1700000000}`,
+			want: `{"id":"%s","object":"payment","amount":2500,"amount_refunded":0,"currency":"eur","customer":"cus_42","description":null,"metadata":{},"status":"failed","provider_charge_id":"prch_2","failure_code":"card_declined","created":1700000000}`,
 		},
 		{
 			name:   "rejected by the provider, nothing charged",
 			req:    plain,
 			settle: func(p *Payment) { p.Status, p.FailureCode = StatusFailed, "provider_rejected" },
-			want:   `{"id":"%s","object":"payment","amount":2500,"currency":"eur","customer":"cus_42","description":null,"metadata":{},"status":"failed","provider_charge_id":null,"failure_code":"provider_rejected","created":1700000000}`,
+			want:   `{"id":"%s","object":"payment","amount":2500,"amount_refunded":0,"currency":"eur","customer":"cus_42","description":null,"metadata":{},"status":"failed","provider_charge_id":null,"failure_code":"provider_rejected","created":1700000000}`,
 		},
 	}
 	for _, tt := range tests {

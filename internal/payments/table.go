@@ -85,9 +85,9 @@ func (t *Table) Get(ctx context.Context, tenant, id string) (Payment, error) {
 }
 
 // Settle moves tenant's pending payment id to status (succeeded, with the
-// provider's chargeID, or failed, with a failureCode). It returns a
-// *NotPendingError when the payment is already settled, and errors wrapping
-// ErrNotFound or ErrUnavailable as Get does.
+// provider's chargeID, and then its whole amount refundable; or failed, with
+// a failureCode). It returns a *NotPendingError when the payment is already
+// settled, and errors wrapping ErrNotFound or ErrUnavailable as Get does.
 func (t *Table) Settle(ctx context.Context, tenant, id string, status Status, chargeID, failureCode string) error {
 	switch {
 	case status == StatusSucceeded && chargeID == "":
@@ -102,9 +102,17 @@ func (t *Table) Settle(ctx context.Context, tenant, id string, status Status, ch
 		":status":  &types.AttributeValueMemberS{Value: string(status)},
 		":pending": &types.AttributeValueMemberS{Value: string(StatusPending)},
 	}
+	names := map[string]string{"#status": AttrStatus}
 	if chargeID != "" {
 		update += ", provider_charge_id = :charge"
 		values[":charge"] = &types.AttributeValueMemberS{Value: chargeID}
+	}
+	if status == StatusSucceeded {
+		// Refundable from now on (see Payment.Refundable).
+		update += ", #refundable = #amount, #refunded = :zero, #holds = :none"
+		names["#refundable"], names["#amount"], names["#refunded"], names["#holds"] = AttrRefundable, AttrAmount, AttrAmountRefunded, AttrHolds
+		values[":zero"] = &types.AttributeValueMemberN{Value: "0"}
+		values[":none"] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}}
 	}
 	if failureCode != "" {
 		update += ", failure_code = :failure"
@@ -115,7 +123,7 @@ func (t *Table) Settle(ctx context.Context, tenant, id string, status Status, ch
 		Key:                                 key(tenant, id),
 		UpdateExpression:                    aws.String(update),
 		ConditionExpression:                 aws.String("#status = :pending"),
-		ExpressionAttributeNames:            map[string]string{"#status": "status"},
+		ExpressionAttributeNames:            names,
 		ExpressionAttributeValues:           values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})

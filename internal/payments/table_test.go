@@ -64,6 +64,7 @@ func TestTable(t *testing.T) {
 		}
 		want := p
 		want.Status, want.ProviderChargeID = StatusSucceeded, "ch_1"
+		want.Refundable, want.Holds = p.Amount, map[string]int64{} // refundable in full
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("after Settle() mismatch (-want +got):\n%s", diff)
 		}

@@ -97,51 +97,18 @@ func (c *Client) Charge(ctx context.Context, key string, req ChargeRequest) (Cha
 }
 
 func (c *Client) charge(ctx context.Context, key string, req ChargeRequest) (Charge, error) {
-	if key == "" {
-		return Charge{}, errors.New("the idempotency key is empty")
-	}
-	body, err := json.Marshal(req)
+	a, err := c.post(ctx, "/v1/charges", key, req, ErrNotCharged)
 	if err != nil {
 		return Charge{}, err
 	}
-	// Any part of the request written means it may have reached the
-	// provider. Both write hooks run before the bytes are flushed to the
-	// connection; over HTTP/1 Do returns only after they ran. Over HTTP/2 a
-	// cancelled or timed-out Do returns without waiting for the writer, so
-	// a cancellation once a connection was obtained counts as written.
-	var gotConn, written atomic.Bool
-	trace := &httptrace.ClientTrace{
-		GotConn:      func(httptrace.GotConnInfo) { gotConn.Store(true) },
-		WroteHeaders: func() { written.Store(true) },
-		WroteRequest: func(httptrace.WroteRequestInfo) { written.Store(true) },
-	}
-	hreq, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace),
-		http.MethodPost, c.base+"/v1/charges", bytes.NewReader(body))
-	if err != nil {
-		return Charge{}, err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "application/json")
-	hreq.Header.Set("Idempotency-Key", key)
-
-	resp, err := c.hc.Do(hreq)
-	if err != nil {
-		if written.Load() || (gotConn.Load() && interrupted(ctx, err)) {
-			return Charge{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
-		}
-		return Charge{}, fmt.Errorf("%w: %w", ErrNotCharged, err)
-	}
-	defer resp.Body.Close()
-	raw, readErr := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
-
-	switch s := resp.StatusCode; {
+	switch s := a.status; {
 	case s == http.StatusServiceUnavailable || s == http.StatusTooManyRequests:
 		return Charge{}, fmt.Errorf("%w: status %d", ErrNotCharged, s)
 	case s >= 200 && s < 300:
-		if readErr != nil {
-			return Charge{}, fmt.Errorf("%w: status %d: reading the answer: %w", ErrOutcomeUnknown, s, readErr)
+		if a.readErr != nil {
+			return Charge{}, fmt.Errorf("%w: status %d: reading the answer: %w", ErrOutcomeUnknown, s, a.readErr)
 		}
-		ch, err := parseCharge(raw)
+		ch, err := parseCharge(a.body)
 		if err != nil {
 			return Charge{}, fmt.Errorf("%w: status %d: %w", ErrOutcomeUnknown, s, err)
 		}
@@ -156,10 +123,10 @@ func (c *Client) charge(ctx context.Context, key string, req ChargeRequest) (Cha
 		}
 		return Charge{}, fmt.Errorf("%w: status %d: charge status %q", ErrOutcomeUnknown, s, ch.Status)
 	case s == http.StatusPaymentRequired:
-		if readErr != nil {
-			return Charge{}, fmt.Errorf("%w: status %d: reading the answer: %w", ErrOutcomeUnknown, s, readErr)
+		if a.readErr != nil {
+			return Charge{}, fmt.Errorf("%w: status %d: reading the answer: %w", ErrOutcomeUnknown, s, a.readErr)
 		}
-		e, ok := parseError(raw)
+		e, ok := parseError(a.body)
 		if !ok || e.Charge == "" {
 			return Charge{}, fmt.Errorf("%w: status %d: the answer names no failed charge", ErrOutcomeUnknown, s)
 		}
@@ -167,10 +134,81 @@ func (c *Client) charge(ctx context.Context, key string, req ChargeRequest) (Cha
 			ID: e.Charge, Status: StatusFailed, Amount: req.Amount, Currency: req.Currency, FailureCode: e.Code,
 		}}
 	case s >= 400 && s < 500:
-		return Charge{}, statusError(s, raw)
+		return Charge{}, statusError(s, a.body)
 	default:
 		return Charge{}, fmt.Errorf("%w: status %d", ErrOutcomeUnknown, s)
 	}
+}
+
+// answer is the provider's answer to a call: its status and body, and the
+// error that cut the body short, if any.
+type answer struct {
+	status  int
+	body    []byte
+	readErr error
+}
+
+// post sends req as JSON to path under the idempotency key. It returns an
+// error wrapping notSent (with its cause) when provably nothing of the
+// request was written, one wrapping ErrOutcomeUnknown when it may have been
+// and no answer came, and a plain error when it could not be sent at all.
+func (c *Client) post(ctx context.Context, path, key string, req any, notSent error) (answer, error) {
+	if key == "" {
+		return answer{}, errors.New("the idempotency key is empty")
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return answer{}, err
+	}
+	// Any part of the request written means it may have reached the
+	// provider. Both write hooks run before the bytes are flushed to the
+	// connection; over HTTP/1 Do returns only after they ran. Over HTTP/2 a
+	// cancelled or timed-out Do returns without waiting for the writer, so
+	// a cancellation once a connection was obtained counts as written.
+	var gotConn, written atomic.Bool
+	trace := &httptrace.ClientTrace{
+		GotConn:      func(httptrace.GotConnInfo) { gotConn.Store(true) },
+		WroteHeaders: func() { written.Store(true) },
+		WroteRequest: func(httptrace.WroteRequestInfo) { written.Store(true) },
+	}
+	hreq, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace),
+		http.MethodPost, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		return answer{}, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "application/json")
+	hreq.Header.Set("Idempotency-Key", key)
+
+	resp, err := c.hc.Do(hreq)
+	if err != nil {
+		if written.Load() || (gotConn.Load() && interrupted(ctx, err)) {
+			return answer{}, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+		}
+		return answer{}, fmt.Errorf("%w: %w", notSent, err)
+	}
+	defer resp.Body.Close()
+	raw, readErr := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	return answer{status: resp.StatusCode, body: raw, readErr: readErr}, nil
+}
+
+// get reads path (with its query) and returns the answer's status and body.
+func (c *Client) get(ctx context.Context, path string) (int, []byte, error) {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	hreq.Header.Set("Accept", "application/json")
+	resp, err := c.hc.Do(hreq)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		return 0, nil, fmt.Errorf("status %d: reading the answer: %w", resp.StatusCode, err)
+	}
+	return resp.StatusCode, raw, nil
 }
 
 // interrupted reports whether err ended a call early: ctx was done or a
@@ -197,22 +235,11 @@ func (c *Client) lookup(ctx context.Context, key string) (Charge, error) {
 	if key == "" {
 		return Charge{}, errors.New("the idempotency key is empty")
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet,
-		c.base+"/v1/charges?idempotency_key="+url.QueryEscape(key), nil)
+	status, raw, err := c.get(ctx, "/v1/charges?idempotency_key="+url.QueryEscape(key))
 	if err != nil {
 		return Charge{}, err
 	}
-	hreq.Header.Set("Accept", "application/json")
-	resp, err := c.hc.Do(hreq)
-	if err != nil {
-		return Charge{}, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
-	if err != nil {
-		return Charge{}, fmt.Errorf("status %d: reading the answer: %w", resp.StatusCode, err)
-	}
-	switch resp.StatusCode {
+	switch status {
 	case http.StatusOK:
 		ch, err := parseCharge(raw)
 		if err != nil {
@@ -232,7 +259,7 @@ func (c *Client) lookup(ctx context.Context, key string) (Charge, error) {
 			return Charge{}, ErrNoCharge
 		}
 	}
-	return Charge{}, statusError(resp.StatusCode, raw)
+	return Charge{}, statusError(status, raw)
 }
 
 // chargeJSON is the provider's charge object.

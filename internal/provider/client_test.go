@@ -458,6 +458,10 @@ func classify(err error) string {
 		return "unknown"
 	case errors.Is(err, provider.ErrNoCharge):
 		return "no-charge"
+	case errors.Is(err, provider.ErrNotRefunded):
+		return "not-refunded"
+	case errors.Is(err, provider.ErrNoRefund):
+		return "no-refund"
 	case errors.Is(err, provider.ErrRejected) && errors.As(err, &se):
 		return "rejected"
 	case errors.As(err, &se):

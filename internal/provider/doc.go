@@ -40,6 +40,14 @@
 // key can still be on its way to the provider: callers look up after the
 // charge timeout has passed.
 //
+// Refund refunds (part of) a charge under its own idempotency key, with the
+// outcomes of Charge but the decline, which refunds do not have:
+// (Refund, nil) for a succeeded refund, ErrNotRefunded where Charge has
+// ErrNotCharged, ErrOutcomeUnknown, ErrRejected (a *StatusError: an unknown
+// charge, an amount above what is left of it) and other errors.
+// LookupRefund finds the refund made under a key (ErrNoRefund: none, with
+// Lookup's caveat), and Refunds lists a charge's refunds.
+//
 // The client never retries: callers decide, with the same key. (Go's
 // http.Transport may itself resend a request carrying an Idempotency-Key once
 // on a reused keep-alive connection that the server closed; with the same key

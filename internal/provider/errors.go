@@ -6,22 +6,28 @@ import (
 	"net/http"
 )
 
-// Outcomes of Charge and Lookup; see the package documentation. They are
-// always returned wrapped ("provider: charge: not charged: ..."), so their
-// own text carries no prefix.
+// Outcomes of Charge, Refund and their lookups; see the package
+// documentation. They are always returned wrapped ("provider: charge: not
+// charged: ..."), so their own text carries no prefix.
 var (
 	// ErrNotCharged: provably nothing was charged by this request (it never
 	// left, or the provider answered 503 or 429).
 	ErrNotCharged = errors.New("not charged")
 	// ErrOutcomeUnknown: the request may have reached the provider and no
-	// usable answer came; the charge may exist.
+	// usable answer came; the charge (or refund) may exist.
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 	// ErrNoCharge: the provider has no charge for the key (Lookup).
 	ErrNoCharge = errors.New("no charge for the key")
-	// ErrRejected: the provider refused the charge request itself as wrong
-	// (400, 413 or 422): nothing was charged by it, and sending the same
-	// request again will not help. Charge never returns it as such: its
-	// *StatusError matches it (errors.Is).
+	// ErrNotRefunded: provably nothing was refunded by this request (it
+	// never left, or the provider answered 503 or 429).
+	ErrNotRefunded = errors.New("not refunded")
+	// ErrNoRefund: the provider has no refund for the key (LookupRefund).
+	ErrNoRefund = errors.New("no refund for the key")
+	// ErrRejected: the provider refused the charge (or refund) request
+	// itself as wrong (400, 413 or 422): nothing was charged (or refunded)
+	// by it, and sending the same request again will not help. Charge and
+	// Refund never return it as such: its *StatusError matches it
+	// (errors.Is).
 	ErrRejected = errors.New("rejected")
 )
 

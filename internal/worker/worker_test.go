@@ -96,6 +96,9 @@ func TestPollerSettles(t *testing.T) {
 				}
 				want.ProviderChargeID = ch.ID
 			}
+			if tt.wantStatus == payments.StatusSucceeded {
+				want.Refundable, want.Holds = p.Amount, map[string]int64{} // refundable in full
+			}
 			if diff := cmp.Diff(want, e.get(t, p)); diff != "" {
 				t.Errorf("settled payment (-want +got):\n%s", diff)
 			}

@@ -26,6 +26,11 @@ const (
 	// the first request with its key, then charges as TokenVisa does: a
 	// provider outage that ends.
 	TokenFlaky = "tok_flaky"
+	// Charges with these succeed; refunds of them behave as the charges of
+	// tok_unavailable, tok_timeout and tok_slow do (see refund.go).
+	TokenRefundUnavailable = "tok_refundUnavailable"
+	TokenRefundTimeout     = "tok_refundTimeout"
+	TokenRefundSlow        = "tok_refundSlow"
 )
 
 // Statuses of a charge.
@@ -49,6 +54,7 @@ const (
 	idPrefix          = "prch_"
 	pointerKeyPrefix  = "id#"
 	flakyKeyPrefix    = "flaky#"
+	refundKeyPrefix   = "re#"
 	maxCharacterBytes = 6 // a character JSON-escaped, as encoding/json does "<": \u003c
 	// maxBody holds the largest request within the limits above with every
 	// character escaped, plus 4 KiB for the rest (names, punctuation, the
@@ -75,6 +81,10 @@ var tokens = map[string]behaviour{
 	TokenTimeout:     hold,
 	TokenSlow:        slow,
 	TokenFlaky:       flaky,
+	// Refunds of these charges are unavailable, held or slow.
+	TokenRefundUnavailable: succeed,
+	TokenRefundTimeout:     succeed,
+	TokenRefundSlow:        succeed,
 }
 
 // chargeRequest is the body of POST /v1/charges.
@@ -99,7 +109,8 @@ func invalid(param, format string, args ...any) *invalidError {
 }
 
 // parseKey validates the idempotency key: one value of 1 to 255 characters
-// in 0x21-0x7E, not in the namespace of the id pointer items.
+// in 0x21-0x7E, not in the namespace of the id pointer items nor in that of
+// the refunds.
 func parseKey(param string, values []string) (string, error) {
 	switch {
 	case len(values) == 0 || values[0] == "":
@@ -116,7 +127,7 @@ func parseKey(param string, values []string) (string, error) {
 			return "", invalid(param, "character %d is outside 0x21-0x7E", i+1)
 		}
 	}
-	for _, reserved := range []string{pointerKeyPrefix, flakyKeyPrefix} {
+	for _, reserved := range []string{pointerKeyPrefix, flakyKeyPrefix, refundKeyPrefix} {
 		if strings.HasPrefix(k, reserved) {
 			return "", invalid(param, "keys starting with %q are reserved", reserved)
 		}
@@ -186,17 +197,24 @@ func isCurrency(s string) bool {
 
 // paramsHash identifies the parameters of a (normalized) request: a second
 // request with the same key must carry the same hash.
-func paramsHash(req chargeRequest) string {
-	b, _ := json.Marshal(req) // struct fields in order, map keys sorted
+func paramsHash(req chargeRequest) string { return hashJSON(req) }
+
+// hashJSON is the hex SHA-256 of v's JSON encoding (struct fields in order,
+// map keys sorted).
+func hashJSON(v any) string {
+	b, _ := json.Marshal(v) // only simulator types, which always encode
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
 
 // newChargeID returns a fresh charge id.
-func newChargeID() string {
+func newChargeID() string { return newID(idPrefix) }
+
+// newID returns prefix and 96 random bits in hex.
+func newID(prefix string) string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
-	return idPrefix + hex.EncodeToString(b[:])
+	return prefix + hex.EncodeToString(b[:])
 }
 
 // charge is a recorded charge, with the answer to replay.
@@ -217,6 +235,9 @@ type charge struct {
 	ResponseBody   []byte
 	Count          int
 	Created        time.Time
+	// Refunded is the sum of the charge's refunds, RefundKeys their keys.
+	Refunded   int64
+	RefundKeys []string
 }
 
 // newCharge builds the charge that req makes under key, answer included.

@@ -9,6 +9,10 @@
 //	GET  /v1/charges?idempotency_key=K       the charge created with key K
 //	GET  /v1/charges/{id}                    the charge with that id
 //	GET  /v1/_test/charges?idempotency_key=K {"count": n}: charges created with key K
+//	POST /v1/refunds                         refund a charge (Idempotency-Key required)
+//	GET  /v1/refunds?idempotency_key=K       the refund created with key K
+//	GET  /v1/refunds?charge=ID               {"object": "list", "data": [...], "has_more"}:
+//	                                         the charge's refunds, oldest first (100 at most)
 //
 // A charge request is JSON: {"amount", "currency", "source", "customer",
 // "description"?, "metadata"?}. The source token decides what happens, as
@@ -24,10 +28,23 @@
 //   - tok_slow: the charge succeeds and is recorded, and the answer comes
 //     after SlowDelay.
 //
+// tok_refundUnavailable, tok_refundTimeout and tok_refundSlow charge as
+// tok_visa does; refunds of their charges then behave as the charges of
+// tok_unavailable, tok_timeout and tok_slow do (Stripe, too, picks a
+// refund's test behaviour by the card that was charged).
+//
 // Any other source is a 400 invalid_request, as is a request outside the
 // limits, which count characters, not bytes, and are the API's: amount 1 to
 // 99999999, customer 1 to 255 characters, description up to 1000, metadata
 // up to 20 pairs, keys of 1 to 40 characters, values up to 500.
+//
+// A refund request is JSON: {"charge", "amount"?, "reason"?, "metadata"?}:
+// the charge's id, the amount (all that is left of the charge when absent),
+// duplicate, fraudulent or requested_by_customer, and metadata as for a
+// charge. A charge that does not exist, has failed, or has less left than
+// the amount is a 400 (resource_missing, charge_not_refundable,
+// charge_already_refunded, amount_too_large), and nothing is recorded: the
+// key stays free.
 //
 // # Idempotency
 //
@@ -51,4 +68,13 @@
 // key twice, and counts declined charges too). A second item, pk
 // "id#<charge id>", points from the charge id to the key; it is written in the
 // same transaction. Keys starting with "id#" are therefore refused.
+//
+// A refund is one item whose pk is "re#" and its key (keys starting with
+// "re#" are refused too), holding the refund, its parameters' hash and its
+// answer. It is written in one transaction with an update of the charge's
+// item that sets refunded, the charge's refunded total, from the value read
+// (a concurrent refund of the charge makes the transaction fail, and the
+// refund is tried again on the total as it is then, a bounded number of
+// times), and adds the key to refund_keys, which GET /v1/refunds?charge=
+// reads the refunds by.
 package simulator

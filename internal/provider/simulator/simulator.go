@@ -92,6 +92,8 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("GET /v1/charges", s.lookupByKey)
 	s.mux.HandleFunc("GET /v1/charges/{id}", s.lookupByID)
 	s.mux.HandleFunc("GET /v1/_test/charges", s.count)
+	s.mux.HandleFunc("POST /v1/refunds", s.createRefund)
+	s.mux.HandleFunc("GET /v1/refunds", s.listRefunds)
 	return s
 }
 
@@ -120,7 +122,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		existing, found, err := s.get(ctx, key)
 		switch {
 		case err != nil:
-			s.unknown(w, log, err)
+			s.unknown(w, log, "charge", err)
 			return
 		case found:
 			s.replay(w, log, existing, paramsHash(req))
@@ -129,7 +131,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		if b == flaky {
 			first, err := s.firstSeen(ctx, key)
 			if err != nil {
-				s.unknown(w, log, err)
+				s.unknown(w, log, "charge", err)
 				return
 			}
 			if !s.now().Before(first.Add(s.flakyFor)) {
@@ -149,7 +151,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 
 	c, created, err := s.record(ctx, key, func() charge { return newCharge(key, req, b, s.now()) })
 	if err != nil {
-		s.unknown(w, log, err)
+		s.unknown(w, log, "charge", err)
 		return
 	}
 	if !created {
@@ -171,26 +173,33 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 // replay answers a request for a key that already has a charge: the recorded
 // answer when the parameters match, 422 otherwise.
 func (s *Server) replay(w http.ResponseWriter, log *slog.Logger, c charge, params string) {
-	if c.Params != params {
-		log.Info("simulator: key reused", "outcome", "key_reused", "charge", c.ID)
+	s.replayAnswer(w, log.With("charge", c.ID, "status", c.Status), "charge", c.Params == params, c.ResponseStatus, c.ResponseBody)
+}
+
+// replayAnswer answers a request for a key that already has a charge or a
+// refund (what): its recorded answer when the parameters match (same),
+// 422 otherwise.
+func (s *Server) replayAnswer(w http.ResponseWriter, log *slog.Logger, what string, same bool, status int, body []byte) {
+	if !same {
+		log.Info("simulator: key reused", "outcome", "key_reused")
 		writeJSON(w, http.StatusUnprocessableEntity, encode(errorBody{Error: apiError{
 			Type: "idempotency_error", Code: "idempotency_key_reused",
 			Message: "Keys for idempotent requests can only be used with the same parameters they were first used with.",
 		}}))
 		return
 	}
-	log.Info("simulator: charge", "outcome", "replayed", "charge", c.ID, "status", c.Status)
+	log.Info("simulator: "+what, "outcome", "replayed")
 	w.Header().Set(ReplayedHeader, "true")
-	writeJSON(w, c.ResponseStatus, c.ResponseBody)
+	writeJSON(w, status, body)
 }
 
-// unknown answers 500 after a DynamoDB error: the charge may or may not have
-// been recorded.
-func (s *Server) unknown(w http.ResponseWriter, log *slog.Logger, err error) {
+// unknown answers 500 after a DynamoDB error: the charge (or refund: what)
+// may or may not have been recorded.
+func (s *Server) unknown(w http.ResponseWriter, log *slog.Logger, what string, err error) {
 	log.Error("simulator: store error", "outcome", "error", "err", err)
 	writeJSON(w, http.StatusInternalServerError, encode(errorBody{Error: apiError{
 		Type: "api_error", Code: "internal_error",
-		Message: "An error occurred; the charge may or may not have been made. Look it up by its idempotency key.",
+		Message: "An error occurred; the " + what + " may or may not have been made. Look it up by its idempotency key.",
 	}}))
 }
 

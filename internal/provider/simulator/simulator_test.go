@@ -93,7 +93,13 @@ func (e *env) post(t *testing.T, key string, body any) answer {
 			t.Fatal(err)
 		}
 	}
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.srv.URL+"/v1/charges", bytes.NewReader(raw))
+	return e.postTo(t, "/v1/charges", key, raw)
+}
+
+// postTo sends POST path with body under key (none when empty).
+func (e *env) postTo(t *testing.T, path, key string, body []byte) answer {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.srv.URL+path, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

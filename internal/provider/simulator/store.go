@@ -50,6 +50,9 @@ type chargeItem struct {
 	ResponseBody   []byte            `dynamodbav:"response_body"`
 	ChargeCount    int               `dynamodbav:"charge_count"`
 	Created        int64             `dynamodbav:"created"`
+	// Refunded and RefundKeys are written by refunds (recordRefund).
+	Refunded   int64    `dynamodbav:"refunded,omitempty"`
+	RefundKeys []string `dynamodbav:"refund_keys,stringset,omitempty"`
 }
 
 // pointerItem leads from a charge id to the charge's key.
@@ -78,6 +81,7 @@ func fromItem(it chargeItem) charge {
 		FailureCode: it.FailureCode, FailureMessage: it.FailureMessage,
 		Params: it.Params, ResponseStatus: it.ResponseStatus, ResponseBody: it.ResponseBody,
 		Count: it.ChargeCount, Created: time.Unix(it.Created, 0),
+		Refunded: it.Refunded, RefundKeys: it.RefundKeys,
 	}
 }
 
