@@ -175,7 +175,7 @@ func (s *stack) reconcile(t testing.TB, tenant, key string) {
 	}
 	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
 		Store: dynamo.New(s.client, s.names.Idempotency), Resolvers: resolvers,
-		CallTimeout: s.cfg.ProviderTimeout, Retention: s.cfg.Retention, Now: s.clock.Now,
+		Settle: s.cfg.ProviderTimeout, Retention: s.cfg.Retention, Now: s.clock.Now,
 	})
 	if err != nil {
 		t.Fatal(err)
