@@ -124,9 +124,11 @@
 //     the condition), on a crafted schedule, and passes the same schedule
 //     unplanted; MODELCHECK_PLANT=<name> puts a plant (see plants) into the
 //     random runs, to measure what they catch;
-//   - TestAbandonedChargeFreedBeforeSweeper and
-//     TestLateProviderWriteAfterRelease reproduce two known bugs (a second
-//     charge under one key); they are skipped unless MODELCHECK_KNOWN_BUGS=1;
+//   - TestAbandonedChargeKeepsItsKey and TestLateProviderWriteAfterRelease
+//     are the regression tests of two double charges the check found (an
+//     abandoned External reservation deleted by TTL before it was
+//     reconciled; a key released before the provider had applied a call its
+//     client gave up on), on crafted schedules;
 //   - MODELCHECK_TTL=on runs with DynamoDB Local's TTL on;
 //   - MODELCHECK_OUT sets where failures write their files.
 //

@@ -29,8 +29,6 @@ const (
 	// envTime makes TestModelCheck run fresh seeds until it has passed
 	// (`make check` sets it from CHECK_TIME).
 	envTime = "MODELCHECK_TIME"
-	// envKnownBugs runs the tests of known, unfixed bugs, which fail.
-	envKnownBugs = "MODELCHECK_KNOWN_BUGS"
 	// envPlant names a plant (see plants) to put in the random runs too, to
 	// see how often random histories catch it.
 	envPlant = "MODELCHECK_PLANT"
@@ -209,20 +207,18 @@ func unfencedCompletion(t *testing.T, planted bool) *result {
 	return res
 }
 
-// TestAbandonedChargeFreedBeforeSweeper reproduces a known bug: a charge
-// that crashed after the provider charged leaves an IN_PROGRESS reservation.
-// The checker moves it to UNKNOWN a second after its lease; when it cannot
-// (a check delayed or failing for longer than DynamoDB's TTL takes: days on
-// AWS, seconds on DynamoDB Local), TTL deletes the record, and until the
-// sweeper restores it as UNKNOWN the key is free. A request with another
-// body under the key then executes and charges too: two charges under one
-// key, and the first is never recorded. Here the proxy holds the checker's
-// and the sweeper's writes to UNKNOWN until the other request is done.
-// Run it with MODELCHECK_KNOWN_BUGS=1.
-func TestAbandonedChargeFreedBeforeSweeper(t *testing.T) {
-	if os.Getenv(envKnownBugs) == "" {
-		t.Skip("known bug: a key whose abandoned External reservation was deleted by TTL (the checker late) is free until the sweeper restores it as UNKNOWN, so another request under the key can execute and charge a second time; set " + envKnownBugs + "=1 to run")
-	}
+// TestAbandonedChargeKeepsItsKey is the regression test of a double charge
+// the model check found: a charge that crashed after the provider charged
+// leaves an IN_PROGRESS reservation, which the checker moves to UNKNOWN a
+// second after its lease. When the check was late (delayed or failing), TTL
+// deleted the reservation at its lease deadline, and until the sweeper
+// restored it as UNKNOWN the key was free: a request with another body
+// executed and charged too, and the first charge was never recorded. Now an
+// External reservation's TTL is a day past its lease: here the proxy holds
+// the checker's and the sweeper's writes to UNKNOWN, as a late check would,
+// and the other body gets 422 while the first charge waits for its
+// reconciliation.
+func TestAbandonedChargeKeepsItsKey(t *testing.T) {
 	ctx := t.Context()
 	cfg := scenarioConfig(seedFromEnv(t))
 	cfg.lease, cfg.providerTimeout, cfg.ttl = time.Second, 500*time.Millisecond, true
@@ -243,25 +239,28 @@ func TestAbandonedChargeFreedBeforeSweeper(t *testing.T) {
 	if o := c.send(ctx, 0, p, 0, fault.AfterProviderCall, r); o.status != 500 {
 		t.Fatalf("crash = %d %s, want 500", o.status, o.body)
 	}
-	waitUntil(t, 90*time.Second, "DynamoDB's TTL deleting the abandoned reservation", func() bool {
-		_, found := c.record(ctx, p)
-		return !found
-	})
-	if o := c.send(ctx, 1, p, 1, "", r); o.status != 201 {
-		t.Logf("v1 = %d %s", o.status, o.body)
+	rec, found := c.record(ctx, p)
+	if !found || rec.Status != idempotency.StatusInProgress || !rec.External {
+		t.Fatalf("after the crash: %+v (found %v), want the External reservation", rec, found)
 	}
-	waitUntil(t, 20*time.Second, "the sweeper restoring the reservation", func() bool {
-		for _, e := range c.px.faultEvents() {
-			if e.kind == faultGated && e.op == "PutItem" && e.pk == p.pk {
-				return true
-			}
-		}
-		return false
+	out, err := c.sys.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(c.sys.cfg.IdempotencyTable), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: p.pk}},
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl, _ := out.Item[dynamo.AttrExpiresAt].(*types.AttributeValueMemberN)
+	if ttl == nil || ttl.Value < fmt.Sprint(rec.ExpiresAt.Add(dynamo.ExternalReservationTTL).Unix()) {
+		t.Errorf("the reservation's TTL attribute = %v, want a day past its lease (%v)", ttl, rec.ExpiresAt)
+	}
+	waitUntil(t, 20*time.Second, "the lease running out and the check held", func() bool {
+		return time.Now().After(rec.ExpiresAt.Add(2*time.Second)) && toUnknown.held.Load() > 0
+	})
+	if o := c.send(ctx, 1, p, 1, "", r); o.status != 422 {
+		t.Errorf("another body under the key of an abandoned charge = %d %s, want 422", o.status, o.body)
+	}
 	toUnknown.release()
-	waitUntil(t, 20*time.Second, "the sweeper giving up on the key", func() bool {
-		return strings.Contains(c.out.String(), "abandoned external reservation swept; not restored")
-	})
 	if res := c.finish(ctx); !res.ok() {
 		t.Errorf("modelcheck: %v", res)
 	}
@@ -286,22 +285,22 @@ func (c *checker) gatePut(p *partition, status idempotency.Status, maxHold time.
 	return g
 }
 
-// TestLateProviderWriteAfterRelease reproduces a known bug: the reconciler
-// takes "no charge" for final once ProviderTimeout has passed since the
-// record became UNKNOWN, but a provider applies a request it has received
-// even when its client has given up (the simulator, like real providers,
-// goes on writing for up to 10s). When the provider records the charge
-// after the reconciler's second lookup, the key is released with a charge
-// behind it: another request under the key executes and charges too, and
-// the first charge is never recorded. The proxy holds the simulator's write
-// of v0's charge, as a slow provider would. Run it with
-// MODELCHECK_KNOWN_BUGS=1.
+// TestLateProviderWriteAfterRelease is the regression test of a double
+// charge the model check found: a provider applies a request it received
+// even when its client has given up, so a look-up that finds no charge soon
+// after the call proves nothing. The reconciler took "no charge" for final
+// once the call's timeout had passed, released the key, and the charge
+// landed after it: another request under the key charged too, and the first
+// charge was never recorded. Now "nothing happened" is trusted only
+// ONCE_PROVIDER_SETTLE after the record became UNKNOWN: here the proxy holds
+// the simulator's write of the first charge for 5s, less than the settle
+// time: by the time the reconciler trusts a look-up, the charge has landed
+// or never will, and the key has one charge whatever the other body does.
 func TestLateProviderWriteAfterRelease(t *testing.T) {
-	if os.Getenv(envKnownBugs) == "" {
-		t.Skip("known bug: the reconciler releases a key whose provider call has not been applied yet (the provider goes on after its client's timeout), so a charge can land after the release and another request under the key charges again; set " + envKnownBugs + "=1 to run")
-	}
 	ctx := t.Context()
-	c := newChecker(t, scenarioConfig(seedFromEnv(t)))
+	cfg := scenarioConfig(seedFromEnv(t))
+	cfg.providerSettle = 8 * time.Second
+	c := newChecker(t, cfg)
 	p := c.twoCharges(t, "late-"+c.run, tokVisa, tokVisa)
 	v0 := p.variants[0].tag
 	write := newGate(5*time.Second, func(op string, req map[string]any) bool {
@@ -323,20 +322,28 @@ func TestLateProviderWriteAfterRelease(t *testing.T) {
 		}
 		return false
 	})
+	write.applyLate = true
 	c.px.addGate(write)
 	r := mrand.New(mrand.NewPCG(c.cfg.seed, 1))
 
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("stack log: %s", c.writeFile("stack.log", []byte(c.out.String())))
+		}
+	})
 	if o := c.send(ctx, 0, p, 0, "", r); o.status != 504 {
 		t.Fatalf("v0 = %d %s, want 504 (the provider's write is held)", o.status, o.body)
 	}
-	waitUntil(t, 20*time.Second, "the reconciler releasing the key", func() bool {
-		_, found := c.record(ctx, p)
-		return !found
+	waitUntil(t, 30*time.Second, "the reconciler settling v0 (completed with its charge, or released)", func() bool {
+		rec, found := c.record(ctx, p)
+		return !found || rec.Status == idempotency.StatusCompleted
 	})
-	if o := c.send(ctx, 1, p, 1, "", r); o.status != 201 {
-		t.Logf("v1 = %d %s", o.status, o.body)
+	// Only now may another body run: if v0's charge landed, the key answers
+	// v0's; if it did not, v1 charges. Either way one charge (finish checks).
+	if o := c.send(ctx, 1, p, 1, "", r); o.status != 201 && o.status != 422 {
+		t.Errorf("v1 after v0 was settled = %d %s, want 201 (v0 charged nothing) or 422 (it did)", o.status, o.body)
 	}
-	write.release()
+	write.release() // a charge still held lands now, before the final read
 	if res := c.finish(ctx); !res.ok() {
 		t.Errorf("modelcheck: %v", res)
 	}

@@ -2,6 +2,7 @@ package modelcheck
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -90,6 +91,10 @@ type gate struct {
 	once    sync.Once
 	maxHold time.Duration
 	held    atomic.Int32
+	// applyLate makes a call whose caller hangs up while held go through
+	// anyway once the gate opens (its answer discarded): a system that
+	// applies a request its client gave up on, as providers do.
+	applyLate bool
 }
 
 func newGate(maxHold time.Duration, match func(op string, req map[string]any) bool) *gate {
@@ -274,7 +279,7 @@ func (p *dynamoProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body, _ = json.Marshal(req)
 	}
 	pk := itemKey(req)
-	if !p.hold(r, op, req, pk) {
+	if !p.hold(r, op, req, pk, body) {
 		return // the caller hung up while held
 	}
 	if !p.eligible(req) {
@@ -312,7 +317,7 @@ func (p *dynamoProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // hold waits at the gates that match the call; false when the caller hung
 // up meanwhile.
-func (p *dynamoProxy) hold(r *http.Request, op string, req map[string]any, pk string) bool {
+func (p *dynamoProxy) hold(r *http.Request, op string, req map[string]any, pk string, body []byte) bool {
 	p.mu.Lock()
 	gates := append([]*gate(nil), p.gates...)
 	p.mu.Unlock()
@@ -327,6 +332,21 @@ func (p *dynamoProxy) hold(r *http.Request, op string, req map[string]any, pk st
 		case <-g.open:
 		case <-t.C:
 		case <-r.Context().Done():
+			if g.applyLate {
+				late := r.Clone(context.WithoutCancel(r.Context()))
+				go func() {
+					defer t.Stop()
+					select {
+					case <-g.open:
+					case <-t.C:
+					}
+					if resp, err := p.roundTrip(late, body); err == nil {
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					}
+				}()
+				return false
+			}
 			t.Stop()
 			return false
 		}

@@ -45,11 +45,12 @@ type runConfig struct {
 	otherEndpoint   float64 // chance that a variant after the first goes to another endpoint
 	lease           time.Duration
 	providerTimeout time.Duration
-	faultRate       float64 // share of requests with a Once-Fault header
-	retryRate       float64 // chance that a client retries after 409 or 5xx
-	outages         int     // store outage windows during the history
-	outageRate      float64 // share of eligible calls that fail in an outage
-	background      float64 // share of eligible calls dropped or delayed outside outages
+	providerSettle  time.Duration // ONCE_PROVIDER_SETTLE; the provider timeout when zero
+	faultRate       float64       // share of requests with a Once-Fault header
+	retryRate       float64       // chance that a client retries after 409 or 5xx
+	outages         int           // store outage windows during the history
+	outageRate      float64       // share of eligible calls that fail in an outage
+	background      float64       // share of eligible calls dropped or delayed outside outages
 	// ttl turns DynamoDB Local's TTL on. Off, as on AWS (where TTL takes
 	// days), abandoned reservations are recovered by the checker only; on,
 	// DynamoDB Local deletes them within seconds and the sweeper's backstop
@@ -247,6 +248,7 @@ func newChecker(t *testing.T, cfg runConfig) *checker {
 		"ONCE_FAULT_INJECTION":   "1",
 		"ONCE_LEASE":             cfg.lease.String(),
 		"ONCE_PROVIDER_TIMEOUT":  cfg.providerTimeout.String(),
+		"ONCE_PROVIDER_SETTLE":   max(cfg.providerSettle, cfg.providerTimeout).String(),
 		"ONCE_RETENTION":         "24h",
 		"ONCE_DEV_API_KEYS":      devAPIKeys(),
 	}
