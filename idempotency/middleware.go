@@ -285,7 +285,10 @@ type callKey struct{}
 //
 // Holds need a way back: in External mode the route's Resolver returns the
 // effects that undo them when the request turns out to have had no effect,
-// and Call.AddReleaseEffect gives them for a release by the handler itself.
+// and Call.AddReleaseEffect gives them for a release by the handler itself
+// (a 5xx). A 4xx the handler answers after Begin is a completion, stored like
+// a 2xx: when it means that nothing was taken after all (the other system
+// refused), the handler gives the holds back with AddEffect.
 // Leased mode has no Resolver, so Begin panics there when given holds, as it
 // does outside a handler wrapped by the Middleware.
 func Begin(w http.ResponseWriter, r *http.Request, holds ...Effect) (*Call, bool) {
