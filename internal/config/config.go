@@ -17,6 +17,8 @@ const (
 	EnvRefundsTable     = "ONCE_REFUNDS_TABLE"
 	EnvAPIKeysTable     = "ONCE_API_KEYS_TABLE"
 	EnvProviderTable    = "ONCE_PROVIDER_TABLE"
+	EnvOrdersTable      = "ONCE_ORDERS_TABLE"
+	EnvOutboxTable      = "ONCE_OUTBOX_TABLE"
 	EnvRetention        = "ONCE_RETENTION"
 	EnvLease            = "ONCE_LEASE"
 	EnvFaultInjection   = "ONCE_FAULT_INJECTION"
@@ -24,6 +26,7 @@ const (
 	EnvProviderTimeout  = "ONCE_PROVIDER_TIMEOUT"
 	EnvProviderSettle   = "ONCE_PROVIDER_SETTLE"
 	EnvProviderAuth     = "ONCE_PROVIDER_AUTH"
+	EnvMailURL          = "ONCE_MAIL_URL"
 	EnvDynamoDBEndpoint = "DYNAMODB_ENDPOINT"
 	EnvRegion           = "AWS_REGION"
 	EnvLogLevel         = "LOG_LEVEL"
@@ -55,6 +58,8 @@ const (
 	// whose charge keeps failing transiently is retried for this long after
 	// its creation, then settled failed (provider_unavailable).
 	DefaultWorkerRetryWindow = 6 * time.Hour
+	DefaultOrdersTable       = "once-orders"
+	DefaultOutboxTable       = "once-outbox"
 	DefaultRetention         = 24 * time.Hour
 	DefaultLease             = 30 * time.Second
 	// DefaultProviderTimeout bounds one call to the payment provider. It is
@@ -83,13 +88,16 @@ const (
 
 // Config is the parsed configuration.
 type Config struct {
-	// IdempotencyTable, PaymentsTable, RefundsTable, APIKeysTable and
-	// ProviderTable are the DynamoDB table names.
+	// IdempotencyTable, PaymentsTable, RefundsTable, APIKeysTable,
+	// ProviderTable, OrdersTable and OutboxTable (the orders' receipt jobs)
+	// are the DynamoDB table names.
 	IdempotencyTable string
 	PaymentsTable    string
 	RefundsTable     string
 	APIKeysTable     string
 	ProviderTable    string
+	OrdersTable      string
+	OutboxTable      string
 	// Retention is how long a completed idempotency record is kept.
 	Retention time.Duration
 	// Lease is how long a reservation is held before it counts as abandoned.
@@ -126,6 +134,9 @@ type Config struct {
 	WorkerRetryWindow time.Duration
 	// SQSEndpoint overrides the SQS endpoint; empty means AWS.
 	SQSEndpoint string
+	// MailURL is the mail API's base URL (the receipts sender's); empty when
+	// unset.
+	MailURL string
 }
 
 // tableName is DynamoDB's rule for table names.
@@ -196,6 +207,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		RefundsTable:     table(EnvRefundsTable, DefaultRefundsTable),
 		APIKeysTable:     table(EnvAPIKeysTable, DefaultAPIKeysTable),
 		ProviderTable:    table(EnvProviderTable, DefaultProviderTable),
+		OrdersTable:      table(EnvOrdersTable, DefaultOrdersTable),
+		OutboxTable:      table(EnvOutboxTable, DefaultOutboxTable),
 		Retention:        duration(EnvRetention, DefaultRetention),
 		Lease:            duration(EnvLease, DefaultLease),
 		DynamoDBEndpoint: endpoint(EnvDynamoDBEndpoint),
@@ -210,6 +223,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		WorkerRetryDLQ:    queue(EnvWorkerRetryDLQ, DefaultWorkerRetryDLQ),
 		WorkerRetryWindow: duration(EnvWorkerRetryWindow, DefaultWorkerRetryWindow),
 		SQSEndpoint:       endpoint(EnvSQSEndpoint),
+		MailURL:           endpoint(EnvMailURL),
 	}
 	if c.ProviderSettle == 0 { // unset: the default, and never less than the call's own timeout
 		c.ProviderSettle = max(DefaultProviderSettle, c.ProviderTimeout)
