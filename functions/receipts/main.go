@@ -1,0 +1,25 @@
+// Command receipts is the receipts Lambda function: triggered by the outbox
+// table's stream (each order's receipt job), it sends the receipt through
+// the mail API once, deduplicating redeliveries by the job's ID. See
+// internal/receipts.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/oncehq/once/internal/app"
+	"github.com/oncehq/once/internal/receipts"
+)
+
+func main() {
+	if err := run(context.Background(), os.Getenv); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, getenv func(string) string) error {
+	return app.StartStream(ctx, getenv, receipts.Handler)
+}
