@@ -37,7 +37,7 @@ const (
 	DefaultTries       = 3
 	DefaultBackoff     = 200 * time.Millisecond
 	DefaultClaimFor    = 30 * time.Second
-	DefaultKeepSent   = 7 * 24 * time.Hour
+	DefaultKeepSent    = 7 * 24 * time.Hour
 	DefaultConcurrency = 10
 )
 
