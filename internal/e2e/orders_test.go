@@ -13,7 +13,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/recovery"
+	apifn "github.com/oncehq/once/internal/api"
+	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/metrics"
 	"github.com/oncehq/once/internal/orders"
 	"github.com/oncehq/once/internal/outbox"
 )
@@ -435,5 +440,65 @@ func TestOrdersConcurrentDuplicates(t *testing.T) {
 		if err != nil || n != 1 {
 			t.Errorf("%s charges = %d, %v; want 1", tenant, n, err)
 		}
+	}
+}
+
+// TestOrdersResolver: an order abandoned at each point, gone UNKNOWN, is
+// finished by the reconciler through the orders Resolver (the phases the
+// handler runs): the answer a retry then replays is the order's 201, with
+// one order, one charge and one receipt job. Resolving the same stale
+// stream image twice (a redelivery) changes nothing.
+func TestOrdersResolver(t *testing.T) {
+	s := newOrderStack(t)
+	resolvers, err := apifn.Resolvers(s.cfg, s.client, app.Options{Now: s.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
+		Store: dynamo.New(s.client, s.names.Idempotency), Resolvers: resolvers, CallTimeout: chargeTimeout,
+		Metrics: metrics.New(s.metrics, "once", map[string]string{"Service": "reconciler"}), Now: s.clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := dynamo.New(s.client, s.names.Idempotency)
+	body := orderBody("tok_visa", "ada@example.com")
+	for _, fault := range []string{"after-order-created", "after-provider-call", "after-charge-created"} {
+		t.Run(fault, func(t *testing.T) {
+			key := "order-resolve-" + fault
+			if r := s.order(t, "acme", key, body, map[string][]string{"Once-Fault": {fault}}); r.status != http.StatusInternalServerError {
+				t.Fatalf("crashed POST = %d %s, want 500", r.status, r.body)
+			}
+			// What the sweeper does once TTL has deleted the abandoned
+			// reservation: the record is back, UNKNOWN, under a new lease.
+			rec, err := s.record(t, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := store.MarkUnknown(t.Context(), rec.Key, rec.LeaseToken, idempotency.NewToken(), s.clock.Now().Add(time.Hour), s.clock.Now()); err != nil {
+				t.Fatal(err)
+			}
+			unknown, err := s.record(t, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 2 { // the second is a redelivery of the same image
+				if err := r.Reconcile(t.Context(), nil, unknown); err != nil {
+					t.Fatalf("Reconcile = %v", err)
+				}
+			}
+			done, err := s.record(t, key)
+			if err != nil || done.Status != idempotency.StatusCompleted || done.Response == nil || done.Response.Status != http.StatusCreated {
+				t.Fatalf("record = %s %+v, %v; want COMPLETED with the 201", done.Status, done.Response, err)
+			}
+			replay := s.order(t, "acme", key, body, nil)
+			if replay.status != http.StatusCreated || string(replay.body) != string(done.Response.Body) || replay.header.Get("Location") == "" {
+				t.Errorf("retry = %d %s, want the reconciled 201 %s with its Location", replay.status, replay.body, done.Response.Body)
+			}
+			o := s.effects(t, key, body, orders.StatusPaid, 1, 1)
+			if o.RecoveryPoint != orders.PointFinished || o.Receipt != orders.ReceiptQueued {
+				t.Errorf("order at %q, receipt %q; want finished, queued", o.RecoveryPoint, o.Receipt)
+			}
+		})
 	}
 }

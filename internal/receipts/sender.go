@@ -294,6 +294,11 @@ func (s *Sender) claim(ctx context.Context, job outbox.Job) (string, outbox.Job,
 		if err := attributevalue.UnmarshalMap(failed.Item, &current); err != nil {
 			return "", job, fmt.Errorf("receipts: claim: %w", err)
 		}
+		if current.Claim == token {
+			// The SDK retried the write after it had landed: the claim is
+			// ours.
+			return token, current, nil
+		}
 		return "", current, nil
 	case err != nil:
 		return "", job, fmt.Errorf("receipts: claim: %w", err)

@@ -125,9 +125,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		}}))
 		return
 	}
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	msg := message{ID: "msg_" + hex.EncodeToString(b[:]), Object: "message", To: m.To, Subject: m.Subject, Text: m.Text,
+	msg := message{ID: "msg_" + newToken(), Object: "message", To: m.To, Subject: m.Subject, Text: m.Text,
 		Order: m.Order, Created: s.now().Unix()}
 	if err := s.deliver(ctx, msg); err != nil {
 		s.mailError(w, log, err)
@@ -146,7 +144,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := s.db.GetItem(r.Context(), &dynamodb.GetItemInput{
 		TableName:      &s.table,
-		Key:            map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: mailboxPK + to}},
+		Key:            mailboxKey(to),
 		ConsistentRead: aws.Bool(true),
 	})
 	var box mailbox
@@ -169,26 +167,41 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 }
 
 // countAttempt counts one more message to the address, returning the count.
+// The write is idempotent (the SDK may retry it after it landed): it adds
+// the request's token to the set of counted ones, under the condition that
+// it is not there yet.
 func (s *Server) countAttempt(ctx context.Context, to string) (int, error) {
+	token := newToken()
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 &s.table,
-		Key:                       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: mailboxPK + to}},
-		UpdateExpression:          aws.String("SET #kind = :kind ADD #attempts :one"),
-		ExpressionAttributeNames:  map[string]string{"#kind": "kind", "#attempts": "attempts"},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":kind": &types.AttributeValueMemberS{Value: kindMailbox}, ":one": &types.AttributeValueMemberN{Value: "1"}},
-		ReturnValues:              types.ReturnValueUpdatedNew,
+		TableName:                           &s.table,
+		Key:                                 mailboxKey(to),
+		UpdateExpression:                    aws.String("SET #kind = :kind ADD #attempts :one, #counted :token"),
+		ConditionExpression:                 aws.String("attribute_not_exists(#counted) OR NOT contains(#counted, :id)"),
+		ExpressionAttributeNames:            map[string]string{"#kind": "kind", "#attempts": "attempts", "#counted": "counted"},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":kind": str(kindMailbox), ":one": &types.AttributeValueMemberN{Value: "1"}, ":token": &types.AttributeValueMemberSS{Value: []string{token}}, ":id": str(token)},
+		ReturnValues:                        types.ReturnValueUpdatedNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if err != nil {
+	item := map[string]types.AttributeValue(nil)
+	var landed *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &landed):
+		item = landed.Item // an earlier attempt of this call counted it
+	case err != nil:
 		return 0, fmt.Errorf("simulator: count mail attempt: %w", err)
+	default:
+		item = out.Attributes
 	}
 	var box mailbox
-	if err := attributevalue.UnmarshalMap(out.Attributes, &box); err != nil {
+	if err := attributevalue.UnmarshalMap(item, &box); err != nil {
 		return 0, fmt.Errorf("simulator: count mail attempt: %w", err)
 	}
 	return box.Attempts, nil
 }
 
-// deliver appends msg to its address's mailbox.
+// deliver appends msg to its address's mailbox. The write is idempotent
+// (the SDK may retry it after it landed): it adds the message's ID to the
+// set of delivered ones, under the condition that it is not there yet.
 func (s *Server) deliver(ctx context.Context, msg message) error {
 	item, err := attributevalue.Marshal([]message{msg})
 	if err != nil {
@@ -196,19 +209,35 @@ func (s *Server) deliver(ctx context.Context, msg message) error {
 	}
 	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                &s.table,
-		Key:                      map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: mailboxPK + msg.To}},
-		UpdateExpression:         aws.String("SET #kind = :kind, #messages = list_append(if_not_exists(#messages, :empty), :msg)"),
-		ExpressionAttributeNames: map[string]string{"#kind": "kind", "#messages": "messages"},
+		Key:                      mailboxKey(msg.To),
+		UpdateExpression:         aws.String("SET #kind = :kind, #messages = list_append(if_not_exists(#messages, :empty), :msg) ADD #ids :idset"),
+		ConditionExpression:      aws.String("attribute_not_exists(#ids) OR NOT contains(#ids, :id)"),
+		ExpressionAttributeNames: map[string]string{"#kind": "kind", "#messages": "messages", "#ids": "ids"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":kind":  &types.AttributeValueMemberS{Value: kindMailbox},
+			":kind":  str(kindMailbox),
 			":empty": &types.AttributeValueMemberL{Value: []types.AttributeValue{}},
 			":msg":   item,
+			":idset": &types.AttributeValueMemberSS{Value: []string{msg.ID}},
+			":id":    str(msg.ID),
 		},
 	})
-	if err != nil {
+	var landed *types.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &landed) {
 		return fmt.Errorf("simulator: deliver message: %w", err)
 	}
 	return nil
+}
+
+func mailboxKey(to string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"pk": str(mailboxPK + to)}
+}
+
+func str(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
+
+func newToken() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // mailError answers 500 after a DynamoDB error: the message may or may not
