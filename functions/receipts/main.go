@@ -6,19 +6,13 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
 
 	"github.com/oncehq/once/internal/app"
+	"github.com/oncehq/once/internal/lambdamain"
 	"github.com/oncehq/once/internal/receipts"
 )
 
-func main() {
-	if err := run(context.Background(), os.Getenv); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-}
+func main() { lambdamain.Run(run) }
 
 func run(ctx context.Context, getenv func(string) string) error {
 	return app.StartStream(ctx, getenv, receipts.Handler)

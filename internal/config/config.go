@@ -27,6 +27,7 @@ const (
 	EnvProviderSettle   = "ONCE_PROVIDER_SETTLE"
 	EnvProviderAuth     = "ONCE_PROVIDER_AUTH"
 	EnvMailURL          = "ONCE_MAIL_URL"
+	EnvMailAuth         = "ONCE_MAIL_AUTH"
 	EnvDynamoDBEndpoint = "DYNAMODB_ENDPOINT"
 	EnvRegion           = "AWS_REGION"
 	EnvLogLevel         = "LOG_LEVEL"
@@ -75,7 +76,7 @@ const (
 )
 
 // How the functions authenticate to the payment provider
-// (ONCE_PROVIDER_AUTH).
+// (ONCE_PROVIDER_AUTH) and to the mail API (ONCE_MAIL_AUTH).
 const (
 	// ProviderAuthNone sends plain requests (the default): a provider of
 	// its own authentication, or the devstack's simulator on 127.0.0.1.
@@ -137,6 +138,9 @@ type Config struct {
 	// MailURL is the mail API's base URL (the receipts sender's); empty when
 	// unset.
 	MailURL string
+	// MailAuth is how calls to the mail API are authenticated:
+	// ProviderAuthNone or ProviderAuthIAM (the simulator's function URL).
+	MailAuth string
 }
 
 // tableName is DynamoDB's rule for table names.
@@ -237,12 +241,17 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if c.Region == "" && (c.DynamoDBEndpoint != "" || c.SQSEndpoint != "") {
 		c.Region = DefaultLocalRegion
 	}
-	switch v := str(EnvProviderAuth, ProviderAuthNone); strings.ToLower(v) {
-	case ProviderAuthNone, ProviderAuthIAM:
-		c.ProviderAuth = strings.ToLower(v)
-	default:
-		bad(EnvProviderAuth, v, `must be "`+ProviderAuthNone+`" or "`+ProviderAuthIAM+`"`)
+	auth := func(name string) string {
+		switch v := str(name, ProviderAuthNone); strings.ToLower(v) {
+		case ProviderAuthNone, ProviderAuthIAM:
+			return strings.ToLower(v)
+		default:
+			bad(name, v, `must be "`+ProviderAuthNone+`" or "`+ProviderAuthIAM+`"`)
+			return ""
+		}
 	}
+	c.ProviderAuth = auth(EnvProviderAuth)
+	c.MailAuth = auth(EnvMailAuth)
 	switch v := str(EnvFaultInjection, ""); strings.ToLower(v) {
 	case "", "0", "false":
 	case "1", "true":

@@ -30,6 +30,7 @@ func TestFromEnv(t *testing.T) {
 		WorkerRetryQueue:  DefaultWorkerRetryQueue,
 		WorkerRetryDLQ:    DefaultWorkerRetryDLQ,
 		WorkerRetryWindow: DefaultWorkerRetryWindow,
+		MailAuth:          ProviderAuthNone,
 	}
 	with := func(f func(*Config)) Config {
 		c := defaults
@@ -70,6 +71,7 @@ func TestFromEnv(t *testing.T) {
 				"ONCE_WORKER_RETRY_WINDOW": "90s",
 				"SQS_ENDPOINT":             "http://127.0.0.1:9324",
 				"ONCE_MAIL_URL":            "https://mail.example.com",
+				"ONCE_MAIL_AUTH":           "AWS_IAM",
 			},
 			want: Config{
 				IdempotencyTable: "stack-idempotency",
@@ -97,6 +99,7 @@ func TestFromEnv(t *testing.T) {
 				WorkerRetryWindow: 90 * time.Second,
 				SQSEndpoint:       "http://127.0.0.1:9324",
 				MailURL:           "https://mail.example.com",
+				MailAuth:          ProviderAuthIAM,
 			},
 		},
 		{name: "SQS endpoint without region defaults the region", env: map[string]string{"SQS_ENDPOINT": "http://localhost:4566"},
@@ -139,6 +142,7 @@ func TestFromEnv(t *testing.T) {
 		{name: "endpoint without scheme", env: map[string]string{"DYNAMODB_ENDPOINT": "localhost:8000"}, wantErr: []string{"DYNAMODB_ENDPOINT"}},
 		{name: "provider URL not absolute", env: map[string]string{"ONCE_PROVIDER_URL": "/v1"}, wantErr: []string{"ONCE_PROVIDER_URL"}},
 		{name: "mail URL not absolute", env: map[string]string{"ONCE_MAIL_URL": "mail.example.com"}, wantErr: []string{"ONCE_MAIL_URL"}},
+		{name: "bad mail auth", env: map[string]string{"ONCE_MAIL_AUTH": "basic"}, wantErr: []string{"ONCE_MAIL_AUTH"}},
 		{name: "bad orders table name", env: map[string]string{"ONCE_ORDERS_TABLE": "o"}, wantErr: []string{"ONCE_ORDERS_TABLE"}},
 		{
 			name: "every problem at once",

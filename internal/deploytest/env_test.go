@@ -60,6 +60,7 @@ var envSource = map[string]any{
 	"SQS_ENDPOINT":             map[string]any{"Ref": "SQSEndpoint"},
 	// The simulator's function URL takes SigV4-signed calls only.
 	"ONCE_PROVIDER_AUTH": map[string]any{"Fn::If": []any{"DeployProvider", "aws_iam", "none"}},
+	"ONCE_MAIL_AUTH":     map[string]any{"Fn::If": []any{"DeployProvider", "aws_iam", "none"}},
 	"ONCE_PROVIDER_URL": map[string]any{"Fn::If": []any{
 		"DeployProvider",
 		map[string]any{"Fn::GetAtt": []any{"ProviderFunctionUrl", "FunctionUrl"}},

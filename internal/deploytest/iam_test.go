@@ -73,6 +73,7 @@ var wantGrants = map[string]map[string][]string{
 		"OrdersTable":        {"dynamodb:UpdateItem"},
 		"OutboxTable/stream": streamRead,
 		"ReceiptsDLQ":        {"sqs:SendMessage"},
+		"ProviderFunction":   invokeURL,
 	},
 	"ProviderFunction": {
 		"ProviderTable": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},

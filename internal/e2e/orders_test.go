@@ -158,8 +158,8 @@ func TestOrdersContract(t *testing.T) {
 		if got := replay.header.Get("Location"); got != "/v1/orders/"+id {
 			t.Errorf("replay Location = %q, want /v1/orders/%s", got, id)
 		}
-		if ops, n := s.calls.take(); n != 1 {
-			t.Errorf("replay made %d DynamoDB calls %v, want 1", n, ops)
+		if ops, n := s.calls.take(); n != 0 {
+			t.Errorf("replay on the warm instance made %d DynamoDB calls %v, want 0 (its replay cache)", n, ops)
 		}
 		s.effects(t, key, body, orders.StatusPaid, 1, 1)
 		rec, err := s.record(t, key)
@@ -189,8 +189,8 @@ func TestOrdersContract(t *testing.T) {
 		s.calls.take()
 		other := s.order(t, "acme", key, orderBody("tok_visa", "bob@example.com"), nil)
 		wantProblem(t, other, http.StatusUnprocessableEntity, "idempotency_key_reused", "")
-		if ops, n := s.calls.take(); n != 1 {
-			t.Errorf("mismatch made %d DynamoDB calls %v, want 1", n, ops)
+		if ops, n := s.calls.take(); n != 0 {
+			t.Errorf("mismatch on the warm instance made %d DynamoDB calls %v, want 0 (its replay cache)", n, ops)
 		}
 		if n := len(scan[orders.Order](t, s, s.names.Orders)); n != 1 {
 			t.Errorf("orders after the mismatch = %d, want 1", n)
@@ -321,7 +321,7 @@ func TestOrdersCrashPoints(t *testing.T) {
 		{"after-order-created", orders.PointOrderCreated, idempotency.StatusInProgress, 1, 0, orders.StatusCreated, 4},
 		{"after-provider-call", orders.PointOrderCreated, idempotency.StatusInProgress, 1, 1, orders.StatusCreated, 4},
 		{"after-charge-created", orders.PointChargeCreated, idempotency.StatusInProgress, 2, 1, orders.StatusPaid, 3},
-		{"after-finished", orders.PointFinished, idempotency.StatusCompleted, 3, 1, orders.StatusPaid, 1},
+		{"after-finished", orders.PointFinished, idempotency.StatusCompleted, 3, 1, orders.StatusPaid, 0}, // a replay from the warm instance's cache
 	}
 	body := orderBody("tok_visa", "ada@example.com")
 	for _, tt := range tests {
