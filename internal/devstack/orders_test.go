@@ -230,7 +230,8 @@ func (tm *timings) log(t *testing.T) {
 // TestOrdersMatrix crosses every crash point of an order with every
 // provider outcome, with a client that retries and with none at all (the
 // sweeper, reconciler and receipts functions running from the streams, as
-// in AWS, with a 3s lease and DynamoDB Local's TTL): every key ends with one
+// in AWS, with a 3s lease: the recovery checks, DynamoDB Local's TTL as the
+// backstop): every key ends with one
 // order, at most one provider charge (exactly one when the order was
 // charged) and exactly one receipt for a paid order.
 func TestOrdersMatrix(t *testing.T) {
@@ -248,9 +249,8 @@ func TestOrdersMatrix(t *testing.T) {
 			t.Parallel()
 			s := startOrders(t)
 			// The cases run at once, each in a subtest of its own: they
-			// mostly wait (for a lease, for DynamoDB Local's TTL, for the
-			// streams), and -parallel (GOMAXPROCS) would run them two at a
-			// time.
+			// mostly wait (for a lease, a recovery check, the streams), and
+			// -parallel (GOMAXPROCS) would run them two at a time.
 			var wg sync.WaitGroup
 			for _, token := range group.tokens {
 				for _, fault := range faults {
