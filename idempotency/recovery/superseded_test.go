@@ -45,7 +45,7 @@ func TestReconcileSupersededResume(t *testing.T) {
 	})
 	out := &lambdatest.Buffer{}
 	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
-		Store: store, Resolvers: idempotency.Resolvers{stale.Route: resolver}, CallTimeout: time.Second,
+		Store: store, Resolvers: idempotency.Resolvers{stale.Route: resolver}, Settle: time.Second,
 		Metrics: metrics.New(out, "once", map[string]string{"Service": "reconciler"}),
 	})
 	if err != nil {

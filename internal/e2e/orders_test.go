@@ -455,7 +455,7 @@ func TestOrdersResolver(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
-		Store: dynamo.New(s.client, s.names.Idempotency), Resolvers: resolvers, CallTimeout: chargeTimeout,
+		Store: dynamo.New(s.client, s.names.Idempotency), Resolvers: resolvers, Settle: chargeTimeout,
 		Metrics: metrics.New(s.metrics, "once", map[string]string{"Service": "reconciler"}), Now: s.clock.Now,
 	})
 	if err != nil {
