@@ -127,23 +127,19 @@ func (h handlers) create(w http.ResponseWriter, r *http.Request) {
 }
 
 // requestIdentity is the scoped key and the fingerprint the middleware gives
-// the request (from the authorizer's tenant, the Idempotency-Key header and
-// the body), which the order's ID is derived from before anything is
+// the request (idempotency.KeyOf, and the fingerprint of its method, route
+// and body), which the order's ID is derived from before anything is
 // reserved.
 func requestIdentity(r *http.Request, body []byte) (idempotency.Key, string, error) {
-	tenant, ok := httpapi.Tenant(r)
+	key, ok := idempotency.KeyOf(r)
 	if !ok {
-		return idempotency.Key{}, "", idempotency.ErrNoTenant
-	}
-	raw, err := idempotency.ParseKey(r.Header.Values(idempotency.Header))
-	if err != nil {
-		return idempotency.Key{}, "", err
+		return idempotency.Key{}, "", errors.New("orders: the request did not come through the idempotency middleware")
 	}
 	fingerprint, err := idempotency.RequestFingerprint(r.Method, RouteCreate, body)
 	if err != nil {
 		return idempotency.Key{}, "", idempotency.ErrBodyInvalid
 	}
-	return idempotency.NewKey(tenant, raw), fingerprint, nil
+	return key, fingerprint, nil
 }
 
 // get serves GET /v1/orders/{id}: another tenant's order does not exist.
