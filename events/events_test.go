@@ -2,7 +2,7 @@
 //
 // Each file is an event as AWS sends it to one function, named
 // <function>-<case>.json (api-*, authorizer-*, worker-*, sweeper-*,
-// reconciler-*, checker-*, retrier-*, provider-*), for `sam local invoke -e events/<file>.json <LogicalId>`.
+// reconciler-*, checker-*, retrier-*, receipts-*, provider-*), for `sam local invoke -e events/<file>.json <LogicalId>`.
 // TestEvents feeds every file to its function's handler, built as
 // functions/<name>/main.go builds it and invoked through lambda.NewHandler
 // (so the file is decoded exactly as the Lambda runtime decodes it), against
@@ -182,6 +182,10 @@ var fixtures = map[string]fixture{
 	"api-v2-create-payment.json": {run: func(t *testing.T, s *stack, file string) {
 		checkPaymentCreated(t, s, file, s.api(t, file))
 	}},
+
+	// POST /v1/orders and GET /v1/orders/{id} (orders_test.go).
+	"api-create-order.json": {run: runCreateOrder},
+	"api-get-order.json":    {run: runGetOrder},
 
 	// The REQUEST authorizer.
 	"authorizer-valid-key.json": {run: func(t *testing.T, s *stack, file string) {
@@ -484,6 +488,15 @@ var fixtures = map[string]fixture{
 		checkSettled(t, s, p)
 		checkMetrics(t, s, retrierFunction, []string{`"worker_charged":1`}, nil)
 	}},
+
+	// The reconciler resuming an abandoned order, and the receipts function
+	// on the outbox table's stream (orders_test.go).
+	"reconciler-unknown-order.json": {
+		origin: &origin{"acme", "order-2002", `{"amount": 1800, "currency": "EUR", "customer": "cus_7", "email": "bob@example.com", "source": "tok_visa"}`},
+		run:    runReconcileOrder,
+	},
+	"receipts-receipt-job.json":       {run: runReceiptJob},
+	"receipts-batch-with-outage.json": {run: runReceiptOutage},
 
 	// The provider simulator behind its function URL (payload 2.0).
 	"provider-function-url-charge.json": {run: func(t *testing.T, s *stack, file string) {

@@ -310,6 +310,8 @@ func TestStreamImages(t *testing.T) {
 					checkPaymentImage(t, where, img, slices.Contains(f.poison, i))
 				case "IdempotencyTable":
 					checkRecordImage(t, where, img, f.origin)
+				case "OutboxTable":
+					checkJobImage(t, where, img)
 				default:
 					t.Errorf("%s: no checks for images of %s", where, trig.table)
 				}

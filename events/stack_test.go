@@ -14,6 +14,7 @@ import (
 	"github.com/oncehq/once/internal/checker"
 	"github.com/oncehq/once/internal/fault"
 	"github.com/oncehq/once/internal/provider/simulator"
+	"github.com/oncehq/once/internal/receipts"
 	"github.com/oncehq/once/internal/reconciler"
 	"github.com/oncehq/once/internal/sweeper"
 	"github.com/oncehq/once/internal/worker"
@@ -47,12 +48,14 @@ const (
 	reconcilerFunction = "ReconcilerFunction"
 	checkerFunction    = "CheckerFunction"
 	retrierFunction    = "RetrierFunction"
+	receiptsFunction   = "ReceiptsFunction"
 	providerFunction   = "ProviderFunction"
 )
 
 // stack is every function's handler, built as its functions/<name>/main.go
 // builds it and wrapped as lambda.Start wraps it, on per-test DynamoDB Local
-// tables, with the provider simulator behind ONCE_PROVIDER_URL.
+// tables, with the provider simulator behind ONCE_PROVIDER_URL and
+// ONCE_MAIL_URL.
 type stack struct {
 	names  dynamotest.Names
 	client *dynamodb.Client // the test's own, for setup and checks
@@ -79,7 +82,10 @@ func newStack(t *testing.T) *stack {
 		config.EnvPaymentsTable:    names.Payments,
 		config.EnvAPIKeysTable:     names.APIKeys,
 		config.EnvProviderTable:    names.Provider,
+		config.EnvOrdersTable:      names.Orders,
+		config.EnvOutboxTable:      names.Outbox,
 		config.EnvProviderURL:      srv.URL,
+		config.EnvMailURL:          srv.URL,
 		config.EnvProviderTimeout:  "2s",
 		config.EnvProviderSettle:   "2s",
 		config.EnvDynamoDBEndpoint: dynamotest.Endpoint(t),
@@ -104,7 +110,7 @@ func newStack(t *testing.T) *stack {
 		return app.Options{Logger: logger.With("function", fn), Metrics: s.metrics[fn]}
 	}
 
-	// functions/api, functions/reconciler.
+	// functions/api, functions/reconciler, functions/receipts.
 	fnClient, err := app.DynamoDB(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -119,6 +125,11 @@ func newStack(t *testing.T) *stack {
 		t.Fatalf("%s: %v", reconcilerFunction, err)
 	}
 	s.handlers[reconcilerFunction] = lambda.NewHandler(reconcile)
+	send, err := receipts.Handler(cfg, fnClient, opts(receiptsFunction))
+	if err != nil {
+		t.Fatalf("%s: %v", receiptsFunction, err)
+	}
+	s.handlers[receiptsFunction] = lambda.NewHandler(send)
 	// functions/checker and functions/retrier; worker and sweeper send to
 	// queues too.
 	clients := queue.Clients{DynamoDB: fnClient, SQS: sqstest.Client(t, cfg.SQSEndpoint)}
@@ -282,6 +293,7 @@ func (s *stack) stream(t *testing.T, fn, file string) events.DynamoDBEventRespon
 		workerFunction:     s.names.Payments,
 		sweeperFunction:    s.names.Idempotency,
 		reconcilerFunction: s.names.Idempotency,
+		receiptsFunction:   s.names.Outbox,
 	}[fn]
 	for _, rec := range streamEvent(t, file).Records {
 		if rec.Change.NewImage == nil {

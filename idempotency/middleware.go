@@ -473,6 +473,16 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 		rec.flush(w)
 		return
 	}
+	if c.steps != nil && c.steps.lost != nil {
+		// A phase found the lease lost and the handler stopped: nothing it
+		// wrote is the key's answer, and nothing is stored (a completion
+		// could only fail, or, with the record gone, commit an answer the
+		// handler never gave). Answer from the store's state instead.
+		c.obs.Err = c.steps.lost.Error()
+		c.decideExisting(r, c.steps.lost.Existing, c.m.cfg.Now(), false)
+		c.answer(w)
+		return
+	}
 	ctx := r.Context()
 	now := c.m.cfg.Now()
 	switch {

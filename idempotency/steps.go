@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -30,6 +31,9 @@ type Steps struct {
 	now   func() time.Time
 	hook  func(ctx context.Context, point string)
 	timed func(func() error) error
+	// lost is the conflict of an Advance that found the lease lost: the
+	// middleware then answers from the store, whatever the handler wrote.
+	lost *ConflictError
 }
 
 // ResumeSteps returns the Steps of the request recorded in rec, an UNKNOWN
@@ -88,6 +92,10 @@ func (s *Steps) Advance(ctx context.Context, point string, data map[string]strin
 	maps.Copy(merged, data)
 	p := Progress{Point: point, Data: merged, LeaseToken: s.rec.LeaseToken, ExpiresAt: s.renew(now), UpdatedAt: now}
 	if err := s.timed(func() error { return s.store.Advance(ctx, s.key, s.rec.LeaseToken, p, effects) }); err != nil {
+		var conflict *ConflictError
+		if errors.As(err, &conflict) {
+			s.lost = conflict
+		}
 		return fmt.Errorf("idempotency: advance to %s: %w", point, err)
 	}
 	s.rec.Point, s.rec.Data, s.rec.ExpiresAt, s.rec.UpdatedAt = p.Point, p.Data, p.ExpiresAt, p.UpdatedAt

@@ -324,3 +324,73 @@ func TestStepsFencing(t *testing.T) {
 		t.Errorf("zombie Advance = %v, want a *ConflictError", err)
 	}
 }
+
+// TestStepsLeaseLostAnswersFromStore: a handler that stops because a phase
+// found its lease lost (as Steps.Advance says it must) gets the answer the
+// store's state calls for, and nothing of its own is stored: not even when
+// the record is gone (deleted by TTL while the handler overran its lease),
+// where a completion would have committed an answer it never gave.
+func TestStepsLeaseLostAnswersFromStore(t *testing.T) {
+	tests := []struct {
+		name       string
+		meanwhile  func(t *testing.T, o *orders, rec idempotency.Record) // what happens to the record while the handler runs
+		wantStatus int
+		wantRecord idempotency.Status // "" for none
+	}{
+		{
+			name: "record gone",
+			meanwhile: func(t *testing.T, o *orders, rec idempotency.Record) {
+				if err := o.store.Release(t.Context(), rec.Key, rec.LeaseToken, nil); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantStatus: http.StatusConflict,
+		},
+		{
+			name: "finished by a newer owner",
+			meanwhile: func(t *testing.T, o *orders, rec idempotency.Record) {
+				done := rec
+				done.Status, done.Response = idempotency.StatusCompleted, &idempotency.Response{Status: http.StatusCreated, Body: []byte(`{"id":"ord_other"}`)}
+				if err := o.store.Complete(t.Context(), done, rec.LeaseToken, nil); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantStatus: http.StatusCreated,
+			wantRecord: idempotency.StatusCompleted,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := newOrders(t)
+			h := o.mw.External("POST /v1/lost", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				call, ok := idempotency.BeginAt(w, r, "created", map[string]string{"order": "ord_1"})
+				if !ok {
+					return
+				}
+				tt.meanwhile(t, o, call.Record())
+				err := call.Steps().Advance(r.Context(), "charged", nil)
+				var conflict *idempotency.ConflictError
+				if !errors.As(err, &conflict) {
+					t.Errorf("Advance = %v, want a *ConflictError", err)
+				}
+			}), idempotency.ResolverFunc(o.resolve))
+			r := httptest.NewRequest("POST", "/v1/lost", strings.NewReader(`{}`))
+			r.Header.Set(idempotency.Header, "k")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != tt.wantStatus {
+				t.Errorf("answer = %d %s, want %d", w.Code, w.Body, tt.wantStatus)
+			}
+			if tt.wantStatus == http.StatusConflict && w.Header().Get("Retry-After") == "" {
+				t.Errorf("409 without Retry-After")
+			}
+			rec, err := o.store.Get(t.Context(), idempotency.NewKey("acme", "k"))
+			switch {
+			case tt.wantRecord == "" && !errors.Is(err, idempotency.ErrNotFound):
+				t.Errorf("record = %s %+v, %v; want none (nothing stored)", rec.Status, rec.Response, err)
+			case tt.wantRecord != "" && (err != nil || rec.Status != tt.wantRecord || rec.Response.Status != tt.wantStatus):
+				t.Errorf("record = %s %+v, %v; want %s with the newer owner's answer", rec.Status, rec.Response, err, tt.wantRecord)
+			}
+		})
+	}
+}

@@ -108,7 +108,7 @@ func TestRun(t *testing.T) {
 	_, _ = rand.Read(b[:])
 	prefix := "devstack-run-" + hex.EncodeToString(b[:])
 	env := map[string]string{"DYNAMODB_ENDPOINT": endpoint, "PORT": "0", "PROVIDER_PORT": "0", "SQS_PORT": "0"}
-	for _, k := range []string{"ONCE_IDEMPOTENCY_TABLE", "ONCE_PAYMENTS_TABLE", "ONCE_REFUNDS_TABLE", "ONCE_API_KEYS_TABLE", "ONCE_PROVIDER_TABLE"} {
+	for _, k := range []string{"ONCE_IDEMPOTENCY_TABLE", "ONCE_PAYMENTS_TABLE", "ONCE_REFUNDS_TABLE", "ONCE_API_KEYS_TABLE", "ONCE_PROVIDER_TABLE", "ONCE_ORDERS_TABLE", "ONCE_OUTBOX_TABLE"} {
 		name := prefix + "-" + strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(k, "ONCE_"), "_TABLE"))
 		env[k] = name
 		t.Cleanup(func() {

@@ -113,8 +113,11 @@
 //     otherwise. Then the record is released with the resolution's effects
 //     (undoing what the reservation held), so that a retry executes anew.
 //     Counts reconcile_resolved.
-//   - The lease is no longer held (a *idempotency.ConflictError): someone else
-//     finalised the record, or will. That is success; it is logged.
+//   - The lease is no longer held (a *idempotency.ConflictError, from the
+//     completion or the release, or from the Resolver itself when it resumes
+//     a multi-step request's phases with idempotency.ResumeSteps from a stale
+//     image): someone else finalised the record, or will. That is success;
+//     it is logged.
 //   - The record's route has no Resolver: the record is never released and
 //     never re-executed. It stays UNKNOWN for an operator, the reconciler
 //     counts reconcile_unroutable (alarm on it) and moves on. So does a

@@ -166,6 +166,11 @@ func (r *Reconciler) reconcile(ctx context.Context, log *slog.Logger, resolver i
 		}
 	}
 	switch {
+	case superseded(log, err):
+		// A Resolver resuming the request's phases (ResumeSteps) found
+		// the lease gone: the record was finished (or handed on) since the
+		// stream image was taken, as when a stale image is redelivered.
+		return nil
 	case err != nil:
 		return fmt.Errorf("recovery: resolve %s: %w", rec.Key.Short(), err)
 	case res.Response != nil:

@@ -21,6 +21,7 @@ import (
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/fault"
 	"github.com/oncehq/once/internal/httpapi"
+	"github.com/oncehq/once/internal/orders"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/refunds"
@@ -35,7 +36,7 @@ const (
 )
 
 // Handler returns the api function's handler: the API over the idempotency
-// engine, backed by DynamoDB through client. The charges and refunds routes
+// engine, backed by DynamoDB through client. The charges, refunds and orders routes
 // call the provider at cfg.ProviderURL, each call bounded by
 // cfg.ProviderTimeout; without a ProviderURL they answer 503
 // provider_unavailable.
@@ -45,8 +46,9 @@ func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (http
 	if cfg.FaultInjection {
 		hook = fault.Check
 	}
+	store := dynamo.New(client, cfg.IdempotencyTable)
 	mw, err := idempotency.New(idempotency.Config{
-		Store:     dynamo.New(client, cfg.IdempotencyTable),
+		Store:     store,
 		Tenant:    apigw.Tenant,
 		OnError:   httpapi.WriteError,
 		Retention: cfg.Retention,
@@ -58,7 +60,7 @@ func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (http
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
-	d, err := newDeps(cfg, client, opts)
+	d, err := newDeps(cfg, client, store, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -75,11 +77,12 @@ func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (http
 // reconciler: the same routes the api function serves, wired the same way
 // (only the middleware's own settings, which resolvers do not use, differ).
 func Resolvers(cfg config.Config, client *dynamodb.Client, opts app.Options) (idempotency.Resolvers, error) {
-	mw, err := idempotency.New(idempotency.Config{Store: dynamo.New(client, cfg.IdempotencyTable), Tenant: apigw.Tenant})
+	store := dynamo.New(client, cfg.IdempotencyTable)
+	mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: apigw.Tenant})
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
-	d, err := newDeps(cfg, client, opts.WithDefaults(cfg))
+	d, err := newDeps(cfg, client, store, opts.WithDefaults(cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -90,16 +93,20 @@ func Resolvers(cfg config.Config, client *dynamodb.Client, opts app.Options) (id
 // deps are what the routes need besides the middleware.
 type deps struct {
 	client          *dynamodb.Client
+	store           idempotency.Store // the middleware's, for resolvers that resume phases
 	paymentsTable   string
 	refundsTable    string
+	ordersTable     string
+	outboxTable     string
 	provider        *provider.Client
 	providerTimeout time.Duration
 	now             func() time.Time
 }
 
-func newDeps(cfg config.Config, client *dynamodb.Client, opts app.Options) (deps, error) {
+func newDeps(cfg config.Config, client *dynamodb.Client, store idempotency.Store, opts app.Options) (deps, error) {
 	d := deps{
-		client: client, paymentsTable: cfg.PaymentsTable, refundsTable: cfg.RefundsTable,
+		client: client, store: store, paymentsTable: cfg.PaymentsTable, refundsTable: cfg.RefundsTable,
+		ordersTable: cfg.OrdersTable, outboxTable: cfg.OutboxTable,
 		providerTimeout: cfg.ProviderTimeout, now: opts.Now,
 	}
 	// The provider signs its calls with the function's own credentials,
@@ -129,6 +136,14 @@ func routes(mw *idempotency.Middleware, d deps) []httpapi.Route {
 		Provider: refundsProvider,
 		Timeout:  d.providerTimeout,
 	})...)
+	od := orders.Deps{Store: d.store, Orders: d.ordersTable, Outbox: d.outboxTable, Timeout: d.providerTimeout, Now: d.now}
+	if d.provider != nil {
+		od.Provider = d.provider
+	}
+	if d.client != nil {
+		od.Reader = orders.NewTable(d.client, d.ordersTable)
+	}
+	rs = append(rs, orders.Routes(mw, od)...)
 	return rs
 }
 

@@ -17,6 +17,8 @@ const (
 	EnvRefundsTable     = "ONCE_REFUNDS_TABLE"
 	EnvAPIKeysTable     = "ONCE_API_KEYS_TABLE"
 	EnvProviderTable    = "ONCE_PROVIDER_TABLE"
+	EnvOrdersTable      = "ONCE_ORDERS_TABLE"
+	EnvOutboxTable      = "ONCE_OUTBOX_TABLE"
 	EnvRetention        = "ONCE_RETENTION"
 	EnvLease            = "ONCE_LEASE"
 	EnvFaultInjection   = "ONCE_FAULT_INJECTION"
@@ -24,6 +26,8 @@ const (
 	EnvProviderTimeout  = "ONCE_PROVIDER_TIMEOUT"
 	EnvProviderSettle   = "ONCE_PROVIDER_SETTLE"
 	EnvProviderAuth     = "ONCE_PROVIDER_AUTH"
+	EnvMailURL          = "ONCE_MAIL_URL"
+	EnvMailAuth         = "ONCE_MAIL_AUTH"
 	EnvDynamoDBEndpoint = "DYNAMODB_ENDPOINT"
 	EnvRegion           = "AWS_REGION"
 	EnvLogLevel         = "LOG_LEVEL"
@@ -55,6 +59,8 @@ const (
 	// whose charge keeps failing transiently is retried for this long after
 	// its creation, then settled failed (provider_unavailable).
 	DefaultWorkerRetryWindow = 6 * time.Hour
+	DefaultOrdersTable       = "once-orders"
+	DefaultOutboxTable       = "once-outbox"
 	DefaultRetention         = 24 * time.Hour
 	DefaultLease             = 30 * time.Second
 	// DefaultProviderTimeout bounds one call to the payment provider. It is
@@ -70,7 +76,7 @@ const (
 )
 
 // How the functions authenticate to the payment provider
-// (ONCE_PROVIDER_AUTH).
+// (ONCE_PROVIDER_AUTH) and to the mail API (ONCE_MAIL_AUTH).
 const (
 	// ProviderAuthNone sends plain requests (the default): a provider of
 	// its own authentication, or the devstack's simulator on 127.0.0.1.
@@ -83,13 +89,16 @@ const (
 
 // Config is the parsed configuration.
 type Config struct {
-	// IdempotencyTable, PaymentsTable, RefundsTable, APIKeysTable and
-	// ProviderTable are the DynamoDB table names.
+	// IdempotencyTable, PaymentsTable, RefundsTable, APIKeysTable,
+	// ProviderTable, OrdersTable and OutboxTable (the orders' receipt jobs)
+	// are the DynamoDB table names.
 	IdempotencyTable string
 	PaymentsTable    string
 	RefundsTable     string
 	APIKeysTable     string
 	ProviderTable    string
+	OrdersTable      string
+	OutboxTable      string
 	// Retention is how long a completed idempotency record is kept.
 	Retention time.Duration
 	// Lease is how long a reservation is held before it counts as abandoned.
@@ -126,6 +135,12 @@ type Config struct {
 	WorkerRetryWindow time.Duration
 	// SQSEndpoint overrides the SQS endpoint; empty means AWS.
 	SQSEndpoint string
+	// MailURL is the mail API's base URL (the receipts sender's); empty when
+	// unset.
+	MailURL string
+	// MailAuth is how calls to the mail API are authenticated:
+	// ProviderAuthNone or ProviderAuthIAM (the simulator's function URL).
+	MailAuth string
 }
 
 // tableName is DynamoDB's rule for table names.
@@ -196,6 +211,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		RefundsTable:     table(EnvRefundsTable, DefaultRefundsTable),
 		APIKeysTable:     table(EnvAPIKeysTable, DefaultAPIKeysTable),
 		ProviderTable:    table(EnvProviderTable, DefaultProviderTable),
+		OrdersTable:      table(EnvOrdersTable, DefaultOrdersTable),
+		OutboxTable:      table(EnvOutboxTable, DefaultOutboxTable),
 		Retention:        duration(EnvRetention, DefaultRetention),
 		Lease:            duration(EnvLease, DefaultLease),
 		DynamoDBEndpoint: endpoint(EnvDynamoDBEndpoint),
@@ -210,6 +227,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		WorkerRetryDLQ:    queue(EnvWorkerRetryDLQ, DefaultWorkerRetryDLQ),
 		WorkerRetryWindow: duration(EnvWorkerRetryWindow, DefaultWorkerRetryWindow),
 		SQSEndpoint:       endpoint(EnvSQSEndpoint),
+		MailURL:           endpoint(EnvMailURL),
 	}
 	if c.ProviderSettle == 0 { // unset: the default, and never less than the call's own timeout
 		c.ProviderSettle = max(DefaultProviderSettle, c.ProviderTimeout)
@@ -223,12 +241,17 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if c.Region == "" && (c.DynamoDBEndpoint != "" || c.SQSEndpoint != "") {
 		c.Region = DefaultLocalRegion
 	}
-	switch v := str(EnvProviderAuth, ProviderAuthNone); strings.ToLower(v) {
-	case ProviderAuthNone, ProviderAuthIAM:
-		c.ProviderAuth = strings.ToLower(v)
-	default:
-		bad(EnvProviderAuth, v, `must be "`+ProviderAuthNone+`" or "`+ProviderAuthIAM+`"`)
+	auth := func(name string) string {
+		switch v := str(name, ProviderAuthNone); strings.ToLower(v) {
+		case ProviderAuthNone, ProviderAuthIAM:
+			return strings.ToLower(v)
+		default:
+			bad(name, v, `must be "`+ProviderAuthNone+`" or "`+ProviderAuthIAM+`"`)
+			return ""
+		}
 	}
+	c.ProviderAuth = auth(EnvProviderAuth)
+	c.MailAuth = auth(EnvMailAuth)
 	switch v := str(EnvFaultInjection, ""); strings.ToLower(v) {
 	case "", "0", "false":
 	case "1", "true":

@@ -16,6 +16,8 @@ func TestFromEnv(t *testing.T) {
 		RefundsTable:     DefaultRefundsTable,
 		APIKeysTable:     DefaultAPIKeysTable,
 		ProviderTable:    DefaultProviderTable,
+		OrdersTable:      DefaultOrdersTable,
+		OutboxTable:      DefaultOutboxTable,
 		Retention:        DefaultRetention,
 		Lease:            DefaultLease,
 		LogLevel:         slog.LevelInfo,
@@ -28,6 +30,7 @@ func TestFromEnv(t *testing.T) {
 		WorkerRetryQueue:  DefaultWorkerRetryQueue,
 		WorkerRetryDLQ:    DefaultWorkerRetryDLQ,
 		WorkerRetryWindow: DefaultWorkerRetryWindow,
+		MailAuth:          ProviderAuthNone,
 	}
 	with := func(f func(*Config)) Config {
 		c := defaults
@@ -49,6 +52,8 @@ func TestFromEnv(t *testing.T) {
 				"ONCE_API_KEYS_TABLE":    "stack-api-keys",
 				"ONCE_PROVIDER_TABLE":    "stack-provider",
 				"ONCE_REFUNDS_TABLE":     "stack-refunds",
+				"ONCE_ORDERS_TABLE":      "stack-orders",
+				"ONCE_OUTBOX_TABLE":      "stack-outbox",
 				"ONCE_RETENTION":         "1h30m",
 				"ONCE_LEASE":             "10s",
 				"ONCE_FAULT_INJECTION":   "1",
@@ -65,6 +70,8 @@ func TestFromEnv(t *testing.T) {
 				"ONCE_WORKER_RETRY_DLQ":    "retry_dlq",
 				"ONCE_WORKER_RETRY_WINDOW": "90s",
 				"SQS_ENDPOINT":             "http://127.0.0.1:9324",
+				"ONCE_MAIL_URL":            "https://mail.example.com",
+				"ONCE_MAIL_AUTH":           "AWS_IAM",
 			},
 			want: Config{
 				IdempotencyTable: "stack-idempotency",
@@ -72,6 +79,8 @@ func TestFromEnv(t *testing.T) {
 				RefundsTable:     "stack-refunds",
 				APIKeysTable:     "stack-api-keys",
 				ProviderTable:    "stack-provider",
+				OrdersTable:      "stack-orders",
+				OutboxTable:      "stack-outbox",
 				Retention:        90 * time.Minute,
 				Lease:            10 * time.Second,
 				FaultInjection:   true,
@@ -89,6 +98,8 @@ func TestFromEnv(t *testing.T) {
 				WorkerRetryDLQ:    "retry_dlq",
 				WorkerRetryWindow: 90 * time.Second,
 				SQSEndpoint:       "http://127.0.0.1:9324",
+				MailURL:           "https://mail.example.com",
+				MailAuth:          ProviderAuthIAM,
 			},
 		},
 		{name: "SQS endpoint without region defaults the region", env: map[string]string{"SQS_ENDPOINT": "http://localhost:4566"},
@@ -130,6 +141,9 @@ func TestFromEnv(t *testing.T) {
 		{name: "short table name", env: map[string]string{"ONCE_IDEMPOTENCY_TABLE": "ab"}, wantErr: []string{"ONCE_IDEMPOTENCY_TABLE"}},
 		{name: "endpoint without scheme", env: map[string]string{"DYNAMODB_ENDPOINT": "localhost:8000"}, wantErr: []string{"DYNAMODB_ENDPOINT"}},
 		{name: "provider URL not absolute", env: map[string]string{"ONCE_PROVIDER_URL": "/v1"}, wantErr: []string{"ONCE_PROVIDER_URL"}},
+		{name: "mail URL not absolute", env: map[string]string{"ONCE_MAIL_URL": "mail.example.com"}, wantErr: []string{"ONCE_MAIL_URL"}},
+		{name: "bad mail auth", env: map[string]string{"ONCE_MAIL_AUTH": "basic"}, wantErr: []string{"ONCE_MAIL_AUTH"}},
+		{name: "bad orders table name", env: map[string]string{"ONCE_ORDERS_TABLE": "o"}, wantErr: []string{"ONCE_ORDERS_TABLE"}},
 		{
 			name: "every problem at once",
 			env: map[string]string{

@@ -28,13 +28,14 @@ func notFromTemplate(name string) bool {
 // designEnv is docs/design.md's "Environment per function", less
 // ONCE_FAULT_INJECTION.
 var designEnv = map[string][]string{
-	"ApiFunction":        {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_REFUNDS_TABLE", "ONCE_RETENTION"},
+	"ApiFunction":        {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_LEASE", "ONCE_ORDERS_TABLE", "ONCE_OUTBOX_TABLE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_REFUNDS_TABLE", "ONCE_RETENTION"},
 	"AuthorizerFunction": {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_API_KEYS_TABLE"},
 	"WorkerFunction":     {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_SETTLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_WORKER_RETRY_QUEUE", "ONCE_WORKER_RETRY_WINDOW", "SQS_ENDPOINT"},
 	"RetrierFunction":    {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_SETTLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_WORKER_RETRY_QUEUE", "ONCE_WORKER_RETRY_WINDOW", "SQS_ENDPOINT"},
 	"SweeperFunction":    {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_CHECK_QUEUE", "ONCE_IDEMPOTENCY_TABLE", "ONCE_RETENTION", "SQS_ENDPOINT"},
 	"CheckerFunction":    {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_CHECK_QUEUE", "ONCE_IDEMPOTENCY_TABLE", "ONCE_RETENTION", "SQS_ENDPOINT"},
-	"ReconcilerFunction": {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_SETTLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_REFUNDS_TABLE", "ONCE_RETENTION"},
+	"ReconcilerFunction": {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_LEASE", "ONCE_ORDERS_TABLE", "ONCE_OUTBOX_TABLE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_SETTLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_REFUNDS_TABLE", "ONCE_RETENTION"},
+	"ReceiptsFunction":   {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_MAIL_AUTH", "ONCE_MAIL_URL", "ONCE_ORDERS_TABLE", "ONCE_OUTBOX_TABLE"},
 	"ProviderFunction":   {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_PROVIDER_TABLE"},
 }
 
@@ -47,6 +48,8 @@ var envSource = map[string]any{
 	"ONCE_REFUNDS_TABLE":       map[string]any{"Ref": "RefundsTable"},
 	"ONCE_API_KEYS_TABLE":      map[string]any{"Ref": "ApiKeysTable"},
 	"ONCE_PROVIDER_TABLE":      map[string]any{"Ref": "ProviderTable"},
+	"ONCE_ORDERS_TABLE":        map[string]any{"Ref": "OrdersTable"},
+	"ONCE_OUTBOX_TABLE":        map[string]any{"Ref": "OutboxTable"},
 	"ONCE_RETENTION":           map[string]any{"Ref": "Retention"},
 	"ONCE_LEASE":               map[string]any{"Ref": "Lease"},
 	"ONCE_PROVIDER_TIMEOUT":    map[string]any{"Ref": "ProviderTimeout"},
@@ -57,10 +60,16 @@ var envSource = map[string]any{
 	"SQS_ENDPOINT":             map[string]any{"Ref": "SQSEndpoint"},
 	// The simulator's function URL takes SigV4-signed calls only.
 	"ONCE_PROVIDER_AUTH": map[string]any{"Fn::If": []any{"DeployProvider", "aws_iam", "none"}},
+	"ONCE_MAIL_AUTH":     map[string]any{"Fn::If": []any{"DeployProvider", "aws_iam", "none"}},
 	"ONCE_PROVIDER_URL": map[string]any{"Fn::If": []any{
 		"DeployProvider",
 		map[string]any{"Fn::GetAtt": []any{"ProviderFunctionUrl", "FunctionUrl"}},
 		map[string]any{"Ref": "ProviderUrl"},
+	}},
+	"ONCE_MAIL_URL": map[string]any{"Fn::If": []any{
+		"DeployProvider",
+		map[string]any{"Fn::GetAtt": []any{"ProviderFunctionUrl", "FunctionUrl"}},
+		map[string]any{"Ref": "MailUrl"},
 	}},
 }
 
@@ -230,6 +239,7 @@ func TestConfigAcceptsTemplate(t *testing.T) {
 				vars["DeployProviderSimulator"] = fmt.Sprint(deploy)
 				if !deploy {
 					vars["ProviderUrl"] = "https://provider.example.com/"
+					vars["MailUrl"] = "https://mail.example.com/"
 				}
 				for k, v := range timing {
 					vars[k] = v

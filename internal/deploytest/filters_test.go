@@ -42,8 +42,8 @@ func designTriggers(t *testing.T) map[string]designTrigger {
 		}
 		out[samtemplate.FunctionLogicalID(m[1])] = tr
 	}
-	if len(out) != 3 {
-		t.Fatalf("docs/design.md: found %d stream triggers, want 3 (worker, sweeper, reconciler)", len(out))
+	if len(out) != 4 {
+		t.Fatalf("docs/design.md: found %d stream triggers, want 4 (worker, sweeper, reconciler, receipts)", len(out))
 	}
 	return out
 }
@@ -191,7 +191,17 @@ func TestStreamFilters(t *testing.T) {
 		{"MODIFY COMPLETED -> IN_PROGRESS (reclaimed key)", streamRecord("MODIFY", idem("COMPLETED"), idem("IN_PROGRESS"), nil), map[string]bool{"SweeperFunction": true}},
 		{"MODIFY IN_PROGRESS -> IN_PROGRESS", streamRecord("MODIFY", idem("IN_PROGRESS"), idem("IN_PROGRESS"), nil), map[string]bool{"SweeperFunction": true}},
 	}
-	byTable := map[string][]rec{"PaymentsTable": payments, "IdempotencyTable": records}
+	job := func(state string) map[string]events.DynamoDBAttributeValue { return jobImage(state) }
+	outbox := []rec{
+		{"INSERT queued receipt job", streamRecord("INSERT", nil, job("queued"), nil), map[string]bool{"ReceiptsFunction": true}},
+		{"MODIFY queued -> sending (claim)", streamRecord("MODIFY", job("queued"), job("sending"), nil), nil},
+		{"MODIFY sending -> sent", streamRecord("MODIFY", job("sending"), job("sent"), nil), nil},
+		{"MODIFY sending -> failed", streamRecord("MODIFY", job("sending"), job("failed"), nil), nil},
+		{"REMOVE sent job by TTL", streamRecord("REMOVE", job("sent"), nil, ttl), nil},
+		{"INSERT of another kind", streamRecord("INSERT", nil, map[string]events.DynamoDBAttributeValue{
+			"pk": events.NewStringAttribute("acme#x"), "kind": events.NewStringAttribute("invoice")}, nil), nil},
+	}
+	byTable := map[string][]rec{"PaymentsTable": payments, "IdempotencyTable": records, "OutboxTable": outbox}
 	for id, trig := range designTriggers(t) {
 		patterns, err := streamEvent(t, id).FilterPatterns()
 		if err != nil {
@@ -255,6 +265,23 @@ func paymentImage(status string) map[string]events.DynamoDBAttributeValue {
 		"source":   events.NewStringAttribute("tok_visa"),
 		"status":   events.NewStringAttribute(status),
 		"created":  events.NewNumberAttribute("1767225600"),
+	}
+}
+
+func jobImage(state string) map[string]events.DynamoDBAttributeValue {
+	return map[string]events.DynamoDBAttributeValue{
+		"pk":       events.NewStringAttribute("acme#rcpt_abcdefghijklmnopqrstuvwx"),
+		"kind":     events.NewStringAttribute("receipt"),
+		"id":       events.NewStringAttribute("rcpt_abcdefghijklmnopqrstuvwx"),
+		"tenant":   events.NewStringAttribute("acme"),
+		"order":    events.NewStringAttribute("ord_abcdefghijklmnopqrstuvwx"),
+		"order_pk": events.NewStringAttribute("acme#ord_abcdefghijklmnopqrstuvwx"),
+		"to":       events.NewStringAttribute("ada@example.com"),
+		"subject":  events.NewStringAttribute("Your receipt"),
+		"text":     events.NewStringAttribute("Thank you."),
+		"created":  events.NewNumberAttribute("1767225600"),
+		"state":    events.NewStringAttribute(state),
+		"attempts": events.NewNumberAttribute("0"),
 	}
 }
 

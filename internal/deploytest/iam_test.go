@@ -30,6 +30,8 @@ var wantGrants = map[string]map[string][]string{
 		"PaymentsTable":    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
 		"RefundsTable":     {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem"},
 		"ProviderFunction": invokeURL,
+		"OrdersTable":      {"dynamodb:GetItem", "dynamodb:UpdateItem"},
+		"OutboxTable":      {"dynamodb:UpdateItem"},
 	},
 	"AuthorizerFunction": {
 		"ApiKeysTable": {"dynamodb:GetItem"},
@@ -60,9 +62,18 @@ var wantGrants = map[string]map[string][]string{
 		"IdempotencyTable":        {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
 		"PaymentsTable":           {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
 		"RefundsTable":            {"dynamodb:ConditionCheckItem", "dynamodb:PutItem"},
+		"OrdersTable":             {"dynamodb:UpdateItem"},
+		"OutboxTable":             {"dynamodb:UpdateItem"},
 		"IdempotencyTable/stream": streamRead,
 		"ReconcilerDLQ":           {"sqs:SendMessage"},
 		"ProviderFunction":        invokeURL,
+	},
+	"ReceiptsFunction": {
+		"OutboxTable":        {"dynamodb:UpdateItem"},
+		"OrdersTable":        {"dynamodb:UpdateItem"},
+		"OutboxTable/stream": streamRead,
+		"ReceiptsDLQ":        {"sqs:SendMessage"},
+		"ProviderFunction":   invokeURL,
 	},
 	"ProviderFunction": {
 		"ProviderTable": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},

@@ -68,7 +68,7 @@ func hasFolder(t testing.TB, folder string) bool {
 }
 
 // The design's functions (docs/design.md, "Issue 3 additions").
-var designFunctions = []string{"ApiFunction", "AuthorizerFunction", "CheckerFunction", "ProviderFunction", "ReconcilerFunction", "RetrierFunction", "SweeperFunction", "WorkerFunction"}
+var designFunctions = []string{"ApiFunction", "AuthorizerFunction", "CheckerFunction", "ProviderFunction", "ReceiptsFunction", "ReconcilerFunction", "RetrierFunction", "SweeperFunction", "WorkerFunction"}
 
 func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))

@@ -29,6 +29,8 @@ var designTables = map[string]tableSpec{
 	"RefundsTable":     {suffix: "refunds", retain: true},
 	"ApiKeysTable":     {suffix: "api-keys", retain: true},
 	"ProviderTable":    {suffix: "provider"},
+	"OrdersTable":      {suffix: "orders", retain: true},
+	"OutboxTable":      {suffix: "outbox", ttl: "expires_at", stream: "NEW_AND_OLD_IMAGES"},
 }
 
 // partitionKey is the design's key of every table: a single string pk.
@@ -108,6 +110,7 @@ func TestTablesMatchCode(t *testing.T) {
 		{"PaymentsTable", "internal/payments", "KeyAttr", partitionKey},
 		{"RefundsTable", "internal/refunds", "KeyAttr", partitionKey},
 		{"ApiKeysTable", "internal/auth", "attrPK", partitionKey},
+		{"OutboxTable", "internal/outbox", "KeyAttr", partitionKey},
 	}
 	for _, tt := range tests {
 		consts := stringConsts(t, filepath.Join(root(t), tt.dir), regexp.MustCompile("^"+tt.name+"$"))

@@ -25,7 +25,7 @@ func TestParameters(t *testing.T) {
 	want := map[string]string{ // name -> default
 		"StageName": "prod", "Architecture": "arm64", "LogLevel": "info",
 		"Retention": "24h", "Lease": "30s", "ProviderTimeout": "5s", "ProviderSettle": "30s", "WorkerRetryWindow": "6h",
-		"DeployProviderSimulator": "true", "ProviderUrl": "", "AlarmTopicArn": "", "DynamoDBEndpoint": "", "SQSEndpoint": "",
+		"DeployProviderSimulator": "true", "ProviderUrl": "", "MailUrl": "", "AlarmTopicArn": "", "DynamoDBEndpoint": "", "SQSEndpoint": "",
 	}
 	if diff := cmp.Diff(sortedKeys(want), sortedKeys(params)); diff != "" {
 		t.Errorf("parameters mismatch (-want +got):\n%s", diff)
@@ -89,17 +89,19 @@ func TestParameters(t *testing.T) {
 			t.Errorf("Mappings.LogLevels.%v.Lambda = %v, want %s", lv, got, want)
 		}
 	}
-	// ProviderUrl is required without the simulator.
-	rule := mapOf(mapOf(template(t).Section("Rules"))["ProviderUrlWithoutSimulator"])
-	wantRule := map[string]any{
-		"RuleCondition": map[string]any{"Fn::Equals": []any{map[string]any{"Ref": "DeployProviderSimulator"}, "false"}},
-		"Assertions": []any{map[string]any{
-			"Assert":            map[string]any{"Fn::Not": []any{map[string]any{"Fn::Equals": []any{map[string]any{"Ref": "ProviderUrl"}, ""}}}},
-			"AssertDescription": "ProviderUrl is required when DeployProviderSimulator is false.",
-		}},
-	}
-	if diff := cmp.Diff(wantRule, rule); diff != "" {
-		t.Errorf("Rules.ProviderUrlWithoutSimulator mismatch (-want +got):\n%s", diff)
+	// ProviderUrl and MailUrl are required without the simulator.
+	for _, param := range []string{"ProviderUrl", "MailUrl"} {
+		rule := mapOf(mapOf(template(t).Section("Rules"))[param+"WithoutSimulator"])
+		wantRule := map[string]any{
+			"RuleCondition": map[string]any{"Fn::Equals": []any{map[string]any{"Ref": "DeployProviderSimulator"}, "false"}},
+			"Assertions": []any{map[string]any{
+				"Assert":            map[string]any{"Fn::Not": []any{map[string]any{"Fn::Equals": []any{map[string]any{"Ref": param}, ""}}}},
+				"AssertDescription": param + " is required when DeployProviderSimulator is false.",
+			}},
+		}
+		if diff := cmp.Diff(wantRule, rule); diff != "" {
+			t.Errorf("Rules.%sWithoutSimulator mismatch (-want +got):\n%s", param, diff)
+		}
 	}
 }
 
@@ -345,6 +347,8 @@ func TestOutputs(t *testing.T) {
 		"RefundsTableName":     map[string]any{"Ref": "RefundsTable"},
 		"ApiKeysTableName":     map[string]any{"Ref": "ApiKeysTable"},
 		"ProviderTableName":    map[string]any{"Ref": "ProviderTable"},
+		"OrdersTableName":      map[string]any{"Ref": "OrdersTable"},
+		"OutboxTableName":      map[string]any{"Ref": "OutboxTable"},
 		"WorkerDLQUrl":         map[string]any{"Ref": "WorkerDLQ"},
 		"SweeperDLQUrl":        map[string]any{"Ref": "SweeperDLQ"},
 		"ReconcilerDLQUrl":     map[string]any{"Ref": "ReconcilerDLQ"},
@@ -352,7 +356,9 @@ func TestOutputs(t *testing.T) {
 		"CheckDLQUrl":          map[string]any{"Ref": "CheckDLQ"},
 		"WorkerRetryQueueUrl":  map[string]any{"Ref": "WorkerRetryQueue"},
 		"WorkerRetryDLQUrl":    map[string]any{"Ref": "WorkerRetryDLQ"},
+		"ReceiptsDLQUrl":       map[string]any{"Ref": "ReceiptsDLQ"},
 		"ProviderUrl":          envSource["ONCE_PROVIDER_URL"],
+		"MailUrl":              envSource["ONCE_MAIL_URL"],
 	}
 	got := map[string]any{}
 	for k, v := range outs {

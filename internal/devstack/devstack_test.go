@@ -39,11 +39,13 @@ func testEnv(t *testing.T) map[string]string {
 		"ONCE_REFUNDS_TABLE":     prefix + "-refunds",
 		"ONCE_API_KEYS_TABLE":    prefix + "-api-keys",
 		"ONCE_PROVIDER_TABLE":    prefix + "-provider",
+		"ONCE_ORDERS_TABLE":      prefix + "-orders",
+		"ONCE_OUTBOX_TABLE":      prefix + "-outbox",
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		for _, k := range []string{"ONCE_IDEMPOTENCY_TABLE", "ONCE_PAYMENTS_TABLE", "ONCE_REFUNDS_TABLE", "ONCE_API_KEYS_TABLE", "ONCE_PROVIDER_TABLE"} {
+		for _, k := range []string{"ONCE_IDEMPOTENCY_TABLE", "ONCE_PAYMENTS_TABLE", "ONCE_REFUNDS_TABLE", "ONCE_API_KEYS_TABLE", "ONCE_PROVIDER_TABLE", "ONCE_ORDERS_TABLE", "ONCE_OUTBOX_TABLE"} {
 			_, _ = client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(env[k])})
 		}
 	})

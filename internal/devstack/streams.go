@@ -19,6 +19,7 @@ import (
 	"github.com/oncehq/once/internal/dynamoclient"
 	"github.com/oncehq/once/internal/provider/simulator"
 	"github.com/oncehq/once/internal/queue"
+	"github.com/oncehq/once/internal/receipts"
 	"github.com/oncehq/once/internal/reconciler"
 	"github.com/oncehq/once/internal/samtemplate"
 	"github.com/oncehq/once/internal/stream"
@@ -32,6 +33,7 @@ var streamFunctions = map[string]queue.Builder[stream.Handler]{
 	"WorkerFunction":     worker.Handler,
 	"SweeperFunction":    sweeper.Handler,
 	"ReconcilerFunction": dynamoOnly(reconciler.Handler),
+	"ReceiptsFunction":   dynamoOnly(receipts.Handler),
 }
 
 // dynamoOnly adapts the builder of a stream function that uses no queue
@@ -134,11 +136,15 @@ func (m mapping) filter() func(events.DynamoDBEventRecord) bool {
 	}
 }
 
-// startProvider serves the provider simulator on 127.0.0.1:PROVIDER_PORT,
-// unless ONCE_PROVIDER_URL names a provider already.
+// startProvider serves the provider simulator (which is the mail API too)
+// on 127.0.0.1:PROVIDER_PORT, unless ONCE_PROVIDER_URL names a provider
+// already; ONCE_MAIL_URL, unless set, is the simulator, or that provider.
 func (s *Stack) startProvider(context.Context) error {
 	if s.cfg.ProviderURL != "" {
-		s.log.Info("devstack: using the provider at ONCE_PROVIDER_URL", "url", s.cfg.ProviderURL)
+		if s.cfg.MailURL == "" {
+			s.cfg.MailURL = s.cfg.ProviderURL
+		}
+		s.log.Info("devstack: using the provider at ONCE_PROVIDER_URL", "url", s.cfg.ProviderURL, "mail_url", s.cfg.MailURL)
 		return nil
 	}
 	sim := simulator.Handler(s.cfg, s.client, app.Options{Logger: s.log.With("function", "provider")})
@@ -151,7 +157,10 @@ func (s *Stack) startProvider(context.Context) error {
 		return srv.Close()
 	})
 	s.cfg.ProviderURL = url
-	s.log.Info("devstack: provider simulator ready", "url", s.cfg.ProviderURL, "table", s.cfg.ProviderTable)
+	if s.cfg.MailURL == "" {
+		s.cfg.MailURL = url
+	}
+	s.log.Info("devstack: provider simulator ready", "url", s.cfg.ProviderURL, "mail_url", s.cfg.MailURL, "table", s.cfg.ProviderTable)
 	return nil
 }
 

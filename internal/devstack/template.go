@@ -138,6 +138,8 @@ func tableNames(cfg config.Config) map[string]string {
 		"RefundsTable":     cfg.RefundsTable,
 		"ApiKeysTable":     cfg.APIKeysTable,
 		"ProviderTable":    cfg.ProviderTable,
+		"OrdersTable":      cfg.OrdersTable,
+		"OutboxTable":      cfg.OutboxTable,
 	}
 }
 

@@ -27,6 +27,8 @@ type Names struct {
 	Payments    string // PaymentsTable
 	APIKeys     string // ApiKeysTable
 	Provider    string // ProviderTable
+	Orders      string // OrdersTable
+	Outbox      string // OutboxTable
 	// ByLogicalID has every table the template defines.
 	ByLogicalID map[string]string
 }
@@ -107,6 +109,8 @@ func Tables(t testing.TB, client *dynamodb.Client) Names {
 	names.Payments = names.ByLogicalID["PaymentsTable"]
 	names.APIKeys = names.ByLogicalID["ApiKeysTable"]
 	names.Provider = names.ByLogicalID["ProviderTable"]
+	names.Orders = names.ByLogicalID["OrdersTable"]
+	names.Outbox = names.ByLogicalID["OutboxTable"]
 	return names
 }
 

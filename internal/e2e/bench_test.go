@@ -43,6 +43,14 @@ func BenchmarkReplayCharge(b *testing.B) {
 	benchReplay(b, "/v1/charges", chargeBody("tok_visa"))
 }
 
+// BenchmarkCreateOrder is a first POST /v1/orders through the Lambda
+// handler: three TransactWriteItems, one per phase (the reservation with the
+// order, the charge recorded on it, the answer with the order complete and
+// its receipt job), and the provider simulator's charge over loopback HTTP.
+func BenchmarkCreateOrder(b *testing.B) {
+	benchFirst(b, "/v1/orders", orderBody("tok_visa", "ada@example.com"))
+}
+
 // benchFirst invokes the api function with b.N first requests to path, each
 // under its own key (events built before the timer starts), checks each
 // answer is a 201 and that the first was stored, and reports the DynamoDB

@@ -84,6 +84,10 @@ func newStack(t testing.TB, opts ...stackOption) *stack {
 			return names.APIKeys
 		case config.EnvProviderTable:
 			return names.Provider
+		case config.EnvOrdersTable:
+			return names.Orders
+		case config.EnvOutboxTable:
+			return names.Outbox
 		case config.EnvDynamoDBEndpoint:
 			return os.Getenv("ONCE_TEST_DYNAMODB_ENDPOINT")
 		}

@@ -3,9 +3,12 @@
 //
 // With injection enabled, a request header Once-Fault: <point> makes the
 // request crash when it reaches that point: Check panics with a Crash value.
-// The points are the engine's (after-reserve, after-complete, passed to
-// idempotency.Config.Hook) and the handler's own (after-provider-call). The
+// The points are the engine's (after-reserve, after-complete, and after each
+// recovery point of a multi-step request: after-order-created,
+// after-charge-created, after-finished; all passed to
+// idempotency.Config.Hook) and the handlers' own (after-provider-call). The
 // Lambda adapter recovers a Crash and answers as API Gateway does in front of a
-// crashed function. Disabled injection ignores the header entirely, and an
-// unknown point is ignored too.
+// crashed function. Disabled injection ignores the header entirely; a value
+// that is not a point name ("after-" and dashed lower-case words) is ignored,
+// and so is a point that no code reaches.
 package fault

@@ -3,6 +3,7 @@ package fault
 import (
 	"context"
 	"net/http"
+	"regexp"
 
 	"github.com/oncehq/once/idempotency"
 )
@@ -23,7 +24,16 @@ const (
 	AfterComplete = idempotency.PointAfterComplete
 )
 
-var points = map[string]bool{AfterReserve: true, AfterProviderCall: true, AfterComplete: true}
+// point is the shape of every point name: "after-" and words of lower-case
+// letters joined by dashes. The engine's points after a multi-step request's
+// recovery points (idempotency.PointAfter: "after-order-created",
+// "after-charge-created", "after-finished") and the handlers' own
+// (AfterProviderCall) have it; no fixed list is kept, so that a new recovery
+// point can be crashed at without changing this package.
+var point = regexp.MustCompile(`^after-[a-z]+(-[a-z]+)*$`)
+
+// ValidPoint reports whether name has the shape of a point name.
+func ValidPoint(name string) bool { return len(name) <= 64 && point.MatchString(name) }
 
 // Crash is the panic value of an injected crash.
 type Crash struct {
@@ -37,13 +47,14 @@ func (c Crash) Error() string { return "fault: injected crash " + c.Point }
 type pointKey struct{}
 
 // Middleware makes the Once-Fault header of each request visible to Check,
-// when enabled. Unknown points are dropped here.
+// when enabled. A value that is not a point name (ValidPoint) is dropped
+// here; a well-formed name that no code checks never fires.
 func Middleware(enabled bool, next http.Handler) http.Handler {
 	if !enabled {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p := r.Header.Get(Header); points[p] {
+		if p := r.Header.Get(Header); ValidPoint(p) {
 			r = r.WithContext(context.WithValue(r.Context(), pointKey{}, p))
 		}
 		next.ServeHTTP(w, r)

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/oncehq/once/idempotency"
 )
 
 func TestCheck(t *testing.T) {
@@ -17,7 +19,11 @@ func TestCheck(t *testing.T) {
 		{name: "matching point", enabled: true, header: AfterComplete, point: AfterComplete, want: true},
 		{name: "after-reserve", enabled: true, header: AfterReserve, point: AfterReserve, want: true},
 		{name: "after-provider-call", enabled: true, header: AfterProviderCall, point: AfterProviderCall, want: true},
+		{name: "recovery point of a multi-step request", enabled: true, header: "after-order-created", point: "after-order-created", want: true},
+		{name: "engine's name for a recovery point", enabled: true, header: "after-finished", point: idempotency.PointAfter("finished"), want: true},
 		{name: "other point", enabled: true, header: AfterComplete, point: AfterReserve},
+		{name: "upper case is not a point", enabled: true, header: "after-Finished", point: "after-Finished"},
+		{name: "underscores are not a point", enabled: true, header: "after-charge_created", point: "after-charge_created"},
 		{name: "no header", enabled: true, point: AfterReserve},
 		{name: "unknown value", enabled: true, header: "before-everything", point: "before-everything"},
 		{name: "disabled ignores the header", enabled: false, header: AfterComplete, point: AfterComplete},

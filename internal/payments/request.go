@@ -55,13 +55,13 @@ func decode(body []byte, sourceRequired bool) (Request, error) {
 		case "currency":
 			req.Currency, err = DecodeCurrency("currency", raw)
 		case "customer":
-			req.Customer, err = decodeCustomer(raw)
+			req.Customer, err = DecodeCustomer("customer", raw)
 		case "description":
 			req.Description, err = DecodeDescription("description", raw)
 		case "metadata":
 			req.Metadata, err = DecodeMetadata("metadata", raw)
 		case "source":
-			req.Source, err = decodeSource(raw)
+			req.Source, err = DecodeSource("source", raw)
 		default:
 			err = problem.Invalid(name, "is not a known parameter")
 		}
@@ -107,16 +107,18 @@ func DecodeCurrency(field string, raw json.RawMessage) (string, error) {
 	return c, nil
 }
 
-func decodeCustomer(raw json.RawMessage) (string, error) {
+// DecodeCustomer decodes field as a customer reference: a string of 1 to
+// MaxCustomerLength characters without control characters.
+func DecodeCustomer(field string, raw json.RawMessage) (string, error) {
 	s, ok := jsonbody.String(raw)
 	if !ok {
-		return "", problem.Invalid("customer", "must be a string")
+		return "", problem.Invalid(field, "must be a string")
 	}
 	if n := utf8.RuneCountInString(s); n < 1 || n > MaxCustomerLength {
-		return "", problem.Invalid("customer", "must be between 1 and %d characters", MaxCustomerLength)
+		return "", problem.Invalid(field, "must be between 1 and %d characters", MaxCustomerLength)
 	}
 	if strings.IndexFunc(s, unicode.IsControl) >= 0 {
-		return "", problem.Invalid("customer", "must not contain control characters")
+		return "", problem.Invalid(field, "must not contain control characters")
 	}
 	return s, nil
 }
@@ -187,20 +189,23 @@ func DecodeMetadata(field string, raw json.RawMessage) (map[string]string, error
 	return md, nil
 }
 
-func decodeSource(raw json.RawMessage) (string, error) {
+// DecodeSource decodes field as a payment source token: 1 to
+// MaxSourceLength letters, digits and underscores, or null ("", which the
+// caller turns into DefaultSource or refuses).
+func DecodeSource(field string, raw json.RawMessage) (string, error) {
 	if jsonbody.Kind(raw) == 'n' {
 		return "", nil
 	}
 	s, ok := jsonbody.String(raw)
 	if !ok {
-		return "", problem.Invalid("source", "must be a string or null")
+		return "", problem.Invalid(field, "must be a string or null")
 	}
 	if len(s) < 1 || len(s) > MaxSourceLength {
-		return "", problem.Invalid("source", "must be between 1 and %d characters", MaxSourceLength)
+		return "", problem.Invalid(field, "must be between 1 and %d characters", MaxSourceLength)
 	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; !(c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
-			return "", problem.Invalid("source", "must hold only letters, digits and underscores")
+			return "", problem.Invalid(field, "must hold only letters, digits and underscores")
 		}
 	}
 	return s, nil

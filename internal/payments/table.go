@@ -72,7 +72,7 @@ func (t *Table) Get(ctx context.Context, tenant, id string) (Payment, error) {
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		return Payment{}, fmt.Errorf("payments: get: %w", classify(err))
+		return Payment{}, fmt.Errorf("payments: get: %w", Classify(err))
 	}
 	if out.Item == nil {
 		return Payment{}, fmt.Errorf("payments: get %s: %w", id, ErrNotFound)
@@ -138,7 +138,7 @@ func (t *Table) Settle(ctx context.Context, tenant, id string, status Status, ch
 		}
 		return &NotPendingError{Payment: p}
 	case err != nil:
-		return fmt.Errorf("payments: settle %s: %w", id, classify(err))
+		return fmt.Errorf("payments: settle %s: %w", id, Classify(err))
 	}
 	return nil
 }
@@ -147,10 +147,12 @@ func key(tenant, id string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{KeyAttr: &types.AttributeValueMemberS{Value: PK(tenant, id)}}
 }
 
-// classify wraps ErrUnavailable around err unless DynamoDB refused the
-// request itself (a missing table, a malformed request, denied access): those
-// are bugs or misconfiguration, not outages, and retrying will not help.
-func classify(err error) error {
+// Classify wraps ErrUnavailable (which answers 503 store_unavailable) around
+// err, an error of a DynamoDB call, unless DynamoDB refused the request
+// itself (a missing table, a malformed request, denied access): those are
+// bugs or misconfiguration, not outages, and retrying will not help. Other
+// domains' tables classify their errors with it too.
+func Classify(err error) error {
 	var api smithy.APIError
 	if errors.As(err, &api) && api.ErrorFault() == smithy.FaultClient {
 		switch api.ErrorCode() {

@@ -13,6 +13,8 @@
 //	GET  /v1/refunds?idempotency_key=K       the refund created with key K
 //	GET  /v1/refunds?charge=ID               {"object": "list", "data": [...], "has_more"}:
 //	                                         the charge's refunds, oldest first (100 at most)
+//	POST /v1/messages                        send an e-mail (not idempotent)
+//	GET  /v1/messages?to=ADDRESS             {"object": "list", "data": [...]}: what was sent to ADDRESS
 //
 // A charge request is JSON: {"amount", "currency", "source", "customer",
 // "description"?, "metadata"?}. The source token decides what happens, as
@@ -59,6 +61,19 @@
 // its write happened (a DynamoDB error): the outcome is unknown, as it would
 // be with a real provider.
 //
+// # Mail
+//
+// The simulator is also the mail API the receipts go through. A message is
+// JSON: {"to", "subject", "text", "order"}. Like most mail APIs it is not
+// idempotent: every POST answered 202 (with the message, its "id" msg_...)
+// sends one message, however often the same one is posted. The address
+// decides what happens: to any address at unavailable.example the answer is
+// 503 with Retry-After and nothing is sent (an outage that does not end);
+// to "<name>+fail<N>@..." the first N messages get that 503 and the later
+// ones are sent (an outage that ends). GET /v1/messages?to= lists, for
+// tests, every message sent to the address, in order. A 500 means the
+// simulator could not tell whether the message was stored (sent).
+//
 // # Items
 //
 // A charge is one item whose pk is the idempotency key, holding the charge
@@ -77,4 +92,8 @@
 // refund is tried again on the total as it is then, a bounded number of
 // times), and adds the key to refund_keys, which GET /v1/refunds?charge=
 // reads the refunds by.
+//
+// The messages sent to an address are one item, pk "mailbox <address>" (an
+// idempotency key holds no space), with the list of messages and the count
+// of messages posted to it.
 package simulator

@@ -94,6 +94,8 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("GET /v1/_test/charges", s.count)
 	s.mux.HandleFunc("POST /v1/refunds", s.createRefund)
 	s.mux.HandleFunc("GET /v1/refunds", s.listRefunds)
+	s.mux.HandleFunc("POST /v1/messages", s.send)
+	s.mux.HandleFunc("GET /v1/messages", s.messages)
 	return s
 }
 

@@ -1,0 +1,66 @@
+package recovery_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/memory"
+	"github.com/oncehq/once/idempotency/recovery"
+	"github.com/oncehq/once/internal/lambdatest"
+	"github.com/oncehq/once/internal/metrics"
+)
+
+// TestReconcileSupersededResume: a Resolver that resumes a multi-step
+// request's phases (idempotency.ResumeSteps) from a stale stream image, the
+// record finished since by an earlier delivery, finds its lease gone: the
+// record is left as it is, and that is no failure (no retry, no
+// reconcile_failed, no dead letter).
+func TestReconcileSupersededResume(t *testing.T) {
+	store := memory.New()
+	now := time.Now()
+	stale := idempotency.Record{
+		Key: idempotency.NewKey("acme", "stale"), Status: idempotency.StatusUnknown, Route: "POST /v1/orders",
+		Fingerprint: "fp", External: true, LeaseToken: "lease-1", ExpiresAt: now.Add(time.Hour),
+		Request: []byte(`{}`), Point: "created", Data: map[string]string{"order": "o1"}, CreatedAt: now, UpdatedAt: now,
+	}
+	if err := store.Reserve(t.Context(), stale, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	done := stale
+	done.Status, done.Response = idempotency.StatusCompleted, &idempotency.Response{Status: http.StatusCreated, Body: []byte(`{}`)}
+	if err := store.Complete(t.Context(), done, stale.LeaseToken, nil); err != nil {
+		t.Fatal(err)
+	}
+	resumed := 0
+	resolver := idempotency.ResolverFunc(func(ctx context.Context, rec idempotency.Record) (idempotency.Resolution, error) {
+		resumed++
+		if err := idempotency.ResumeSteps(store, rec, nil).Advance(ctx, "charged", map[string]string{"charge": "c1"}); err != nil {
+			return idempotency.Resolution{}, fmt.Errorf("resume: %w", err)
+		}
+		return idempotency.Resolution{Response: done.Response}, nil
+	})
+	out := &lambdatest.Buffer{}
+	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
+		Store: store, Resolvers: idempotency.Resolvers{stale.Route: resolver}, Settle: time.Second,
+		Metrics: metrics.New(out, "once", map[string]string{"Service": "reconciler"}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reconcile(t.Context(), nil, stale); err != nil {
+		t.Errorf("Reconcile(stale image) = %v, want nil: the record is finished", err)
+	}
+	if resumed != 1 {
+		t.Errorf("resolver ran %d times, want 1", resumed)
+	}
+	if n := lambdatest.Counts(t, out.String(), "reconciler")[recovery.MetricFailed]; n != 0 {
+		t.Errorf("reconcile_failed = %d, want 0", n)
+	}
+	if got, err := store.Get(t.Context(), stale.Key); err != nil || got.Status != idempotency.StatusCompleted || got.Point != "created" {
+		t.Errorf("record = %s at %q, %v; want the COMPLETED record untouched", got.Status, got.Point, err)
+	}
+}

@@ -1,0 +1,504 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/recovery"
+	apifn "github.com/oncehq/once/internal/api"
+	"github.com/oncehq/once/internal/app"
+	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/metrics"
+	"github.com/oncehq/once/internal/orders"
+	"github.com/oncehq/once/internal/outbox"
+)
+
+// orderBody is a create-order body with the given source and e-mail.
+func orderBody(source, email string) string {
+	return fmt.Sprintf(`{"amount": 4200, "currency": "EUR", "customer": "cus_42", "email": %q, "description": "Order 2001", "metadata": {"order": "2001"}, "source": %q}`, email, source)
+}
+
+func newOrderStack(t *testing.T) *stack {
+	t.Helper()
+	return newStack(t, withConfig(func(c *config.Config) {
+		c.ProviderTimeout = chargeTimeout
+		c.FaultInjection = true
+	}))
+}
+
+// order sends POST /v1/orders for tenant under key.
+func (s *stack) order(t testing.TB, tenant, key, body string, header map[string][]string) response {
+	t.Helper()
+	return s.do(t, request{path: "/v1/orders", tenant: tenant, keys: []string{key}, body: body, header: header})
+}
+
+// orderID is the ID of the order that body under tenant's raw key creates.
+func orderID(t testing.TB, tenant, key, body string) string {
+	t.Helper()
+	fp, err := idempotency.RequestFingerprint(http.MethodPost, orders.RouteCreate, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return orders.ID(idempotency.NewKey(tenant, key), fp)
+}
+
+// orderForwardKey is the key the order of body under acme's raw key is
+// charged with.
+func orderForwardKey(t testing.TB, key, body string) string {
+	t.Helper()
+	fp, err := idempotency.RequestFingerprint(http.MethodPost, orders.RouteCreate, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return idempotency.NewKey("acme", key).Forward(fp + "\x00" + orders.PointChargeCreated)
+}
+
+// scan returns every item of table, decoded into T.
+func scan[T any](t testing.TB, s *stack, table string) []T {
+	t.Helper()
+	var out []T
+	p := dynamodb.NewScanPaginator(s.client, &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var items []T
+		if err := attributevalue.UnmarshalListOfMaps(page.Items, &items); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, items...)
+	}
+	return out
+}
+
+// effects checks the orders, charges and receipt jobs of acme's key: one
+// order in status, charged charges at the provider, and jobs receipt jobs.
+func (s *stack) effects(t testing.TB, key, body string, status orders.Status, charged, jobs int) orders.Order {
+	t.Helper()
+	id := orderID(t, "acme", key, body)
+	var found []orders.Order
+	for _, o := range scan[orders.Order](t, s, s.names.Orders) {
+		if o.ID == id {
+			found = append(found, o)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("orders %s = %d, want 1", id, len(found))
+	}
+	if found[0].Status != status {
+		t.Errorf("order %s status = %s, want %s", id, found[0].Status, status)
+	}
+	n, err := s.sim.Count(t.Context(), orderForwardKey(t, key, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != charged {
+		t.Errorf("provider charges for %s = %d, want %d", key, n, charged)
+	}
+	var got int
+	for _, j := range scan[outbox.Job](t, s, s.names.Outbox) {
+		if j.Order == id {
+			got++
+		}
+	}
+	if got != jobs {
+		t.Errorf("receipt jobs of %s = %d, want %d", id, got, jobs)
+	}
+	return found[0]
+}
+
+// TestOrdersContract walks POST /v1/orders and GET /v1/orders/{id} through
+// their answers over the Lambda adapter, against DynamoDB Local and the
+// provider simulator, counting DynamoDB calls at the HTTP transport.
+func TestOrdersContract(t *testing.T) {
+	s := newOrderStack(t)
+	s.clock.Advance(time.Hour) // created comes from the recorded first phase, not the time of the answer
+
+	t.Run("paid", func(t *testing.T) {
+		const key = "order-paid"
+		body := orderBody("tok_visa", "ada@example.com")
+		s.calls.take()
+		first := s.order(t, "acme", key, body, nil)
+		if first.status != http.StatusCreated {
+			t.Fatalf("POST = %d %s, want 201", first.status, first.body)
+		}
+		ops, n := s.calls.take()
+		if n != 3 || ops["TransactWriteItems"] != 3 {
+			t.Errorf("first order made %d DynamoDB calls %v, want 3 TransactWriteItems (one per phase)", n, ops)
+		}
+		id := orderID(t, "acme", key, body)
+		c, err := s.provider.Lookup(t.Context(), orderForwardKey(t, key, body))
+		if err != nil {
+			t.Fatalf("Lookup: %v", err)
+		}
+		want := map[string]any{
+			"id": id, "object": "order", "amount": 4200.0, "currency": "eur", "customer": "cus_42", "email": "ada@example.com",
+			"description": "Order 2001", "metadata": map[string]any{"order": "2001"}, "status": "paid", "charge": c.ID,
+			"receipt": "queued", "created": float64(s.clock.Now().Unix()),
+		}
+		if diff := cmp.Diff(want, decode(t, first)); diff != "" {
+			t.Errorf("body (-want +got):\n%s", diff)
+		}
+		if got := first.header.Get("Location"); got != "/v1/orders/"+id {
+			t.Errorf("Location = %q, want /v1/orders/%s", got, id)
+		}
+		replay := s.order(t, "acme", key, body, nil)
+		wantReplay(t, replay, first)
+		if got := replay.header.Get("Location"); got != "/v1/orders/"+id {
+			t.Errorf("replay Location = %q, want /v1/orders/%s", got, id)
+		}
+		if ops, n := s.calls.take(); n != 0 {
+			t.Errorf("replay on the warm instance made %d DynamoDB calls %v, want 0 (its replay cache)", n, ops)
+		}
+		s.effects(t, key, body, orders.StatusPaid, 1, 1)
+		rec, err := s.record(t, key)
+		if err != nil || rec.Status != idempotency.StatusCompleted || rec.Point != orders.PointFinished || rec.Data["charge"] != c.ID {
+			t.Errorf("record = %s at %q with %v, %v; want COMPLETED at finished with the charge", rec.Status, rec.Point, rec.Data, err)
+		}
+
+		got := s.do(t, request{method: http.MethodGet, path: "/v1/orders/" + id, tenant: "acme"})
+		if got.status != http.StatusOK {
+			t.Fatalf("GET = %d %s, want 200", got.status, got.body)
+		}
+		if ops, n := s.calls.take(); n != 1 || ops["GetItem"] != 1 {
+			t.Errorf("GET made %d DynamoDB calls %v, want 1 GetItem", n, ops)
+		}
+		live := decode(t, got)
+		wantLive := map[string]any{"status": "paid", "recovery_point": "finished", "receipt": "queued", "receipt_sent_at": nil, "charge": c.ID, "failure_code": nil}
+		for k, v := range wantLive {
+			if !cmp.Equal(live[k], v) {
+				t.Errorf("GET %s = %v, want %v", k, live[k], v)
+			}
+		}
+		if other := s.do(t, request{method: http.MethodGet, path: "/v1/orders/" + id, tenant: "globex"}); other.status != http.StatusNotFound {
+			t.Errorf("GET by another tenant = %d %s, want 404", other.status, other.body)
+		}
+
+		// The same key with another body: 422, nothing written.
+		s.calls.take()
+		other := s.order(t, "acme", key, orderBody("tok_visa", "bob@example.com"), nil)
+		wantProblem(t, other, http.StatusUnprocessableEntity, "idempotency_key_reused", "")
+		if ops, n := s.calls.take(); n != 0 {
+			t.Errorf("mismatch on the warm instance made %d DynamoDB calls %v, want 0 (its replay cache)", n, ops)
+		}
+		if n := len(scan[orders.Order](t, s, s.names.Orders)); n != 1 {
+			t.Errorf("orders after the mismatch = %d, want 1", n)
+		}
+	})
+
+	t.Run("declined", func(t *testing.T) {
+		const key = "order-declined"
+		body := orderBody("tok_chargeDeclined", "ada@example.com")
+		first := s.order(t, "acme", key, body, nil)
+		wantProblem(t, first, http.StatusPaymentRequired, "card_declined", "")
+		wantReplay(t, s.order(t, "acme", key, body, nil), first)
+		o := s.effects(t, key, body, orders.StatusFailed, 1, 0)
+		if o.FailureCode != "card_declined" || o.RecoveryPoint != orders.PointFinished || o.Receipt != "" || o.Charge == "" {
+			t.Errorf("order = %+v, want failed card_declined with its failed charge, finished, no receipt", o)
+		}
+	})
+
+	t.Run("rejected by the provider", func(t *testing.T) {
+		const key = "order-rejected"
+		body := orderBody("tok_mastercard", "ada@example.com")
+		first := s.order(t, "acme", key, body, nil)
+		wantProblem(t, first, http.StatusUnprocessableEntity, "provider_rejected", "")
+		wantReplay(t, s.order(t, "acme", key, body, nil), first)
+		o := s.effects(t, key, body, orders.StatusFailed, 0, 0)
+		if o.FailureCode != "provider_rejected" || o.RecoveryPoint != orders.PointFinished {
+			t.Errorf("order = %+v, want failed provider_rejected, finished", o)
+		}
+	})
+
+	t.Run("invalid", func(t *testing.T) {
+		for _, tt := range []struct{ body, field string }{
+			{`{"amount": 4200, "currency": "EUR", "customer": "c", "source": "tok_visa", "email": "ada"}`, "email"},
+			{`{"amount": 4200, "currency": "EUR", "customer": "c", "source": "tok_visa"}`, "email"},
+			{`{"amount": 4200, "currency": "EUR", "customer": "c", "email": "ada@example.com"}`, "source"},
+			{`{"amount": 0, "currency": "EUR", "customer": "c", "source": "tok_visa", "email": "ada@example.com"}`, "amount"},
+		} {
+			r := s.order(t, "acme", "order-invalid", tt.body, nil)
+			if r.status != http.StatusBadRequest || problem(t, r)["field"] != tt.field {
+				t.Errorf("POST %s = %d %s, want 400 naming %s", tt.body, r.status, r.body, tt.field)
+			}
+		}
+		if _, err := s.record(t, "order-invalid"); err == nil {
+			t.Errorf("a record for a refused request; want none (validation is not stored)")
+		}
+	})
+
+	t.Run("provider unavailable", func(t *testing.T) {
+		// Nothing was charged: 503, not stored; the lease is given up at
+		// order_created, so the retry resumes there at once, on the same
+		// order.
+		const key = "order-unavailable"
+		body := orderBody("tok_unavailable", "ada@example.com")
+		s.calls.take()
+		wantProblem(t, s.order(t, "acme", key, body, nil), http.StatusServiceUnavailable, "provider_unavailable", "1")
+		if ops, n := s.calls.take(); n != 2 || ops["TransactWriteItems"] != 1 || ops["UpdateItem"] != 1 {
+			t.Errorf("503 made %d DynamoDB calls %v, want 2 (the reservation with the order, the lease given up)", n, ops)
+		}
+		rec, err := s.record(t, key)
+		if err != nil || rec.Status != idempotency.StatusInProgress || rec.Point != orders.PointOrderCreated || rec.ExpiresAt.After(s.clock.Now()) {
+			t.Errorf("record = %s at %q until %v, %v; want IN_PROGRESS at order_created, its lease given up", rec.Status, rec.Point, rec.ExpiresAt, err)
+		}
+		wantProblem(t, s.order(t, "acme", key, body, nil), http.StatusServiceUnavailable, "provider_unavailable", "1")
+		if ops, n := s.calls.take(); n != 3 {
+			t.Errorf("retry made %d DynamoDB calls %v, want 3 (reservation refused, lease taken over, given up)", n, ops)
+		}
+		s.effects(t, key, body, orders.StatusCreated, 0, 0)
+	})
+
+	t.Run("provider timeout", func(t *testing.T) {
+		// The charge may exist: 504, the lease keeps running; the retry
+		// after it resumes at order_created and calls the provider again
+		// under the same forwarded key, which answers with its charge.
+		const key = "order-timeout"
+		body := orderBody("tok_timeout", "ada@example.com")
+		s.calls.take()
+		wantProblem(t, s.order(t, "acme", key, body, nil), http.StatusGatewayTimeout, "provider_outcome_unknown", "2")
+		if ops, n := s.calls.take(); n != 1 {
+			t.Errorf("504 made %d DynamoDB calls %v, want 1 (the reservation with the order)", n, ops)
+		}
+		wantProblem(t, s.order(t, "acme", key, body, nil), http.StatusConflict, "idempotency_request_in_progress", "30")
+		s.clock.Advance(s.cfg.Lease + time.Second)
+		s.calls.take()
+		r := s.order(t, "acme", key, body, nil)
+		if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("retry after the lease = %d %s, want the resumed 201", r.status, r.body)
+		}
+		if ops, n := s.calls.take(); n != 4 {
+			t.Errorf("resumed order made %d DynamoDB calls %v, want 4 (reservation refused, takeover, charge_created, finished)", n, ops)
+		}
+		s.effects(t, key, body, orders.StatusPaid, 1, 1)
+	})
+
+	t.Run("duplicate while a phase runs", func(t *testing.T) {
+		const key = "order-slow"
+		body := orderBody("tok_slow", "ada@example.com")
+		var wg sync.WaitGroup
+		var first response
+		wg.Go(func() { first = s.order(t, "acme", key, body, nil) })
+		time.Sleep(150 * time.Millisecond) // the simulator answers tok_slow after 300ms
+		dup := s.order(t, "acme", key, body, nil)
+		wg.Wait()
+		if first.status != http.StatusCreated {
+			t.Fatalf("first = %d %s, want 201", first.status, first.body)
+		}
+		wantProblem(t, dup, http.StatusConflict, "idempotency_request_in_progress", "30")
+		wantReplay(t, s.order(t, "acme", key, body, nil), first)
+		s.effects(t, key, body, orders.StatusPaid, 1, 1)
+	})
+}
+
+// TestOrdersCrashPoints crashes an order at each recovery point (and after
+// the provider call): API Gateway's 500, the record at the point, the
+// DynamoDB calls each phase made; a retry within the lease gets 409, one
+// after it resumes where the crash left the request, repeating no committed
+// phase. One order, one charge and one receipt job in every case.
+func TestOrdersCrashPoints(t *testing.T) {
+	s := newOrderStack(t)
+	tests := []struct {
+		fault     string
+		point     string             // the record's point after the crash
+		status    idempotency.Status // its status
+		calls     int                // DynamoDB calls of the crashed request
+		charged   int                // provider charges after the crash
+		orderAt   orders.Status      // the order's status after the crash
+		resumeOps int                // DynamoDB calls of the retry after the lease
+	}{
+		{"after-order-created", orders.PointOrderCreated, idempotency.StatusInProgress, 1, 0, orders.StatusCreated, 4},
+		{"after-provider-call", orders.PointOrderCreated, idempotency.StatusInProgress, 1, 1, orders.StatusCreated, 4},
+		{"after-charge-created", orders.PointChargeCreated, idempotency.StatusInProgress, 2, 1, orders.StatusPaid, 3},
+		{"after-finished", orders.PointFinished, idempotency.StatusCompleted, 3, 1, orders.StatusPaid, 0}, // a replay from the warm instance's cache
+	}
+	body := orderBody("tok_visa", "ada@example.com")
+	for _, tt := range tests {
+		t.Run(tt.fault, func(t *testing.T) {
+			key := "order-crash-" + tt.fault
+			s.calls.take()
+			r := s.order(t, "acme", key, body, map[string][]string{"Once-Fault": {tt.fault}})
+			if r.status != http.StatusInternalServerError || string(r.body) != `{"message":"Internal Server Error"}` {
+				t.Fatalf("crashed POST = %d %s, want API Gateway's 500", r.status, r.body)
+			}
+			ops, n := s.calls.take()
+			t.Logf("%s: %d DynamoDB calls before the crash: %v", tt.fault, n, ops)
+			if n != tt.calls {
+				t.Errorf("crashed request made %d DynamoDB calls %v, want %d", n, ops, tt.calls)
+			}
+			rec, err := s.record(t, key)
+			if err != nil || rec.Status != tt.status || rec.Point != tt.point {
+				t.Fatalf("record = %s at %q, %v; want %s at %s", rec.Status, rec.Point, err, tt.status, tt.point)
+			}
+			o := s.effects(t, key, body, tt.orderAt, tt.charged, map[bool]int{true: 1}[tt.status == idempotency.StatusCompleted])
+			if o.RecoveryPoint != tt.point {
+				t.Errorf("order recovery_point = %q, want %q", o.RecoveryPoint, tt.point)
+			}
+			if tt.status == idempotency.StatusCompleted {
+				if r := s.order(t, "acme", key, body, nil); r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "true" {
+					t.Errorf("retry = %d %s, want the stored 201 replayed", r.status, r.body)
+				}
+				return
+			}
+			wantProblem(t, s.order(t, "acme", key, body, nil), http.StatusConflict, "idempotency_request_in_progress", "30")
+		})
+	}
+
+	// After the lease, each retry takes the request over where it stopped.
+	s.clock.Advance(s.cfg.Lease + time.Second)
+	for _, tt := range tests {
+		key := "order-crash-" + tt.fault
+		s.calls.take()
+		r := s.order(t, "acme", key, body, nil)
+		if r.status != http.StatusCreated {
+			t.Fatalf("%s: retry after the lease = %d %s, want 201", tt.fault, r.status, r.body)
+		}
+		ops, n := s.calls.take()
+		t.Logf("%s: %d DynamoDB calls to resume: %v", tt.fault, n, ops)
+		if n != tt.resumeOps {
+			t.Errorf("%s: resuming made %d DynamoDB calls %v, want %d", tt.fault, n, ops, tt.resumeOps)
+		}
+		o := s.effects(t, key, body, orders.StatusPaid, 1, 1)
+		if o.RecoveryPoint != orders.PointFinished || o.Receipt != orders.ReceiptQueued {
+			t.Errorf("%s: order at %q receipt %q, want finished, queued", tt.fault, o.RecoveryPoint, o.Receipt)
+		}
+	}
+}
+
+// TestOrdersConcurrentDuplicates races requests of one key, and of the same
+// raw key under two tenants: one order and one charge per tenant, every 201
+// of a key the same bytes, the rest 409.
+func TestOrdersConcurrentDuplicates(t *testing.T) {
+	s := newOrderStack(t)
+	const dups = 8
+	body := orderBody("tok_visa", "ada@example.com")
+	answers := map[string][]response{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for _, tenant := range []string{"acme", "globex"} {
+		for range dups {
+			wg.Go(func() {
+				<-start
+				r := s.order(t, tenant, "order-race", body, nil)
+				mu.Lock()
+				answers[tenant] = append(answers[tenant], r)
+				mu.Unlock()
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	for tenant, rs := range answers {
+		var created []response
+		for _, r := range rs {
+			switch r.status {
+			case http.StatusCreated:
+				created = append(created, r)
+			case http.StatusConflict:
+			default:
+				t.Errorf("%s: %d %s, want 201 or 409", tenant, r.status, r.body)
+			}
+		}
+		final := s.order(t, tenant, "order-race", body, nil)
+		for final.status == http.StatusConflict {
+			time.Sleep(50 * time.Millisecond)
+			final = s.order(t, tenant, "order-race", body, nil)
+		}
+		for _, r := range created {
+			if string(r.body) != string(final.body) {
+				t.Errorf("%s answered %s and %s", tenant, r.body, final.body)
+			}
+		}
+		if got, want := decode(t, final)["id"], orderID(t, tenant, "order-race", body); got != want {
+			t.Errorf("%s order = %v, want %s", tenant, got, want)
+		}
+	}
+	if n := len(scan[orders.Order](t, s, s.names.Orders)); n != 2 {
+		t.Errorf("orders = %d, want 2 (one per tenant)", n)
+	}
+	if n := len(scan[outbox.Job](t, s, s.names.Outbox)); n != 2 {
+		t.Errorf("receipt jobs = %d, want 2", n)
+	}
+	for _, tenant := range []string{"acme", "globex"} {
+		fp, err := idempotency.RequestFingerprint(http.MethodPost, orders.RouteCreate, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := s.sim.Count(t.Context(), idempotency.NewKey(tenant, "order-race").Forward(fp+"\x00"+orders.PointChargeCreated))
+		if err != nil || n != 1 {
+			t.Errorf("%s charges = %d, %v; want 1", tenant, n, err)
+		}
+	}
+}
+
+// TestOrdersResolver: an order abandoned at each point, gone UNKNOWN, is
+// finished by the reconciler through the orders Resolver (the phases the
+// handler runs): the answer a retry then replays is the order's 201, with
+// one order, one charge and one receipt job. Resolving the same stale
+// stream image twice (a redelivery) changes nothing.
+func TestOrdersResolver(t *testing.T) {
+	s := newOrderStack(t)
+	resolvers, err := apifn.Resolvers(s.cfg, s.client, app.Options{Now: s.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
+		Store: dynamo.New(s.client, s.names.Idempotency), Resolvers: resolvers, Settle: chargeTimeout,
+		Metrics: metrics.New(s.metrics, "once", map[string]string{"Service": "reconciler"}), Now: s.clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := dynamo.New(s.client, s.names.Idempotency)
+	body := orderBody("tok_visa", "ada@example.com")
+	for _, fault := range []string{"after-order-created", "after-provider-call", "after-charge-created"} {
+		t.Run(fault, func(t *testing.T) {
+			key := "order-resolve-" + fault
+			if r := s.order(t, "acme", key, body, map[string][]string{"Once-Fault": {fault}}); r.status != http.StatusInternalServerError {
+				t.Fatalf("crashed POST = %d %s, want 500", r.status, r.body)
+			}
+			// What the sweeper does once TTL has deleted the abandoned
+			// reservation: the record is back, UNKNOWN, under a new lease.
+			rec, err := s.record(t, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := store.MarkUnknown(t.Context(), rec.Key, rec.LeaseToken, idempotency.NewToken(), s.clock.Now().Add(time.Hour), s.clock.Now()); err != nil {
+				t.Fatal(err)
+			}
+			unknown, err := s.record(t, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 2 { // the second is a redelivery of the same image
+				if err := r.Reconcile(t.Context(), nil, unknown); err != nil {
+					t.Fatalf("Reconcile = %v", err)
+				}
+			}
+			done, err := s.record(t, key)
+			if err != nil || done.Status != idempotency.StatusCompleted || done.Response == nil || done.Response.Status != http.StatusCreated {
+				t.Fatalf("record = %s %+v, %v; want COMPLETED with the 201", done.Status, done.Response, err)
+			}
+			replay := s.order(t, "acme", key, body, nil)
+			if replay.status != http.StatusCreated || string(replay.body) != string(done.Response.Body) || replay.header.Get("Location") == "" {
+				t.Errorf("retry = %d %s, want the reconciled 201 %s with its Location", replay.status, replay.body, done.Response.Body)
+			}
+			o := s.effects(t, key, body, orders.StatusPaid, 1, 1)
+			if o.RecoveryPoint != orders.PointFinished || o.Receipt != orders.ReceiptQueued {
+				t.Errorf("order at %q, receipt %q; want finished, queued", o.RecoveryPoint, o.Receipt)
+			}
+		})
+	}
+}
