@@ -623,7 +623,7 @@ func (c *Call) pause(ctx context.Context, rec *recorder, now time.Time) {
 		return
 	}
 	st := c.steps.rec
-	p := Progress{Point: st.Point, Data: st.Data, LeaseToken: NewToken(), ExpiresAt: now, UpdatedAt: now}
+	p := Progress{From: st.Point, Point: st.Point, Data: st.Data, LeaseToken: NewToken(), ExpiresAt: now, UpdatedAt: now}
 	if err := c.timed(func() error { return c.m.cfg.Store.Advance(ctx, c.key, st.LeaseToken, p, nil) }); err != nil {
 		c.obs.Err = err.Error()
 	}
@@ -779,7 +779,7 @@ func (c *Call) decideExisting(r *http.Request, existing *Record, now time.Time, 
 // takeOver takes the lease of existing, an abandoned multi-step request,
 // fenced on its lease token, and makes it the call's reservation.
 func (c *Call) takeOver(r *http.Request, existing Record, now time.Time) {
-	p := Progress{Point: existing.Point, Data: existing.Data, LeaseToken: NewToken(), ExpiresAt: now.Add(c.m.cfg.Lease), UpdatedAt: now}
+	p := Progress{From: existing.Point, Point: existing.Point, Data: existing.Data, LeaseToken: NewToken(), ExpiresAt: now.Add(c.m.cfg.Lease), UpdatedAt: now}
 	err := c.timed(func() error { return c.m.cfg.Store.Advance(r.Context(), c.key, existing.LeaseToken, p, nil) })
 	var conflict *ConflictError
 	switch {

@@ -43,6 +43,12 @@ type Resolution struct {
 	// (when it is nil: undoing what the reservation's holds took), in the
 	// same transaction, fenced on the lease.
 	Effects []Effect
+	// Steps, for a multi-step request the Resolver resumed (ResumeSteps),
+	// are where it ended: the completed record keeps their point and data,
+	// as the live path's does (Call.Finish names the final point).
+	Steps *Steps
+	// FinalPoint names the final recovery point, as Call.Finish does.
+	FinalPoint string
 }
 
 // Resolvers maps route patterns ("POST /v1/charges") to their resolvers.

@@ -17,7 +17,10 @@ import (
 // record at the last point it committed; whoever resumes it (a retry of the
 // same request, which takes the lease over, or the route's Resolver, run by
 // the reconciler) starts from that point with that data and never repeats a
-// committed phase's effects. A phase that is run again after a crash repeats
+// committed phase's effects: each Advance is fenced on the lease and on the
+// point its writer went on from, so a stale view (a redelivered stream image
+// of an earlier point) cannot commit a phase twice. A phase that is run
+// again after a crash repeats
 // its call out, so the call must be idempotent at the other system (send it
 // with Steps.ForwardKey).
 //
@@ -90,7 +93,7 @@ func (s *Steps) Advance(ctx context.Context, point string, data map[string]strin
 		merged = map[string]string{}
 	}
 	maps.Copy(merged, data)
-	p := Progress{Point: point, Data: merged, LeaseToken: s.rec.LeaseToken, ExpiresAt: s.renew(now), UpdatedAt: now}
+	p := Progress{From: s.rec.Point, Point: point, Data: merged, LeaseToken: s.rec.LeaseToken, ExpiresAt: s.renew(now), UpdatedAt: now}
 	if err := s.timed(func() error { return s.store.Advance(ctx, s.key, s.rec.LeaseToken, p, effects) }); err != nil {
 		var conflict *ConflictError
 		if errors.As(err, &conflict) {

@@ -41,10 +41,11 @@ type Store interface {
 	// effects (undoing the reservation's holds) in one transaction,
 	// returning the errors Complete returns.
 	Release(ctx context.Context, key Key, lease string, effects []Effect) error
-	// Advance moves the record held under lease (IN_PROGRESS or UNKNOWN) to
-	// the recovery point p (its Point, Data, lease token, expiry and update
-	// time), keeping its status, and writes effects, in one transaction. It
-	// returns the errors Complete returns.
+	// Advance moves the record held under lease (IN_PROGRESS or UNKNOWN) and
+	// at the recovery point p.From to the recovery point p (its Point, Data,
+	// lease token, expiry and update time), keeping its status, and writes
+	// effects, in one transaction. It returns the errors Complete returns: a
+	// record at another point (a stale view of it) is a conflict too.
 	Advance(ctx context.Context, key Key, lease string, p Progress, effects []Effect) error
 	// MarkUnknown moves the record held under lease (not COMPLETED) to
 	// UNKNOWN with the new lease token and expiry, returning a *ConflictError
@@ -57,6 +58,9 @@ type Store interface {
 // Progress is where a multi-step request stands: the fields Store.Advance
 // writes.
 type Progress struct {
+	// From is the recovery point the record must be at: the one its writer
+	// went on from ("" for none yet).
+	From string
 	// Point is the recovery point reached.
 	Point string
 	// Data is everything the phases so far recorded (not only the last one's).

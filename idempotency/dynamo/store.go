@@ -217,6 +217,11 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 	values[":data"] = strMap(p.Data)
 	values[":expires_ms"] = num(expiresMS)
 	values[":now"] = num(p.UpdatedAt.UnixMilli())
+	cond := leaseCondition + " AND attribute_not_exists(#point)"
+	if p.From != "" {
+		cond = leaseCondition + " AND #point = :from"
+		values[":from"] = str(p.From)
+	}
 	// The TTL attribute stays: an External reservation's is a day past its
 	// lease (ExternalReservationTTL), an UNKNOWN record's its retention.
 	update := "SET #point = :point, #data = :data, #lease = :new_lease, " +
@@ -232,7 +237,7 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 			TableName:                           aws.String(s.table),
 			Key:                                 k,
 			UpdateExpression:                    aws.String(update),
-			ConditionExpression:                 aws.String(leaseCondition),
+			ConditionExpression:                 aws.String(cond),
 			ExpressionAttributeNames:            names,
 			ExpressionAttributeValues:           values,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
@@ -243,7 +248,7 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 		TableName:                           aws.String(s.table),
 		Key:                                 k,
 		UpdateExpression:                    aws.String(update),
-		ConditionExpression:                 aws.String(leaseCondition),
+		ConditionExpression:                 aws.String(cond),
 		ExpressionAttributeNames:            names,
 		ExpressionAttributeValues:           values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,

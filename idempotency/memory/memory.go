@@ -153,6 +153,10 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 	if done, err := s.held(key, lease, landed); done || err != nil {
 		return err
 	}
+	if cur := s.records[key.ID()]; cur.Point != p.From {
+		c := clone(cur)
+		return &idempotency.ConflictError{Existing: &c}
+	}
 	writes, err := s.applyEffects("advance", effects)
 	if err != nil {
 		return err

@@ -225,8 +225,16 @@ func (r *Reconciler) complete(ctx context.Context, log *slog.Logger, rec idempot
 		ExpiresAt:   now.Add(r.cfg.Retention),
 		Request:     rec.Request,
 		Response:    res.Response,
+		Point:       rec.Point,
+		Data:        rec.Data,
 		CreatedAt:   created,
 		UpdatedAt:   now,
+	}
+	if res.Steps != nil {
+		done.Point, done.Data = res.Steps.Point(), res.Steps.Data()
+	}
+	if res.FinalPoint != "" {
+		done.Point = res.FinalPoint
 	}
 	err := r.cfg.Store.Complete(ctx, done, rec.LeaseToken, res.Effects)
 	if superseded(log, err) {

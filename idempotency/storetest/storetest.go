@@ -977,6 +977,22 @@ func testAdvance(t *testing.T, newStore NewStore) {
 			}
 		})
 	}
+	t.Run("stale point", func(t *testing.T) {
+		s, in := newStore(t)
+		r := reserved(key(t, "k"), "a", "lease", true, t0)
+		r.Point, r.Data = "charge_created", map[string]string{"charge": "ch_1"}
+		put(t, s, r)
+		stale := p
+		stale.From = "order_created" // a view of the record before its last phase
+		err := s.Advance(t.Context(), r.Key, "lease", stale, []idempotency.Effect{effect(t, in, "again", "x")})
+		wantConflict(t, "Advance(from a stale point)", err, &r)
+		wantEffects(t, in)
+		fresh := p
+		fresh.From = "charge_created"
+		if err := s.Advance(t.Context(), r.Key, "lease", fresh, nil); err != nil {
+			t.Errorf("Advance(from the current point) = %v, want nil", err)
+		}
+	})
 	t.Run("rejected", func(t *testing.T) {
 		s, in := newStore(t)
 		r := reserved(key(t, "k"), "a", "lease", true, t0)

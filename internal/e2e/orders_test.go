@@ -491,6 +491,9 @@ func TestOrdersResolver(t *testing.T) {
 			if err != nil || done.Status != idempotency.StatusCompleted || done.Response == nil || done.Response.Status != http.StatusCreated {
 				t.Fatalf("record = %s %+v, %v; want COMPLETED with the 201", done.Status, done.Response, err)
 			}
+			if done.Point != orders.PointFinished || done.Data["charge"] == "" {
+				t.Errorf("reconciled record at %q with data %v, want the final point and the charge, as the live path records", done.Point, done.Data)
+			}
 			replay := s.order(t, "acme", key, body, nil)
 			if replay.status != http.StatusCreated || string(replay.body) != string(done.Response.Body) || replay.header.Get("Location") == "" {
 				t.Errorf("retry = %d %s, want the reconciled 201 %s with its Location", replay.status, replay.body, done.Response.Body)

@@ -205,10 +205,11 @@ func NewResolver(store idempotency.Store, p Charger, orders, outbox string, time
 		if err != nil {
 			return idempotency.Resolution{}, fmt.Errorf("orders: %w: the recorded request: %w", idempotency.ErrUnresolvable, err)
 		}
-		resp, effects, err := f.run(ctx, idempotency.ResumeSteps(store, rec, now), req, nil)
+		steps := idempotency.ResumeSteps(store, rec, now)
+		resp, effects, err := f.run(ctx, steps, req, nil)
 		if err != nil {
 			return idempotency.Resolution{}, fmt.Errorf("orders: resume %s at %s: %w", rec.Key.Short(), rec.Point, err)
 		}
-		return idempotency.Resolution{Response: &resp, Effects: effects}, nil
+		return idempotency.Resolution{Response: &resp, Effects: effects, Steps: steps, FinalPoint: PointFinished}, nil
 	})
 }
