@@ -227,7 +227,7 @@ func TestReconciler(t *testing.T) {
 		want       idempotency.Status // "" for no record
 		failed     bool
 		metrics    map[string]int
-		minTime    time.Duration // handling takes at least this long
+		minTime    time.Duration // handling ends at least this long after the record became UNKNOWN
 		maxTime    time.Duration // and at most this long (when set)
 	}{
 		{
@@ -301,7 +301,8 @@ func TestReconciler(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			key := idempotency.NewKey("acme", fmt.Sprintf("reconciler-case-%d", i))
-			_, rec, ev := w.unknown(t, key, time.Now().Add(-tt.markedAgo))
+			marked := time.Now().Add(-tt.markedAgo)
+			_, rec, ev := w.unknown(t, key, marked)
 			if tt.charge != "" && !tt.late {
 				w.charge(t, key, tt.charge)
 			}
@@ -343,8 +344,9 @@ func TestReconciler(t *testing.T) {
 			if got, want := len(failed) > 0, tt.failed; got != want {
 				t.Errorf("Handle() failures = %v, want failed %v", failed, want)
 			}
-			if elapsed < tt.minTime || (tt.maxTime > 0 && elapsed > tt.maxTime) {
-				t.Errorf("Handle() took %v, want %v to %v", elapsed, tt.minTime, tt.maxTime)
+			if end.Sub(marked) < tt.minTime || (tt.maxTime > 0 && elapsed > tt.maxTime) {
+				t.Errorf("Handle() took %v and ended %v after the record became UNKNOWN, want it to end at least %v after that and take at most %v",
+					elapsed, end.Sub(marked), tt.minTime, tt.maxTime)
 			}
 			got, err := w.store.Get(t.Context(), key)
 			switch {
