@@ -16,6 +16,9 @@
 #   DDB_START_TIMEOUT  seconds to wait for it to answer (default 120: a JVM on a
 #                      loaded two-core machine can take tens of seconds)
 #   DDB_STOP_TIMEOUT   seconds to wait after SIGTERM before SIGKILL (default 10)
+#   DDB_LOCK_DIR       where the per-port locks live (default: $TMPDIR or /tmp).
+#                      Machine-wide on purpose: checkouts side by side must not
+#                      both claim a port.
 #
 # start exits 75 when PORT is already taken, so callers can try another port.
 set -euo pipefail
@@ -32,6 +35,7 @@ RUN_DIR=$CACHE_DIR/run
 STAMP=$CACHE_DIR/.fetched
 START_TIMEOUT=${DDB_START_TIMEOUT:-120}
 STOP_TIMEOUT=${DDB_STOP_TIMEOUT:-10}
+LOCK_DIR=${DDB_LOCK_DIR:-${TMPDIR:-/tmp}}
 
 log() { printf 'dynamodb-local: %s\n' "$*" >&2; }
 die() {
@@ -133,6 +137,26 @@ is_ours() {
 	[[ $args == *DynamoDBLocal.jar* ]]
 }
 
+# owns_port PID PORT: false when /proc shows that the socket listening on PORT
+# is not PID's (another JVM won the port and answers in its place). True when
+# PID listens on PORT, and when /proc cannot tell.
+owns_port() {
+	local pid=$1 port=$2 hex inodes fd link inode
+	[[ -r /proc/net/tcp && -d /proc/$pid/fd ]] || return 0
+	hex=$(printf '%04X' "$port")
+	# Column 2 is local address:port, column 4 the state (0A: LISTEN), column 10 the inode.
+	inodes=$(awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { print $10 }' \
+		/proc/net/tcp /proc/net/tcp6 2>/dev/null)
+	[[ -n $inodes ]] || return 1
+	for fd in /proc/"$pid"/fd/*; do
+		link=$(readlink "$fd" 2>/dev/null) || continue
+		for inode in $inodes; do
+			[[ $link == "socket:[$inode]" ]] && return 0
+		done
+	done
+	return 1
+}
+
 check_port() {
 	if ! [[ ${1:-} =~ ^[0-9]+$ ]] || ((${1} < 1 || ${1} > 65535)); then
 		die "invalid port '${1:-}'"
@@ -150,11 +174,13 @@ cmd_start() {
 	local pidfile=$RUN_DIR/$port.pid logfile=$RUN_DIR/$port.log
 
 	# The per-port lock is inherited by the JVM and held for as long as it
-	# lives, so two concurrent starts cannot both claim PORT.
+	# lives, so two concurrent starts, from this checkout or any other on the
+	# machine, cannot both claim PORT.
 	if command -v flock >/dev/null 2>&1; then
-		exec 9>"$RUN_DIR/$port.lock"
+		mkdir -p "$LOCK_DIR"
+		exec 9>"$LOCK_DIR/dynamodb-local-$port.lock"
 		if ! flock -n 9; then
-			log "port $port is taken by another DynamoDB Local of this checkout"
+			log "port $port is taken by another DynamoDB Local on this machine"
 			exit "$EX_PORT_BUSY"
 		fi
 	fi
@@ -196,6 +222,22 @@ cmd_start() {
 		fi
 		sleep 0.2
 	done
+	# Something answers; make sure it is this JVM and not one another
+	# checkout started on the same port a moment earlier (ours would then die
+	# of a BindException, and our tests would run against theirs).
+	local owned=
+	for _ in 1 2 3 4 5 6 7 8 9 10; do
+		if owns_port "$pid" "$port"; then
+			owned=1
+			break
+		fi
+		sleep 0.2
+	done
+	if [[ -z $owned ]]; then
+		log "port $port answers, but not from the DynamoDB Local started here (pid $pid); trying elsewhere"
+		stop_port "$port"
+		exit "$EX_PORT_BUSY"
+	fi
 	log "DynamoDB Local up on http://127.0.0.1:$port (pid $pid, $((SECONDS - start))s)"
 }
 
