@@ -77,7 +77,7 @@ var fixtures = map[string]fixture{
 		if got, want := got.header("Location"), first.header("Location"); got != want {
 			t.Errorf("replay Location = %q, want %q", got, want)
 		}
-		if n := s.count(t, s.names.Payments); n != 1 {
+		if n := s.count(t, s.names.ByLogicalID["PaymentsTable"]); n != 1 {
 			t.Errorf("payments after the replay = %d, want 1", n)
 		}
 	}},
@@ -90,7 +90,7 @@ var fixtures = map[string]fixture{
 		if code := got.problemCode(t); code != "idempotency_key_reused" {
 			t.Errorf("code = %q, want idempotency_key_reused", code)
 		}
-		if n := s.count(t, s.names.Payments); n != 1 {
+		if n := s.count(t, s.names.ByLogicalID["PaymentsTable"]); n != 1 {
 			t.Errorf("payments after the mismatch = %d, want 1", n)
 		}
 		req := apiRequestOf(t, file)
@@ -110,7 +110,7 @@ var fixtures = map[string]fixture{
 		if code := got.problemCode(t); code != "idempotency_key_missing" {
 			t.Errorf("code = %q, want idempotency_key_missing", code)
 		}
-		for _, table := range []string{s.names.Payments, s.names.Idempotency} {
+		for _, table := range []string{s.names.ByLogicalID["PaymentsTable"], s.names.ByLogicalID["IdempotencyTable"]} {
 			if n := s.count(t, table); n != 0 {
 				t.Errorf("items in %s = %d, want 0", table, n)
 			}
@@ -123,7 +123,7 @@ var fixtures = map[string]fixture{
 			t.Errorf("other tenant's payment = %s of %s, want another tenant's own payment than %s of %s",
 				other.ID, other.Tenant, first.ID, first.Tenant)
 		}
-		if n := s.count(t, s.names.Payments); n != 2 {
+		if n := s.count(t, s.names.ByLogicalID["PaymentsTable"]); n != 2 {
 			t.Errorf("payments = %d, want 2", n)
 		}
 	}},
@@ -434,7 +434,7 @@ var fixtures = map[string]fixture{
 		reserved := recordImage(t, streamEvent(t, "sweeper-new-reservation.json").Records[0].Change.NewImage)
 		reserved.ExpiresAt = time.Now().Add(-time.Second)
 		if _, err := s.client.PutItem(t.Context(), &dynamodb.PutItemInput{
-			TableName: aws.String(s.names.Idempotency), Item: dynamo.ItemFromRecord(reserved),
+			TableName: aws.String(s.names.ByLogicalID["IdempotencyTable"]), Item: dynamo.ItemFromRecord(reserved),
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -479,7 +479,7 @@ var fixtures = map[string]fixture{
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.client.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(s.names.Payments), Item: item}); err != nil {
+		if _, err := s.client.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(s.names.ByLogicalID["PaymentsTable"]), Item: item}); err != nil {
 			t.Fatal(err)
 		}
 		if resp := s.sqsEvent(t, retrierFunction, file); len(resp.BatchItemFailures) != 0 {

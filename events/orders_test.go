@@ -55,7 +55,7 @@ func runCreateOrder(t *testing.T, s *stack, file string) {
 		t.Errorf("order = %+v, want paid, finished, receipt queued", o)
 	}
 	var job outbox.Job
-	if err := attributevalue.UnmarshalMap(s.item(t, s.names.Outbox, orders.PK(req.tenant, orders.JobID(id))), &job); err != nil {
+	if err := attributevalue.UnmarshalMap(s.item(t, s.names.ByLogicalID["OutboxTable"], orders.PK(req.tenant, orders.JobID(id))), &job); err != nil {
 		t.Fatal(err)
 	}
 	if job.State != outbox.Queued || job.To != o.Email || job.OrderPK != o.PK {
@@ -100,7 +100,7 @@ func runReconcileOrder(t *testing.T, s *stack, file string) {
 	}
 	id := rec.Data["order"]
 	hold := orders.New(rec.Key.Tenant, id, req, rec.CreatedAt)
-	s.put(t, s.names.Orders, hold)
+	s.put(t, s.names.ByLogicalID["OrdersTable"], hold)
 	if resp := s.stream(t, reconcilerFunction, file); len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("batch item failures = %v, want none", resp.BatchItemFailures)
 	}
@@ -129,7 +129,7 @@ func runReconcileOrder(t *testing.T, s *stack, file string) {
 // order; a redelivery sends nothing.
 func runReceiptJob(t *testing.T, s *stack, file string) {
 	job := jobImage(t, streamEvent(t, file).Records[0])
-	s.put(t, s.names.Orders, map[string]any{"pk": job.OrderPK, "id": job.Order, "tenant": job.Tenant, "status": "paid",
+	s.put(t, s.names.ByLogicalID["OrdersTable"], map[string]any{"pk": job.OrderPK, "id": job.Order, "tenant": job.Tenant, "status": "paid",
 		"recovery_point": "finished", "receipt": "queued", "email": job.To})
 	if resp := s.stream(t, receiptsFunction, file); len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("batch item failures = %v, want none", resp.BatchItemFailures)
@@ -141,11 +141,11 @@ func runReceiptJob(t *testing.T, s *stack, file string) {
 		t.Errorf("messages sent to %s = %d, want 1", job.To, n)
 	}
 	var o orders.Order
-	if err := attributevalue.UnmarshalMap(s.item(t, s.names.Orders, job.OrderPK), &o); err != nil {
+	if err := attributevalue.UnmarshalMap(s.item(t, s.names.ByLogicalID["OrdersTable"], job.OrderPK), &o); err != nil {
 		t.Fatal(err)
 	}
 	var sent outbox.Job
-	if err := attributevalue.UnmarshalMap(s.item(t, s.names.Outbox, job.PK), &sent); err != nil {
+	if err := attributevalue.UnmarshalMap(s.item(t, s.names.ByLogicalID["OutboxTable"], job.PK), &sent); err != nil {
 		t.Fatal(err)
 	}
 	if o.Receipt != orders.ReceiptSent || o.ReceiptSentAt == 0 || sent.State != outbox.Sent || sent.Attempts != 1 || sent.SentAt != o.ReceiptSentAt {
@@ -160,7 +160,7 @@ func runReceiptOutage(t *testing.T, s *stack, file string) {
 	recs := streamEvent(t, file).Records
 	down, fine := jobImage(t, recs[0]), jobImage(t, recs[1])
 	for _, j := range []outbox.Job{down, fine} {
-		s.put(t, s.names.Orders, map[string]any{"pk": j.OrderPK, "id": j.Order, "tenant": j.Tenant, "status": "paid",
+		s.put(t, s.names.ByLogicalID["OrdersTable"], map[string]any{"pk": j.OrderPK, "id": j.Order, "tenant": j.Tenant, "status": "paid",
 			"recovery_point": "finished", "receipt": "queued", "email": j.To})
 	}
 	resp := s.stream(t, receiptsFunction, file)
@@ -175,7 +175,7 @@ func runReceiptOutage(t *testing.T, s *stack, file string) {
 		t.Errorf("messages to %s = %d, want 0", down.To, n)
 	}
 	var got outbox.Job
-	if err := attributevalue.UnmarshalMap(s.item(t, s.names.Outbox, down.PK), &got); err != nil {
+	if err := attributevalue.UnmarshalMap(s.item(t, s.names.ByLogicalID["OutboxTable"], down.PK), &got); err != nil {
 		t.Fatal(err)
 	}
 	if got.State != outbox.Failed || got.Attempts == 0 || got.LastError == "" {
@@ -217,7 +217,7 @@ func jobImage(t *testing.T, rec events.DynamoDBEventRecord) outbox.Job {
 // order reads tenant's order id.
 func (s *stack) order(t *testing.T, tenant, id string) orders.Order {
 	t.Helper()
-	o, err := orders.NewTable(s.client, s.names.Orders).Get(t.Context(), tenant, id)
+	o, err := orders.NewTable(s.client, s.names.ByLogicalID["OrdersTable"]).Get(t.Context(), tenant, id)
 	if err != nil {
 		t.Fatalf("order %s: %v", id, err)
 	}

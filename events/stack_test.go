@@ -3,6 +3,7 @@ package events_test
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -75,15 +76,10 @@ func newStack(t *testing.T) *stack {
 	t.Helper()
 	client := dynamotest.Client(t)
 	names := dynamotest.Tables(t, client)
-	srv := httptest.NewServer(simulator.New(simulator.Options{DB: client, Table: names.Provider}))
+	srv := httptest.NewServer(simulator.New(simulator.Options{DB: client, Table: names.ByLogicalID["ProviderTable"]}))
 	t.Cleanup(srv.Close)
-	env := map[string]string{
-		config.EnvIdempotencyTable: names.Idempotency,
-		config.EnvPaymentsTable:    names.Payments,
-		config.EnvAPIKeysTable:     names.APIKeys,
-		config.EnvProviderTable:    names.Provider,
-		config.EnvOrdersTable:      names.Orders,
-		config.EnvOutboxTable:      names.Outbox,
+	env := names.Env()
+	maps.Copy(env, map[string]string{
 		config.EnvProviderURL:      srv.URL,
 		config.EnvMailURL:          srv.URL,
 		config.EnvProviderTimeout:  "2s",
@@ -91,7 +87,7 @@ func newStack(t *testing.T) *stack {
 		config.EnvDynamoDBEndpoint: dynamotest.Endpoint(t),
 		config.EnvSQSEndpoint:      sqstest.Endpoint(t),
 		config.EnvLogLevel:         "debug",
-	}
+	})
 	cfg, err := config.FromEnv(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +166,7 @@ func newStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := auth.NewKeys(dynamoclient.New(awsCfg, cfg.DynamoDBEndpoint), cfg.APIKeysTable)
+	keys := auth.NewKeys(dynamoclient.New(awsCfg, cfg.DynamoDBEndpoint), cfg.Table("ApiKeysTable"))
 	s.handlers[authorizerFunction] = lambda.NewHandler(auth.NewAuthorizer(keys, logger.With("function", authorizerFunction)).Handle)
 	return s
 }
@@ -290,10 +286,10 @@ func (s *stack) sqsEvent(t *testing.T, fn, file string) events.SQSEventResponse 
 func (s *stack) stream(t *testing.T, fn, file string) events.DynamoDBEventResponse {
 	t.Helper()
 	table := map[string]string{
-		workerFunction:     s.names.Payments,
-		sweeperFunction:    s.names.Idempotency,
-		reconcilerFunction: s.names.Idempotency,
-		receiptsFunction:   s.names.Outbox,
+		workerFunction:     s.names.ByLogicalID["PaymentsTable"],
+		sweeperFunction:    s.names.ByLogicalID["IdempotencyTable"],
+		reconcilerFunction: s.names.ByLogicalID["IdempotencyTable"],
+		receiptsFunction:   s.names.ByLogicalID["OutboxTable"],
 	}[fn]
 	for _, rec := range streamEvent(t, file).Records {
 		if rec.Change.NewImage == nil {
@@ -359,7 +355,7 @@ func (s *stack) charges(t *testing.T, key string) int {
 // payment returns tenant's payment id as stored.
 func (s *stack) payment(t *testing.T, tenant, id string) payments.Payment {
 	t.Helper()
-	p, err := payments.NewTable(s.client, s.names.Payments).Get(t.Context(), tenant, id)
+	p, err := payments.NewTable(s.client, s.names.ByLogicalID["PaymentsTable"]).Get(t.Context(), tenant, id)
 	if err != nil {
 		t.Fatalf("payment %s of %s: %v", id, tenant, err)
 	}
@@ -367,7 +363,9 @@ func (s *stack) payment(t *testing.T, tenant, id string) payments.Payment {
 }
 
 // store is the idempotency store on the test's table.
-func (s *stack) store() *dynamo.Store { return dynamo.New(s.client, s.names.Idempotency) }
+func (s *stack) store() *dynamo.Store {
+	return dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"])
+}
 
 // seedKeys stores the devstack's API keys (auth.DefaultDevAPIKeys).
 func (s *stack) seedKeys(t *testing.T) {
@@ -376,7 +374,7 @@ func (s *stack) seedKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := auth.Seed(t.Context(), s.client, s.names.APIKeys, pairs); err != nil {
+	if err := auth.Seed(t.Context(), s.client, s.names.ByLogicalID["ApiKeysTable"], pairs); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -3,19 +3,15 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/oncehq/once/internal/ddblocal"
 	"github.com/oncehq/once/internal/dynamotest"
@@ -104,19 +100,9 @@ func stopped(t *testing.T, url string, cancel context.CancelFunc, done <-chan er
 func TestRun(t *testing.T) {
 	endpoint := dynamotest.Endpoint(t)
 	client := dynamotest.Client(t)
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	prefix := "devstack-run-" + hex.EncodeToString(b[:])
-	env := map[string]string{"DYNAMODB_ENDPOINT": endpoint, "PORT": "0", "PROVIDER_PORT": "0", "SQS_PORT": "0"}
-	for _, k := range []string{"ONCE_IDEMPOTENCY_TABLE", "ONCE_PAYMENTS_TABLE", "ONCE_REFUNDS_TABLE", "ONCE_API_KEYS_TABLE", "ONCE_PROVIDER_TABLE", "ONCE_ORDERS_TABLE", "ONCE_OUTBOX_TABLE"} {
-		name := prefix + "-" + strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(k, "ONCE_"), "_TABLE"))
-		env[k] = name
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_, _ = client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(name)})
-		})
-	}
+	// Tables of the test's own, which the stack creates.
+	env := dynamotest.FreshNames(t, client).Env()
+	maps.Copy(env, map[string]string{"DYNAMODB_ENDPOINT": endpoint, "PORT": "0", "PROVIDER_PORT": "0", "SQS_PORT": "0"})
 	url, cancel, done := runStack(t, env, io.Discard)
 	check(t, url)
 	stopped(t, url, cancel, done)

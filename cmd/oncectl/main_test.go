@@ -2,15 +2,12 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/oncehq/once/idempotency"
@@ -30,21 +27,11 @@ import (
 // check queue is listed and sent back, and the checker consumes it.
 func TestAgainstDevstack(t *testing.T) {
 	client := dynamotest.Client(t)
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	prefix := "oncectl-" + hex.EncodeToString(b[:])
-	env := map[string]string{
+	// Tables of the test's own, which the devstack creates.
+	env := dynamotest.FreshNames(t, client).Env()
+	maps.Copy(env, map[string]string{
 		"DYNAMODB_ENDPOINT": dynamotest.Endpoint(t), "PORT": "0", "PROVIDER_PORT": "0", "SQS_PORT": "0", "ONCE_DEV_TTL": "off",
-	}
-	for _, k := range []string{"ONCE_IDEMPOTENCY_TABLE", "ONCE_PAYMENTS_TABLE", "ONCE_API_KEYS_TABLE", "ONCE_PROVIDER_TABLE"} {
-		name := prefix + "-" + strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(k, "ONCE_"), "_TABLE"))
-		env[k] = name
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_, _ = client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(name)})
-		})
-	}
+	})
 	var stackOut lambdatest.Buffer
 	stack, err := devstack.Start(t.Context(), devstack.Options{
 		Getenv: func(k string) string { return env[k] }, Output: &stackOut,
@@ -62,7 +49,7 @@ func TestAgainstDevstack(t *testing.T) {
 	// oncectl's environment: the endpoints, table and queues of the stack.
 	ctlEnv := map[string]string{
 		config.EnvDynamoDBEndpoint: stack.DynamoDBEndpoint(), config.EnvSQSEndpoint: stack.SQSEndpoint(),
-		config.EnvIdempotencyTable: cfg.IdempotencyTable,
+		config.TableEnv("IdempotencyTable"): cfg.Table("IdempotencyTable"),
 	}
 	oncectl := func(args ...string) (int, string, string) {
 		var out, errOut bytes.Buffer
@@ -76,7 +63,7 @@ func TestAgainstDevstack(t *testing.T) {
 		Fingerprint: "f", External: true, LeaseToken: idempotency.NewToken(), ExpiresAt: now.Add(time.Hour),
 		CreatedAt: now, UpdatedAt: now,
 	}
-	if err := dynamo.New(client, cfg.IdempotencyTable).Reserve(t.Context(), rec, nil, now); err != nil {
+	if err := dynamo.New(client, cfg.Table("IdempotencyTable")).Reserve(t.Context(), rec, nil, now); err != nil {
 		t.Fatal(err)
 	}
 	unroutable := func() int { return lambdatest.CountsAmong(stackOut.String())["reconcile_unroutable"] }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,14 +97,15 @@ func TestManagedInstancesConcurrency(t *testing.T) {
 	client := dynamotest.Client(t)
 	names := dynamotest.Tables(t, client)
 	rt := lambdatest.NewRuntimeAPI(t)
-	proc := lambdatest.StartFunction(t, map[string]string{
+	// The table variables of template.yaml, naming the test's tables.
+	env := names.Env()
+	maps.Copy(env, map[string]string{
 		"AWS_LAMBDA_RUNTIME_API":     rt.Addr(),
 		"AWS_LAMBDA_MAX_CONCURRENCY": "8",
-		"ONCE_IDEMPOTENCY_TABLE":     names.Idempotency,
-		"ONCE_PAYMENTS_TABLE":        names.Payments,
 		"DYNAMODB_ENDPOINT":          dynamotest.Endpoint(t),
 		"LOG_LEVEL":                  "info",
 	})
+	proc := lambdatest.StartFunction(t, env)
 
 	tenants := []string{"acme", "globex", "initech"}
 	const perTenant, goroutines, reads = 3, 24, 40

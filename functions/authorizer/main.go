@@ -28,7 +28,7 @@ func run(ctx context.Context, getenv func(string) string) error {
 		return err
 	}
 	client := dynamoclient.New(awsCfg, cfg.DynamoDBEndpoint)
-	authorizer := auth.NewAuthorizer(auth.NewKeys(client, cfg.APIKeysTable), logger)
+	authorizer := auth.NewAuthorizer(auth.NewKeys(client, cfg.Table("ApiKeysTable")), logger)
 	lambda.StartWithOptions(authorizer.Handle, lambda.WithContext(ctx))
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,12 +20,12 @@ import (
 func TestMain(m *testing.M) { lambdatest.Main(m, main) }
 
 func TestRunBadConfig(t *testing.T) {
-	env := map[string]string{"ONCE_API_KEYS_TABLE": "x", "LOG_LEVEL": "loud"}
+	env := map[string]string{"DYNAMODB_ENDPOINT": "localhost:8000", "LOG_LEVEL": "loud"}
 	err := run(t.Context(), func(k string) string { return env[k] })
 	if err == nil {
 		t.Fatal("run = nil, want a configuration error")
 	}
-	for _, want := range []string{"ONCE_API_KEYS_TABLE", "LOG_LEVEL"} {
+	for _, want := range []string{"DYNAMODB_ENDPOINT", "LOG_LEVEL"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("run error does not mention %s:\n%v", want, err)
 		}
@@ -34,8 +35,8 @@ func TestRunBadConfig(t *testing.T) {
 // TestStartupFailureIsJSON runs main with a bad configuration: it exits
 // with status 1 after one JSON line saying why.
 func TestStartupFailureIsJSON(t *testing.T) {
-	lambdatest.CheckStartupFailure(t, map[string]string{"ONCE_API_KEYS_TABLE": "x", "LOG_LEVEL": "loud"},
-		"ONCE_API_KEYS_TABLE", "LOG_LEVEL")
+	lambdatest.CheckStartupFailure(t, map[string]string{"DYNAMODB_ENDPOINT": "localhost:8000", "LOG_LEVEL": "loud"},
+		"DYNAMODB_ENDPOINT", "LOG_LEVEL")
 }
 
 // TestManagedInstancesConcurrency runs the authorizer's main with
@@ -46,16 +47,18 @@ func TestManagedInstancesConcurrency(t *testing.T) {
 	client := dynamotest.Client(t)
 	names := dynamotest.Tables(t, client)
 	pairs := []auth.Pair{{Tenant: "acme", Key: "sk_test_acme"}, {Tenant: "globex", Key: "sk_test_globex"}, {Tenant: "initech", Key: "sk_test_initech"}}
-	if err := auth.Seed(t.Context(), client, names.APIKeys, pairs); err != nil {
+	if err := auth.Seed(t.Context(), client, names.ByLogicalID["ApiKeysTable"], pairs); err != nil {
 		t.Fatal(err)
 	}
 	rt := lambdatest.NewRuntimeAPI(t)
-	proc := lambdatest.StartFunction(t, map[string]string{
+	// The table variables of template.yaml, naming the test's tables.
+	env := names.Env()
+	maps.Copy(env, map[string]string{
 		"AWS_LAMBDA_RUNTIME_API":     rt.Addr(),
 		"AWS_LAMBDA_MAX_CONCURRENCY": "8",
-		"ONCE_API_KEYS_TABLE":        names.APIKeys,
 		"DYNAMODB_ENDPOINT":          dynamotest.Endpoint(t),
 	})
+	proc := lambdatest.StartFunction(t, env)
 
 	const goroutines, each = 24, 40
 	var wrong atomic.Int64

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,7 +19,7 @@ func TestMain(m *testing.M) { lambdatest.Main(m, main) }
 // TestStartupFailureIsJSON runs main with a bad configuration: it exits
 // with status 1 after one JSON line saying why.
 func TestStartupFailureIsJSON(t *testing.T) {
-	lambdatest.CheckStartupFailure(t, map[string]string{"ONCE_PROVIDER_TABLE": "x"}, "ONCE_PROVIDER_TABLE")
+	lambdatest.CheckStartupFailure(t, map[string]string{"DYNAMODB_ENDPOINT": "localhost:8000"}, "DYNAMODB_ENDPOINT")
 }
 
 // functionURLCharge is a function URL event (payload 2.0) charging amount
@@ -44,12 +45,14 @@ func TestManagedInstancesConcurrency(t *testing.T) {
 	client := dynamotest.Client(t)
 	names := dynamotest.Tables(t, client)
 	rt := lambdatest.NewRuntimeAPI(t)
-	proc := lambdatest.StartFunction(t, map[string]string{
+	// The table variables of template.yaml, naming the test's tables.
+	env := names.Env()
+	maps.Copy(env, map[string]string{
 		"AWS_LAMBDA_RUNTIME_API":     rt.Addr(),
 		"AWS_LAMBDA_MAX_CONCURRENCY": "8",
-		"ONCE_PROVIDER_TABLE":        names.Provider,
 		"DYNAMODB_ENDPOINT":          dynamotest.Endpoint(t),
 	})
+	proc := lambdatest.StartFunction(t, env)
 	const goroutines, each = 16, 25
 	var wrong atomic.Int64
 	var mu sync.Mutex

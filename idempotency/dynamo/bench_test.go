@@ -69,7 +69,7 @@ func BenchmarkCommit(b *testing.B) {
 		i++
 		p := newPayment(i)
 		now := time.Now()
-		e := dynamo.Insert(names.Payments, "pk", p)
+		e := dynamo.Insert(names.ByLogicalID["PaymentsTable"], "pk", p)
 		if err := s.Commit(ctx, completedPayment(idempotency.NewKey("acme", fmt.Sprint(i)), p, now), []idempotency.Effect{e}, now); err != nil {
 			b.Fatal(err)
 		}
@@ -85,12 +85,12 @@ func BenchmarkCommitReplay(b *testing.B) {
 	now := time.Now()
 	key := idempotency.NewKey("acme", "replayed")
 	rec := completedPayment(key, p, now)
-	e := []idempotency.Effect{dynamo.Insert(names.Payments, "pk", p)}
+	e := []idempotency.Effect{dynamo.Insert(names.ByLogicalID["PaymentsTable"], "pk", p)}
 	if err := s.Commit(ctx, rec, e, now); err != nil {
 		b.Fatal(err)
 	}
 	retry := newPayment(1)
-	e2 := []idempotency.Effect{dynamo.Insert(names.Payments, "pk", retry)}
+	e2 := []idempotency.Effect{dynamo.Insert(names.ByLogicalID["PaymentsTable"], "pk", retry)}
 	for b.Loop() {
 		now := time.Now()
 		err := s.Commit(ctx, completedPayment(key, retry, now), e2, now)
@@ -113,7 +113,7 @@ func BenchmarkBarePut(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := barePut(ctx, client, names.Payments, item); err != nil {
+		if err := barePut(ctx, client, names.ByLogicalID["PaymentsTable"], item); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -129,7 +129,7 @@ func BenchmarkBarePut(b *testing.B) {
 func BenchmarkInterleaved(b *testing.B) {
 	b.Run("streams", func(b *testing.B) {
 		_, client, names := newStore(b)
-		interleaved(b, client, names.Idempotency, names.Payments)
+		interleaved(b, client, names.ByLogicalID["IdempotencyTable"], names.ByLogicalID["PaymentsTable"])
 	})
 	b.Run("plain", func(b *testing.B) {
 		client := dynamotest.Client(b)

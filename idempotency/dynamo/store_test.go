@@ -34,7 +34,7 @@ func newStore(t testing.TB, opts ...dynamo.Option) (*dynamo.Store, *dynamodb.Cli
 	t.Helper()
 	client := dynamotest.Client(t)
 	names := dynamotest.Tables(t, client)
-	return dynamo.New(client, names.Idempotency, opts...), client, names
+	return dynamo.New(client, names.ByLogicalID["IdempotencyTable"], opts...), client, names
 }
 
 func TestConformance(t *testing.T) {
@@ -42,18 +42,18 @@ func TestConformance(t *testing.T) {
 	s, client, names := newStore(t)
 	storetest.Run(t, func(t *testing.T) (idempotency.Store, storetest.Inspect) {
 		return s, storetest.Inspect{
-			EffectTable: names.Payments,
+			EffectTable: names.ByLogicalID["PaymentsTable"],
 			Effects: func(t *testing.T) map[string]storetest.EffectItem {
 				t.Helper()
 				m := map[string]storetest.EffectItem{}
 				p := dynamodb.NewScanPaginator(client, &dynamodb.ScanInput{
-					TableName:      aws.String(names.Payments),
+					TableName:      aws.String(names.ByLogicalID["PaymentsTable"]),
 					ConsistentRead: aws.Bool(true),
 				})
 				for p.HasMorePages() {
 					out, err := p.NextPage(t.Context())
 					if err != nil {
-						t.Fatalf("Scan(%s): %v", names.Payments, err)
+						t.Fatalf("Scan(%s): %v", names.ByLogicalID["PaymentsTable"], err)
 					}
 					var items []storetest.EffectItem
 					if err := attributevalue.UnmarshalListOfMaps(out.Items, &items); err != nil {
@@ -66,11 +66,11 @@ func TestConformance(t *testing.T) {
 				return m
 			},
 			Insert: func(item storetest.EffectItem) idempotency.Effect {
-				return dynamo.Insert(names.Payments, "pk", item)
+				return dynamo.Insert(names.ByLogicalID["PaymentsTable"], "pk", item)
 			},
 			Require: func(pk string, reject error) idempotency.Effect {
 				return dynamo.Check{
-					Table: names.Payments, Key: map[string]any{"pk": pk},
+					Table: names.ByLogicalID["PaymentsTable"], Key: map[string]any{"pk": pk},
 					Condition: "attribute_exists(pk)",
 					Reject:    func(map[string]types.AttributeValue) error { return reject },
 				}
@@ -97,7 +97,7 @@ func TestStoredItem(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := client.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      aws.String(names.Idempotency),
+		TableName:      aws.String(names.ByLogicalID["IdempotencyTable"]),
 		Key:            map[string]types.AttributeValue{"pk": s(key.ID())},
 		ConsistentRead: aws.Bool(true),
 	})
@@ -212,8 +212,8 @@ func TestConflictRetry(t *testing.T) {
 					op.setup(t, real, k)
 				}
 				c := &conflicting{Client: client, n: tt.failures}
-				s := dynamo.New(c, names.Idempotency, dynamo.WithConflictRetry(4, time.Millisecond, 2*time.Millisecond))
-				err := op.call(t.Context(), s, k, names.Payments)
+				s := dynamo.New(c, names.ByLogicalID["IdempotencyTable"], dynamo.WithConflictRetry(4, time.Millisecond, 2*time.Millisecond))
+				err := op.call(t.Context(), s, k, names.ByLogicalID["PaymentsTable"])
 				if got := c.calls.Load(); got != tt.wantCalls {
 					t.Errorf("%s made %d calls, want %d", op.name, got, tt.wantCalls)
 				}
@@ -234,7 +234,7 @@ func TestConflictRetry(t *testing.T) {
 func TestConflictRetryHonoursContext(t *testing.T) {
 	_, client, names := newStore(t)
 	c := &conflicting{Client: client, n: 100}
-	s := dynamo.New(c, names.Idempotency, dynamo.WithConflictRetry(5, time.Hour, time.Hour))
+	s := dynamo.New(c, names.ByLogicalID["IdempotencyTable"], dynamo.WithConflictRetry(5, time.Hour, time.Hour))
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -369,7 +369,7 @@ func TestEffectKey(t *testing.T) {
 		map[string]int{"pk": 1},
 		make(chan int),
 	} {
-		e := dynamo.Insert(names.Payments, "pk", item)
+		e := dynamo.Insert(names.ByLogicalID["PaymentsTable"], "pk", item)
 		err := s.Commit(t.Context(), completedRecord(k, "", time.Now().Add(time.Hour)), []idempotency.Effect{e}, time.Now())
 		if err == nil || errors.Is(err, idempotency.ErrUnavailable) {
 			t.Errorf("Commit with effect item %v = %v, want an error", item, err)
@@ -412,7 +412,7 @@ func TestLargeAnswerItems(t *testing.T) {
 			if err := store.Commit(ctx, rec, nil, now); err != nil {
 				t.Fatalf("Commit = %v", err)
 			}
-			item := dynamotest.Item(t, client, names.Idempotency, k.ID())
+			item := dynamotest.Item(t, client, names.ByLogicalID["IdempotencyTable"], k.ID())
 			_, gz := item[dynamo.AttrResponseEncoding]
 			chunks := 0
 			if v, ok := item[dynamo.AttrResponseChunks].(*types.AttributeValueMemberN); ok {
@@ -456,7 +456,7 @@ func TestLargeAnswersThroughMiddleware(t *testing.T) {
 		if !ok {
 			return
 		}
-		call.AddEffect(dynamo.Insert(names.Payments, "pk", map[string]string{"pk": call.Key().ID()}))
+		call.AddEffect(dynamo.Insert(names.ByLogicalID["PaymentsTable"], "pk", map[string]string{"pk": call.Key().ID()}))
 		body := make([]byte, size)
 		if _, err := rand.Read(body); err != nil {
 			t.Error(err)
@@ -488,7 +488,7 @@ func TestLargeAnswersThroughMiddleware(t *testing.T) {
 		t.Errorf("record of the too-large answer: %v, want none", err)
 	}
 	out, err := client.GetItem(t.Context(), &dynamodb.GetItemInput{
-		TableName: aws.String(names.Payments), ConsistentRead: aws.Bool(true),
+		TableName: aws.String(names.ByLogicalID["PaymentsTable"]), ConsistentRead: aws.Bool(true),
 		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: idempotency.NewKey("acme", "huge").ID()}},
 	})
 	if err != nil || len(out.Item) != 0 {

@@ -352,7 +352,7 @@ func TestCheckerFailures(t *testing.T) {
 		{"not JSON", e.store, "{"},
 		{"no lease token", e.store, `{"record":"acme#abc","deadline":"2026-01-01T00:00:00Z"}`},
 		{"malformed record ID", e.store, `{"record":"no-tenant","lease_token":"x","deadline":"2026-01-01T00:00:00Z"}`},
-		{"store unavailable (missing table)", dynamo.New(e.db, e.names.Idempotency+"-missing"), other},
+		{"store unavailable (missing table)", dynamo.New(e.db, e.names.ByLogicalID["IdempotencyTable"]+"-missing"), other},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -49,8 +49,8 @@ func newWorld(t *testing.T) world {
 	t.Helper()
 	w := world{db: dynamotest.Client(t)}
 	w.names = dynamotest.Tables(t, w.db)
-	w.store = dynamo.New(w.db, w.names.Idempotency)
-	srv := httptest.NewServer(simulator.New(simulator.Options{DB: w.db, Table: w.names.Provider}))
+	w.store = dynamo.New(w.db, w.names.ByLogicalID["IdempotencyTable"])
+	srv := httptest.NewServer(simulator.New(simulator.Options{DB: w.db, Table: w.names.ByLogicalID["ProviderTable"]}))
 	t.Cleanup(srv.Close)
 	w.provider = provider.New(srv.URL, &http.Client{Timeout: providerTimeout})
 	return w
@@ -59,7 +59,7 @@ func newWorld(t *testing.T) world {
 // image returns key's stored item as a stream image.
 func (w world) image(t *testing.T, key idempotency.Key) map[string]events.DynamoDBAttributeValue {
 	t.Helper()
-	return stream.FromSDK(dynamotest.Item(t, w.db, w.names.Idempotency, key.ID()))
+	return stream.FromSDK(dynamotest.Item(t, w.db, w.names.ByLogicalID["IdempotencyTable"], key.ID()))
 }
 
 // charge makes the provider charge under key's forward key, with source
@@ -203,7 +203,7 @@ func (w world) unknown(t *testing.T, key idempotency.Key, markedAt time.Time) (i
 	if err := w.store.MarkUnknown(t.Context(), key, res.LeaseToken, idempotency.NewToken(), markedAt.Add(retention), markedAt); err != nil {
 		t.Fatalf("MarkUnknown: %v", err)
 	}
-	item := dynamotest.Item(t, w.db, w.names.Idempotency, key.ID())
+	item := dynamotest.Item(t, w.db, w.names.ByLogicalID["IdempotencyTable"], key.ID())
 	rec, err := dynamo.RecordFromItem(item)
 	if err != nil {
 		t.Fatal(err)

@@ -66,7 +66,7 @@ func (w world) run(t *testing.T, function string, h stream.Handler, logs *lambda
 	p, err := streamlocal.NewPoller(streamlocal.PollerOptions{
 		Client:        dynamotest.Streams(t),
 		DB:            w.db,
-		Table:         w.names.Idempotency,
+		Table:         w.names.ByLogicalID["IdempotencyTable"],
 		Name:          function,
 		Handler:       h,
 		PollInterval:  100 * time.Millisecond,
@@ -129,7 +129,7 @@ func TestRecoveryThroughTTL(t *testing.T) {
 			// (dynamo.ExternalReservationTTL): the backstop of the scheduled
 			// lease check. Bring that day forward.
 			_, err := w.db.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
-				TableName:                 aws.String(w.names.Idempotency),
+				TableName:                 aws.String(w.names.ByLogicalID["IdempotencyTable"]),
 				Key:                       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: rec.Key.ID()}},
 				UpdateExpression:          aws.String("SET expires_at = :ttl"),
 				ExpressionAttributeValues: map[string]types.AttributeValue{":ttl": &types.AttributeValueMemberN{Value: fmt.Sprint(rec.ExpiresAt.Unix() + 1)}},

@@ -31,19 +31,19 @@ func newSweepEnv(t *testing.T) sweepEnv {
 	t.Helper()
 	db := dynamotest.Client(t)
 	names := dynamotest.Tables(t, db)
-	return sweepEnv{db: db, names: names, store: dynamo.New(db, names.Idempotency)}
+	return sweepEnv{db: db, names: names, store: dynamo.New(db, names.ByLogicalID["IdempotencyTable"])}
 }
 
 // image returns key's stored item as a stream image.
 func (e sweepEnv) image(t *testing.T, key idempotency.Key) map[string]events.DynamoDBAttributeValue {
 	t.Helper()
-	return stream.FromSDK(dynamotest.Item(t, e.db, e.names.Idempotency, key.ID()))
+	return stream.FromSDK(dynamotest.Item(t, e.db, e.names.ByLogicalID["IdempotencyTable"], key.ID()))
 }
 
 // expire deletes key's item as DynamoDB's TTL process does.
 func (e sweepEnv) expire(t *testing.T, key idempotency.Key) {
 	t.Helper()
-	dynamotest.Delete(t, e.db, e.names.Idempotency, key.ID())
+	dynamotest.Delete(t, e.db, e.names.ByLogicalID["IdempotencyTable"], key.ID())
 }
 
 // sweepHarness is a Sweeper with its metrics and logs.
@@ -329,7 +329,7 @@ func TestSweeperFailures(t *testing.T) {
 		{name: "lease deadline of the wrong type", bad: badImage(func(m map[string]events.DynamoDBAttributeValue) {
 			m[dynamo.AttrExpiresAtMS] = events.NewStringAttribute("soon")
 		})},
-		{name: "store write fails (missing table)", store: func() recovery.Reserver { return dynamo.New(e.db, e.names.Idempotency+"-missing") }},
+		{name: "store write fails (missing table)", store: func() recovery.Reserver { return dynamo.New(e.db, e.names.ByLogicalID["IdempotencyTable"]+"-missing") }},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -46,7 +46,7 @@ func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (http
 	if cfg.FaultInjection {
 		hook = fault.Check
 	}
-	store := dynamo.New(client, cfg.IdempotencyTable)
+	store := dynamo.New(client, cfg.Table("IdempotencyTable"))
 	mw, err := idempotency.New(idempotency.Config{
 		Store:     store,
 		Tenant:    apigw.Tenant,
@@ -77,7 +77,7 @@ func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (http
 // reconciler: the same routes the api function serves, wired the same way
 // (only the middleware's own settings, which resolvers do not use, differ).
 func Resolvers(cfg config.Config, client *dynamodb.Client, opts app.Options) (idempotency.Resolvers, error) {
-	store := dynamo.New(client, cfg.IdempotencyTable)
+	store := dynamo.New(client, cfg.Table("IdempotencyTable"))
 	mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: apigw.Tenant})
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
@@ -90,25 +90,20 @@ func Resolvers(cfg config.Config, client *dynamodb.Client, opts app.Options) (id
 	return mw.Resolvers(), nil
 }
 
-// deps are what the routes need besides the middleware.
+// deps are what the routes need besides the middleware. A route names its
+// tables by their logical IDs in template.yaml (d.cfg.Table("RefundsTable")):
+// a new table needs no field here, and internal/deploytest derives the
+// variables and grants each function needs from those calls.
 type deps struct {
-	client          *dynamodb.Client
-	store           idempotency.Store // the middleware's, for resolvers that resume phases
-	paymentsTable   string
-	refundsTable    string
-	ordersTable     string
-	outboxTable     string
-	provider        *provider.Client
-	providerTimeout time.Duration
-	now             func() time.Time
+	cfg      config.Config
+	client   *dynamodb.Client
+	store    idempotency.Store // the middleware's, for resolvers that resume phases
+	provider *provider.Client
+	now      func() time.Time
 }
 
 func newDeps(cfg config.Config, client *dynamodb.Client, store idempotency.Store, opts app.Options) (deps, error) {
-	d := deps{
-		client: client, store: store, paymentsTable: cfg.PaymentsTable, refundsTable: cfg.RefundsTable,
-		ordersTable: cfg.OrdersTable, outboxTable: cfg.OutboxTable,
-		providerTimeout: cfg.ProviderTimeout, now: opts.Now,
-	}
+	d := deps{cfg: cfg, client: client, store: store, now: opts.Now}
 	// The provider signs its calls with the function's own credentials,
 	// those of its DynamoDB client.
 	o := client.Options()
@@ -127,21 +122,22 @@ func routes(mw *idempotency.Middleware, d deps) []httpapi.Route {
 	if d.provider != nil { // a nil *provider.Client would not be a nil interface
 		chargesProvider, refundsProvider = d.provider, d.provider
 	}
+	timeout, paymentsTable, ordersTable := d.cfg.ProviderTimeout, d.cfg.Table("PaymentsTable"), d.cfg.Table("OrdersTable")
 	var rs []httpapi.Route
-	rs = append(rs, payments.Routes(mw, d.paymentsTable, payments.NewTable(d.client, d.paymentsTable), d.now)...)
-	rs = append(rs, charges.Routes(mw, chargesProvider, d.providerTimeout)...)
+	rs = append(rs, payments.Routes(mw, paymentsTable, payments.NewTable(d.client, paymentsTable), d.now)...)
+	rs = append(rs, charges.Routes(mw, chargesProvider, timeout)...)
 	rs = append(rs, refunds.Routes(mw, refunds.Config{
-		Tables:   refunds.Tables{Refunds: d.refundsTable, Payments: d.paymentsTable},
+		Tables:   refunds.Tables{Refunds: d.cfg.Table("RefundsTable"), Payments: paymentsTable},
 		DB:       d.client,
 		Provider: refundsProvider,
-		Timeout:  d.providerTimeout,
+		Timeout:  timeout,
 	})...)
-	od := orders.Deps{Store: d.store, Orders: d.ordersTable, Outbox: d.outboxTable, Timeout: d.providerTimeout, Now: d.now}
+	od := orders.Deps{Store: d.store, Orders: ordersTable, Outbox: d.cfg.Table("OutboxTable"), Timeout: timeout, Now: d.now}
 	if d.provider != nil {
 		od.Provider = d.provider
 	}
 	if d.client != nil {
-		od.Reader = orders.NewTable(d.client, d.ordersTable)
+		od.Reader = orders.NewTable(d.client, ordersTable)
 	}
 	rs = append(rs, orders.Routes(mw, od)...)
 	return rs

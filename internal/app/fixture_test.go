@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"log/slog"
+	"maps"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func newFixture(t *testing.T) fixture {
 	t.Helper()
 	client := dynamotest.Client(t)
 	names := dynamotest.Tables(t, client)
-	srv := httptest.NewServer(simulator.New(simulator.Options{DB: client, Table: names.Provider}))
+	srv := httptest.NewServer(simulator.New(simulator.Options{DB: client, Table: names.ByLogicalID["ProviderTable"]}))
 	t.Cleanup(srv.Close)
 	sqsEndpoint := sqstest.Endpoint(t)
 	sqsClient := sqstest.Client(t, sqsEndpoint)
@@ -41,10 +42,13 @@ func newFixture(t *testing.T) fixture {
 	return fixture{client: client, names: names, providerURL: srv.URL, clients: queue.Clients{DynamoDB: client, SQS: sqsClient}}
 }
 
-// config returns the functions' configuration from env, with the
-// simulator's URL and the test endpoints.
-func (f fixture) config(t *testing.T, env map[string]string) config.Config {
+// config returns the functions' configuration from vars, with the test's
+// tables (as template.yaml sets their variables), the simulator's URL and
+// the test endpoints.
+func (f fixture) config(t *testing.T, vars map[string]string) config.Config {
 	t.Helper()
+	env := f.names.Env()
+	maps.Copy(env, vars)
 	env[config.EnvProviderURL] = f.providerURL
 	env[config.EnvDynamoDBEndpoint] = dynamotest.Endpoint(t)
 	cfg, err := config.FromEnv(func(k string) string { return env[k] })

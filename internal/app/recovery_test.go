@@ -30,9 +30,8 @@ import (
 func TestSweeperAndReconciler(t *testing.T) {
 	f := newFixture(t)
 	cfg := f.config(t, map[string]string{
-		config.EnvIdempotencyTable: f.names.Idempotency,
-		config.EnvProviderTimeout:  "500ms",
-		config.EnvProviderSettle:   "500ms",
+		config.EnvProviderTimeout: "500ms",
+		config.EnvProviderSettle:  "500ms",
 	})
 	var sweeperOut, reconcilerOut lambdatest.Buffer
 	sweep, err := sweeper.Handler(t.Context(), cfg, f.clients, app.Options{Logger: slog.New(slog.DiscardHandler), Metrics: &sweeperOut})
@@ -43,8 +42,8 @@ func TestSweeperAndReconciler(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Reconciler() error = %v", err)
 	}
-	f.poll(t, f.names.Idempotency, sweep)
-	f.poll(t, f.names.Idempotency, reconcile)
+	f.poll(t, f.names.ByLogicalID["IdempotencyTable"], sweep)
+	f.poll(t, f.names.ByLogicalID["IdempotencyTable"], reconcile)
 
 	body := []byte(`{"amount":1999,"currency":"usd","customer":"cus_1","source":"tok_visa"}`)
 	canonical, err := idempotency.Canonical(body)
@@ -53,7 +52,7 @@ func TestSweeperAndReconciler(t *testing.T) {
 	}
 	now := time.Now()
 	key := idempotency.NewKey("acme", "order-1")
-	store := dynamo.New(f.client, f.names.Idempotency)
+	store := dynamo.New(f.client, f.names.ByLogicalID["IdempotencyTable"])
 	res := idempotency.Record{
 		Key: key, Status: idempotency.StatusInProgress, Route: "POST /v1/charges",
 		Fingerprint: idempotency.Fingerprint("POST", "POST /v1/charges", canonical), External: true,
@@ -72,7 +71,7 @@ func TestSweeperAndReconciler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dynamotest.Delete(t, f.client, f.names.Idempotency, key.ID())
+	dynamotest.Delete(t, f.client, f.names.ByLogicalID["IdempotencyTable"], key.ID())
 
 	deadline := time.Now().Add(15 * time.Second)
 	var got idempotency.Record

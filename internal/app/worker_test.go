@@ -13,7 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/oncehq/once/internal/app"
-	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider/simulator"
@@ -23,23 +22,23 @@ import (
 // payments table, against the provider simulator.
 func TestWorkerSettles(t *testing.T) {
 	f := newFixture(t)
-	cfg := f.config(t, map[string]string{config.EnvPaymentsTable: f.names.Payments})
+	cfg := f.config(t, map[string]string{})
 	var out lambdatest.Buffer
 	h, err := worker.Handler(t.Context(), cfg, f.clients, app.Options{Logger: slog.New(slog.DiscardHandler), Metrics: &out})
 	if err != nil {
 		t.Fatalf("Worker() error = %v", err)
 	}
-	f.poll(t, f.names.Payments, h)
+	f.poll(t, f.names.ByLogicalID["PaymentsTable"], h)
 
 	pay := payments.New("acme", payments.Request{Amount: 100, Currency: "usd", Customer: "c", Source: simulator.TokenVisa}, time.Now())
 	item, err := attributevalue.MarshalMap(pay)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.client.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(f.names.Payments), Item: item}); err != nil {
+	if _, err := f.client.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(f.names.ByLogicalID["PaymentsTable"]), Item: item}); err != nil {
 		t.Fatal(err)
 	}
-	table := payments.NewTable(f.client, f.names.Payments)
+	table := payments.NewTable(f.client, f.names.ByLogicalID["PaymentsTable"])
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		got, err := table.Get(t.Context(), pay.Tenant, pay.ID)

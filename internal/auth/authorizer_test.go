@@ -63,7 +63,7 @@ func deny() events.APIGatewayCustomAuthorizerResponse {
 
 func TestAuthorizer(t *testing.T) {
 	client := dynamotest.Client(t)
-	table := dynamotest.Tables(t, client).APIKeys
+	table := dynamotest.Tables(t, client).ByLogicalID["ApiKeysTable"]
 	pairs, err := auth.ParsePairs(auth.DefaultDevAPIKeys)
 	if err != nil {
 		t.Fatal(err)

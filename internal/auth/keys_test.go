@@ -14,7 +14,7 @@ import (
 
 func TestKeys(t *testing.T) {
 	client := dynamotest.Client(t)
-	table := dynamotest.Tables(t, client).APIKeys
+	table := dynamotest.Tables(t, client).ByLogicalID["ApiKeysTable"]
 	ctx := t.Context()
 
 	pairs, err := auth.ParsePairs(auth.DefaultDevAPIKeys)

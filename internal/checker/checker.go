@@ -14,7 +14,7 @@ import (
 )
 
 // Handler returns the checker function's handler: recovery.Checker on
-// cfg.IdempotencyTable, sending early checks on through cfg.CheckQueue.
+// the IdempotencyTable, sending early checks on through cfg.CheckQueue.
 func Handler(ctx context.Context, cfg config.Config, c queue.Clients, opts app.Options) (queue.Handler, error) {
 	q, err := queue.Open(ctx, c, cfg.CheckQueue, config.EnvCheckQueue)
 	if err != nil {
@@ -22,7 +22,7 @@ func Handler(ctx context.Context, cfg config.Config, c queue.Clients, opts app.O
 	}
 	opts = opts.WithDefaults(cfg)
 	ch, err := recovery.NewChecker(recovery.CheckerConfig{
-		Store:     dynamo.New(c.DynamoDB, cfg.IdempotencyTable),
+		Store:     dynamo.New(c.DynamoDB, cfg.Table("IdempotencyTable")),
 		Queue:     q,
 		Retention: cfg.Retention,
 		Logger:    opts.Logger,

@@ -10,15 +10,9 @@ import (
 	"time"
 )
 
-// Environment variables read by FromEnv.
+// Environment variables read by FromEnv. The tables' variables follow a
+// rule instead (see Table).
 const (
-	EnvIdempotencyTable = "ONCE_IDEMPOTENCY_TABLE"
-	EnvPaymentsTable    = "ONCE_PAYMENTS_TABLE"
-	EnvRefundsTable     = "ONCE_REFUNDS_TABLE"
-	EnvAPIKeysTable     = "ONCE_API_KEYS_TABLE"
-	EnvProviderTable    = "ONCE_PROVIDER_TABLE"
-	EnvOrdersTable      = "ONCE_ORDERS_TABLE"
-	EnvOutboxTable      = "ONCE_OUTBOX_TABLE"
 	EnvRetention        = "ONCE_RETENTION"
 	EnvLease            = "ONCE_LEASE"
 	EnvFaultInjection   = "ONCE_FAULT_INJECTION"
@@ -46,11 +40,6 @@ const (
 
 // Defaults applied by FromEnv to unset variables.
 const (
-	DefaultIdempotencyTable = "once-idempotency"
-	DefaultPaymentsTable    = "once-payments"
-	DefaultRefundsTable     = "once-refunds"
-	DefaultAPIKeysTable     = "once-api-keys"
-	DefaultProviderTable    = "once-provider"
 	DefaultCheckQueue       = "once-check"
 	DefaultCheckDLQ         = "once-check-dlq"
 	DefaultWorkerRetryQueue = "once-worker-retry"
@@ -59,8 +48,6 @@ const (
 	// whose charge keeps failing transiently is retried for this long after
 	// its creation, then settled failed (provider_unavailable).
 	DefaultWorkerRetryWindow = 6 * time.Hour
-	DefaultOrdersTable       = "once-orders"
-	DefaultOutboxTable       = "once-outbox"
 	DefaultRetention         = 24 * time.Hour
 	DefaultLease             = 30 * time.Second
 	// DefaultProviderTimeout bounds one call to the payment provider. It is
@@ -89,16 +76,9 @@ const (
 
 // Config is the parsed configuration.
 type Config struct {
-	// IdempotencyTable, PaymentsTable, RefundsTable, APIKeysTable,
-	// ProviderTable, OrdersTable and OutboxTable (the orders' receipt jobs)
-	// are the DynamoDB table names.
-	IdempotencyTable string
-	PaymentsTable    string
-	RefundsTable     string
-	APIKeysTable     string
-	ProviderTable    string
-	OrdersTable      string
-	OutboxTable      string
+	// getenv reads the tables' variables (Table); nil reads nothing, so
+	// that every table has its default name.
+	getenv func(string) string
 	// Retention is how long a completed idempotency record is kept.
 	Retention time.Duration
 	// Lease is how long a reservation is held before it counts as abandoned.
@@ -143,9 +123,6 @@ type Config struct {
 	MailAuth string
 }
 
-// tableName is DynamoDB's rule for table names.
-var tableName = regexp.MustCompile(`^[a-zA-Z0-9_.-]{3,255}$`)
-
 // queueName is SQS's rule for (standard) queue names.
 var queueName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,80}$`)
 
@@ -161,13 +138,6 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			return v
 		}
 		return def
-	}
-	table := func(name, def string) string {
-		v := str(name, def)
-		if !tableName.MatchString(v) {
-			bad(name, v, "not a DynamoDB table name (3-255 characters of a-z A-Z 0-9 _ . -)")
-		}
-		return v
 	}
 	duration := func(name string, def time.Duration) time.Duration {
 		v := str(name, "")
@@ -206,13 +176,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 
 	c := Config{
-		IdempotencyTable: table(EnvIdempotencyTable, DefaultIdempotencyTable),
-		PaymentsTable:    table(EnvPaymentsTable, DefaultPaymentsTable),
-		RefundsTable:     table(EnvRefundsTable, DefaultRefundsTable),
-		APIKeysTable:     table(EnvAPIKeysTable, DefaultAPIKeysTable),
-		ProviderTable:    table(EnvProviderTable, DefaultProviderTable),
-		OrdersTable:      table(EnvOrdersTable, DefaultOrdersTable),
-		OutboxTable:      table(EnvOutboxTable, DefaultOutboxTable),
+		getenv:           getenv,
 		Retention:        duration(EnvRetention, DefaultRetention),
 		Lease:            duration(EnvLease, DefaultLease),
 		DynamoDBEndpoint: endpoint(EnvDynamoDBEndpoint),

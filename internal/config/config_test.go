@@ -7,23 +7,17 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 func TestFromEnv(t *testing.T) {
 	defaults := Config{
-		IdempotencyTable: DefaultIdempotencyTable,
-		PaymentsTable:    DefaultPaymentsTable,
-		RefundsTable:     DefaultRefundsTable,
-		APIKeysTable:     DefaultAPIKeysTable,
-		ProviderTable:    DefaultProviderTable,
-		OrdersTable:      DefaultOrdersTable,
-		OutboxTable:      DefaultOutboxTable,
-		Retention:        DefaultRetention,
-		Lease:            DefaultLease,
-		LogLevel:         slog.LevelInfo,
-		ProviderTimeout:  DefaultProviderTimeout,
-		ProviderSettle:   DefaultProviderSettle,
-		ProviderAuth:     ProviderAuthNone,
+		Retention:       DefaultRetention,
+		Lease:           DefaultLease,
+		LogLevel:        slog.LevelInfo,
+		ProviderTimeout: DefaultProviderTimeout,
+		ProviderSettle:  DefaultProviderSettle,
+		ProviderAuth:    ProviderAuthNone,
 
 		CheckQueue:        DefaultCheckQueue,
 		CheckDLQ:          DefaultCheckDLQ,
@@ -47,22 +41,15 @@ func TestFromEnv(t *testing.T) {
 		{
 			name: "everything set",
 			env: map[string]string{
-				"ONCE_IDEMPOTENCY_TABLE": "stack-idempotency",
-				"ONCE_PAYMENTS_TABLE":    "stack-payments",
-				"ONCE_API_KEYS_TABLE":    "stack-api-keys",
-				"ONCE_PROVIDER_TABLE":    "stack-provider",
-				"ONCE_REFUNDS_TABLE":     "stack-refunds",
-				"ONCE_ORDERS_TABLE":      "stack-orders",
-				"ONCE_OUTBOX_TABLE":      "stack-outbox",
-				"ONCE_RETENTION":         "1h30m",
-				"ONCE_LEASE":             "10s",
-				"ONCE_FAULT_INJECTION":   "1",
-				"DYNAMODB_ENDPOINT":      "http://127.0.0.1:8000",
-				"AWS_REGION":             "eu-west-1",
-				"LOG_LEVEL":              "debug",
-				"ONCE_PROVIDER_URL":      "https://provider.example.com",
-				"ONCE_PROVIDER_TIMEOUT":  "2500ms",
-				"ONCE_PROVIDER_AUTH":     "aws_iam",
+				"ONCE_RETENTION":        "1h30m",
+				"ONCE_LEASE":            "10s",
+				"ONCE_FAULT_INJECTION":  "1",
+				"DYNAMODB_ENDPOINT":     "http://127.0.0.1:8000",
+				"AWS_REGION":            "eu-west-1",
+				"LOG_LEVEL":             "debug",
+				"ONCE_PROVIDER_URL":     "https://provider.example.com",
+				"ONCE_PROVIDER_TIMEOUT": "2500ms",
+				"ONCE_PROVIDER_AUTH":    "aws_iam",
 
 				"ONCE_CHECK_QUEUE":         "https://sqs.eu-west-1.amazonaws.com/123456789012/stack-CheckQueue-AbC",
 				"ONCE_CHECK_DLQ":           "stack-check-dlq",
@@ -74,13 +61,6 @@ func TestFromEnv(t *testing.T) {
 				"ONCE_MAIL_AUTH":           "AWS_IAM",
 			},
 			want: Config{
-				IdempotencyTable: "stack-idempotency",
-				PaymentsTable:    "stack-payments",
-				RefundsTable:     "stack-refunds",
-				APIKeysTable:     "stack-api-keys",
-				ProviderTable:    "stack-provider",
-				OrdersTable:      "stack-orders",
-				OutboxTable:      "stack-outbox",
 				Retention:        90 * time.Minute,
 				Lease:            10 * time.Second,
 				FaultInjection:   true,
@@ -137,13 +117,10 @@ func TestFromEnv(t *testing.T) {
 		{name: "bare number lease", env: map[string]string{"ONCE_LEASE": "30"}, wantErr: []string{"ONCE_LEASE"}},
 		{name: "bad fault injection", env: map[string]string{"ONCE_FAULT_INJECTION": "yes"}, wantErr: []string{"ONCE_FAULT_INJECTION"}},
 		{name: "bad log level", env: map[string]string{"LOG_LEVEL": "verbose"}, wantErr: []string{"LOG_LEVEL"}},
-		{name: "bad table name", env: map[string]string{"ONCE_PAYMENTS_TABLE": "a b"}, wantErr: []string{"ONCE_PAYMENTS_TABLE"}},
-		{name: "short table name", env: map[string]string{"ONCE_IDEMPOTENCY_TABLE": "ab"}, wantErr: []string{"ONCE_IDEMPOTENCY_TABLE"}},
 		{name: "endpoint without scheme", env: map[string]string{"DYNAMODB_ENDPOINT": "localhost:8000"}, wantErr: []string{"DYNAMODB_ENDPOINT"}},
 		{name: "provider URL not absolute", env: map[string]string{"ONCE_PROVIDER_URL": "/v1"}, wantErr: []string{"ONCE_PROVIDER_URL"}},
 		{name: "mail URL not absolute", env: map[string]string{"ONCE_MAIL_URL": "mail.example.com"}, wantErr: []string{"ONCE_MAIL_URL"}},
 		{name: "bad mail auth", env: map[string]string{"ONCE_MAIL_AUTH": "basic"}, wantErr: []string{"ONCE_MAIL_AUTH"}},
-		{name: "bad orders table name", env: map[string]string{"ONCE_ORDERS_TABLE": "o"}, wantErr: []string{"ONCE_ORDERS_TABLE"}},
 		{
 			name: "every problem at once",
 			env: map[string]string{
@@ -151,10 +128,9 @@ func TestFromEnv(t *testing.T) {
 				"ONCE_LEASE":           "0",
 				"ONCE_FAULT_INJECTION": "maybe",
 				"LOG_LEVEL":            "loud",
-				"ONCE_API_KEYS_TABLE":  "x",
 				"DYNAMODB_ENDPOINT":    "ftp://host",
 			},
-			wantErr: []string{"ONCE_RETENTION", "ONCE_LEASE", "ONCE_FAULT_INJECTION", "LOG_LEVEL", "ONCE_API_KEYS_TABLE", "DYNAMODB_ENDPOINT"},
+			wantErr: []string{"ONCE_RETENTION", "ONCE_LEASE", "ONCE_FAULT_INJECTION", "LOG_LEVEL", "DYNAMODB_ENDPOINT"},
 		},
 	}
 	for _, tt := range tests {
@@ -178,9 +154,71 @@ func TestFromEnv(t *testing.T) {
 			if err != nil {
 				t.Fatalf("FromEnv() error = %v", err)
 			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
+			if diff := cmp.Diff(tt.want, got, cmpopts.IgnoreUnexported(Config{})); diff != "" {
 				t.Errorf("FromEnv() mismatch (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestTable(t *testing.T) {
+	tests := []struct {
+		id, env, def string
+	}{
+		{"IdempotencyTable", "ONCE_IDEMPOTENCY_TABLE", "once-idempotency"},
+		{"ApiKeysTable", "ONCE_API_KEYS_TABLE", "once-api-keys"},
+		{"APIKeysTable", "ONCE_API_KEYS_TABLE", "once-api-keys"},
+		{"WorkerRetry2Table", "ONCE_WORKER_RETRY2_TABLE", "once-worker-retry2"},
+		{"NotesTable", "ONCE_NOTES_TABLE", "once-notes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.id, func(t *testing.T) {
+			if got := TableEnv(tt.id); got != tt.env {
+				t.Errorf("TableEnv(%q) = %q, want %q", tt.id, got, tt.env)
+			}
+			if got := TableDefault(tt.id); got != tt.def {
+				t.Errorf("TableDefault(%q) = %q, want %q", tt.id, got, tt.def)
+			}
+			unset, err := FromEnv(func(string) string { return "" })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := unset.Table(tt.id); got != tt.def {
+				t.Errorf("Table(%q) unset = %q, want the default %q", tt.id, got, tt.def)
+			}
+			if got := (Config{}).Table(tt.id); got != tt.def {
+				t.Errorf("Config{}.Table(%q) = %q, want the default %q", tt.id, got, tt.def)
+			}
+			set, err := FromEnv(func(k string) string { return map[string]string{tt.env: " stack-x "}[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := set.Table(tt.id); got != "stack-x" {
+				t.Errorf("Table(%q) with %s set = %q, want stack-x", tt.id, tt.env, got)
+			}
+		})
+	}
+}
+
+func TestCheckTables(t *testing.T) {
+	env := map[string]string{"ONCE_PAYMENTS_TABLE": "a b", "ONCE_IDEMPOTENCY_TABLE": "ab", "ONCE_ORDERS_TABLE": "stack-orders"}
+	getenv := func(k string) string { return env[k] }
+	if _, err := FromEnv(getenv); err != nil {
+		t.Fatalf("FromEnv() error = %v; table names are checked by CheckTables", err)
+	}
+	if err := CheckTables(getenv, "OrdersTable", "RefundsTable"); err != nil {
+		t.Errorf("CheckTables(set, default) = %v, want nil", err)
+	}
+	err := CheckTables(getenv, "PaymentsTable", "OrdersTable", "IdempotencyTable")
+	if err == nil {
+		t.Fatal("CheckTables(bad names) = nil, want an error")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	want := []string{
+		`config: ONCE_PAYMENTS_TABLE="a b": not a DynamoDB table name (3-255 characters of a-z A-Z 0-9 _ . -)`,
+		`config: ONCE_IDEMPOTENCY_TABLE="ab": not a DynamoDB table name (3-255 characters of a-z A-Z 0-9 _ . -)`,
+	}
+	if diff := cmp.Diff(want, lines); diff != "" {
+		t.Errorf("CheckTables() mismatch (-want +got):\n%s", diff)
 	}
 }

@@ -1,6 +1,7 @@
 package deploytest
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,66 +26,96 @@ func notFromTemplate(name string) bool {
 	return strings.HasPrefix(name, "AWS_") || strings.HasPrefix(name, "_")
 }
 
-// designEnv is docs/design.md's "Environment per function", less
-// ONCE_FAULT_INJECTION.
-var designEnv = map[string][]string{
-	"ApiFunction":        {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_LEASE", "ONCE_ORDERS_TABLE", "ONCE_OUTBOX_TABLE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_REFUNDS_TABLE", "ONCE_RETENTION"},
-	"AuthorizerFunction": {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_API_KEYS_TABLE"},
-	"WorkerFunction":     {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_SETTLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_WORKER_RETRY_QUEUE", "ONCE_WORKER_RETRY_WINDOW", "SQS_ENDPOINT"},
-	"RetrierFunction":    {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_LEASE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_SETTLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_WORKER_RETRY_QUEUE", "ONCE_WORKER_RETRY_WINDOW", "SQS_ENDPOINT"},
-	"SweeperFunction":    {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_CHECK_QUEUE", "ONCE_IDEMPOTENCY_TABLE", "ONCE_RETENTION", "SQS_ENDPOINT"},
-	"CheckerFunction":    {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_CHECK_QUEUE", "ONCE_IDEMPOTENCY_TABLE", "ONCE_RETENTION", "SQS_ENDPOINT"},
-	"ReconcilerFunction": {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_IDEMPOTENCY_TABLE", "ONCE_LEASE", "ONCE_ORDERS_TABLE", "ONCE_OUTBOX_TABLE", "ONCE_PAYMENTS_TABLE", "ONCE_PROVIDER_AUTH", "ONCE_PROVIDER_SETTLE", "ONCE_PROVIDER_TIMEOUT", "ONCE_PROVIDER_URL", "ONCE_REFUNDS_TABLE", "ONCE_RETENTION"},
-	"ReceiptsFunction":   {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_MAIL_AUTH", "ONCE_MAIL_URL", "ONCE_ORDERS_TABLE", "ONCE_OUTBOX_TABLE"},
-	"ProviderFunction":   {"DYNAMODB_ENDPOINT", "LOG_LEVEL", "ONCE_PROVIDER_TABLE"},
-}
-
-// envSource is what each variable must be set from.
-var envSource = map[string]any{
-	"LOG_LEVEL":                map[string]any{"Ref": "LogLevel"},
-	"DYNAMODB_ENDPOINT":        map[string]any{"Ref": "DynamoDBEndpoint"},
-	"ONCE_IDEMPOTENCY_TABLE":   map[string]any{"Ref": "IdempotencyTable"},
-	"ONCE_PAYMENTS_TABLE":      map[string]any{"Ref": "PaymentsTable"},
-	"ONCE_REFUNDS_TABLE":       map[string]any{"Ref": "RefundsTable"},
-	"ONCE_API_KEYS_TABLE":      map[string]any{"Ref": "ApiKeysTable"},
-	"ONCE_PROVIDER_TABLE":      map[string]any{"Ref": "ProviderTable"},
-	"ONCE_ORDERS_TABLE":        map[string]any{"Ref": "OrdersTable"},
-	"ONCE_OUTBOX_TABLE":        map[string]any{"Ref": "OutboxTable"},
-	"ONCE_RETENTION":           map[string]any{"Ref": "Retention"},
-	"ONCE_LEASE":               map[string]any{"Ref": "Lease"},
-	"ONCE_PROVIDER_TIMEOUT":    map[string]any{"Ref": "ProviderTimeout"},
-	"ONCE_PROVIDER_SETTLE":     map[string]any{"Ref": "ProviderSettle"},
-	"ONCE_CHECK_QUEUE":         map[string]any{"Ref": "CheckQueue"},
-	"ONCE_WORKER_RETRY_QUEUE":  map[string]any{"Ref": "WorkerRetryQueue"},
-	"ONCE_WORKER_RETRY_WINDOW": map[string]any{"Ref": "WorkerRetryWindow"},
-	"SQS_ENDPOINT":             map[string]any{"Ref": "SQSEndpoint"},
-	// The simulator's function URL takes SigV4-signed calls only.
-	"ONCE_PROVIDER_AUTH": map[string]any{"Fn::If": []any{"DeployProvider", "aws_iam", "none"}},
-	"ONCE_MAIL_AUTH":     map[string]any{"Fn::If": []any{"DeployProvider", "aws_iam", "none"}},
-	"ONCE_PROVIDER_URL": map[string]any{"Fn::If": []any{
-		"DeployProvider",
-		map[string]any{"Fn::GetAtt": []any{"ProviderFunctionUrl", "FunctionUrl"}},
-		map[string]any{"Ref": "ProviderUrl"},
-	}},
-	"ONCE_MAIL_URL": map[string]any{"Fn::If": []any{
-		"DeployProvider",
-		map[string]any{"Fn::GetAtt": []any{"ProviderFunctionUrl", "FunctionUrl"}},
-		map[string]any{"Ref": "MailUrl"},
-	}},
-}
-
-func TestEnvironmentMatchesDesign(t *testing.T) {
-	for id, fn := range template(t).Functions() {
-		env := fn.Environment()
-		if diff := cmp.Diff(designEnv[id], sortedKeys(env)); diff != "" {
-			t.Errorf("%s environment mismatch (-design +template):\n%s", id, diff)
-		}
-		for name, v := range env {
-			if diff := cmp.Diff(envSource[name], v); diff != "" {
+// TestEnvironmentSources derives what each variable must be set from, by
+// the variable's name, and checks every function's environment against it:
+//
+//   - a table's variable (config.TableEnv of its logical ID:
+//     ONCE_API_KEYS_TABLE) is !Ref of that table;
+//   - any other !Ref names a queue (ONCE_CHECK_QUEUE: CheckQueue) or a
+//     parameter (ONCE_PROVIDER_TIMEOUT: ProviderTimeout, LOG_LEVEL:
+//     LogLevel) whose name is the variable's, ONCE_ and underscores
+//     dropped, in any case;
+//   - ONCE_<X>_URL is the simulator's function URL in a demo stack, else the
+//     parameter <X>Url (envURL), and ONCE_<X>_AUTH aws_iam in a demo stack
+//     (its function URL takes signed calls only), else none (envAuth).
+//
+// Nothing else is allowed, so a new variable needs a source of one of these
+// kinds.
+func TestEnvironmentSources(t *testing.T) {
+	tm := template(t)
+	resources := tm.Resources()
+	params := tm.Section("Parameters")
+	for _, id := range sortedKeys(tm.Functions()) {
+		for name, v := range tm.Functions()[id].Environment() {
+			if want, ok := envSource(name, v, resources, params); !ok {
+				t.Errorf("%s %s = %v: no rule derives its source (see TestEnvironmentSources)", id, name, v)
+			} else if diff := cmp.Diff(want, v); diff != "" {
 				t.Errorf("%s %s value mismatch (-want +got):\n%s", id, name, diff)
 			}
 		}
 	}
+}
+
+// envSource returns what the variable name must be set from, given its
+// value v, and whether any rule applies.
+func envSource(name string, v any, resources map[string]samtemplate.Resource, params map[string]any) (any, bool) {
+	for id, r := range resources {
+		if r.Type == "AWS::DynamoDB::Table" && config.TableEnv(id) == name {
+			return map[string]any{"Ref": id}, true
+		}
+	}
+	if strings.HasSuffix(name, "_TABLE") {
+		return nil, false // a table's variable, but no table of the template has it
+	}
+	if strings.HasPrefix(name, "ONCE_") && strings.HasSuffix(name, "_URL") {
+		if param := paramFor(name, params); param != "" {
+			return envURL(param), true
+		}
+	}
+	if strings.HasPrefix(name, "ONCE_") && strings.HasSuffix(name, "_AUTH") {
+		return envAuth, true
+	}
+	ref, _ := mapOf(v)["Ref"].(string)
+	if ref == "" || len(mapOf(v)) != 1 || !sameName(name, ref) {
+		return nil, false
+	}
+	if params[ref] != nil || resources[ref].Type == "AWS::SQS::Queue" {
+		return map[string]any{"Ref": ref}, true
+	}
+	return nil, false
+}
+
+// envAuth is how the functions authenticate to the simulator's function URL:
+// signed (aws_iam) in a demo stack, as its AuthType AWS_IAM requires.
+var envAuth = map[string]any{"Fn::If": []any{"DeployProvider", "aws_iam", "none"}}
+
+// envURL is a URL variable's source: the simulator's function URL in a demo
+// stack, else the parameter param.
+func envURL(param string) any {
+	return map[string]any{"Fn::If": []any{
+		"DeployProvider",
+		map[string]any{"Fn::GetAtt": []any{"ProviderFunctionUrl", "FunctionUrl"}},
+		map[string]any{"Ref": param},
+	}}
+}
+
+// paramFor returns the parameter named like the variable name, "" if none.
+func paramFor(name string, params map[string]any) string {
+	for p := range params {
+		if sameName(name, p) {
+			return p
+		}
+	}
+	return ""
+}
+
+// sameName reports whether a variable and a logical ID or parameter name
+// are the same words: ONCE_ and underscores dropped, in any case
+// (ONCE_WORKER_RETRY_QUEUE and WorkerRetryQueue, DYNAMODB_ENDPOINT and
+// DynamoDBEndpoint).
+func sameName(variable, name string) bool {
+	v := strings.ReplaceAll(strings.TrimPrefix(variable, "ONCE_"), "_", "")
+	return strings.EqualFold(v, name)
 }
 
 func TestFaultInjectionNeverSettable(t *testing.T) {
@@ -98,9 +129,11 @@ func TestFaultInjectionNeverSettable(t *testing.T) {
 }
 
 // TestEnvironmentCoversCode checks that every variable the code reachable
-// from functions/<name> reads is set for its function: the names passed to
-// getenv-like calls, and for the fields of config.Config the function uses,
-// the config.Env<Field> variable that FromEnv reads into them.
+// from functions/<name> reads is set for its function, and that the
+// template sets no other: the names passed to getenv-like calls; for the
+// fields of config.Config the function uses, the config.Env<Field> variable
+// that FromEnv reads into them; and for each table the code names
+// (cfg.Table("PaymentsTable")), the table's variable (config.TableEnv).
 func TestEnvironmentCoversCode(t *testing.T) {
 	fieldEnv := configFieldEnv(t)
 	for id, fn := range template(t).Functions() {
@@ -113,6 +146,12 @@ func TestEnvironmentCoversCode(t *testing.T) {
 		reads := map[string]string{} // variable -> why
 		for v := range s.Getenv {
 			reads[v] = "getenv"
+		}
+		for id := range s.Tables {
+			reads[config.TableEnv(id)] = fmt.Sprintf("config.Table(%q)", id)
+		}
+		for _, u := range s.Unresolved {
+			t.Errorf("%s: %s: name the table with a constant logical ID, cfg.Table(\"PaymentsTable\"), so that the checks can tell which variable it reads", id, u)
 		}
 		for field, v := range fieldEnv {
 			if s.Selected[field] {
@@ -253,8 +292,10 @@ func TestConfigAcceptsTemplate(t *testing.T) {
 						}
 						env[name] = s
 					}
-					if _, err := config.FromEnv(func(k string) string { return env[k] }); err != nil {
-						t.Errorf("%s (DeployProviderSimulator=%v, LogLevel=%v, %v): config.FromEnv: %v", id, deploy, level, timing, err)
+					getenv := func(k string) string { return env[k] }
+					_, err := config.FromEnv(getenv)
+					if err := errors.Join(err, config.CheckTables(getenv, sortedKeys(tm.ResourcesOfType("AWS::DynamoDB::Table"))...)); err != nil {
+						t.Errorf("%s (DeployProviderSimulator=%v, LogLevel=%v, %v): config: %v", id, deploy, level, timing, err)
 					}
 				}
 			}

@@ -22,64 +22,6 @@ var invokeURL = []string{"lambda:InvokeFunction", "lambda:InvokeFunctionUrl"}
 // Lambda documents it (AWSLambdaSQSQueueExecutionRole).
 var queueRead = []string{"sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:ReceiveMessage"}
 
-// wantGrants is each function's least privilege: resource -> actions, where a
-// resource is a logical ID (its Arn) or <Table>/stream (its StreamArn).
-var wantGrants = map[string]map[string][]string{
-	"ApiFunction": {
-		"IdempotencyTable": {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
-		"PaymentsTable":    {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
-		"RefundsTable":     {"dynamodb:ConditionCheckItem", "dynamodb:GetItem", "dynamodb:PutItem"},
-		"ProviderFunction": invokeURL,
-		"OrdersTable":      {"dynamodb:GetItem", "dynamodb:UpdateItem"},
-		"OutboxTable":      {"dynamodb:UpdateItem"},
-	},
-	"AuthorizerFunction": {
-		"ApiKeysTable": {"dynamodb:GetItem"},
-	},
-	"WorkerFunction": {
-		"PaymentsTable":        {"dynamodb:GetItem", "dynamodb:UpdateItem"},
-		"PaymentsTable/stream": streamRead,
-		"WorkerDLQ":            {"sqs:SendMessage"},
-		"ProviderFunction":     invokeURL,
-		"WorkerRetryQueue":     {"sqs:GetQueueUrl", "sqs:SendMessage"},
-	},
-	"RetrierFunction": {
-		"PaymentsTable":    {"dynamodb:GetItem", "dynamodb:UpdateItem"},
-		"WorkerRetryQueue": {"sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"},
-		"ProviderFunction": invokeURL,
-	},
-	"SweeperFunction": {
-		"IdempotencyTable":        {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem"},
-		"IdempotencyTable/stream": streamRead,
-		"SweeperDLQ":              {"sqs:SendMessage"},
-		"CheckQueue":              {"sqs:GetQueueUrl", "sqs:SendMessage"},
-	},
-	"CheckerFunction": {
-		"IdempotencyTable": {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:UpdateItem"},
-		"CheckQueue":       {"sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"},
-	},
-	"ReconcilerFunction": {
-		"IdempotencyTable":        {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
-		"PaymentsTable":           {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
-		"RefundsTable":            {"dynamodb:ConditionCheckItem", "dynamodb:PutItem"},
-		"OrdersTable":             {"dynamodb:UpdateItem"},
-		"OutboxTable":             {"dynamodb:UpdateItem"},
-		"IdempotencyTable/stream": streamRead,
-		"ReconcilerDLQ":           {"sqs:SendMessage"},
-		"ProviderFunction":        invokeURL,
-	},
-	"ReceiptsFunction": {
-		"OutboxTable":        {"dynamodb:UpdateItem"},
-		"OrdersTable":        {"dynamodb:UpdateItem"},
-		"OutboxTable/stream": streamRead,
-		"ReceiptsDLQ":        {"sqs:SendMessage"},
-		"ProviderFunction":   invokeURL,
-	},
-	"ProviderFunction": {
-		"ProviderTable": {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
-	},
-}
-
 // The only managed policies a function role may have: CloudWatch Logs and
 // X-Ray, which AWS scopes to "*" itself.
 var allowedManaged = []any{
@@ -172,21 +114,25 @@ func functionGrants(t *testing.T, id string, fn samtemplate.Function) map[string
 	return grants
 }
 
-// grantResource resolves a statement's Resource to a logical ID, or
-// <Table>/stream for a table's stream.
+// grantResource resolves a statement's Resource to a logical ID,
+// <Table>/stream for a table's stream, or <Table>/index for its indexes.
 func grantResource(r any, resources map[string]samtemplate.Resource) (string, error) {
 	m := mapOf(r)
 	if m == nil {
 		return "", fmt.Errorf("resource %v is not a reference to the template's resources", r)
 	}
 	if sub, ok := m["Fn::Sub"].(string); ok && len(m) == 1 {
-		// "${Table.Arn}/stream/*": every stream of that one table.
+		// "${Table.Arn}/stream/*": every stream of that one table;
+		// "${Table.Arn}/index/*": its global secondary indexes.
 		refs := samtemplate.Refs(r)
-		if len(refs) == 1 && refs[0].Attribute == "Arn" && sub == "${"+refs[0].String()+"}/stream/*" &&
-			resources[refs[0].Name].Type == "AWS::DynamoDB::Table" {
-			return refs[0].Name + "/stream", nil
+		if len(refs) == 1 && refs[0].Attribute == "Arn" && resources[refs[0].Name].Type == "AWS::DynamoDB::Table" {
+			for _, part := range []string{"stream", "index"} {
+				if sub == "${"+refs[0].String()+"}/"+part+"/*" {
+					return refs[0].Name + "/" + part, nil
+				}
+			}
 		}
-		return "", fmt.Errorf("resource !Sub %q is neither ${Table.Arn} nor ${Table.Arn}/stream/*", sub)
+		return "", fmt.Errorf("resource !Sub %q is neither ${Table.Arn}/stream/* nor ${Table.Arn}/index/*", sub)
 	}
 	ga, ok := m["Fn::GetAtt"].([]any)
 	if !ok || len(m) != 1 || len(ga) != 2 {
@@ -206,11 +152,59 @@ func grantResource(r any, resources map[string]samtemplate.Resource) (string, er
 	return "", fmt.Errorf("resource !GetAtt %s.%s (%s) is not a table, stream, queue or function ARN", id, attr, typ)
 }
 
+// TestLeastPrivilege derives each function's grants and checks that its
+// role grants exactly them:
+//
+//   - on its tables, only DynamoDB actions its code can call (dynamoNeeds;
+//     TestGrantsCoverCode checks the converse), on exactly the tables its
+//     environment names; on a table's indexes only Query and Scan, where
+//     the code can call them, on a table with indexes;
+//   - on a table's stream, exactly what Lambda's event source mapping needs
+//     (streamRead), for exactly the streams its mappings read;
+//   - on a function, exactly what calling its AWS_IAM function URL takes
+//     (invokeURL), for exactly the URLs its environment names;
+//   - on queues, what TestQueueGrantsFromCode derives, on exactly its
+//     mappings' queues and destinations and the queues its environment
+//     names.
+//
+// Which table each action is needed on the scan cannot tell: an action the
+// code needs for one table may be granted on another of its tables.
 func TestLeastPrivilege(t *testing.T) {
 	for id, fn := range template(t).Functions() {
 		got := functionGrants(t, id, fn)
-		if diff := cmp.Diff(wantGrants[id], got); diff != "" {
-			t.Errorf("%s grants mismatch (-want +got):\n%s", id, diff)
+		needs := map[string]string{}
+		if folder := samtemplate.FunctionFolder(id); hasFolder(t, folder) {
+			needs = dynamoNeeds(t, folder)
+		}
+		for _, res := range sortedKeys(got) {
+			actions := got[res]
+			table, part, _ := strings.Cut(res, "/")
+			typ := template(t).Resources()[table].Type
+			switch {
+			case part == "stream":
+				if diff := cmp.Diff(streamRead, actions); diff != "" {
+					t.Errorf("%s grants on %s mismatch (-want +got):\n%s", id, res, diff)
+				}
+			case typ == "AWS::Serverless::Function":
+				if diff := cmp.Diff(invokeURL, actions); diff != "" {
+					t.Errorf("%s grants on %s mismatch (-want +got):\n%s", id, res, diff)
+				}
+			case typ == "AWS::DynamoDB::Table":
+				for _, a := range actions {
+					if _, ok := needs[a]; !ok {
+						t.Errorf("%s: the role grants %s on %s, which its code cannot call", id, a, res)
+					}
+					if part == "index" && a != "dynamodb:Query" && a != "dynamodb:Scan" {
+						t.Errorf("%s: the role grants %s on %s; an index only takes Query and Scan", id, a, res)
+					}
+				}
+				if part == "index" && template(t).Resources()[table].Properties["GlobalSecondaryIndexes"] == nil {
+					t.Errorf("%s: the role grants on %s, which has no indexes", id, res)
+				}
+				if len(actions) != len(slices.Compact(slices.Clone(actions))) {
+					t.Errorf("%s: the role grants %v on %s, with duplicates", id, actions, res)
+				}
+			}
 		}
 		// The tables it may touch are the tables it is told about, and the
 		// functions it may invoke those whose URL it is told about...
@@ -255,6 +249,10 @@ func TestLeastPrivilege(t *testing.T) {
 			switch {
 			case strings.HasSuffix(res, "/stream"):
 				grantStreams = append(grantStreams, res)
+			case strings.HasSuffix(res, "/index"):
+				if table := strings.TrimSuffix(res, "/index"); !slices.Contains(envTables, table) {
+					t.Errorf("%s: the role grants on %s, a table its environment does not name", id, res)
+				}
 			case template(t).Resources()[res].Type == "AWS::SQS::Queue":
 				grantQueues = append(grantQueues, res)
 			case template(t).Resources()[res].Type == "AWS::Serverless::Function":
@@ -294,35 +292,44 @@ var transactItems = map[string]string{
 	"ConditionCheck": "dynamodb:ConditionCheckItem",
 }
 
-// TestGrantsCoverCode checks that every DynamoDB operation the code
-// reachable from functions/<name> can call is granted on some table (which
-// table, the scan cannot tell). An operation counts when the code both
-// selects its method (x.Query) and names its input type (dynamodb.QueryInput),
-// so that url.URL's Query does not.
-func TestGrantsCoverCode(t *testing.T) {
+// dynamoNeeds returns the IAM actions of the DynamoDB operations the code
+// reachable from functions/<folder> can call, with the call that needs each.
+// An operation counts when the code both selects its method (x.Query) and
+// names its input type (dynamodb.QueryInput), so that url.URL's Query does
+// not; TransactWriteItems counts the actions of the item types it names.
+func dynamoNeeds(t *testing.T, folder string) map[string]string {
+	t.Helper()
 	const (
 		sdk      = "github.com/aws/aws-sdk-go-v2/service/dynamodb."
 		sdkTypes = "github.com/aws/aws-sdk-go-v2/service/dynamodb/types."
 	)
+	s := scanFunction(t, folder)
+	need := map[string]string{}
+	for method, action := range dynamoActions {
+		if s.Selected[method] && s.Qualified[sdk+method+"Input"] {
+			need[action] = method
+		}
+	}
+	if s.Selected["TransactWriteItems"] && s.Qualified[sdk+"TransactWriteItemsInput"] {
+		for item, action := range transactItems {
+			if s.Qualified[sdkTypes+item] {
+				need[action] = "TransactWriteItems with types." + item
+			}
+		}
+	}
+	return need
+}
+
+// TestGrantsCoverCode checks that every DynamoDB operation the code
+// reachable from functions/<name> can call (dynamoNeeds) is granted on some
+// table (which table, the scan cannot tell).
+func TestGrantsCoverCode(t *testing.T) {
 	for id, fn := range template(t).Functions() {
 		folder := samtemplate.FunctionFolder(id)
 		if !hasFolder(t, folder) {
 			continue
 		}
-		s := scanFunction(t, folder)
-		need := map[string]string{}
-		for method, action := range dynamoActions {
-			if s.Selected[method] && s.Qualified[sdk+method+"Input"] {
-				need[action] = method
-			}
-		}
-		if s.Selected["TransactWriteItems"] && s.Qualified[sdk+"TransactWriteItemsInput"] {
-			for item, action := range transactItems {
-				if s.Qualified[sdkTypes+item] {
-					need[action] = "TransactWriteItems with types." + item
-				}
-			}
-		}
+		need := dynamoNeeds(t, folder)
 		granted := map[string]bool{}
 		for _, actions := range functionGrants(t, id, fn) {
 			for _, a := range actions {

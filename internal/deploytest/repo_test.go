@@ -67,9 +67,6 @@ func hasFolder(t testing.TB, folder string) bool {
 	return len(m) > 0
 }
 
-// The design's functions (docs/design.md, "Issue 3 additions").
-var designFunctions = []string{"ApiFunction", "AuthorizerFunction", "CheckerFunction", "ProviderFunction", "ReceiptsFunction", "ReconcilerFunction", "RetrierFunction", "SweeperFunction", "WorkerFunction"}
-
 func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {

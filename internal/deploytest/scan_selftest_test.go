@@ -3,6 +3,7 @@ package deploytest
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -22,6 +23,8 @@ const (
 )
 
 type Config struct{ Used, Unused string }
+
+func (Config) Table(id string) string { return id }
 
 func FromEnv(getenv func(string) string) Config {
 	c := Config{Used: getenv(EnvUsed), Unused: getenv(EnvUnused)}
@@ -80,6 +83,15 @@ import (
 
 const envLocal = "M_LOCAL_CONST"
 
+const ordersTable = "OrdersTable"
+
+type deps struct{ cfg config.Config }
+
+func tables(d deps, id string) []string {
+	table := d.cfg.Table
+	return []string{d.cfg.Table("PaymentsTable"), d.cfg.Table(ordersTable), d.cfg.Table(id), table("x")}
+}
+
 func main() { run(getenv) }
 
 func getenv(string) string { return "" }
@@ -89,6 +101,7 @@ func run(getenv func(string) string) {
 	_ = getenv(envLocal)
 	_ = lib.Chain().ServeHTTP
 	_, _ = lib.Use()
+	_ = tables(deps{cfg: cfg}, "RefundsTable")
 	http.ListenAndServe(":0", lib.New(cfg.Used))
 }
 `,
@@ -121,6 +134,12 @@ func run(getenv func(string) string) {
 	}
 	if !s.Strings["M_MAP_KEY_CONST"] {
 		t.Errorf("Strings lacks M_MAP_KEY_CONST (a constant used as a map literal's key)")
+	}
+	if diff := cmp.Diff(map[string]bool{"PaymentsTable": true, "OrdersTable": true}, s.Tables); diff != "" {
+		t.Errorf("Tables mismatch (-want +got):\n%s", diff)
+	}
+	if len(s.Unresolved) != 2 || !strings.Contains(s.Unresolved[0]+s.Unresolved[1], "not a constant") || !strings.Contains(s.Unresolved[0]+s.Unresolved[1], "used as a value") {
+		t.Errorf("Unresolved = %q, want the call with a variable and the method value", s.Unresolved)
 	}
 	if got, want := len(s.Packages), 3; got != want {
 		t.Errorf("len(Packages) = %d, want %d: %v", got, want, s.Packages)

@@ -35,7 +35,9 @@ import (
 //     are called implicitly (ServeHTTP, Error, String, ...);
 //   - the scan records the string literals passed to getenv-like calls, the
 //     names selected (x.Name) outside internal/config, qualified references
-//     to other packages (types.Put), and every string literal.
+//     to other packages (types.Put), every string literal, and the
+//     constants passed to x.Table(id) (config.Config.Table: the tables a
+//     function names, whose variables it reads).
 
 // scan is what the code reachable from one main package uses.
 type scan struct {
@@ -53,6 +55,13 @@ type scan struct {
 	Qualified map[string]bool
 	// Strings holds every string literal.
 	Strings map[string]bool
+	// Tables holds the table logical IDs passed as constants to a method
+	// Table (config.Config.Table) outside internal/config.
+	Tables map[string]bool
+	// Unresolved lists, by position, the calls of a method Table whose
+	// argument is not a constant, and the uses of cfg.Table (or x.cfg.Table)
+	// as a method value: the scan cannot tell which table they name.
+	Unresolved []string
 }
 
 // implicitMethods are called by the standard library or the Lambda runtime
@@ -200,7 +209,10 @@ func scanMain(pkgs []goPackage, mainPath, quiet string) (*scan, error) {
 		return nil, fmt.Errorf("package %s not found", mainPath)
 	}
 
-	s := &scan{Getenv: map[string]bool{}, Selected: map[string]bool{}, Qualified: map[string]bool{}, Strings: map[string]bool{}}
+	s := &scan{Getenv: map[string]bool{}, Selected: map[string]bool{}, Qualified: map[string]bool{}, Strings: map[string]bool{}, Tables: map[string]bool{}}
+	// tableCalls holds the selectors x.Table called with an argument, so
+	// that a use of cfg.Table that is not a call stands out.
+	tableCalls := map[*ast.SelectorExpr]bool{}
 	for _, p := range pkgs {
 		s.Packages = append(s.Packages, p.ImportPath)
 	}
@@ -258,6 +270,9 @@ func scanMain(pkgs []goPackage, mainPath, quiet string) (*scan, error) {
 				}
 				if r.pkg.path != quiet {
 					s.Selected[x.Sel.Name] = true
+					if x.Sel.Name == "Table" && !tableCalls[x] && lastName(x.X) == "cfg" {
+						s.Unresolved = append(s.Unresolved, fset.Position(x.Pos()).String()+": cfg.Table used as a value")
+					}
 				}
 				called[x.Sel.Name] = true
 				for _, pc := range code {
@@ -304,6 +319,14 @@ func scanMain(pkgs []goPackage, mainPath, quiet string) (*scan, error) {
 				if name := callName(x.Fun); getenvName.MatchString(name) && len(x.Args) > 0 && r.pkg.path != quiet {
 					if v, ok := constString(x.Args[0], r, code); ok {
 						s.Getenv[v] = true
+					}
+				}
+				if sel, ok := x.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Table" && len(x.Args) == 1 && r.pkg.path != quiet && !isImport(sel.X, imports) {
+					tableCalls[sel] = true
+					if v, ok := constString(x.Args[0], r, code); ok {
+						s.Tables[v] = true
+					} else {
+						s.Unresolved = append(s.Unresolved, fset.Position(x.Pos()).String()+": Table called with a value that is not a constant")
 					}
 				}
 			}
@@ -386,6 +409,27 @@ func isVar(f *ast.File, vs *ast.ValueSpec) bool {
 	return false
 }
 
+// isImport reports whether e names an imported package (pkg in pkg.Name).
+func isImport(e ast.Expr, imports map[string]string) bool {
+	id, ok := e.(*ast.Ident)
+	if !ok {
+		return false
+	}
+	_, ok = imports[id.Name]
+	return ok
+}
+
+// lastName returns the last name of x or a.b.x, "" for other expressions.
+func lastName(e ast.Expr) string {
+	switch x := e.(type) {
+	case *ast.Ident:
+		return x.Name
+	case *ast.SelectorExpr:
+		return x.Sel.Name
+	}
+	return ""
+}
+
 func callName(fun ast.Expr) string {
 	switch x := fun.(type) {
 	case *ast.Ident:
@@ -440,14 +484,57 @@ func lookupConst(pc *pkgCode, name string) (string, bool) {
 // names match re, by name.
 func stringConsts(t testing.TB, dir string, re *regexp.Regexp) map[string]string {
 	t.Helper()
-	fset := token.NewFileSet()
 	out := map[string]string{}
+	eachConst(t, dir, func(_ *ast.File, name string, value ast.Expr) {
+		if lit, ok := value.(*ast.BasicLit); ok && lit.Kind == token.STRING && re.MatchString(name) {
+			if v, err := strconv.Unquote(lit.Value); err == nil {
+				out[name] = v
+			}
+		}
+	})
+	return out
+}
+
+// constValue returns the string constant name of the package in dir
+// (relative to the repository's root): a literal, or a constant of another
+// package of the module (KeyAttr = outbox.KeyAttr), followed there.
+func constValue(t testing.TB, dir, name string) (string, bool) {
+	t.Helper()
+	var out string
+	var found bool
+	eachConst(t, filepath.Join(root(t), dir), func(f *ast.File, n string, value ast.Expr) {
+		if n != name {
+			return
+		}
+		switch v := value.(type) {
+		case *ast.BasicLit:
+			s, err := strconv.Unquote(v.Value)
+			out, found = s, v.Kind == token.STRING && err == nil
+		case *ast.SelectorExpr:
+			pkg, _ := v.X.(*ast.Ident)
+			if pkg == nil {
+				return
+			}
+			path, ok := fileImports(f)[pkg.Name]
+			if rel, inModule := strings.CutPrefix(path, modulePath(t)+"/"); ok && inModule {
+				out, found = constValue(t, rel, v.Sel.Name)
+			}
+		}
+	})
+	return out, found
+}
+
+// eachConst calls fn with every constant declared with a value in the
+// package in dir (its non-test files), and the file declaring it.
+func eachConst(t testing.TB, dir string, fn func(f *ast.File, name string, value ast.Expr)) {
+	t.Helper()
+	fset := token.NewFileSet()
 	files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.go") {
 			continue
 		}
-		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+		f, err := parser.ParseFile(fset, file, nil, parser.SkipObjectResolution)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -459,19 +546,13 @@ func stringConsts(t testing.TB, dir string, re *regexp.Regexp) map[string]string
 			for _, sp := range g.Specs {
 				vs := sp.(*ast.ValueSpec)
 				for i, n := range vs.Names {
-					if !re.MatchString(n.Name) || i >= len(vs.Values) {
-						continue
-					}
-					if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-						if v, err := strconv.Unquote(lit.Value); err == nil {
-							out[n.Name] = v
-						}
+					if i < len(vs.Values) {
+						fn(f, n.Name, vs.Values[i])
 					}
 				}
 			}
 		}
 	}
-	return out
 }
 
 // structFields returns the field names of the struct type name declared in

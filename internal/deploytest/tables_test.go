@@ -1,52 +1,90 @@
 package deploytest
 
 import (
+	"fmt"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/samtemplate"
 )
 
-// tableSpec is what docs/design.md says of a table.
-type tableSpec struct {
-	suffix string // TableName is ${AWS::StackName}-<suffix>
-	ttl    string // TTL attribute, "" for none
-	stream string // StreamViewType, "" for none
-	retain bool   // DeletionPolicy and UpdateReplacePolicy Retain (money state)
-}
-
-var designTables = map[string]tableSpec{
-	"IdempotencyTable": {suffix: "idempotency", ttl: "expires_at", stream: "NEW_AND_OLD_IMAGES", retain: true},
-	"PaymentsTable":    {suffix: "payments", stream: "NEW_AND_OLD_IMAGES", retain: true},
-	"RefundsTable":     {suffix: "refunds", retain: true},
-	"ApiKeysTable":     {suffix: "api-keys", retain: true},
-	"ProviderTable":    {suffix: "provider"},
-	"OrdersTable":      {suffix: "orders", retain: true},
-	"OutboxTable":      {suffix: "outbox", ttl: "expires_at", stream: "NEW_AND_OLD_IMAGES"},
-}
-
-// partitionKey is the design's key of every table: a single string pk.
+// partitionKey is the key of every table: a single string pk (dynamotest.Item
+// and the operators' tools rely on it).
 const partitionKey = "pk"
 
-func TestTablesMatchDesign(t *testing.T) {
-	tables := template(t).ResourcesOfType("AWS::DynamoDB::Table")
-	if diff := cmp.Diff(sortedKeys(designTables), sortedKeys(tables)); diff != "" {
-		t.Fatalf("table logical IDs mismatch (-design +template):\n%s", diff)
+// tableID is the form of a table's logical ID: capitalised words and Table,
+// so that config.TableEnv and config.TableDefault derive its variable and
+// its default name.
+var tableID = regexp.MustCompile(`^([A-Z][a-z0-9]+)+Table$`)
+
+// disposable are the tables a stack may lose with its deletion. Every other
+// table holds state to keep: DeletionPolicy RetainExceptOnCreate (kept on
+// stack deletion and replacement, but removed when the stack's first
+// creation rolls back, so that a retry does not collide with the table
+// names) and UpdateReplacePolicy Retain.
+var disposable = map[string]string{
+	"ProviderTable": "the simulator's state, in demo stacks only",
+	"OutboxTable":   "receipt jobs, each kept a week once sent",
+}
+
+// TestTables holds every table of the template to the rules that make it
+// derivable: its logical ID, its name (${AWS::StackName}- and the words of
+// its ID, as config.TableDefault names it in the stack config.DefaultStack,
+// samconfig.toml's), on-demand billing, the key pk, SSE and PITR on,
+// retained unless disposable, named by some function's environment, and a
+// stream (NEW_AND_OLD_IMAGES, as the handlers read both images) exactly when
+// a function's DynamoDB event reads it.
+func TestTables(t *testing.T) {
+	if got := samconfigStackName(t); got != config.DefaultStack {
+		t.Errorf("samconfig.toml stack_name = %q, want config.DefaultStack, %q: the devstack's default table names are that stack's", got, config.DefaultStack)
 	}
-	for id, spec := range designTables {
+	tables := template(t).ResourcesOfType("AWS::DynamoDB::Table")
+	if len(tables) == 0 {
+		t.Fatal("the template has no tables")
+	}
+	named, streamed := map[string]bool{}, map[string]bool{}
+	for _, fn := range template(t).Functions() {
+		for _, v := range fn.Environment() {
+			for _, r := range samtemplate.Refs(v) {
+				named[r.Name] = true
+			}
+		}
+		for _, ev := range fn.Events() {
+			if ev.Type == "DynamoDB" {
+				for _, r := range samtemplate.Refs(ev.Properties["Stream"]) {
+					streamed[r.Name] = true
+				}
+			}
+		}
+	}
+	for id := range disposable {
+		if _, ok := tables[id]; !ok {
+			t.Errorf("disposable names %s, which the template does not define", id)
+		}
+	}
+	for _, id := range sortedKeys(tables) {
 		r := tables[id]
 		p := r.Properties
+		if !tableID.MatchString(id) {
+			t.Errorf("%s: logical ID does not match %s", id, tableID)
+		}
+		suffix := strings.TrimPrefix(config.TableDefault(id), config.DefaultStack+"-")
 		name, err := samtemplate.String(p["TableName"], map[string]string{"AWS::StackName": "st"})
-		if err != nil || name != "st-"+spec.suffix {
-			t.Errorf("%s TableName = %q (%v), want ${AWS::StackName}-%s", id, name, err, spec.suffix)
+		if err != nil || name != "st-"+suffix {
+			t.Errorf("%s TableName = %q (%v), want ${AWS::StackName}-%s", id, name, err, suffix)
+		}
+		if !named[id] {
+			t.Errorf("%s: no function's environment names it (%s: !Ref %s)", id, config.TableEnv(id), id)
 		}
 		if got := p["BillingMode"]; got != "PAY_PER_REQUEST" {
 			t.Errorf("%s BillingMode = %v, want PAY_PER_REQUEST", id, got)
@@ -55,26 +93,15 @@ func TestTablesMatchDesign(t *testing.T) {
 		if diff := cmp.Diff(wantKey, p["KeySchema"]); diff != "" {
 			t.Errorf("%s KeySchema mismatch (-want +got):\n%s", id, diff)
 		}
-		wantAttrs := []any{map[string]any{"AttributeName": partitionKey, "AttributeType": "S"}}
-		if diff := cmp.Diff(wantAttrs, p["AttributeDefinitions"]); diff != "" {
-			t.Errorf("%s AttributeDefinitions mismatch (-want +got):\n%s", id, diff)
-		}
-		if _, ok := p["GlobalSecondaryIndexes"]; ok {
-			t.Errorf("%s has GlobalSecondaryIndexes; the design has none (and samtemplate.Tables ignores them)", id)
-		}
-		ttl := ""
-		if m := mapOf(p["TimeToLiveSpecification"]); m != nil {
-			if m["Enabled"] != true {
-				t.Errorf("%s TimeToLiveSpecification.Enabled = %v, want true", id, m["Enabled"])
-			}
-			ttl, _ = m["AttributeName"].(string)
-		}
-		if ttl != spec.ttl {
-			t.Errorf("%s TTL attribute = %q, want %q", id, ttl, spec.ttl)
+		if m := mapOf(p["TimeToLiveSpecification"]); m != nil && m["Enabled"] != true {
+			t.Errorf("%s TimeToLiveSpecification.Enabled = %v, want true", id, m["Enabled"])
 		}
 		stream, _ := mapOf(p["StreamSpecification"])["StreamViewType"].(string)
-		if stream != spec.stream {
-			t.Errorf("%s StreamViewType = %q, want %q", id, stream, spec.stream)
+		switch {
+		case streamed[id] && stream != "NEW_AND_OLD_IMAGES":
+			t.Errorf("%s StreamViewType = %q, want NEW_AND_OLD_IMAGES: a function's DynamoDB event reads its stream", id, stream)
+		case !streamed[id] && stream != "":
+			t.Errorf("%s has a stream (%s) that no function reads", id, stream)
 		}
 		if got := mapOf(p["SSESpecification"])["SSEEnabled"]; got != true {
 			t.Errorf("%s SSESpecification.SSEEnabled = %v, want true", id, got)
@@ -82,12 +109,11 @@ func TestTablesMatchDesign(t *testing.T) {
 		if got := mapOf(p["PointInTimeRecoverySpecification"])["PointInTimeRecoveryEnabled"]; got != true {
 			t.Errorf("%s PointInTimeRecoveryEnabled = %v, want true", id, got)
 		}
-		// RetainExceptOnCreate: kept on stack deletion and replacement, but
-		// removed when the stack's first creation rolls back, so that a retry
-		// does not collide with the table names.
-		for policy, want := range map[string]string{"DeletionPolicy": "RetainExceptOnCreate", "UpdateReplacePolicy": "Retain"} {
-			if got := r.Raw[policy]; spec.retain && got != want {
-				t.Errorf("%s %s = %v, want %s (it holds money state)", id, policy, got, want)
+		if _, ok := disposable[id]; !ok {
+			for policy, want := range map[string]string{"DeletionPolicy": "RetainExceptOnCreate", "UpdateReplacePolicy": "Retain"} {
+				if got := r.Raw[policy]; got != want {
+					t.Errorf("%s %s = %v, want %s (or list it in disposable, saying why)", id, policy, got, want)
+				}
 			}
 		}
 	}
@@ -96,51 +122,47 @@ func TestTablesMatchDesign(t *testing.T) {
 	}
 }
 
-// TestTablesMatchCode compares the key and TTL attributes with the code's
-// constants where the code has them.
+// tableCode is where the code names a table's key attribute and its TTL
+// attribute, for the tables that do not follow the convention: a table
+// XyzTable belongs to the package internal/xyz, which declares its key as
+// KeyAttr and, when it has one, its TTL attribute as TTLAttr. A zero entry
+// means the code has no such constants.
+var tableCode = map[string]struct{ dir, key, ttl string }{
+	"IdempotencyTable": {dir: "idempotency/dynamo", key: "AttrPK", ttl: "AttrExpiresAt"},
+	"ApiKeysTable":     {dir: "internal/auth", key: "attrPK"},
+	"ProviderTable":    {}, // the simulator's own state, in emulation code
+}
+
+// TestTablesMatchCode compares each table's key attribute and TTL attribute
+// with the code's constants (see tableCode): the constants must exist, and
+// the TTL constant exactly when the table has TTL.
 func TestTablesMatchCode(t *testing.T) {
-	tests := []struct {
-		table string
-		dir   string // package declaring the constant
-		name  string // constant
-		want  string // the template's value
-	}{
-		{"IdempotencyTable", "idempotency/dynamo", "AttrPK", partitionKey},
-		{"IdempotencyTable", "idempotency/dynamo", "AttrExpiresAt", designTables["IdempotencyTable"].ttl},
-		{"PaymentsTable", "internal/payments", "KeyAttr", partitionKey},
-		{"RefundsTable", "internal/refunds", "KeyAttr", partitionKey},
-		{"ApiKeysTable", "internal/auth", "attrPK", partitionKey},
-		{"OutboxTable", "internal/outbox", "KeyAttr", partitionKey},
-	}
-	for _, tt := range tests {
-		consts := stringConsts(t, filepath.Join(root(t), tt.dir), regexp.MustCompile("^"+tt.name+"$"))
-		got, ok := consts[tt.name]
+	for _, id := range sortedKeys(template(t).ResourcesOfType("AWS::DynamoDB::Table")) {
+		code, ok := tableCode[id]
 		if !ok {
-			t.Errorf("%s: %s.%s not found; the test compares %s's key to it", tt.table, tt.dir, tt.name, tt.table)
+			code.dir = "internal/" + strings.ToLower(strings.TrimSuffix(id, "Table"))
+			code.key, code.ttl = "KeyAttr", "TTLAttr"
+		}
+		if code.dir == "" {
 			continue
 		}
-		if got != tt.want {
-			t.Errorf("%s: %s.%s = %q, template says %q", tt.table, tt.dir, tt.name, got, tt.want)
+		p := template(t).Resources()[id].Properties
+		key, _ := mapOf(list(p["KeySchema"])[0])["AttributeName"].(string)
+		ttl, _ := mapOf(p["TimeToLiveSpecification"])["AttributeName"].(string)
+		got, ok := constValue(t, code.dir, code.key)
+		switch {
+		case !ok:
+			t.Errorf("%s: %s declares no string constant %s; declare the table's key there, or say in tableCode where the code names it", id, code.dir, code.key)
+		case got != key:
+			t.Errorf("%s: %s.%s = %q, the template's key is %q", id, code.dir, code.key, got, key)
 		}
-	}
-
-	// The devstack's default table names are those of a stack named "once",
-	// the stack name of samconfig.toml.
-	defaults := stringConsts(t, filepath.Join(root(t), "internal", "config"), regexp.MustCompile(`^Default\w+Table$`))
-	tables, err := template(t).Tables(samconfigStackName(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got, want []string
-	for _, tbl := range tables {
-		want = append(want, aws.ToString(tbl.Input.TableName))
-	}
-	for _, v := range defaults {
-		got = append(got, v)
-	}
-	sort.Strings(got)
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("config.Default*Table mismatch with the template's tables for stack %q (-template +config):\n%s", samconfigStackName(t), diff)
+		got, ok = constValue(t, code.dir, code.ttl)
+		switch {
+		case ok && got != ttl:
+			t.Errorf("%s: %s.%s = %q, the template's TTL attribute is %q", id, code.dir, code.ttl, got, ttl)
+		case !ok && ttl != "":
+			t.Errorf("%s: the template enables TTL on %q, but %s declares no %s: the code that sets it should name it", id, ttl, code.dir, code.ttl)
+		}
 	}
 }
 
@@ -172,6 +194,32 @@ func TestTablesRoundTrip(t *testing.T) {
 		}
 		if diff := cmp.Diff(p["AttributeDefinitions"], any(attrs)); diff != "" {
 			t.Errorf("%s AttributeDefinitions mismatch (-template +DynamoDB):\n%s", id, diff)
+		}
+		var wantIndexes, gotIndexes []any
+		for _, g := range list(p["GlobalSecondaryIndexes"]) {
+			wantIndexes = append(wantIndexes, g)
+		}
+		for _, g := range d.Table.GlobalSecondaryIndexes {
+			idx := map[string]any{"IndexName": aws.ToString(g.IndexName)}
+			var keys []any
+			for _, k := range g.KeySchema {
+				keys = append(keys, map[string]any{"AttributeName": aws.ToString(k.AttributeName), "KeyType": string(k.KeyType)})
+			}
+			idx["KeySchema"] = keys
+			proj := map[string]any{"ProjectionType": string(g.Projection.ProjectionType)}
+			if len(g.Projection.NonKeyAttributes) > 0 {
+				var attrs []any
+				for _, a := range g.Projection.NonKeyAttributes {
+					attrs = append(attrs, a)
+				}
+				proj["NonKeyAttributes"] = attrs
+			}
+			idx["Projection"] = proj
+			gotIndexes = append(gotIndexes, idx)
+		}
+		byName := cmpopts.SortSlices(func(a, b any) bool { return fmt.Sprint(mapOf(a)["IndexName"]) < fmt.Sprint(mapOf(b)["IndexName"]) })
+		if diff := cmp.Diff(wantIndexes, gotIndexes, byName); diff != "" {
+			t.Errorf("%s GlobalSecondaryIndexes mismatch (-template +DynamoDB):\n%s", id, diff)
 		}
 		if d.Table.BillingModeSummary == nil || d.Table.BillingModeSummary.BillingMode != types.BillingModePayPerRequest {
 			t.Errorf("%s BillingModeSummary = %+v, want PAY_PER_REQUEST", id, d.Table.BillingModeSummary)

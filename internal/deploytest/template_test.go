@@ -337,31 +337,24 @@ func TestAlarms(t *testing.T) {
 	}
 }
 
+// TestOutputs derives the outputs an operator needs: the API's URL and ID,
+// each table's name (<Table>Name) and each queue's URL (<Queue>Url), and the
+// provider's and the mail API's URLs as the functions get them.
 func TestOutputs(t *testing.T) {
-	outs := template(t).Section("Outputs")
 	want := map[string]any{
-		"ApiUrl":               map[string]any{"Fn::Sub": "https://${Api}.execute-api.${AWS::Region}.${AWS::URLSuffix}/${StageName}"},
-		"ApiId":                map[string]any{"Ref": "Api"},
-		"IdempotencyTableName": map[string]any{"Ref": "IdempotencyTable"},
-		"PaymentsTableName":    map[string]any{"Ref": "PaymentsTable"},
-		"RefundsTableName":     map[string]any{"Ref": "RefundsTable"},
-		"ApiKeysTableName":     map[string]any{"Ref": "ApiKeysTable"},
-		"ProviderTableName":    map[string]any{"Ref": "ProviderTable"},
-		"OrdersTableName":      map[string]any{"Ref": "OrdersTable"},
-		"OutboxTableName":      map[string]any{"Ref": "OutboxTable"},
-		"WorkerDLQUrl":         map[string]any{"Ref": "WorkerDLQ"},
-		"SweeperDLQUrl":        map[string]any{"Ref": "SweeperDLQ"},
-		"ReconcilerDLQUrl":     map[string]any{"Ref": "ReconcilerDLQ"},
-		"CheckQueueUrl":        map[string]any{"Ref": "CheckQueue"},
-		"CheckDLQUrl":          map[string]any{"Ref": "CheckDLQ"},
-		"WorkerRetryQueueUrl":  map[string]any{"Ref": "WorkerRetryQueue"},
-		"WorkerRetryDLQUrl":    map[string]any{"Ref": "WorkerRetryDLQ"},
-		"ReceiptsDLQUrl":       map[string]any{"Ref": "ReceiptsDLQ"},
-		"ProviderUrl":          envSource["ONCE_PROVIDER_URL"],
-		"MailUrl":              envSource["ONCE_MAIL_URL"],
+		"ApiUrl":      map[string]any{"Fn::Sub": "https://${Api}.execute-api.${AWS::Region}.${AWS::URLSuffix}/${StageName}"},
+		"ApiId":       map[string]any{"Ref": "Api"},
+		"ProviderUrl": envURL("ProviderUrl"),
+		"MailUrl":     envURL("MailUrl"),
+	}
+	for id := range template(t).ResourcesOfType("AWS::DynamoDB::Table") {
+		want[id+"Name"] = map[string]any{"Ref": id}
+	}
+	for id := range template(t).ResourcesOfType("AWS::SQS::Queue") {
+		want[id+"Url"] = map[string]any{"Ref": id}
 	}
 	got := map[string]any{}
-	for k, v := range outs {
+	for k, v := range template(t).Section("Outputs") {
 		got[k] = mapOf(v)["Value"]
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -162,17 +162,18 @@ func newStack(opts Options) (*Stack, error) {
 	if out == nil {
 		out = io.Discard
 	}
-	cfg, keys, port, providerPort, err := fromEnv(opts.Getenv)
-	if err != nil {
-		return nil, err
-	}
 	path := opts.TemplatePath
 	if path == "" {
+		var err error
 		if path, err = findTemplate(); err != nil {
 			return nil, err
 		}
 	}
 	tmpl, err := samtemplate.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg, keys, port, providerPort, err := fromEnv(opts.Getenv, tableIDs(tmpl))
 	if err != nil {
 		return nil, err
 	}
@@ -199,12 +200,12 @@ func newStack(opts Options) (*Stack, error) {
 	}, nil
 }
 
-// fromEnv parses the devstack's environment, reporting every problem at
-// once.
-func fromEnv(getenv func(string) string) (cfg config.Config, keys []auth.Pair, port, providerPort int, err error) {
+// fromEnv parses the devstack's environment, the names of the tables
+// (logical IDs) included, reporting every problem at once.
+func fromEnv(getenv func(string) string, tables []string) (cfg config.Config, keys []auth.Pair, port, providerPort int, err error) {
 	var errs []error
 	cfg, err = config.FromEnv(getenv)
-	errs = append(errs, err)
+	errs = append(errs, err, config.CheckTables(getenv, tables...))
 
 	spec := strings.TrimSpace(getenv(EnvDevAPIKeys))
 	if spec == "" {
@@ -305,14 +306,14 @@ func (s *Stack) createTables(ctx context.Context) error {
 // seedKeys stores the demo API keys (hashed). It logs the tenants, never the
 // keys.
 func (s *Stack) seedKeys(ctx context.Context) error {
-	if err := auth.Seed(ctx, s.client, s.cfg.APIKeysTable, s.keys); err != nil {
+	if err := auth.Seed(ctx, s.client, s.cfg.Table("ApiKeysTable"), s.keys); err != nil {
 		return err
 	}
 	tenants := make([]string, 0, len(s.keys))
 	for _, p := range s.keys {
 		tenants = append(tenants, p.Tenant+" ("+auth.ShortHash(p.Key)+")")
 	}
-	s.log.Info("devstack: API keys seeded", "table", s.cfg.APIKeysTable, "tenants", tenants)
+	s.log.Info("devstack: API keys seeded", "table", s.cfg.Table("ApiKeysTable"), "tenants", tenants)
 	return nil
 }
 
@@ -331,7 +332,7 @@ func (s *Stack) startGateway(context.Context) error {
 		return fault.NewLambdaHandler(h), nil
 	})
 	authorizer := lambdaenv.New("authorizer", func() (any, error) {
-		keys := auth.NewKeys(s.client, s.cfg.APIKeysTable)
+		keys := auth.NewKeys(s.client, s.cfg.Table("ApiKeysTable"))
 		return auth.NewAuthorizer(keys, s.log.With("function", "authorizer")).Handle, nil
 	})
 	// One warm environment each: an init error stops the start.

@@ -2,17 +2,13 @@ package devstack_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/oncehq/once/internal/devstack"
 	"github.com/oncehq/once/internal/dynamotest"
@@ -25,29 +21,14 @@ func testEnv(t *testing.T) map[string]string {
 	t.Helper()
 	endpoint := dynamotest.Endpoint(t)
 	client := dynamotest.Client(t)
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	prefix := "devstack-" + hex.EncodeToString(b[:])
-	env := map[string]string{
-		"DYNAMODB_ENDPOINT":      endpoint,
-		"PORT":                   "0",
-		"PROVIDER_PORT":          "0",
-		"SQS_PORT":               "0",
-		"LOG_LEVEL":              "debug",
-		"ONCE_IDEMPOTENCY_TABLE": prefix + "-idempotency",
-		"ONCE_PAYMENTS_TABLE":    prefix + "-payments",
-		"ONCE_REFUNDS_TABLE":     prefix + "-refunds",
-		"ONCE_API_KEYS_TABLE":    prefix + "-api-keys",
-		"ONCE_PROVIDER_TABLE":    prefix + "-provider",
-		"ONCE_ORDERS_TABLE":      prefix + "-orders",
-		"ONCE_OUTBOX_TABLE":      prefix + "-outbox",
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		for _, k := range []string{"ONCE_IDEMPOTENCY_TABLE", "ONCE_PAYMENTS_TABLE", "ONCE_REFUNDS_TABLE", "ONCE_API_KEYS_TABLE", "ONCE_PROVIDER_TABLE", "ONCE_ORDERS_TABLE", "ONCE_OUTBOX_TABLE"} {
-			_, _ = client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(env[k])})
-		}
+	// Tables of the test's own, which the stack creates.
+	env := dynamotest.FreshNames(t, client).Env()
+	maps.Copy(env, map[string]string{
+		"DYNAMODB_ENDPOINT": endpoint,
+		"PORT":              "0",
+		"PROVIDER_PORT":     "0",
+		"SQS_PORT":          "0",
+		"LOG_LEVEL":         "debug",
 	})
 	return env
 }

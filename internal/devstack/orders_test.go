@@ -66,7 +66,7 @@ func startOrders(t *testing.T) *orderStack {
 		}
 	})
 	s.Stack = stack
-	s.store = dynamo.New(s.db, stack.Config().IdempotencyTable)
+	s.store = dynamo.New(s.db, stack.Config().Table("IdempotencyTable"))
 	return s
 }
 
@@ -136,7 +136,7 @@ func (s *orderStack) ordersOf(t *testing.T, email string) int {
 	t.Helper()
 	var n int32
 	p := dynamodb.NewScanPaginator(s.db, &dynamodb.ScanInput{
-		TableName:                 aws.String(s.Config().OrdersTable),
+		TableName:                 aws.String(s.Config().Table("OrdersTable")),
 		FilterExpression:          aws.String("email = :e"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":e": &types.AttributeValueMemberS{Value: email}},
 		Select:                    types.SelectCount,
@@ -417,7 +417,7 @@ func receiptDeadLetter(t *testing.T, s *orderStack) {
 		t.Errorf("dead letters for the receipt = %d, want 1", len(lines))
 	}
 	var job outbox.Job
-	item := dynamotest.Item(t, s.db, s.Config().OutboxTable, "acme#"+orders.JobID(c.id(t)))
+	item := dynamotest.Item(t, s.db, s.Config().Table("OutboxTable"), "acme#"+orders.JobID(c.id(t)))
 	if err := attributevalue.UnmarshalMap(item, &job); err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func startRecovery(t *testing.T) (*devstack.Stack, *lambdatest.Buffer, *dynamo.S
 	env["LOG_LEVEL"] = "info"
 	out := &lambdatest.Buffer{}
 	stack := start(t, env, out)
-	return stack, out, dynamo.New(dynamotest.Client(t), stack.Config().IdempotencyTable)
+	return stack, out, dynamo.New(dynamotest.Client(t), stack.Config().Table("IdempotencyTable"))
 }
 
 // send posts body to path with the key and, when fault is set, a Once-Fault
@@ -245,8 +245,8 @@ func TestRecoveryWithoutTTL(t *testing.T) {
 	stack := start(t, env, out)
 	cfg := stack.Config()
 	db := dynamotest.Client(t)
-	store := dynamo.New(db, cfg.IdempotencyTable)
-	for _, table := range []string{cfg.IdempotencyTable, cfg.PaymentsTable} {
+	store := dynamo.New(db, cfg.Table("IdempotencyTable"))
+	for _, table := range []string{cfg.Table("IdempotencyTable"), cfg.Table("PaymentsTable")} {
 		ttl, err := db.DescribeTimeToLive(t.Context(), &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(table)})
 		if err != nil {
 			t.Fatal(err)
@@ -407,7 +407,7 @@ func TestWorkerKeepsFlowing(t *testing.T) {
 	took := time.Since(created)
 	t.Logf("good payment settled %v after its creation, behind 3 payments whose provider answers 503 and one whose provider is down for 3s", took.Round(time.Millisecond))
 
-	shards, err := dynamotest.Streams(t).DescribeStream(t.Context(), &dynamodbstreams.DescribeStreamInput{StreamArn: streamARN(t, stack.Config().PaymentsTable)})
+	shards, err := dynamotest.Streams(t).DescribeStream(t.Context(), &dynamodbstreams.DescribeStreamInput{StreamArn: streamARN(t, stack.Config().Table("PaymentsTable"))})
 	if err != nil {
 		t.Fatal(err)
 	}

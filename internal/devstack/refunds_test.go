@@ -52,7 +52,7 @@ func TestRefundRecoveryMatrix(t *testing.T) {
 	stack, out, store := startRecovery(t)
 	cfg := stack.Config()
 	client := dynamotest.Client(t)
-	table := payments.NewTable(client, cfg.PaymentsTable)
+	table := payments.NewTable(client, cfg.Table("PaymentsTable"))
 	pc := provider.New(cfg.ProviderURL, nil)
 
 	type final struct {

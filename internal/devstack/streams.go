@@ -160,7 +160,7 @@ func (s *Stack) startProvider(context.Context) error {
 	if s.cfg.MailURL == "" {
 		s.cfg.MailURL = url
 	}
-	s.log.Info("devstack: provider simulator ready", "url", s.cfg.ProviderURL, "mail_url", s.cfg.MailURL, "table", s.cfg.ProviderTable)
+	s.log.Info("devstack: provider simulator ready", "url", s.cfg.ProviderURL, "mail_url", s.cfg.MailURL, "table", s.cfg.Table("ProviderTable"))
 	return nil
 }
 
@@ -179,7 +179,6 @@ func (s *Stack) startStreams(ctx context.Context) error {
 		return err
 	}
 	streams := dynamoclient.NewStreams(awsCfg, s.cfg.DynamoDBEndpoint)
-	tables := tableNames(s.cfg)
 	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	stop := func(context.Context) error {
@@ -192,10 +191,10 @@ func (s *Stack) startStreams(ctx context.Context) error {
 		if !ok {
 			return errors.Join(fmt.Errorf("devstack: no handler for %s, triggered by %s's stream", m.function, m.table), stop(ctx))
 		}
-		table := tables[m.table]
-		if table == "" {
+		if s.tmpl.Resources()[m.table].Type != "AWS::DynamoDB::Table" {
 			return errors.Join(fmt.Errorf("devstack: %s reads the stream of unknown table %s", m.function, m.table), stop(ctx))
 		}
+		table := s.cfg.Table(m.table)
 		log := s.log.With("function", samtemplate.FunctionFolder(m.function))
 		h, err := build(ctx, s.cfg, s.clients, app.Options{Logger: log, Metrics: s.output})
 		if err != nil {

@@ -19,9 +19,8 @@ import (
 
 // Logical IDs in template.yaml that the devstack emulates.
 const (
-	apiResource      = "Api"
-	apiFunction      = "ApiFunction"
-	defaultStackName = "once"
+	apiResource = "Api"
+	apiFunction = "ApiFunction"
 )
 
 // api is what the devstack takes from the template's AWS::Serverless::Api.
@@ -101,46 +100,29 @@ func apiFromTemplate(tmpl *samtemplate.Template) (api, error) {
 	return a, nil
 }
 
-// tablesFor returns the template's tables named as cfg says (the defaults are
-// the names a stack called "once" gets); a table cfg does not name keeps its
-// stack name.
+// tablesFor returns the template's tables named as cfg says (cfg.Table: the
+// defaults are the names a stack called "once" gets).
 func tablesFor(tmpl *samtemplate.Template, cfg config.Config) ([]samtemplate.Table, error) {
-	tables, err := tmpl.Tables(defaultStackName)
+	tables, err := tmpl.Tables(config.DefaultStack)
 	if err != nil {
 		return nil, err
 	}
-	names := tableNames(cfg)
-	var missing []string
 	for i, t := range tables {
-		if name := names[t.LogicalID]; name != "" {
-			in := *t.Input
-			in.TableName = aws.String(name)
-			tables[i].Input = &in
-			delete(names, t.LogicalID)
-		}
-	}
-	for id := range names {
-		missing = append(missing, id)
-	}
-	if len(missing) > 0 {
-		sort.Strings(missing)
-		return nil, fmt.Errorf("devstack: template defines no %s", strings.Join(missing, ", "))
+		in := *t.Input
+		in.TableName = aws.String(cfg.Table(t.LogicalID))
+		tables[i].Input = &in
 	}
 	return tables, nil
 }
 
-// tableNames maps the template's table logical IDs to the names cfg gives
-// them.
-func tableNames(cfg config.Config) map[string]string {
-	return map[string]string{
-		"IdempotencyTable": cfg.IdempotencyTable,
-		"PaymentsTable":    cfg.PaymentsTable,
-		"RefundsTable":     cfg.RefundsTable,
-		"ApiKeysTable":     cfg.APIKeysTable,
-		"ProviderTable":    cfg.ProviderTable,
-		"OrdersTable":      cfg.OrdersTable,
-		"OutboxTable":      cfg.OutboxTable,
+// tableIDs returns the logical IDs of the template's tables.
+func tableIDs(tmpl *samtemplate.Template) []string {
+	var ids []string
+	for id := range tmpl.ResourcesOfType("AWS::DynamoDB::Table") {
+		ids = append(ids, id)
 	}
+	sort.Strings(ids)
+	return ids
 }
 
 // findTemplate returns template.yaml in the working directory or the nearest

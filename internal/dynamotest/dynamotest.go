@@ -21,16 +21,25 @@ import (
 	"github.com/oncehq/once/internal/samtemplate"
 )
 
-// Names holds the per-test table names, by the template's logical IDs.
+// Names holds the per-test table names.
 type Names struct {
-	Idempotency string // IdempotencyTable
-	Payments    string // PaymentsTable
-	APIKeys     string // ApiKeysTable
-	Provider    string // ProviderTable
-	Orders      string // OrdersTable
-	Outbox      string // OutboxTable
-	// ByLogicalID has every table the template defines.
+	// ByLogicalID has every table the template defines, by logical ID.
 	ByLogicalID map[string]string
+	// env maps each variable that template.yaml sets to !Ref <a table> to
+	// that table's name.
+	env map[string]string
+}
+
+// Env returns the environment a function would see for these tables: each
+// variable that template.yaml sets for a function to !Ref <a table>
+// (ONCE_PAYMENTS_TABLE: !Ref PaymentsTable) with the per-test name of that
+// table. The map is the caller's, to add the rest of the environment to.
+func (n Names) Env() map[string]string {
+	out := make(map[string]string, len(n.env))
+	for k, v := range n.env {
+		out[k] = v
+	}
+	return out
 }
 
 // Endpoint returns the DynamoDB Local endpoint, skipping (or, under
@@ -75,6 +84,28 @@ var unsafe = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
 // deletes them when the test ends.
 func Tables(t testing.TB, client *dynamodb.Client) Names {
 	t.Helper()
+	names, tables := plan(t, client)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := samtemplate.Create(ctx, client, tables); err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// FreshNames returns names unique to t for every table of template.yaml
+// without creating the tables, for code under test that creates them itself
+// (the devstack), and deletes the tables of those names when the test ends.
+func FreshNames(t testing.TB, client *dynamodb.Client) Names {
+	t.Helper()
+	names, _ := plan(t, client)
+	return names
+}
+
+// plan names the template's tables for t, with their variables (see Env),
+// and deletes the tables of those names when the test ends.
+func plan(t testing.TB, client *dynamodb.Client) (Names, []samtemplate.Table) {
+	t.Helper()
 	tmpl, err := samtemplate.Load(TemplatePath(t))
 	if err != nil {
 		t.Fatal(err)
@@ -90,12 +121,7 @@ func Tables(t testing.TB, client *dynamodb.Client) Names {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := samtemplate.Create(ctx, client, tables); err != nil {
-		t.Fatal(err)
-	}
-	names := Names{ByLogicalID: map[string]string{}}
+	names := Names{ByLogicalID: map[string]string{}, env: map[string]string{}}
 	for _, tbl := range tables {
 		name := aws.ToString(tbl.Input.TableName)
 		names.ByLogicalID[tbl.LogicalID] = name
@@ -105,13 +131,16 @@ func Tables(t testing.TB, client *dynamodb.Client) Names {
 			_, _ = client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(name)})
 		})
 	}
-	names.Idempotency = names.ByLogicalID["IdempotencyTable"]
-	names.Payments = names.ByLogicalID["PaymentsTable"]
-	names.APIKeys = names.ByLogicalID["ApiKeysTable"]
-	names.Provider = names.ByLogicalID["ProviderTable"]
-	names.Orders = names.ByLogicalID["OrdersTable"]
-	names.Outbox = names.ByLogicalID["OutboxTable"]
-	return names
+	for _, fn := range tmpl.Functions() {
+		for variable, v := range fn.Environment() {
+			m, _ := v.(map[string]any)
+			ref, _ := m["Ref"].(string)
+			if name, ok := names.ByLogicalID[ref]; ok && len(m) == 1 {
+				names.env[variable] = name
+			}
+		}
+	}
+	return names, tables
 }
 
 // Item returns the item of table whose key pk (the key of every table of

@@ -121,7 +121,7 @@ func BenchmarkBareWrite(b *testing.B) {
 			b.Fatal(err)
 		}
 		_, err = s.client.PutItem(b.Context(), &dynamodb.PutItemInput{
-			TableName:           aws.String(s.names.Payments),
+			TableName:           aws.String(s.names.ByLogicalID["PaymentsTable"]),
 			Item:                item,
 			ConditionExpression: aws.String("attribute_not_exists(pk)"),
 		})
@@ -151,8 +151,8 @@ func BenchmarkBareTransaction(b *testing.B) {
 		}
 		marker := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: fmt.Sprintf("acme#bare-%d", i)}}
 		_, err = s.client.TransactWriteItems(b.Context(), &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
-			{Put: &types.Put{TableName: aws.String(s.names.Idempotency), Item: marker, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
-			{Put: &types.Put{TableName: aws.String(s.names.Payments), Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
+			{Put: &types.Put{TableName: aws.String(s.names.ByLogicalID["IdempotencyTable"]), Item: marker, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
+			{Put: &types.Put{TableName: aws.String(s.names.ByLogicalID["PaymentsTable"]), Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
 		}})
 		if err != nil {
 			b.Fatal(err)
@@ -167,7 +167,7 @@ func BenchmarkBareTransaction(b *testing.B) {
 // transaction.
 func BenchmarkStoreCommit(b *testing.B) {
 	s := newStack(b)
-	store := dynamo.New(s.client, s.names.Idempotency)
+	store := dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"])
 	req, err := payments.Decode([]byte(body1001))
 	if err != nil {
 		b.Fatal(err)
@@ -193,7 +193,7 @@ func BenchmarkStoreCommit(b *testing.B) {
 			CreatedAt: now,
 			UpdatedAt: now,
 		}
-		if err := store.Commit(b.Context(), rec, []idempotency.Effect{payments.Effect(s.names.Payments, p)}, now); err != nil {
+		if err := store.Commit(b.Context(), rec, []idempotency.Effect{payments.Effect(s.names.ByLogicalID["PaymentsTable"], p)}, now); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -46,7 +46,7 @@ func (s *stack) charge(t testing.TB, key, body string, header map[string][]strin
 // record reads acme's idempotency record for the raw key.
 func (s *stack) record(t testing.TB, key string) (idempotency.Record, error) {
 	t.Helper()
-	return dynamo.New(s.client, s.names.Idempotency).Get(t.Context(), idempotency.NewKey("acme", key))
+	return dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"]).Get(t.Context(), idempotency.NewKey("acme", key))
 }
 
 // charged is the number of charges the simulator made for acme's raw key and
@@ -247,7 +247,7 @@ func TestChargesContract(t *testing.T) {
 		rec, resp := s.rebuilt(t, key)
 		done := rec
 		done.Status, done.Response, done.ExpiresAt, done.UpdatedAt = idempotency.StatusCompleted, &resp, s.clock.Now().Add(time.Hour), s.clock.Now()
-		if err := dynamo.New(s.client, s.names.Idempotency).Complete(t.Context(), done, rec.LeaseToken, nil); err != nil {
+		if err := dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"]).Complete(t.Context(), done, rec.LeaseToken, nil); err != nil {
 			t.Fatalf("Complete: %v", err)
 		}
 		again := s.charge(t, key, chargeBody("tok_timeout"), nil)

@@ -88,7 +88,7 @@ func (s *stack) effects(t testing.TB, key, body string, status orders.Status, ch
 	t.Helper()
 	id := orderID(t, "acme", key, body)
 	var found []orders.Order
-	for _, o := range scan[orders.Order](t, s, s.names.Orders) {
+	for _, o := range scan[orders.Order](t, s, s.names.ByLogicalID["OrdersTable"]) {
 		if o.ID == id {
 			found = append(found, o)
 		}
@@ -107,7 +107,7 @@ func (s *stack) effects(t testing.TB, key, body string, status orders.Status, ch
 		t.Errorf("provider charges for %s = %d, want %d", key, n, charged)
 	}
 	var got int
-	for _, j := range scan[outbox.Job](t, s, s.names.Outbox) {
+	for _, j := range scan[outbox.Job](t, s, s.names.ByLogicalID["OutboxTable"]) {
 		if j.Order == id {
 			got++
 		}
@@ -192,7 +192,7 @@ func TestOrdersContract(t *testing.T) {
 		if ops, n := s.calls.take(); n != 0 {
 			t.Errorf("mismatch on the warm instance made %d DynamoDB calls %v, want 0 (its replay cache)", n, ops)
 		}
-		if n := len(scan[orders.Order](t, s, s.names.Orders)); n != 1 {
+		if n := len(scan[orders.Order](t, s, s.names.ByLogicalID["OrdersTable"])); n != 1 {
 			t.Errorf("orders after the mismatch = %d, want 1", n)
 		}
 	})
@@ -425,10 +425,10 @@ func TestOrdersConcurrentDuplicates(t *testing.T) {
 			t.Errorf("%s order = %v, want %s", tenant, got, want)
 		}
 	}
-	if n := len(scan[orders.Order](t, s, s.names.Orders)); n != 2 {
+	if n := len(scan[orders.Order](t, s, s.names.ByLogicalID["OrdersTable"])); n != 2 {
 		t.Errorf("orders = %d, want 2 (one per tenant)", n)
 	}
-	if n := len(scan[outbox.Job](t, s, s.names.Outbox)); n != 2 {
+	if n := len(scan[outbox.Job](t, s, s.names.ByLogicalID["OutboxTable"])); n != 2 {
 		t.Errorf("receipt jobs = %d, want 2", n)
 	}
 	for _, tenant := range []string{"acme", "globex"} {
@@ -455,13 +455,13 @@ func TestOrdersResolver(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
-		Store: dynamo.New(s.client, s.names.Idempotency), Resolvers: resolvers, Settle: chargeTimeout,
+		Store: dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"]), Resolvers: resolvers, Settle: chargeTimeout,
 		Metrics: metrics.New(s.metrics, "once", map[string]string{"Service": "reconciler"}), Now: s.clock.Now,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := dynamo.New(s.client, s.names.Idempotency)
+	store := dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"])
 	body := orderBody("tok_visa", "ada@example.com")
 	for _, fault := range []string{"after-order-created", "after-provider-call", "after-charge-created"} {
 		t.Run(fault, func(t *testing.T) {

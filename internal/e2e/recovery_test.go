@@ -27,7 +27,7 @@ func TestSameKeyOtherRoute(t *testing.T) {
 	s := newStack(t, func(setup *stackSetup) {
 		setup.wrap = func(s *stack, api http.Handler) http.Handler {
 			mw, err := idempotency.New(idempotency.Config{
-				Store:   dynamo.New(s.calls.wrap(s.client), s.names.Idempotency),
+				Store:   dynamo.New(s.calls.wrap(s.client), s.names.ByLogicalID["IdempotencyTable"]),
 				Tenant:  apigw.Tenant,
 				OnError: httpapi.WriteError,
 			})
@@ -87,7 +87,7 @@ func TestRetention(t *testing.T) {
 
 	key := idempotency.NewKey("acme", "short-lived")
 	out, err := s.client.GetItem(t.Context(), &dynamodb.GetItemInput{
-		TableName:      aws.String(s.names.Idempotency),
+		TableName:      aws.String(s.names.ByLogicalID["IdempotencyTable"]),
 		Key:            map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: key.ID()}},
 		ConsistentRead: aws.Bool(true),
 	})

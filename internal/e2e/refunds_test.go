@@ -66,7 +66,7 @@ func (s *stack) payment(t testing.TB, tenant string, amount int64, source, charg
 		}
 		p.charge = c.ID
 	}
-	if err := payments.NewTable(s.client, s.names.Payments).Settle(t.Context(), tenant, p.id, payments.StatusSucceeded, p.charge, ""); err != nil {
+	if err := payments.NewTable(s.client, s.names.ByLogicalID["PaymentsTable"]).Settle(t.Context(), tenant, p.id, payments.StatusSucceeded, p.charge, ""); err != nil {
 		t.Fatalf("Settle: %v", err)
 	}
 	s.calls.take()
@@ -97,7 +97,7 @@ func refundBody(p paid, amount int64, reason string) string {
 // stored reads p as the payments table holds it.
 func (s *stack) stored(t testing.TB, p paid) payments.Payment {
 	t.Helper()
-	got, err := payments.NewTable(s.client, s.names.Payments).Get(t.Context(), p.tenant, p.id)
+	got, err := payments.NewTable(s.client, s.names.ByLogicalID["PaymentsTable"]).Get(t.Context(), p.tenant, p.id)
 	if err != nil {
 		t.Fatalf("Get(%s): %v", p.id, err)
 	}
@@ -158,7 +158,7 @@ func (s *stack) refundItems(t testing.TB, p paid) []refunds.Refund {
 // refundRecord reads tenant's idempotency record for the raw key.
 func (s *stack) refundRecord(t testing.TB, tenant, key string) (idempotency.Record, error) {
 	t.Helper()
-	return dynamo.New(s.client, s.names.Idempotency).Get(t.Context(), idempotency.NewKey(tenant, key))
+	return dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"]).Get(t.Context(), idempotency.NewKey(tenant, key))
 }
 
 // reconcile runs the reconciler function's Reconciler, with the API's
@@ -174,7 +174,7 @@ func (s *stack) reconcile(t testing.TB, tenant, key string) {
 		t.Fatal(err)
 	}
 	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
-		Store: dynamo.New(s.client, s.names.Idempotency), Resolvers: resolvers,
+		Store: dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"]), Resolvers: resolvers,
 		Settle: s.cfg.ProviderTimeout, Retention: s.cfg.Retention, Now: s.clock.Now,
 	})
 	if err != nil {
@@ -485,7 +485,7 @@ func TestRefundsContract(t *testing.T) {
 	t.Run("a refund's key after its record expired", func(t *testing.T) {
 		// A key whose refund exists names no other, even once its record
 		// is gone: the check in the reservation's transaction refuses it.
-		dynamotest.Delete(t, s.client, s.names.Idempotency, idempotency.NewKey("acme", "refund-1").ID())
+		dynamotest.Delete(t, s.client, s.names.ByLogicalID["IdempotencyTable"], idempotency.NewKey("acme", "refund-1").ID())
 		q := s.payment(t, "acme", 500, "tok_visa", "")
 		r := s.refund(t, "acme", "refund-1", refundBody(q, 100, ""), nil)
 		wantProblem(t, r, http.StatusUnprocessableEntity, "idempotency_key_reused", "")
@@ -689,13 +689,13 @@ func TestRefundReleasedWhileRunning(t *testing.T) {
 		return err == nil && rec.Status == idempotency.StatusInProgress
 	})
 	release := dynamo.Update{
-		Table:     s.names.Payments,
+		Table:     s.names.ByLogicalID["PaymentsTable"],
 		Key:       map[string]any{payments.KeyAttr: payments.PK("acme", p.id)},
 		Update:    "SET #refundable = #refundable + #holds.#key REMOVE #holds.#key",
 		Condition: "attribute_exists(#holds.#key)",
 		Names:     map[string]string{"#refundable": payments.AttrRefundable, "#holds": payments.AttrHolds, "#key": rec.Key.Hash},
 	}
-	if err := dynamo.New(s.client, s.names.Idempotency).Release(t.Context(), rec.Key, rec.LeaseToken, []idempotency.Effect{release}); err != nil {
+	if err := dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"]).Release(t.Context(), rec.Key, rec.LeaseToken, []idempotency.Effect{release}); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	first := <-done

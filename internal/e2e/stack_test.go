@@ -72,27 +72,9 @@ func newStack(t testing.TB, opts ...stackOption) *stack {
 	t.Helper()
 	base := dynamotest.Client(t)
 	names := dynamotest.Tables(t, base)
-	cfg, err := config.FromEnv(func(k string) string {
-		switch k {
-		case config.EnvIdempotencyTable:
-			return names.Idempotency
-		case config.EnvPaymentsTable:
-			return names.Payments
-		case config.EnvRefundsTable:
-			return names.ByLogicalID["RefundsTable"]
-		case config.EnvAPIKeysTable:
-			return names.APIKeys
-		case config.EnvProviderTable:
-			return names.Provider
-		case config.EnvOrdersTable:
-			return names.Orders
-		case config.EnvOutboxTable:
-			return names.Outbox
-		case config.EnvDynamoDBEndpoint:
-			return os.Getenv("ONCE_TEST_DYNAMODB_ENDPOINT")
-		}
-		return ""
-	})
+	env := names.Env()
+	env[config.EnvDynamoDBEndpoint] = dynamotest.Endpoint(t)
+	cfg, err := config.FromEnv(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +82,7 @@ func newStack(t testing.TB, opts ...stackOption) *stack {
 	for _, o := range opts {
 		o(&setup)
 	}
-	setup.sim.DB, setup.sim.Table = base, names.Provider
+	setup.sim.DB, setup.sim.Table = base, names.ByLogicalID["ProviderTable"]
 	sim := simulator.New(setup.sim)
 	var simHandler http.Handler = sim
 	if setup.simWrap != nil {
@@ -358,7 +340,7 @@ func marshal(t testing.TB, v any) json.RawMessage {
 func (s *stack) payments(t testing.TB) []payments.Payment {
 	t.Helper()
 	var out []payments.Payment
-	p := dynamodb.NewScanPaginator(s.client, &dynamodb.ScanInput{TableName: aws.String(s.names.Payments), ConsistentRead: aws.Bool(true)})
+	p := dynamodb.NewScanPaginator(s.client, &dynamodb.ScanInput{TableName: aws.String(s.names.ByLogicalID["PaymentsTable"]), ConsistentRead: aws.Bool(true)})
 	for p.HasMorePages() {
 		page, err := p.NextPage(t.Context())
 		if err != nil {

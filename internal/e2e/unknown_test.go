@@ -146,7 +146,7 @@ func TestChargeReleasedAndUnrecorded(t *testing.T) {
 		rec, err := s.record(t, key)
 		return err == nil && rec.Status == idempotency.StatusInProgress
 	})
-	dynamotest.Delete(t, s.client, s.names.Idempotency, idempotency.NewKey("acme", key).ID())
+	dynamotest.Delete(t, s.client, s.names.ByLogicalID["IdempotencyTable"], idempotency.NewKey("acme", key).ID())
 	r := <-done
 	wantProblem(t, r, http.StatusServiceUnavailable, "store_unavailable", "1")
 	if _, err := s.record(t, key); !errors.Is(err, idempotency.ErrNotFound) {

@@ -122,7 +122,7 @@ var endpoints = []*endpoint{
 		finals:    []int{http.StatusCreated},
 		effectful: func(status int) bool { return status == http.StatusCreated },
 		effects: func(ctx context.Context, s systems) (map[tag]int, error) {
-			return taggedItems(ctx, s.db, s.cfg.PaymentsTable, nil)
+			return taggedItems(ctx, s.db, s.cfg.Table("PaymentsTable"), nil)
 		},
 	},
 	{
@@ -147,7 +147,7 @@ var endpoints = []*endpoint{
 // providerCharges counts the provider simulator's charges per tag, those of
 // requests to the named endpoint only.
 func providerCharges(ctx context.Context, s systems, endpoint string) (map[tag]int, error) {
-	return taggedItems(ctx, s.db, s.cfg.ProviderTable, func(item map[string]types.AttributeValue, t tag) bool {
+	return taggedItems(ctx, s.db, s.cfg.Table("ProviderTable"), func(item map[string]types.AttributeValue, t tag) bool {
 		kind, _ := item["kind"].(*types.AttributeValueMemberS)
 		return kind != nil && kind.Value == "charge" && t.endpoint == endpoint
 	})

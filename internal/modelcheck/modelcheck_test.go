@@ -244,7 +244,7 @@ func TestAbandonedChargeKeepsItsKey(t *testing.T) {
 		t.Fatalf("after the crash: %+v (found %v), want the External reservation", rec, found)
 	}
 	out, err := c.sys.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(c.sys.cfg.IdempotencyTable), ConsistentRead: aws.Bool(true),
+		TableName: aws.String(c.sys.cfg.Table("IdempotencyTable")), ConsistentRead: aws.Bool(true),
 		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: p.pk}},
 	})
 	if err != nil {
@@ -352,7 +352,7 @@ func TestLateProviderWriteAfterRelease(t *testing.T) {
 // record reads p's record directly from DynamoDB Local.
 func (c *checker) record(ctx context.Context, p *partition) (idempotency.Record, bool) {
 	out, err := c.sys.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      aws.String(c.sys.cfg.IdempotencyTable),
+		TableName:      aws.String(c.sys.cfg.Table("IdempotencyTable")),
 		Key:            map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: p.pk}},
 		ConsistentRead: aws.Bool(true),
 	})

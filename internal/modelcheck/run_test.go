@@ -22,9 +22,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/internal/devstack"
@@ -233,31 +230,21 @@ func newChecker(t *testing.T, cfg runConfig) *checker {
 	t.Cleanup(func() { _ = px.close() })
 	c.px = px
 
-	prefix := "mc-" + randomHex(4)
-	env := map[string]string{
-		"DYNAMODB_ENDPOINT":      px.url,
-		"PORT":                   "0",
-		"PROVIDER_PORT":          "0",
-		"SQS_PORT":               "0",
-		"ONCE_DEV_TTL":           map[bool]string{true: "on", false: "off"}[cfg.ttl],
-		"LOG_LEVEL":              "info",
-		"ONCE_IDEMPOTENCY_TABLE": prefix + "-idempotency",
-		"ONCE_PAYMENTS_TABLE":    prefix + "-payments",
-		"ONCE_API_KEYS_TABLE":    prefix + "-api-keys",
-		"ONCE_PROVIDER_TABLE":    prefix + "-provider",
-		"ONCE_FAULT_INJECTION":   "1",
-		"ONCE_LEASE":             cfg.lease.String(),
-		"ONCE_PROVIDER_TIMEOUT":  cfg.providerTimeout.String(),
-		"ONCE_PROVIDER_SETTLE":   max(cfg.providerSettle, cfg.providerTimeout).String(),
-		"ONCE_RETENTION":         "24h",
-		"ONCE_DEV_API_KEYS":      devAPIKeys(),
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		for _, k := range []string{"ONCE_IDEMPOTENCY_TABLE", "ONCE_PAYMENTS_TABLE", "ONCE_API_KEYS_TABLE", "ONCE_PROVIDER_TABLE"} {
-			_, _ = db.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(env[k])})
-		}
+	// Tables of the run's own, which the stack creates.
+	env := dynamotest.FreshNames(t, db).Env()
+	maps.Copy(env, map[string]string{
+		"DYNAMODB_ENDPOINT":     px.url,
+		"PORT":                  "0",
+		"PROVIDER_PORT":         "0",
+		"SQS_PORT":              "0",
+		"ONCE_DEV_TTL":          map[bool]string{true: "on", false: "off"}[cfg.ttl],
+		"LOG_LEVEL":             "info",
+		"ONCE_FAULT_INJECTION":  "1",
+		"ONCE_LEASE":            cfg.lease.String(),
+		"ONCE_PROVIDER_TIMEOUT": cfg.providerTimeout.String(),
+		"ONCE_PROVIDER_SETTLE":  max(cfg.providerSettle, cfg.providerTimeout).String(),
+		"ONCE_RETENTION":        "24h",
+		"ONCE_DEV_API_KEYS":     devAPIKeys(),
 	})
 	stack, err := devstack.Start(t.Context(), devstack.Options{
 		Getenv:       func(k string) string { return env[k] },
@@ -275,7 +262,7 @@ func newChecker(t *testing.T, cfg runConfig) *checker {
 	})
 	c.stack = stack
 	c.sys = systems{db: db, cfg: stack.Config()}
-	px.faultTables(c.sys.cfg.IdempotencyTable, c.sys.cfg.PaymentsTable)
+	px.faultTables(c.sys.cfg.Table("IdempotencyTable"), c.sys.cfg.Table("PaymentsTable"))
 	return c
 }
 
@@ -505,7 +492,7 @@ func (c *checker) waitQuiet(ctx context.Context) []string {
 
 // records reads every idempotency record.
 func (c *checker) records(ctx context.Context) ([]idempotency.Record, error) {
-	items, err := scan(ctx, c.sys.db, c.sys.cfg.IdempotencyTable)
+	items, err := scan(ctx, c.sys.db, c.sys.cfg.Table("IdempotencyTable"))
 	if err != nil {
 		return nil, err
 	}
@@ -531,7 +518,7 @@ func (c *checker) pending(ctx context.Context) ([]string, error) {
 			out = append(out, fmt.Sprintf("record %s is %s (updated %s ago)", c.partitionName(rec.Key.ID()), rec.Status, time.Since(rec.UpdatedAt).Round(time.Millisecond)))
 		}
 	}
-	pays, err := scan(ctx, c.sys.db, c.sys.cfg.PaymentsTable)
+	pays, err := scan(ctx, c.sys.db, c.sys.cfg.Table("PaymentsTable"))
 	if err != nil {
 		return nil, err
 	}
@@ -786,7 +773,7 @@ func (c *checker) workerInvariants(ctx context.Context) []string {
 	if err != nil {
 		return []string{"provider charges: " + err.Error()}
 	}
-	payments, err := taggedItems(ctx, c.sys.db, c.sys.cfg.PaymentsTable, nil)
+	payments, err := taggedItems(ctx, c.sys.db, c.sys.cfg.Table("PaymentsTable"), nil)
 	if err != nil {
 		return []string{"payments: " + err.Error()}
 	}

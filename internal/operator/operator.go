@@ -50,7 +50,7 @@ type Tool struct {
 // New returns a Tool for the deployment cfg describes, reached through db
 // and q, printing to out (results) and errOut (usage, counts).
 func New(cfg config.Config, db DynamoDB, q SQS, out, errOut io.Writer) *Tool {
-	return &Tool{cfg: cfg, db: db, sqs: q, store: dynamo.New(db, cfg.IdempotencyTable), out: out, errOut: errOut, now: time.Now}
+	return &Tool{cfg: cfg, db: db, sqs: q, store: dynamo.New(db, cfg.Table("IdempotencyTable")), out: out, errOut: errOut, now: time.Now}
 }
 
 // usage is the tool's help.
@@ -84,7 +84,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, out, er
 		return 0
 	}
 	cfg, err := config.FromEnv(getenv)
-	if err != nil {
+	if err := errors.Join(err, config.CheckTables(getenv, "IdempotencyTable")); err != nil {
 		fmt.Fprintln(errOut, "oncectl:", err)
 		return 2
 	}

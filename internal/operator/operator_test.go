@@ -44,7 +44,7 @@ func newEnv(t *testing.T) *env {
 	// Records whose expiry has passed stay, as on AWS within minutes:
 	// DynamoDB Local would delete them within seconds.
 	if _, err := db.UpdateTimeToLive(t.Context(), &dynamodb.UpdateTimeToLiveInput{
-		TableName:               aws.String(names.Idempotency),
+		TableName:               aws.String(names.ByLogicalID["IdempotencyTable"]),
 		TimeToLiveSpecification: &dynamodbtypes.TimeToLiveSpecification{AttributeName: aws.String(dynamo.AttrExpiresAt), Enabled: aws.Bool(false)},
 	}); err != nil {
 		t.Fatal(err)
@@ -52,13 +52,11 @@ func newEnv(t *testing.T) *env {
 	endpoint := sqstest.Endpoint(t)
 	c := sqstest.Client(t, endpoint)
 	e := &env{
-		vars: map[string]string{
-			config.EnvDynamoDBEndpoint: dynamotest.Endpoint(t),
-			config.EnvSQSEndpoint:      endpoint,
-			config.EnvIdempotencyTable: names.Idempotency,
-		},
-		store: dynamo.New(db, names.Idempotency), names: names, sqs: c, urls: map[string]string{},
+		vars:  names.Env(),
+		store: dynamo.New(db, names.ByLogicalID["IdempotencyTable"]), names: names, sqs: c, urls: map[string]string{},
 	}
+	e.vars[config.EnvDynamoDBEndpoint] = dynamotest.Endpoint(t)
+	e.vars[config.EnvSQSEndpoint] = endpoint
 	for env, name := range map[string]string{
 		config.EnvCheckQueue: config.DefaultCheckQueue, config.EnvCheckDLQ: config.DefaultCheckDLQ,
 		config.EnvWorkerRetryQueue: config.DefaultWorkerRetryQueue, config.EnvWorkerRetryDLQ: config.DefaultWorkerRetryDLQ,
@@ -216,7 +214,7 @@ func TestReannounce(t *testing.T) {
 		seen []events.DynamoDBEventRecord
 	)
 	p, err := stream.NewPoller(stream.PollerOptions{
-		Client: dynamotest.Streams(t), DB: dynamotest.Client(t), Table: e.names.Idempotency, PollInterval: 20 * time.Millisecond,
+		Client: dynamotest.Streams(t), DB: dynamotest.Client(t), Table: e.names.ByLogicalID["IdempotencyTable"], PollInterval: 20 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler),
 		Handler: func(_ context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 			mu.Lock()
@@ -336,6 +334,22 @@ func TestDeadLetters(t *testing.T) {
 	for _, args := range [][]string{{"dlq"}, {"dlq", "list", "nope"}, {"dlq", "redrive", "check"}, {"dlq", "redrive", "check", "-all", "x"}} {
 		if code, _, _ := e.run(t, args...); code != 2 {
 			t.Errorf("oncectl %v = exit %d, want 2", args, code)
+		}
+	}
+}
+
+// TestRunBadEnvironment: every problem of the environment, the table's name
+// included, is reported at once, with exit status 2.
+func TestRunBadEnvironment(t *testing.T) {
+	env := map[string]string{"ONCE_IDEMPOTENCY_TABLE": "a b", "ONCE_LEASE": "forever"}
+	var out, errOut bytes.Buffer
+	code := operator.Run(t.Context(), []string{"unknown"}, func(k string) string { return env[k] }, &out, &errOut)
+	if code != 2 {
+		t.Errorf("Run = exit %d, want 2", code)
+	}
+	for _, want := range []string{"ONCE_IDEMPOTENCY_TABLE", "ONCE_LEASE"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("Run error %q does not name %s", errOut.String(), want)
 		}
 	}
 }

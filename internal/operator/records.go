@@ -43,7 +43,7 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 		values[":tenant"] = &types.AttributeValueMemberS{Value: *tenant}
 	}
 	in := &dynamodb.ScanInput{
-		TableName:                 aws.String(t.cfg.IdempotencyTable),
+		TableName:                 aws.String(t.cfg.Table("IdempotencyTable")),
 		FilterExpression:          aws.String(filter),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
@@ -52,7 +52,7 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 	for range maxScanPages {
 		out, err := t.db.Scan(ctx, in)
 		if err != nil {
-			return fmt.Errorf("scan %s: %w", t.cfg.IdempotencyTable, err)
+			return fmt.Errorf("scan %s: %w", t.cfg.Table("IdempotencyTable"), err)
 		}
 		for _, item := range out.Items {
 			rec, err := dynamo.RecordFromItem(item)

@@ -10,6 +10,10 @@ package outbox
 // orders table).
 const KeyAttr = "pk"
 
+// TTLAttr is the outbox table's TTL attribute (Job.ExpiresAt), set once a
+// job is sent.
+const TTLAttr = "expires_at"
+
 // KindReceipt is the kind of a receipt job: the receipts function's stream
 // filter selects the INSERTs of items of this kind.
 const KindReceipt = "receipt"
@@ -73,6 +77,7 @@ type Job struct {
 	// mail API's ID of it.
 	SentAt  int64  `dynamodbav:"sent_at,omitempty"`
 	Message string `dynamodbav:"message,omitempty"`
-	// ExpiresAt is the outbox table's TTL (unix seconds), set once sent.
+	// ExpiresAt is the outbox table's TTL (TTLAttr, unix seconds), set
+	// once sent.
 	ExpiresAt int64 `dynamodbav:"expires_at,omitempty"`
 }

@@ -29,11 +29,11 @@ func put(t *testing.T, client *dynamodb.Client, table string, p Payment) {
 func TestTable(t *testing.T) {
 	client := dynamotest.Client(t)
 	names := dynamotest.Tables(t, client)
-	tbl := NewTable(client, names.Payments)
+	tbl := NewTable(client, names.ByLogicalID["PaymentsTable"])
 	now := time.Unix(1700000000, 0).UTC()
 	p := New("acme", Request{Amount: 2500, Currency: "eur", Customer: "cus_42", Description: "d",
 		Metadata: map[string]string{"order": "1001"}, Source: "tok_visa"}, now)
-	put(t, client, names.Payments, p)
+	put(t, client, names.ByLogicalID["PaymentsTable"], p)
 
 	t.Run("get", func(t *testing.T) {
 		got, err := tbl.Get(t.Context(), "acme", p.ID)
@@ -79,7 +79,7 @@ func TestTable(t *testing.T) {
 	})
 	t.Run("settle failed", func(t *testing.T) {
 		q := New("acme", Request{Amount: 1, Currency: "usd", Customer: "c", Source: "tok_visa"}, now)
-		put(t, client, names.Payments, q)
+		put(t, client, names.ByLogicalID["PaymentsTable"], q)
 		if err := tbl.Settle(t.Context(), "acme", q.ID, StatusFailed, "", "card_declined"); err != nil {
 			t.Fatalf("Settle(failed) error = %v", err)
 		}

@@ -34,7 +34,7 @@ type env struct {
 func newEnv(t *testing.T, timeout time.Duration) *env {
 	t.Helper()
 	db := dynamotest.Client(t)
-	table := dynamotest.Tables(t, db).Provider
+	table := dynamotest.Tables(t, db).ByLogicalID["ProviderTable"]
 	e := &env{newSim: func() *simulator.Server {
 		return simulator.New(simulator.Options{
 			DB: db, Table: table,

@@ -49,8 +49,8 @@ func TestStartRefuses(t *testing.T) {
 		names []string // what the error must name
 		built bool     // the configuration is valid: build is called, and fails
 	}{
-		{fn: "worker", env: map[string]string{"ONCE_PAYMENTS_TABLE": "x", "ONCE_WORKER_RETRY_WINDOW": "0s", "ONCE_WORKER_RETRY_QUEUE": "a.fifo"},
-			names: []string{"ONCE_PAYMENTS_TABLE", "ONCE_WORKER_RETRY_WINDOW", "ONCE_WORKER_RETRY_QUEUE"}},
+		{fn: "worker", env: map[string]string{"ONCE_PROVIDER_TIMEOUT": "-1s", "ONCE_WORKER_RETRY_WINDOW": "0s", "ONCE_WORKER_RETRY_QUEUE": "a.fifo"},
+			names: []string{"ONCE_PROVIDER_TIMEOUT", "ONCE_WORKER_RETRY_WINDOW", "ONCE_WORKER_RETRY_QUEUE"}},
 		{fn: "worker", env: map[string]string{"SQS_ENDPOINT": empty}, names: []string{"ONCE_PROVIDER_URL"}, built: true},
 		{fn: "retrier", env: map[string]string{"SQS_ENDPOINT": empty, "ONCE_PROVIDER_URL": "http://127.0.0.1:1"},
 			names: []string{"ONCE_WORKER_RETRY_QUEUE", config.DefaultWorkerRetryQueue}, built: true},

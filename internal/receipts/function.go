@@ -14,8 +14,8 @@ import (
 )
 
 // Handler returns the receipts function's handler: a Sender of the receipt
-// jobs of cfg.OutboxTable's stream through the mail API at cfg.MailURL,
-// recording the sends in cfg.OutboxTable and cfg.OrdersTable through
+// jobs of the OutboxTable's stream through the mail API at cfg.MailURL,
+// recording the sends in the OutboxTable and the OrdersTable through
 // client. With cfg.MailAuth config.ProviderAuthIAM every mail call is
 // signed (SigV4, service lambda) with client's credentials: the simulator's
 // function URL. It is an error for cfg.MailURL to be empty.
@@ -34,8 +34,8 @@ func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (stre
 	opts = opts.WithDefaults(cfg)
 	s, err := New(Config{
 		DB:      client,
-		Outbox:  cfg.OutboxTable,
-		Orders:  cfg.OrdersTable,
+		Outbox:  cfg.Table("OutboxTable"),
+		Orders:  cfg.Table("OrdersTable"),
 		Mail:    mail.New(cfg.MailURL, hc),
 		Logger:  opts.Logger,
 		Metrics: opts.Emitter("receipts"),

@@ -246,7 +246,7 @@ func (s *Sender) deliver(ctx context.Context, log *slog.Logger, job outbox.Job) 
 // Attribute names of a job item (outbox.Job) that the sender writes.
 var jobNames = map[string]string{
 	"#pk": outbox.KeyAttr, "#state": "state", "#claim": "claim", "#until": "claim_until", "#attempts": "attempts",
-	"#error": "last_error", "#sent": "sent_at", "#expires": "expires_at", "#message": "message",
+	"#error": "last_error", "#sent": "sent_at", "#expires": outbox.TTLAttr, "#message": "message",
 }
 
 func jobKey(job outbox.Job) map[string]types.AttributeValue {

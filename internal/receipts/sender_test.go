@@ -42,7 +42,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	db := dynamotest.Client(t)
 	names := dynamotest.Tables(t, db)
-	srv := httptest.NewServer(simulator.New(simulator.Options{DB: db, Table: names.Provider}))
+	srv := httptest.NewServer(simulator.New(simulator.Options{DB: db, Table: names.ByLogicalID["ProviderTable"]}))
 	t.Cleanup(srv.Close)
 	return &env{db: db, names: names, mailURL: srv.URL, now: time.Now(), metrics: &lambdatest.Buffer{}}
 }
@@ -64,7 +64,7 @@ func (e *env) advance(d time.Duration) {
 func (e *env) sender(t *testing.T, ordersTable string) *receipts.Sender {
 	t.Helper()
 	s, err := receipts.New(receipts.Config{
-		DB: e.db, Outbox: e.names.Outbox, Orders: ordersTable,
+		DB: e.db, Outbox: e.names.ByLogicalID["OutboxTable"], Orders: ordersTable,
 		Mail:    mail.New(e.mailURL, &http.Client{Timeout: 2 * time.Second}),
 		Metrics: metrics.New(e.metrics, "once", map[string]string{"Service": "receipts"}),
 		Now:     e.clock, Tries: 3, Backoff: 10 * time.Millisecond, ClaimFor: 5 * time.Second,
@@ -85,8 +85,8 @@ func (e *env) job(t *testing.T, name, to string) outbox.Job {
 		Order: order, OrderPK: "acme#" + order, To: to, Subject: "Your receipt for order " + order,
 		Text: "Thank you for your order " + order + ".\n", Created: 1767225600, State: outbox.Queued,
 	}
-	e.put(t, e.names.Outbox, j)
-	e.put(t, e.names.Orders, map[string]any{"pk": j.OrderPK, "id": order, "tenant": "acme", "status": "paid",
+	e.put(t, e.names.ByLogicalID["OutboxTable"], j)
+	e.put(t, e.names.ByLogicalID["OrdersTable"], map[string]any{"pk": j.OrderPK, "id": order, "tenant": "acme", "status": "paid",
 		"recovery_point": "finished", "receipt": "queued", "email": to})
 	return j
 }
@@ -157,7 +157,7 @@ func handle(t *testing.T, s *receipts.Sender, ev events.DynamoDBEvent) []string 
 // the order; every redelivery of its stream record sends nothing.
 func TestRedeliverySendsOnce(t *testing.T) {
 	e := newEnv(t)
-	s := e.sender(t, e.names.Orders)
+	s := e.sender(t, e.names.ByLogicalID["OrdersTable"])
 	j := e.job(t, "once", "ada@example.com")
 	ev := event(t, j)
 	for i := range 4 {
@@ -171,7 +171,7 @@ func TestRedeliverySendsOnce(t *testing.T) {
 		t.Fatalf("messages sent (-want +got):\n%s", diff)
 	}
 	var got outbox.Job
-	e.get(t, e.names.Outbox, j.PK, &got)
+	e.get(t, e.names.ByLogicalID["OutboxTable"], j.PK, &got)
 	if got.State != outbox.Sent || got.Attempts != 1 || got.Message != msgs[0].ID || got.Claim != "" || got.SentAt == 0 || got.ExpiresAt <= got.SentAt {
 		t.Errorf("job = %+v, want sent once, with the message and an expiry", got)
 	}
@@ -179,7 +179,7 @@ func TestRedeliverySendsOnce(t *testing.T) {
 		Receipt       string `dynamodbav:"receipt"`
 		ReceiptSentAt int64  `dynamodbav:"receipt_sent_at"`
 	}
-	e.get(t, e.names.Orders, j.OrderPK, &order)
+	e.get(t, e.names.ByLogicalID["OrdersTable"], j.OrderPK, &order)
 	if order.Receipt != outbox.ReceiptSent || order.ReceiptSentAt != got.SentAt {
 		t.Errorf("order receipt = %q at %d, want sent at %d", order.Receipt, order.ReceiptSentAt, got.SentAt)
 	}
@@ -194,7 +194,7 @@ func TestRedeliverySendsOnce(t *testing.T) {
 // record (for a later redelivery), never sends.
 func TestConcurrentDeliveries(t *testing.T) {
 	e := newEnv(t)
-	s := e.sender(t, e.names.Orders)
+	s := e.sender(t, e.names.ByLogicalID["OrdersTable"])
 	j := e.job(t, "race", "race@example.com")
 	ev := event(t, j)
 	var wg sync.WaitGroup
@@ -220,7 +220,7 @@ func TestConcurrentDeliveries(t *testing.T) {
 // Tries attempts, without holding back the other receipts of its batch.
 func TestOutage(t *testing.T) {
 	e := newEnv(t)
-	s := e.sender(t, e.names.Orders)
+	s := e.sender(t, e.names.ByLogicalID["OrdersTable"])
 	flaky := e.job(t, "flaky", "bea+fail2@example.com")
 	down := e.job(t, "down", "cy@"+simulator.UnavailableDomain)
 	fine := e.job(t, "fine", "dee@example.com")
@@ -240,7 +240,7 @@ func TestOutage(t *testing.T) {
 		{down, outbox.Failed, 3, 0},
 	} {
 		var got outbox.Job
-		e.get(t, e.names.Outbox, tt.job.PK, &got)
+		e.get(t, e.names.ByLogicalID["OutboxTable"], tt.job.PK, &got)
 		if got.State != tt.state || got.Attempts != tt.attempts {
 			t.Errorf("%s: job %s after %d attempts, want %s after %d", tt.job.To, got.State, got.Attempts, tt.state, tt.attempts)
 		}
@@ -262,7 +262,7 @@ func TestOutage(t *testing.T) {
 		}
 	}
 	var got outbox.Job
-	e.get(t, e.names.Outbox, down.PK, &got)
+	e.get(t, e.names.ByLogicalID["OutboxTable"], down.PK, &got)
 	if got.Attempts != 6 {
 		t.Errorf("failing job attempts = %d, want 6", got.Attempts)
 	}
@@ -276,16 +276,16 @@ func TestCrashWindow(t *testing.T) {
 	e := newEnv(t)
 	j := e.job(t, "window", "eve@example.com")
 	ev := event(t, j)
-	broken := e.sender(t, e.names.Orders+"-missing")
+	broken := e.sender(t, e.names.ByLogicalID["OrdersTable"]+"-missing")
 	if f := handle(t, broken, ev); len(f) != 1 {
 		t.Fatalf("failures = %v, want the record (its send is unrecorded)", f)
 	}
 	var got outbox.Job
-	e.get(t, e.names.Outbox, j.PK, &got)
+	e.get(t, e.names.ByLogicalID["OutboxTable"], j.PK, &got)
 	if got.State != outbox.Sending || got.Claim == "" {
 		t.Fatalf("job = %s (claim %q), want sending under the claim", got.State, got.Claim)
 	}
-	s := e.sender(t, e.names.Orders)
+	s := e.sender(t, e.names.ByLogicalID["OrdersTable"])
 	if f := handle(t, s, ev); len(f) != 1 {
 		t.Errorf("redelivery within the claim: failures %v, want the record (claimed)", f)
 	}
@@ -299,7 +299,7 @@ func TestCrashWindow(t *testing.T) {
 	if n := len(e.messages(t, j.To)); n != 2 {
 		t.Errorf("messages after the claim ran out = %d, want 2 (the window's cost: a second copy)", n)
 	}
-	e.get(t, e.names.Outbox, j.PK, &got)
+	e.get(t, e.names.ByLogicalID["OutboxTable"], j.PK, &got)
 	if got.State != outbox.Sent || got.Attempts != 2 {
 		t.Errorf("job = %s after %d attempts, want sent after 2", got.State, got.Attempts)
 	}
@@ -308,7 +308,7 @@ func TestCrashWindow(t *testing.T) {
 // TestIgnoresOtherRecords: what the filter would not deliver is passed over.
 func TestIgnoresOtherRecords(t *testing.T) {
 	e := newEnv(t)
-	s := e.sender(t, e.names.Orders)
+	s := e.sender(t, e.names.ByLogicalID["OrdersTable"])
 	j := e.job(t, "other", "fay@example.com")
 	m, err := attributevalue.MarshalMap(j)
 	if err != nil {

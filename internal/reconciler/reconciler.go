@@ -27,7 +27,7 @@ func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (stre
 		return nil, err
 	}
 	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
-		Store:     dynamo.New(client, cfg.IdempotencyTable),
+		Store:     dynamo.New(client, cfg.Table("IdempotencyTable")),
 		Resolvers: resolvers,
 		Settle:    cfg.ProviderSettle,
 		Retention: cfg.Retention,

@@ -121,7 +121,7 @@ func seqLess(a, b string) bool {
 func TestPollerDeliversChanges(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	table := e.names.Payments
+	table := e.names.ByLogicalID["PaymentsTable"]
 	var got list[events.DynamoDBEventRecord]
 	start(t, e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 		for _, r := range ev.Records {
@@ -223,7 +223,7 @@ type call struct {
 func TestPollerRedeliversFailedRecord(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	table := e.names.Payments
+	table := e.names.ByLogicalID["PaymentsTable"]
 	for _, pk := range []string{"a", "b", "c"} {
 		e.put(t, table, pk, nil)
 	}
@@ -325,7 +325,7 @@ func TestPollerDeadLettersPoisonRecord(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			table := e.names.Payments
+			table := e.names.ByLogicalID["PaymentsTable"]
 			for _, pk := range []string{"a", "b", "poison", "d", "e"} {
 				e.put(t, table, pk, nil)
 			}
@@ -394,7 +394,7 @@ func TestPollerDeadLettersPoisonRecord(t *testing.T) {
 func TestPollerTTLRemoval(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	table := e.names.Idempotency
+	table := e.names.ByLogicalID["IdempotencyTable"]
 	ttl, err := e.db.DescribeTimeToLive(t.Context(), &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(table)})
 	if err != nil {
 		t.Fatal(err)
@@ -495,7 +495,7 @@ func (s *spyStreams) GetRecords(ctx context.Context, in *dynamodbstreams.GetReco
 func TestPollerExpiredIterator(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	table := e.names.Payments
+	table := e.names.ByLogicalID["PaymentsTable"]
 	spy := &spyStreams{StreamsAPI: e.streams, expireEvery: 3}
 	var seen list[string]
 	opts := e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
@@ -528,7 +528,7 @@ func TestPollerExpiredIterator(t *testing.T) {
 func TestPollerStartAtLatest(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	table := e.names.Payments
+	table := e.names.ByLogicalID["PaymentsTable"]
 	e.put(t, table, "old", nil)
 	spy := &spyStreams{StreamsAPI: e.streams, firstRead: make(chan struct{})}
 	var seen list[string]
@@ -559,7 +559,7 @@ func TestPollerRunErrors(t *testing.T) {
 	noop := func(context.Context, events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 		return events.DynamoDBEventResponse{}, nil
 	}
-	for name, table := range map[string]string{"no stream": e.names.APIKeys, "no table": e.names.APIKeys + "-missing"} {
+	for name, table := range map[string]string{"no stream": e.names.ByLogicalID["ApiKeysTable"], "no table": e.names.ByLogicalID["ApiKeysTable"] + "-missing"} {
 		t.Run(name, func(t *testing.T) {
 			p, err := NewPoller(e.opts(t, table, noop))
 			if err != nil {
@@ -687,7 +687,7 @@ func (w testWriter) Write(b []byte) (int, error) {
 func TestPollerFilter(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	table := e.names.Payments
+	table := e.names.ByLogicalID["PaymentsTable"]
 	var seen list[string]
 	opts := e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 		for _, r := range ev.Records {
@@ -727,7 +727,7 @@ func (c *countingStreams) GetRecords(ctx context.Context, in *dynamodbstreams.Ge
 // promptly.
 func TestPollerIdleBackoff(t *testing.T) {
 	e := newEnv(t)
-	table := e.names.Payments
+	table := e.names.ByLogicalID["PaymentsTable"]
 	counting := &countingStreams{StreamsAPI: e.streams}
 	got := make(chan string, 10)
 	opts := e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {

@@ -36,7 +36,7 @@ func Handler(ctx context.Context, cfg config.Config, c queue.Clients, opts app.O
 		return nil, fmt.Errorf("sweeper: %w", err)
 	}
 	s, err := recovery.NewSweeper(recovery.SweeperConfig{
-		Store:     dynamo.New(c.DynamoDB, cfg.IdempotencyTable),
+		Store:     dynamo.New(c.DynamoDB, cfg.Table("IdempotencyTable")),
 		Retention: cfg.Retention,
 		Logger:    opts.Logger,
 		Metrics:   metrics,

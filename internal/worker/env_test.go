@@ -50,14 +50,14 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	db := dynamotest.Client(t)
 	e := &env{db: db, streams: dynamotest.Streams(t), names: dynamotest.Tables(t, db)}
-	e.sim = simulator.New(simulator.Options{DB: db, Table: e.names.Provider, HoldFor: 10 * time.Second})
+	e.sim = simulator.New(simulator.Options{DB: db, Table: e.names.ByLogicalID["ProviderTable"], HoldFor: 10 * time.Second})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.requests.Add(1)
 		e.sim.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
 	e.provider = provider.New(srv.URL, &http.Client{Timeout: providerTimeout})
-	e.table = payments.NewTable(db, e.names.Payments)
+	e.table = payments.NewTable(db, e.names.ByLogicalID["PaymentsTable"])
 	w, err := worker.New(worker.Config{
 		Charger: e.provider,
 		Settler: e.table,
@@ -78,7 +78,7 @@ func (e *env) pay(t *testing.T, source string) payments.Payment {
 		Amount: 2500, Currency: "eur", Customer: "cus_42", Description: "order 7",
 		Metadata: map[string]string{"order": "7"}, Source: source,
 	}, time.Now())
-	e.put(t, e.names.Payments, p)
+	e.put(t, e.names.ByLogicalID["PaymentsTable"], p)
 	return p
 }
 
@@ -102,7 +102,7 @@ func (e *env) put(t *testing.T, table string, v any) {
 func (e *env) poison(t *testing.T) string {
 	t.Helper()
 	pk := "acme#" + payments.NewID()
-	e.put(t, e.names.Payments, map[string]types.AttributeValue{
+	e.put(t, e.names.ByLogicalID["PaymentsTable"], map[string]types.AttributeValue{
 		"pk":     &types.AttributeValueMemberS{Value: pk},
 		"status": &types.AttributeValueMemberS{Value: "pending"},
 		"amount": &types.AttributeValueMemberS{Value: "a lot"},

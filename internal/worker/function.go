@@ -14,7 +14,7 @@ import (
 
 // Handler returns the worker function's handler: it charges the pending
 // payments of the payments table's stream through the provider at
-// cfg.ProviderURL, settles them in cfg.PaymentsTable, and sends those whose
+// cfg.ProviderURL, settles them in the PaymentsTable, and sends those whose
 // charge fails transiently to cfg.WorkerRetryQueue. It is an error for
 // cfg.ProviderURL to be empty.
 func Handler(ctx context.Context, cfg config.Config, c queue.Clients, opts app.Options) (stream.Handler, error) {
@@ -49,7 +49,7 @@ func build(ctx context.Context, cfg config.Config, c queue.Clients, opts app.Opt
 	opts = opts.WithDefaults(cfg)
 	w, err := New(Config{
 		Charger:     charger,
-		Settler:     payments.NewTable(c.DynamoDB, cfg.PaymentsTable),
+		Settler:     payments.NewTable(c.DynamoDB, cfg.Table("PaymentsTable")),
 		Logger:      opts.Logger,
 		Metrics:     opts.Emitter(name),
 		Retries:     retries,

@@ -99,7 +99,7 @@ func TestStreamHandsTransientFailuresToRetries(t *testing.T) {
 	down := e.pay(t, simulator.TokenUnavailable)
 	lost := e.pay(t, simulator.TokenTimeout)
 	good := e.pay(t, simulator.TokenVisa)
-	recs := e.records(t, e.names.Payments, 3)
+	recs := e.records(t, e.names.ByLogicalID["PaymentsTable"], 3)
 	resp, err := e.w.Handle(t.Context(), events.DynamoDBEvent{Records: recs})
 	if err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("Handle() = %+v, %v; want no failures", resp, err)
@@ -153,7 +153,7 @@ func TestStreamFailsWhenRetriesCannotBeSent(t *testing.T) {
 	e := newRetryEnv(t)
 	w := e.worker_(t, queue.New(e.sqs, e.url+"-missing"))
 	e.pay(t, simulator.TokenUnavailable)
-	recs := e.records(t, e.names.Payments, 1)
+	recs := e.records(t, e.names.ByLogicalID["PaymentsTable"], 1)
 	resp, err := w.Handle(t.Context(), events.DynamoDBEvent{Records: recs})
 	if diff := cmp.Diff([]string{recs[0].Change.SequenceNumber}, lambdatest.Failures(resp)); err != nil || diff != "" {
 		t.Errorf("Handle() error = %v, batch item failures (-want +got):\n%s", err, diff)

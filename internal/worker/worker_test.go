@@ -77,7 +77,7 @@ func TestPollerSettles(t *testing.T) {
 		t.Run(tt.source, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			run(t, e.pollerOptions(t, e.names.Payments, e.worker.Handle))
+			run(t, e.pollerOptions(t, e.names.ByLogicalID["PaymentsTable"], e.worker.Handle))
 			p := e.pay(t, tt.source)
 			// The log line comes last, after the settle and the metric.
 			lambdatest.WaitFor(t, 10*time.Second, "the payment's log line", func() bool {
@@ -136,7 +136,7 @@ func TestHandleRedelivery(t *testing.T) {
 	e := newEnv(t)
 	p := e.pay(t, simulator.TokenVisa)
 	q := e.pay(t, simulator.TokenVisa)
-	recs := e.records(t, e.names.Payments, 2)
+	recs := e.records(t, e.names.ByLogicalID["PaymentsTable"], 2)
 	event := map[string]events.DynamoDBEvent{}
 	for _, r := range recs {
 		event[pkOf(r)] = events.DynamoDBEvent{Records: []events.DynamoDBEventRecord{r}}
@@ -227,7 +227,7 @@ func TestHandleProviderErrors(t *testing.T) {
 	for _, tt := range tests {
 		pays = append(pays, e.pay(t, tt.source))
 	}
-	recs := e.records(t, e.names.Payments, len(tests))
+	recs := e.records(t, e.names.ByLogicalID["PaymentsTable"], len(tests))
 	for i, tt := range tests {
 		t.Run(tt.source, func(t *testing.T) {
 			p, rec := pays[i], recs[i]
@@ -275,7 +275,7 @@ func TestHandlePoisonInBatch(t *testing.T) {
 	a := e.pay(t, simulator.TokenVisa)
 	poison := e.poison(t)
 	c := e.pay(t, simulator.TokenVisa)
-	recs := e.records(t, e.names.Payments, 3)
+	recs := e.records(t, e.names.ByLogicalID["PaymentsTable"], 3)
 	if got, want := []string{pkOf(recs[0]), pkOf(recs[1]), pkOf(recs[2])}, []string{a.PK, poison, c.PK}; !cmp.Equal(got, want) {
 		t.Fatalf("records = %v, want %v", got, want)
 	}
@@ -316,7 +316,7 @@ func TestPollerDeadLettersPoison(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	file := filepath.Join(t.TempDir(), "dlq-worker.jsonl")
-	opts := e.pollerOptions(t, e.names.Payments, e.worker.Handle)
+	opts := e.pollerOptions(t, e.names.ByLogicalID["PaymentsTable"], e.worker.Handle)
 	opts.BisectOnError = true
 	opts.MaxRetryAttempts = 1
 	opts.DeadLetterFile = file
@@ -353,13 +353,13 @@ func TestHandleIgnores(t *testing.T) {
 	e := newEnv(t)
 	settled := e.pay(t, simulator.TokenVisa)
 	settled.Status, settled.ProviderChargeID = payments.StatusSucceeded, "prch_1"
-	e.put(t, e.names.Payments, settled) // a MODIFY: the INSERT was pending
+	e.put(t, e.names.ByLogicalID["PaymentsTable"], settled) // a MODIFY: the INSERT was pending
 	p := e.pay(t, simulator.TokenVisa)
 	if err := e.table.Settle(t.Context(), p.Tenant, p.ID, payments.StatusFailed, "", "card_declined"); err != nil {
 		t.Fatal(err)
 	}
 	_, err := e.db.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{
-		TableName: aws.String(e.names.Payments),
+		TableName: aws.String(e.names.ByLogicalID["PaymentsTable"]),
 		Key:       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: p.PK}},
 	})
 	if err != nil {
@@ -367,15 +367,15 @@ func TestHandleIgnores(t *testing.T) {
 	}
 	inserted := payments.New("acme", payments.Request{Amount: 1, Currency: "usd", Customer: "c", Source: "tok_visa"}, time.Now())
 	inserted.Status = payments.StatusSucceeded
-	e.put(t, e.names.Payments, inserted) // an INSERT of a settled payment
-	e.put(t, e.names.Idempotency, map[string]types.AttributeValue{
+	e.put(t, e.names.ByLogicalID["PaymentsTable"], inserted) // an INSERT of a settled payment
+	e.put(t, e.names.ByLogicalID["IdempotencyTable"], map[string]types.AttributeValue{
 		"pk":     &types.AttributeValueMemberS{Value: "acme#0123abcd"},
 		"tenant": &types.AttributeValueMemberS{Value: "acme"},
 		"status": &types.AttributeValueMemberS{Value: "IN_PROGRESS"},
 	})
 
-	recs := e.records(t, e.names.Payments, 6)
-	other := e.records(t, e.names.Idempotency, 1)
+	recs := e.records(t, e.names.ByLogicalID["PaymentsTable"], 6)
+	other := e.records(t, e.names.ByLogicalID["IdempotencyTable"], 1)
 	var names []string
 	for _, r := range recs {
 		names = append(names, r.EventName)
@@ -456,7 +456,7 @@ func TestHandleStopsWhenCancelled(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	p := e.pay(t, simulator.TokenVisa)
-	recs := e.records(t, e.names.Payments, 1)
+	recs := e.records(t, e.names.ByLogicalID["PaymentsTable"], 1)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	resp, err := e.worker.Handle(ctx, events.DynamoDBEvent{Records: recs})

@@ -33,7 +33,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	client := dynamotest.Client(t)
 	names := dynamotest.Tables(t, client)
-	e := &env{db: client, table: names.Provider}
+	e := &env{db: client, table: names.ByLogicalID["ProviderTable"]}
 	e.sim = e.newServer()
 	e.srv = httptest.NewServer(e.sim)
 	t.Cleanup(e.srv.Close)
