@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -15,6 +13,7 @@ import (
 	"github.com/oncehq/once/internal/auth"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
+	"github.com/oncehq/once/internal/queue"
 )
 
 // Defaults of Config's retry settings.
@@ -26,7 +25,7 @@ const (
 	DefaultRetryBase = time.Second
 	// MaxRetryDelay caps the delay between attempts: SQS's longest
 	// DelaySeconds.
-	MaxRetryDelay = 15 * time.Minute
+	MaxRetryDelay = queue.MaxDelay
 	// DefaultCallTimeout is the provider client's default bound on a call.
 	DefaultCallTimeout = 5 * time.Second
 )
@@ -63,17 +62,10 @@ func decodeRetry(body string) (retryMessage, error) {
 	return m, nil
 }
 
-// backoff is the delay before the attempt after attempt (from 1): base
-// doubled per attempt, capped at MaxRetryDelay, with equal jitter (half of
-// it fixed, half random), so that payments that failed together do not all
-// come back together.
+// backoff is the delay before the attempt after attempt (from 1):
+// queue.Backoff from RetryBase.
 func (w *Worker) backoff(attempt int) time.Duration {
-	d := w.base
-	for i := 1; i < attempt && d < MaxRetryDelay; i++ {
-		d *= 2
-	}
-	d = min(d, MaxRetryDelay)
-	return d/2 + rand.N(d/2+1)
+	return queue.Backoff(w.base, attempt)
 }
 
 // schedule sends the retry of p described by m (m.Attempt attempts made),
@@ -104,19 +96,7 @@ func (w *Worker) send(ctx context.Context, m retryMessage, delay time.Duration) 
 // again after its visibility timeout and moves to its dead-letter queue
 // after its maxReceiveCount. Its error is always nil.
 func (w *Worker) HandleRetries(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	failed := make([]bool, len(ev.Records))
-	var wg sync.WaitGroup
-	for i, m := range ev.Records {
-		wg.Go(func() { failed[i] = ctx.Err() != nil || w.retry(ctx, m) != nil })
-	}
-	wg.Wait()
-	var resp events.SQSEventResponse
-	for i, m := range ev.Records {
-		if failed[i] {
-			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: m.MessageId})
-		}
-	}
-	return resp, nil
+	return queue.Process(ctx, ev, w.retry), nil
 }
 
 // retry handles one retry message and logs its outcome.
