@@ -2,7 +2,8 @@
 //
 // Each file is an event as AWS sends it to one function, named
 // <function>-<case>.json (api-*, authorizer-*, worker-*, sweeper-*,
-// reconciler-*, checker-*, retrier-*, receipts-*, provider-*), for `sam local invoke -e events/<file>.json <LogicalId>`.
+// reconciler-*, checker-*, retrier-*, receipts-*, resender-*, provider-*),
+// for `sam local invoke -e events/<file>.json <LogicalId>`.
 // TestEvents feeds every file to its function's handler, built as
 // functions/<name>/main.go builds it and invoked through lambda.NewHandler
 // (so the file is decoded exactly as the Lambda runtime decodes it), against
@@ -497,6 +498,9 @@ var fixtures = map[string]fixture{
 	},
 	"receipts-receipt-job.json":       {run: runReceiptJob},
 	"receipts-batch-with-outage.json": {run: runReceiptOutage},
+	// The resender, on the receipt retry queue (orders_test.go).
+	"resender-retry.json":       {run: runResenderRetry},
+	"resender-dead-letter.json": {run: runResenderDeadLetter},
 
 	// The provider simulator behind its function URL (payload 2.0).
 	"provider-function-url-charge.json": {run: func(t *testing.T, s *stack, file string) {

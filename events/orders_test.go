@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -16,9 +17,11 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/stream"
+	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/orders"
 	"github.com/oncehq/once/internal/outbox"
+	"github.com/oncehq/once/internal/sqstest"
 )
 
 // runCreateOrder: a paid order, its record COMPLETED at finished, one
@@ -129,8 +132,7 @@ func runReconcileOrder(t *testing.T, s *stack, file string) {
 // order; a redelivery sends nothing.
 func runReceiptJob(t *testing.T, s *stack, file string) {
 	job := jobImage(t, streamEvent(t, file).Records[0])
-	s.put(t, s.names.ByLogicalID["OrdersTable"], map[string]any{"pk": job.OrderPK, "id": job.Order, "tenant": job.Tenant, "status": "paid",
-		"recovery_point": "finished", "receipt": "queued", "email": job.To})
+	s.paidOrder(t, job)
 	if resp := s.stream(t, receiptsFunction, file); len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("batch item failures = %v, want none", resp.BatchItemFailures)
 	}
@@ -154,19 +156,17 @@ func runReceiptJob(t *testing.T, s *stack, file string) {
 	checkMetrics(t, s, receiptsFunction, []string{`"receipt_sent":1`, `"receipt_duplicate":1`}, nil)
 }
 
-// runReceiptOutage: a receipt whose mail API is down fails its record; the
-// other receipt of the batch is sent all the same.
+// runReceiptOutage: a receipt whose mail API is down does not fail its
+// record: it goes to the receipt retry queue (attempt 1), the job failed
+// with its error; the other receipt of the batch is sent all the same.
 func runReceiptOutage(t *testing.T, s *stack, file string) {
 	recs := streamEvent(t, file).Records
 	down, fine := jobImage(t, recs[0]), jobImage(t, recs[1])
 	for _, j := range []outbox.Job{down, fine} {
-		s.put(t, s.names.ByLogicalID["OrdersTable"], map[string]any{"pk": j.OrderPK, "id": j.Order, "tenant": j.Tenant, "status": "paid",
-			"recovery_point": "finished", "receipt": "queued", "email": j.To})
+		s.paidOrder(t, j)
 	}
-	resp := s.stream(t, receiptsFunction, file)
-	want := []events.DynamoDBBatchItemFailure{{ItemIdentifier: recs[0].Change.SequenceNumber}}
-	if diff := cmp.Diff(want, resp.BatchItemFailures); diff != "" {
-		t.Errorf("batch item failures (-want +got):\n%s", diff)
+	if resp := s.stream(t, receiptsFunction, file); len(resp.BatchItemFailures) != 0 {
+		t.Errorf("batch item failures = %v, want none (the outage goes to the retry queue)", resp.BatchItemFailures)
 	}
 	if n := s.messages(t, fine.To); n != 1 {
 		t.Errorf("messages to %s = %d, want 1", fine.To, n)
@@ -174,13 +174,140 @@ func runReceiptOutage(t *testing.T, s *stack, file string) {
 	if n := s.messages(t, down.To); n != 0 {
 		t.Errorf("messages to %s = %d, want 0", down.To, n)
 	}
-	var got outbox.Job
-	if err := attributevalue.UnmarshalMap(s.item(t, s.names.ByLogicalID["OutboxTable"], down.PK), &got); err != nil {
+	if got := s.job(t, down); got.State != outbox.Failed || got.Attempts != 1 || got.LastError == "" {
+		t.Errorf("job = %s after %d attempts (%q), want failed after 1 with its last error", got.State, got.Attempts, got.LastError)
+	}
+	want := []receiptRetry{{Tenant: down.Tenant, Job: down.ID, Attempt: 1}}
+	if diff := cmp.Diff(want, s.queued(t, s.receiptRetryQueue, 5*time.Second)); diff != "" {
+		t.Errorf("receipt retry queue (-want +got):\n%s", diff)
+	}
+	checkMetrics(t, s, receiptsFunction, []string{`"receipt_sent":1`, `"receipt_failed":1`, `"receipt_retried":1`}, nil)
+}
+
+// runResenderRetry: a receipt whose mail failed, tried again from the
+// retry queue (the receipt of receipts-receipt-job.json, failed once): sent
+// once; the message delivered again sends nothing.
+func runResenderRetry(t *testing.T, s *stack, file string) {
+	job := jobImage(t, streamEvent(t, "receipts-receipt-job.json").Records[0])
+	retry := receiptRetryIn(t, file)
+	if retry.Job != job.ID || retry.Tenant != job.Tenant {
+		t.Fatalf("%s retries %+v, want the job of receipts-receipt-job.json", file, retry)
+	}
+	job.State, job.Attempts, job.LastError = outbox.Failed, retry.Attempt, "mail: send: not sent: status 503: mail_unavailable"
+	s.put(t, s.names.ByLogicalID["OutboxTable"], job)
+	s.paidOrder(t, job)
+	for i := range 2 {
+		if resp := s.sqsEvent(t, resenderFunction, file); len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("delivery %d: batch item failures = %v, want none", i+1, resp.BatchItemFailures)
+		}
+	}
+	if n := s.messages(t, job.To); n != 1 {
+		t.Errorf("messages sent to %s = %d, want 1", job.To, n)
+	}
+	if got := s.job(t, job); got.State != outbox.Sent || got.Attempts != retry.Attempt+1 {
+		t.Errorf("job = %s after %d attempts, want sent after %d", got.State, got.Attempts, retry.Attempt+1)
+	}
+	if o := s.order(t, job.Tenant, job.Order); o.Receipt != orders.ReceiptSent {
+		t.Errorf("order receipt = %q, want sent", o.Receipt)
+	}
+	if got := s.queued(t, s.receiptRetryQueue, 0); len(got) != 0 {
+		t.Errorf("retries sent = %+v, want none", got)
+	}
+	checkMetrics(t, s, resenderFunction, []string{`"receipt_sent":1`, `"receipt_duplicate":1`}, []string{"receipt_retried"})
+}
+
+// runResenderDeadLetter: the last attempt at a receipt whose mail is still
+// down (the first job of receipts-batch-with-outage.json, tried
+// ONCE_RECEIPT_ATTEMPTS - 1 times): it fails too, and the resender gives
+// up: the retry goes to the dead-letter queue, whose alarm fires, with the
+// time it gave up; no more retries; the job failed after every attempt.
+func runResenderDeadLetter(t *testing.T, s *stack, file string) {
+	job := jobImage(t, streamEvent(t, "receipts-batch-with-outage.json").Records[0])
+	retry := receiptRetryIn(t, file)
+	if retry.Job != job.ID || retry.Attempt != config.DefaultReceiptAttempts-1 {
+		t.Fatalf("%s retries %+v, want attempt %d of the down job of receipts-batch-with-outage.json", file, retry, config.DefaultReceiptAttempts-1)
+	}
+	job.State, job.Attempts = outbox.Failed, retry.Attempt
+	s.put(t, s.names.ByLogicalID["OutboxTable"], job)
+	s.paidOrder(t, job)
+	if resp := s.sqsEvent(t, resenderFunction, file); len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("batch item failures = %v, want none", resp.BatchItemFailures)
+	}
+	dead := s.queued(t, s.receiptDLQ, 5*time.Second)
+	if len(dead) != 1 || dead[0].Job != job.ID || dead[0].Attempt != config.DefaultReceiptAttempts || dead[0].GaveUp.IsZero() {
+		t.Errorf("dead letters = %+v, want the job after %d attempts, given up", dead, config.DefaultReceiptAttempts)
+	}
+	if got := s.queued(t, s.receiptRetryQueue, 0); len(got) != 0 {
+		t.Errorf("retries sent = %+v, want none", got)
+	}
+	if got := s.job(t, job); got.State != outbox.Failed || got.Attempts != config.DefaultReceiptAttempts {
+		t.Errorf("job = %s after %d attempts, want failed after %d", got.State, got.Attempts, config.DefaultReceiptAttempts)
+	}
+	if n := s.messages(t, job.To); n != 0 {
+		t.Errorf("messages to %s = %d, want 0", job.To, n)
+	}
+	checkMetrics(t, s, resenderFunction, []string{`"receipt_dead_lettered":1`, `"receipt_failed":1`}, []string{"receipt_sent", "receipt_retried"})
+}
+
+// receiptRetry is a message of the receipt retry queue or its dead-letter
+// queue.
+type receiptRetry struct {
+	Tenant  string    `json:"tenant"`
+	Job     string    `json:"job"`
+	Attempt int       `json:"attempt"`
+	GaveUp  time.Time `json:"gave_up"`
+}
+
+// receiptRetryIn decodes the retry of an SQS event file.
+func receiptRetryIn(t *testing.T, file string) receiptRetry {
+	t.Helper()
+	var ev events.SQSEvent
+	if err := json.Unmarshal(readFile(t, file), &ev); err != nil {
 		t.Fatal(err)
 	}
-	if got.State != outbox.Failed || got.Attempts == 0 || got.LastError == "" {
-		t.Errorf("job = %s after %d attempts (%q), want failed with its last error", got.State, got.Attempts, got.LastError)
+	var r receiptRetry
+	if len(ev.Records) != 1 || json.Unmarshal([]byte(ev.Records[0].Body), &r) != nil {
+		t.Fatalf("%s: want one receipt retry", file)
 	}
+	return r
+}
+
+// queued receives (and deletes) the messages of the queue at url,
+// waiting up to wait for them (delayed ones included).
+func (s *stack) queued(t *testing.T, url string, wait time.Duration) []receiptRetry {
+	t.Helper()
+	var out []receiptRetry
+	deadline := time.Now().Add(wait)
+	for {
+		for _, m := range sqstest.Receive(t, s.sqs, url, 0, false) {
+			var r receiptRetry
+			if err := json.Unmarshal([]byte(aws.ToString(m.Body)), &r); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, r)
+		}
+		if len(out) > 0 || !time.Now().Before(deadline) {
+			return out
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// paidOrder writes the paid order of job, its receipt queued.
+func (s *stack) paidOrder(t *testing.T, job outbox.Job) {
+	t.Helper()
+	s.put(t, s.names.ByLogicalID["OrdersTable"], map[string]any{"pk": job.OrderPK, "id": job.Order, "tenant": job.Tenant, "status": "paid",
+		"recovery_point": "finished", "receipt": "queued", "email": job.To})
+}
+
+// job reads job as it stands in the outbox.
+func (s *stack) job(t *testing.T, job outbox.Job) outbox.Job {
+	t.Helper()
+	var got outbox.Job
+	if err := attributevalue.UnmarshalMap(s.item(t, s.names.ByLogicalID["OutboxTable"], job.PK), &got); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 // checkJobImage checks a receipt job image: the item the orders flow

@@ -50,6 +50,7 @@ const (
 	checkerFunction    = "CheckerFunction"
 	retrierFunction    = "RetrierFunction"
 	receiptsFunction   = "ReceiptsFunction"
+	resenderFunction   = "ResenderFunction"
 	providerFunction   = "ProviderFunction"
 )
 
@@ -64,9 +65,12 @@ type stack struct {
 	// lookups; simURL is the simulator's base URL.
 	provider *provider.Client
 	simURL   string
-	// sqs reaches the functions' queues; checkQueue is the check queue's URL.
-	sqs        *sqs.Client
-	checkQueue string
+	// sqs reaches the functions' queues; checkQueue is the check queue's URL,
+	// receiptRetries and receiptDLQ the receipt retry queue's and its
+	// dead-letter queue's.
+	sqs                           *sqs.Client
+	checkQueue                    string
+	receiptRetryQueue, receiptDLQ string
 	// handlers and metrics are by function logical ID.
 	handlers map[string]lambda.Handler
 	metrics  map[string]*lambdatest.Buffer
@@ -106,7 +110,7 @@ func newStack(t *testing.T) *stack {
 		return app.Options{Logger: logger.With("function", fn), Metrics: s.metrics[fn]}
 	}
 
-	// functions/api, functions/reconciler, functions/receipts.
+	// functions/api, functions/reconciler.
 	fnClient, err := app.DynamoDB(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -121,25 +125,22 @@ func newStack(t *testing.T) *stack {
 		t.Fatalf("%s: %v", reconcilerFunction, err)
 	}
 	s.handlers[reconcilerFunction] = lambda.NewHandler(reconcile)
-	send, err := receipts.Handler(cfg, fnClient, opts(receiptsFunction))
-	if err != nil {
-		t.Fatalf("%s: %v", receiptsFunction, err)
-	}
-	s.handlers[receiptsFunction] = lambda.NewHandler(send)
-	// functions/checker and functions/retrier; worker and sweeper send to
-	// queues too.
+	// functions/checker, functions/retrier and functions/resender; worker,
+	// sweeper and receipts send to queues too.
 	clients := queue.Clients{DynamoDB: fnClient, SQS: sqstest.Client(t, cfg.SQSEndpoint)}
-	for _, q := range []string{cfg.CheckQueue, cfg.WorkerRetryQueue} {
+	for _, q := range []string{cfg.CheckQueue, cfg.WorkerRetryQueue, cfg.ReceiptRetryQueue, cfg.ReceiptRetryDLQ} {
 		sqstest.Queue(t, clients.SQS, q, nil)
 	}
 	s.sqs = clients.SQS
-	s.checkQueue, err = queue.Resolve(t.Context(), clients.SQS, cfg.CheckQueue)
-	if err != nil {
-		t.Fatal(err)
+	for v, q := range map[*string]string{&s.checkQueue: cfg.CheckQueue, &s.receiptRetryQueue: cfg.ReceiptRetryQueue, &s.receiptDLQ: cfg.ReceiptRetryDLQ} {
+		if *v, err = queue.Resolve(t.Context(), clients.SQS, q); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for fn, build := range map[string]queue.Builder[stream.Handler]{
-		workerFunction:  worker.Handler,
-		sweeperFunction: sweeper.Handler,
+		workerFunction:   worker.Handler,
+		sweeperFunction:  sweeper.Handler,
+		receiptsFunction: receipts.Handler,
 	} {
 		h, err := build(t.Context(), cfg, clients, opts(fn))
 		if err != nil {
@@ -148,8 +149,9 @@ func newStack(t *testing.T) *stack {
 		s.handlers[fn] = lambda.NewHandler(h)
 	}
 	for fn, build := range map[string]queue.Builder[queue.Handler]{
-		checkerFunction: checker.Handler,
-		retrierFunction: worker.RetryHandler,
+		checkerFunction:  checker.Handler,
+		retrierFunction:  worker.RetryHandler,
+		resenderFunction: receipts.RetryHandler,
 	} {
 		h, err := build(t.Context(), cfg, clients, opts(fn))
 		if err != nil {

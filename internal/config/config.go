@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -32,6 +33,13 @@ const (
 	EnvCheckDLQ         = "ONCE_CHECK_DLQ"
 	EnvWorkerRetryQueue = "ONCE_WORKER_RETRY_QUEUE"
 	EnvWorkerRetryDLQ   = "ONCE_WORKER_RETRY_DLQ"
+	// The receipts' retry queue (the receipts function sends a receipt
+	// whose mail failed to it; the resender takes it from there) and its
+	// dead-letter queue, where a receipt ends after ONCE_RECEIPT_ATTEMPTS.
+	EnvReceiptRetryQueue = "ONCE_RECEIPT_RETRY_QUEUE"
+	EnvReceiptRetryDLQ   = "ONCE_RECEIPT_RETRY_DLQ"
+	// EnvReceiptAttempts bounds the sends tried for one receipt.
+	EnvReceiptAttempts = "ONCE_RECEIPT_ATTEMPTS"
 	// EnvWorkerRetryWindow bounds how long the worker retries a payment
 	// whose provider call keeps failing transiently.
 	EnvWorkerRetryWindow = "ONCE_WORKER_RETRY_WINDOW"
@@ -60,6 +68,18 @@ const (
 	// DefaultLocalRegion is the region used with a DYNAMODB_ENDPOINT or an
 	// SQS_ENDPOINT and no AWS_REGION.
 	DefaultLocalRegion = "us-east-1"
+)
+
+// Defaults of the receipts' retries.
+const (
+	DefaultReceiptRetryQueue = "once-receipt-retry"
+	DefaultReceiptRetryDLQ   = "once-receipt-retry-dlq"
+	// DefaultReceiptAttempts: with delays doubling from 1s up to SQS's 15
+	// minutes, half of each random, the last attempt comes 2.5 to 5 hours
+	// after the first.
+	DefaultReceiptAttempts = 30
+	// MaxReceiptAttempts bounds ONCE_RECEIPT_ATTEMPTS.
+	MaxReceiptAttempts = 1000
 )
 
 // How the functions authenticate to the payment provider
@@ -113,6 +133,13 @@ type Config struct {
 	// WorkerRetryWindow is how long after its creation a payment whose
 	// charge fails transiently is retried.
 	WorkerRetryWindow time.Duration
+	// ReceiptRetryQueue and ReceiptRetryDLQ are the receipts' retry queue
+	// and its dead-letter queue (a queue name or a queue URL).
+	ReceiptRetryQueue string
+	ReceiptRetryDLQ   string
+	// ReceiptAttempts is how many sends of one receipt are tried, at least
+	// 2: the first from the outbox stream, the rest from the retry queue.
+	ReceiptAttempts int
 	// SQSEndpoint overrides the SQS endpoint; empty means AWS.
 	SQSEndpoint string
 	// MailURL is the mail API's base URL (the receipts sender's); empty when
@@ -153,6 +180,17 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		}
 		return d
 	}
+	count := func(name string, def, least, most int) int {
+		v := str(name, "")
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < least || n > most {
+			bad(name, v, fmt.Sprintf("not a whole number from %d to %d", least, most))
+		}
+		return n
+	}
 	queue := func(name, def string) string {
 		v := str(name, def)
 		if queueName.MatchString(v) {
@@ -190,6 +228,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		WorkerRetryQueue:  queue(EnvWorkerRetryQueue, DefaultWorkerRetryQueue),
 		WorkerRetryDLQ:    queue(EnvWorkerRetryDLQ, DefaultWorkerRetryDLQ),
 		WorkerRetryWindow: duration(EnvWorkerRetryWindow, DefaultWorkerRetryWindow),
+		ReceiptRetryQueue: queue(EnvReceiptRetryQueue, DefaultReceiptRetryQueue),
+		ReceiptRetryDLQ:   queue(EnvReceiptRetryDLQ, DefaultReceiptRetryDLQ),
+		ReceiptAttempts:   count(EnvReceiptAttempts, DefaultReceiptAttempts, 2, MaxReceiptAttempts),
 		SQSEndpoint:       endpoint(EnvSQSEndpoint),
 		MailURL:           endpoint(EnvMailURL),
 	}

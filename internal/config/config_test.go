@@ -24,6 +24,9 @@ func TestFromEnv(t *testing.T) {
 		WorkerRetryQueue:  DefaultWorkerRetryQueue,
 		WorkerRetryDLQ:    DefaultWorkerRetryDLQ,
 		WorkerRetryWindow: DefaultWorkerRetryWindow,
+		ReceiptRetryQueue: DefaultReceiptRetryQueue,
+		ReceiptRetryDLQ:   DefaultReceiptRetryDLQ,
+		ReceiptAttempts:   DefaultReceiptAttempts,
 		MailAuth:          ProviderAuthNone,
 	}
 	with := func(f func(*Config)) Config {
@@ -59,6 +62,9 @@ func TestFromEnv(t *testing.T) {
 				"SQS_ENDPOINT":             "http://127.0.0.1:9324",
 				"ONCE_MAIL_URL":            "https://mail.example.com",
 				"ONCE_MAIL_AUTH":           "AWS_IAM",
+				"ONCE_RECEIPT_RETRY_QUEUE": "https://sqs.eu-west-1.amazonaws.com/123456789012/stack-ReceiptRetryQueue-AbC",
+				"ONCE_RECEIPT_RETRY_DLQ":   "receipt-dlq",
+				"ONCE_RECEIPT_ATTEMPTS":    "4",
 			},
 			want: Config{
 				Retention:        90 * time.Minute,
@@ -80,6 +86,9 @@ func TestFromEnv(t *testing.T) {
 				SQSEndpoint:       "http://127.0.0.1:9324",
 				MailURL:           "https://mail.example.com",
 				MailAuth:          ProviderAuthIAM,
+				ReceiptRetryQueue: "https://sqs.eu-west-1.amazonaws.com/123456789012/stack-ReceiptRetryQueue-AbC",
+				ReceiptRetryDLQ:   "receipt-dlq",
+				ReceiptAttempts:   4,
 			},
 		},
 		{name: "SQS endpoint without region defaults the region", env: map[string]string{"SQS_ENDPOINT": "http://localhost:4566"},
@@ -87,6 +96,10 @@ func TestFromEnv(t *testing.T) {
 		{name: "bad queue name", env: map[string]string{"ONCE_CHECK_QUEUE": "check.fifo"}, wantErr: []string{"ONCE_CHECK_QUEUE"}},
 		{name: "queue URL without scheme", env: map[string]string{"ONCE_WORKER_RETRY_DLQ": "sqs.amazonaws.com/1/q x"}, wantErr: []string{"ONCE_WORKER_RETRY_DLQ"}},
 		{name: "bad retry window", env: map[string]string{"ONCE_WORKER_RETRY_WINDOW": "0s"}, wantErr: []string{"ONCE_WORKER_RETRY_WINDOW"}},
+		{name: "one receipt attempt", env: map[string]string{"ONCE_RECEIPT_ATTEMPTS": "1"}, wantErr: []string{"ONCE_RECEIPT_ATTEMPTS"}},
+		{name: "receipt attempts not a number", env: map[string]string{"ONCE_RECEIPT_ATTEMPTS": "ten"}, wantErr: []string{"ONCE_RECEIPT_ATTEMPTS"}},
+		{name: "too many receipt attempts", env: map[string]string{"ONCE_RECEIPT_ATTEMPTS": "1001"}, wantErr: []string{"ONCE_RECEIPT_ATTEMPTS"}},
+		{name: "bad receipt retry queue", env: map[string]string{"ONCE_RECEIPT_RETRY_QUEUE": "r.fifo"}, wantErr: []string{"ONCE_RECEIPT_RETRY_QUEUE"}},
 		{name: "settle below the provider timeout", env: map[string]string{"ONCE_PROVIDER_TIMEOUT": "10s", "ONCE_PROVIDER_SETTLE": "5s"}, wantErr: []string{"ONCE_PROVIDER_SETTLE"}},
 		{name: "settle unset follows a long provider timeout", env: map[string]string{"ONCE_PROVIDER_TIMEOUT": "40s", "ONCE_LEASE": "1m"},
 			want: with(func(c *Config) {

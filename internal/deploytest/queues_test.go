@@ -143,7 +143,7 @@ func TestQueues(t *testing.T) {
 		}
 	}
 	sort.Strings(work)
-	if diff := cmp.Diff([]string{"CheckQueue", "WorkerRetryQueue"}, work); diff != "" {
+	if diff := cmp.Diff([]string{"CheckQueue", "ReceiptRetryQueue", "WorkerRetryQueue"}, work); diff != "" {
 		t.Errorf("work queues mismatch (-want +got):\n%s", diff)
 	}
 	for id := range mappings {

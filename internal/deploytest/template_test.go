@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/samtemplate"
 )
 
@@ -25,6 +27,7 @@ func TestParameters(t *testing.T) {
 	want := map[string]string{ // name -> default
 		"StageName": "prod", "Architecture": "arm64", "LogLevel": "info",
 		"Retention": "24h", "Lease": "30s", "ProviderTimeout": "5s", "ProviderSettle": "30s", "WorkerRetryWindow": "6h",
+		"ReceiptAttempts":         strconv.Itoa(config.DefaultReceiptAttempts),
 		"DeployProviderSimulator": "true", "ProviderUrl": "", "MailUrl": "", "AlarmTopicArn": "", "DynamoDBEndpoint": "", "SQSEndpoint": "",
 	}
 	if diff := cmp.Diff(sortedKeys(want), sortedKeys(params)); diff != "" {

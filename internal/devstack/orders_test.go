@@ -1,15 +1,12 @@
 package devstack_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -17,7 +14,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -27,7 +23,6 @@ import (
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/orders"
-	"github.com/oncehq/once/internal/outbox"
 )
 
 // orderStack is a devstack with crash injection, a short lease and provider
@@ -264,9 +259,6 @@ func TestOrdersMatrix(t *testing.T) {
 					}
 				}
 			}
-			if group.name == "unavailable" {
-				wg.Go(func() { t.Run("mail outage", func(t *testing.T) { receiptDeadLetter(t, s) }) })
-			}
 			wg.Wait()
 		})
 	}
@@ -380,55 +372,5 @@ func orderMatrixCase(t *testing.T, s *orderStack, tm *timings, c orderCase, toke
 	}
 	if n := s.messages(t, c.email); n != want.receipts {
 		t.Errorf("receipts sent = %d, want %d", n, want.receipts)
-	}
-}
-
-// receiptDeadLetter: a receipt whose mail never goes out is tried a bounded
-// number of times (3 sends an invocation, 1 + MaximumRetryAttempts
-// invocations), then its stream record goes to the on-failure destination
-// (here .devstack/dlq-receipts.jsonl); the job stays failed in the outbox,
-// with its attempts and last error, and the order's receipt queued.
-func receiptDeadLetter(t *testing.T, s *orderStack) {
-	c := newOrderCase("mail-outage", "tok_visa")
-	c.email = "outage@unavailable.example"
-	c.body = fmt.Sprintf(`{"amount": 4200, "currency": "EUR", "customer": "cus_42", "email": %q, "source": "tok_visa"}`, c.email)
-	if r := send(t, s.URL(), "/v1/orders", c.key, "", c.body); r.status != http.StatusCreated {
-		t.Fatalf("order = %d %s, want 201", r.status, r.body)
-	}
-	dlq := filepath.Join(s.stateDir, "dlq-receipts.jsonl")
-	var lines []string
-	lambdatest.WaitFor(t, 90*time.Second, "the receipt's record in "+dlq, func() bool {
-		f, err := os.Open(dlq)
-		if err != nil {
-			return false
-		}
-		defer f.Close()
-		lines = nil
-		sc := bufio.NewScanner(f)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), c.email) {
-				lines = append(lines, sc.Text())
-			}
-		}
-		return len(lines) > 0
-	})
-	if len(lines) != 1 {
-		t.Errorf("dead letters for the receipt = %d, want 1", len(lines))
-	}
-	var job outbox.Job
-	item := dynamotest.Item(t, s.db, s.Config().Table("OutboxTable"), "acme#"+orders.JobID(c.id(t)))
-	if err := attributevalue.UnmarshalMap(item, &job); err != nil {
-		t.Fatal(err)
-	}
-	const invocations = 1 + 5 // template.yaml: MaximumRetryAttempts 5
-	if job.State != outbox.Failed || job.Attempts != 3*invocations || !strings.Contains(job.LastError, "not sent") {
-		t.Errorf("job = %s after %d attempts (%q), want failed after %d, the outage its last error", job.State, job.Attempts, job.LastError, 3*invocations)
-	}
-	if o, _ := s.order(t, c); o.Receipt != orders.ReceiptQueued {
-		t.Errorf("order receipt = %q, want queued", o.Receipt)
-	}
-	if n := s.messages(t, c.email); n != 0 {
-		t.Errorf("messages = %d, want 0", n)
 	}
 }

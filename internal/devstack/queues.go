@@ -21,6 +21,7 @@ import (
 	"github.com/oncehq/once/internal/checker"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/queue"
+	"github.com/oncehq/once/internal/receipts"
 	"github.com/oncehq/once/internal/samtemplate"
 	"github.com/oncehq/once/internal/sqslocal"
 	"github.com/oncehq/once/internal/sqsmapping"
@@ -30,8 +31,9 @@ import (
 // queueFunctions builds the handler of each SQS-triggered function of the
 // template, exactly as its main does.
 var queueFunctions = map[string]queue.Builder[queue.Handler]{
-	"CheckerFunction": checker.Handler,
-	"RetrierFunction": worker.RetryHandler,
+	"CheckerFunction":  checker.Handler,
+	"RetrierFunction":  worker.RetryHandler,
+	"ResenderFunction": receipts.RetryHandler,
 }
 
 // maxLocalConcurrency caps a mapping's pollers locally, whatever its
@@ -47,6 +49,9 @@ func queueNames(cfg config.Config) map[string]string {
 		"CheckDLQ":         cfg.CheckDLQ,
 		"WorkerRetryQueue": cfg.WorkerRetryQueue,
 		"WorkerRetryDLQ":   cfg.WorkerRetryDLQ,
+		// The receipts' retries.
+		"ReceiptRetryQueue": cfg.ReceiptRetryQueue,
+		"ReceiptRetryDLQ":   cfg.ReceiptRetryDLQ,
 	}
 }
 

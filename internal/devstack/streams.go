@@ -33,7 +33,7 @@ var streamFunctions = map[string]queue.Builder[stream.Handler]{
 	"WorkerFunction":     worker.Handler,
 	"SweeperFunction":    sweeper.Handler,
 	"ReconcilerFunction": dynamoOnly(reconciler.Handler),
-	"ReceiptsFunction":   dynamoOnly(receipts.Handler),
+	"ReceiptsFunction":   receipts.Handler,
 }
 
 // dynamoOnly adapts the builder of a stream function that uses no queue

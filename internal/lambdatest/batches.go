@@ -23,6 +23,13 @@ import (
 // not exactly its own.
 func RaceBatches(t testing.TB, rt *RuntimeAPI, ignored, poison func() events.DynamoDBEventRecord) {
 	t.Helper()
+	raceBatches(t, rt, ignored, poison, true)
+}
+
+// raceBatches is RaceBatches; a response must name the poison record and,
+// with later, every record after it.
+func raceBatches(t testing.TB, rt *RuntimeAPI, ignored, poison func() events.DynamoDBEventRecord, later bool) {
+	t.Helper()
 	const goroutines, each, size = 8, 40, 6
 	var wrong atomic.Int64
 	var mu sync.Mutex
@@ -43,6 +50,9 @@ func RaceBatches(t testing.TB, rt *RuntimeAPI, ignored, poison func() events.Dyn
 				var want []string
 				for _, rec := range ev.Records[at:] {
 					want = append(want, rec.Change.SequenceNumber)
+				}
+				if !later {
+					want = want[:1]
 				}
 				payload, err := json.Marshal(ev)
 				if err != nil {
@@ -80,13 +90,26 @@ func RaceBatches(t testing.TB, rt *RuntimeAPI, ignored, poison func() events.Dyn
 // that everything the process wrote is JSON.
 func CheckStreamFunction(t testing.TB, env map[string]string, poison func() events.DynamoDBEventRecord) {
 	t.Helper()
+	checkStreamFunction(t, env, poison, true)
+}
+
+// CheckStreamFunctionEach is CheckStreamFunction for a function that
+// handles the records of a batch each on its own (the receipts function):
+// a response must name exactly the batch's poison record.
+func CheckStreamFunctionEach(t testing.TB, env map[string]string, poison func() events.DynamoDBEventRecord) {
+	t.Helper()
+	checkStreamFunction(t, env, poison, false)
+}
+
+func checkStreamFunction(t testing.TB, env map[string]string, poison func() events.DynamoDBEventRecord, later bool) {
+	t.Helper()
 	rt := NewRuntimeAPI(t)
 	full := map[string]string{"AWS_LAMBDA_RUNTIME_API": rt.Addr(), "AWS_LAMBDA_MAX_CONCURRENCY": "8"}
 	for k, v := range env {
 		full[k] = v
 	}
 	p := StartFunction(t, full)
-	RaceBatches(t, rt, completedModify, poison)
+	raceBatches(t, rt, completedModify, poison, later)
 	p.Stop(t)
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -42,7 +43,18 @@ func (t *Tool) queues() []deadLetters {
 	return []deadLetters{
 		{name: "check", dlq: t.cfg.CheckDLQ, source: t.cfg.CheckQueue, dlqEnv: config.EnvCheckDLQ, sourceEnv: config.EnvCheckQueue},
 		{name: "worker-retry", dlq: t.cfg.WorkerRetryDLQ, source: t.cfg.WorkerRetryQueue, dlqEnv: config.EnvWorkerRetryDLQ, sourceEnv: config.EnvWorkerRetryQueue},
+		{name: "receipt-retry", dlq: t.cfg.ReceiptRetryDLQ, source: t.cfg.ReceiptRetryQueue, dlqEnv: config.EnvReceiptRetryDLQ, sourceEnv: config.EnvReceiptRetryQueue},
 	}
+}
+
+// queueChoice names the queues for usage messages: "a, b or c".
+func (t *Tool) queueChoice() string {
+	qs := t.queues()
+	names := make([]string, len(qs))
+	for i, q := range qs {
+		names[i] = q.name
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 func (t *Tool) queueNamed(name string) (deadLetters, bool) {
@@ -80,7 +92,7 @@ type letter struct {
 }
 
 func (t *Tool) dlqList(ctx context.Context, args []string) error {
-	fs := t.flags("dlq list", "[check|worker-retry] [-limit N] [-json]", "List the dead letters of one queue, or of both.")
+	fs := t.flags("dlq list", "[check|worker-retry|receipt-retry] [-limit N] [-json]", "List the dead letters of one queue, or of all.")
 	limit := fs.Int("limit", 100, "list at most this many per queue")
 	asJSON := fs.Bool("json", false, "one JSON object per line")
 	if err := t.parse(fs, args, -1); err != nil {
@@ -91,7 +103,7 @@ func (t *Tool) dlqList(ctx context.Context, args []string) error {
 	case fs.NArg() == 1:
 		q, ok := t.queueNamed(fs.Arg(0))
 		if !ok {
-			return usageError{fs, fmt.Sprintf("unknown queue %q: want check or worker-retry", fs.Arg(0))}
+			return usageError{fs, fmt.Sprintf("unknown queue %q: want %s", fs.Arg(0), t.queueChoice())}
 		}
 		qs = []deadLetters{q}
 	case fs.NArg() > 1:
@@ -137,18 +149,18 @@ func (t *Tool) dlqList(ctx context.Context, args []string) error {
 }
 
 func (t *Tool) dlqRedrive(ctx context.Context, args []string) error {
-	fs := t.flags("dlq redrive", "(check|worker-retry) (MESSAGE-ID... | -all)",
+	fs := t.flags("dlq redrive", "(check|worker-retry|receipt-retry) (MESSAGE-ID... | -all)",
 		"Send dead letters back to the queue they came from, where their function handles them again (idempotently).")
 	all := fs.Bool("all", false, "every dead letter of the queue")
 	if err := t.parse(fs, args, -1); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
-		return usageError{fs, "want a queue: check or worker-retry"}
+		return usageError{fs, "want a queue: " + t.queueChoice()}
 	}
 	q, ok := t.queueNamed(fs.Arg(0))
 	if !ok {
-		return usageError{fs, fmt.Sprintf("unknown queue %q: want check or worker-retry", fs.Arg(0))}
+		return usageError{fs, fmt.Sprintf("unknown queue %q: want %s", fs.Arg(0), t.queueChoice())}
 	}
 	ids := fs.Args()[1:]
 	if *all == (len(ids) > 0) {

@@ -59,18 +59,19 @@ const usage = `oncectl: the operator's view of a once deployment.
 Configured like the functions, from the environment: DYNAMODB_ENDPOINT and
 SQS_ENDPOINT (unset: AWS), AWS_REGION, ONCE_IDEMPOTENCY_TABLE,
 ONCE_CHECK_QUEUE, ONCE_CHECK_DLQ, ONCE_WORKER_RETRY_QUEUE,
-ONCE_WORKER_RETRY_DLQ, ONCE_RETENTION (queue names or URLs; AWS credentials
-as the AWS SDK finds them).
+ONCE_WORKER_RETRY_DLQ, ONCE_RECEIPT_RETRY_QUEUE, ONCE_RECEIPT_RETRY_DLQ,
+ONCE_RETENTION (queue names or URLs; AWS credentials as the AWS SDK finds
+them).
 
 Commands:
   unknown [-tenant T] [-limit N] [-json]       list the UNKNOWN records
   show [-bodies] (RECORD | -tenant T -key K)   show one record (never the raw key: its hash)
   reannounce (RECORD | -tenant T -key K)       hand a record to the reconciler again
-  dlq list [check|worker-retry] [-limit N]     list dead letters
-  dlq redrive (check|worker-retry) (ID... | -all)
-                                               send dead letters back to their queue
+  dlq list [QUEUE] [-limit N] [-json]          list dead letters
+  dlq redrive QUEUE (ID... | -all)             send dead letters back to their queue
 
-RECORD is a record's ID, tenant#key-hash, as unknown lists them.
+RECORD is a record's ID, tenant#key-hash, as unknown lists them. QUEUE is
+check, worker-retry or receipt-retry.
 `
 
 // Run runs the command args and returns the process's exit code: 0, 1 when

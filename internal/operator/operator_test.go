@@ -60,6 +60,7 @@ func newEnv(t *testing.T) *env {
 	for env, name := range map[string]string{
 		config.EnvCheckQueue: config.DefaultCheckQueue, config.EnvCheckDLQ: config.DefaultCheckDLQ,
 		config.EnvWorkerRetryQueue: config.DefaultWorkerRetryQueue, config.EnvWorkerRetryDLQ: config.DefaultWorkerRetryDLQ,
+		config.EnvReceiptRetryQueue: config.DefaultReceiptRetryQueue, config.EnvReceiptRetryDLQ: config.DefaultReceiptRetryDLQ,
 	} {
 		e.urls[env] = sqstest.Queue(t, c, name, nil)
 	}
@@ -272,6 +273,8 @@ func TestDeadLetters(t *testing.T) {
 	send(checkDLQ, `{"record":"acme#1","lease_token":"a"}`)
 	send(checkDLQ, `{"record":"acme#2","lease_token":"b"}`)
 	send(retryDLQ, `{"tenant":"acme","payment":"pay_x","attempt":5}`)
+	receipt := `{"tenant":"acme","job":"rcpt_aaaaaaaaaaaaaaaaaaaaaaaa","attempt":30,"gave_up":"2026-11-01T09:00:00Z"}`
+	send(e.urls[config.EnvReceiptRetryDLQ], receipt)
 
 	type letter struct {
 		Queue string `json:"queue"`
@@ -295,8 +298,8 @@ func TestDeadLetters(t *testing.T) {
 		return ls
 	}
 	all := list()
-	if len(all) != 3 {
-		t.Fatalf("dlq list = %+v, want 3 letters", all)
+	if len(all) != 4 {
+		t.Fatalf("dlq list = %+v, want 4 letters", all)
 	}
 	// A listing leaves the letters in place, visible.
 	if again := list("check"); len(again) != 2 || again[0].Queue != "check" {
@@ -331,7 +334,16 @@ func TestDeadLetters(t *testing.T) {
 	if back := sqstest.Receive(t, e.sqs, e.urls[config.EnvWorkerRetryQueue], 0, false); len(back) != 1 {
 		t.Errorf("worker retry queue = %v, want the redriven letter", back)
 	}
-	for _, args := range [][]string{{"dlq"}, {"dlq", "list", "nope"}, {"dlq", "redrive", "check"}, {"dlq", "redrive", "check", "-all", "x"}} {
+	if l := list("receipt-retry"); len(l) != 1 || l[0].Body != receipt {
+		t.Fatalf("dlq list receipt-retry = %+v, want the receipt given up on", l)
+	}
+	if code, _, errOut := e.run(t, "dlq", "redrive", "receipt-retry", "-all"); code != 0 {
+		t.Errorf("redrive receipt-retry -all = exit %d %q", code, errOut)
+	}
+	if back := sqstest.Receive(t, e.sqs, e.urls[config.EnvReceiptRetryQueue], 0, false); len(back) != 1 || aws.ToString(back[0].Body) != receipt {
+		t.Errorf("receipt retry queue = %v, want the redriven letter", back)
+	}
+	for _, args := range [][]string{{"dlq"}, {"dlq", "list", "nope"}, {"dlq", "redrive", "check"}, {"dlq", "redrive", "check", "-all", "x"}, {"dlq", "redrive", "receipts"}} {
 		if code, _, _ := e.run(t, args...); code != 2 {
 			t.Errorf("oncectl %v = exit %d, want 2", args, code)
 		}

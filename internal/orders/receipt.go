@@ -7,10 +7,8 @@ import (
 	"github.com/oncehq/once/internal/outbox"
 )
 
-const jobPrefix = "rcpt_"
-
 // JobID is the ID of the receipt job of order id: one job per order.
-func JobID(orderID string) string { return jobPrefix + strings.TrimPrefix(orderID, idPrefix) }
+func JobID(orderID string) string { return outbox.JobIDPrefix + strings.TrimPrefix(orderID, idPrefix) }
 
 // NewReceiptJob returns the queued receipt job of the paid order o, charged
 // as charge.
@@ -22,7 +20,7 @@ func NewReceiptJob(o Order, charge string) outbox.Job {
 		text += "Description: " + o.Description + "\n"
 	}
 	return outbox.Job{
-		PK:      PK(o.Tenant, id),
+		PK:      outbox.JobPK(o.Tenant, id),
 		Kind:    outbox.KindReceipt,
 		ID:      id,
 		Tenant:  o.Tenant,

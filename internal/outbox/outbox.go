@@ -18,6 +18,29 @@ const TTLAttr = "expires_at"
 // filter selects the INSERTs of items of this kind.
 const KindReceipt = "receipt"
 
+// JobIDPrefix starts every receipt job's ID; 24 characters of lower-case
+// base32 (an order ID's) follow.
+const JobIDPrefix = "rcpt_"
+
+// jobIDLength is the length of a job ID after its prefix.
+const jobIDLength = 24
+
+// ValidJobID reports whether id has the shape of a receipt job's ID.
+func ValidJobID(id string) bool {
+	if len(id) != len(JobIDPrefix)+jobIDLength || id[:len(JobIDPrefix)] != JobIDPrefix {
+		return false
+	}
+	for i := len(JobIDPrefix); i < len(id); i++ {
+		if c := id[i]; !('a' <= c && c <= 'z' || '2' <= c && c <= '7') {
+			return false
+		}
+	}
+	return true
+}
+
+// JobPK is the partition key of tenant's job id: "<tenant>#<id>".
+func JobPK(tenant, id string) string { return tenant + "#" + id }
+
 // State is where a receipt job stands. The order's completion writes it
 // queued; the receipts function moves it.
 type State string
@@ -31,8 +54,8 @@ const (
 	Sending State = "sending"
 	// Sent: sent, and recorded on the order.
 	Sent State = "sent"
-	// Failed: the last attempt provably sent nothing; a redelivery tries
-	// again.
+	// Failed: the last attempt provably sent nothing (or the mail API
+	// refused the message); a retry tries again.
 	Failed State = "failed"
 )
 

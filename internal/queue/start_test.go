@@ -10,6 +10,7 @@ import (
 	"github.com/oncehq/once/internal/checker"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/queue"
+	"github.com/oncehq/once/internal/receipts"
 	"github.com/oncehq/once/internal/sqstest"
 	"github.com/oncehq/once/internal/sweeper"
 	"github.com/oncehq/once/internal/worker"
@@ -42,6 +43,12 @@ func TestStartRefuses(t *testing.T) {
 		"checker": func(ctx context.Context, cfg config.Config, c queue.Clients, o app.Options) (any, error) {
 			return anyOf(checker.Handler(ctx, cfg, c, o))
 		},
+		"receipts": func(ctx context.Context, cfg config.Config, c queue.Clients, o app.Options) (any, error) {
+			return anyOf(receipts.Handler(ctx, cfg, c, o))
+		},
+		"resender": func(ctx context.Context, cfg config.Config, c queue.Clients, o app.Options) (any, error) {
+			return anyOf(receipts.RetryHandler(ctx, cfg, c, o))
+		},
 	}
 	tests := []struct {
 		fn    string
@@ -59,6 +66,11 @@ func TestStartRefuses(t *testing.T) {
 		{fn: "sweeper", env: map[string]string{"SQS_ENDPOINT": empty}, names: []string{"ONCE_CHECK_QUEUE", config.DefaultCheckQueue}, built: true},
 		{fn: "checker", env: map[string]string{"SQS_ENDPOINT": empty, "ONCE_CHECK_QUEUE": "http://127.0.0.1:1/000000000000/nope"},
 			names: nil, built: true},
+		{fn: "receipts", env: map[string]string{"SQS_ENDPOINT": empty}, names: []string{"ONCE_MAIL_URL"}, built: true},
+		{fn: "receipts", env: map[string]string{"SQS_ENDPOINT": empty, "ONCE_MAIL_URL": "http://127.0.0.1:1"},
+			names: []string{"ONCE_RECEIPT_RETRY_QUEUE", config.DefaultReceiptRetryQueue}, built: true},
+		{fn: "resender", env: map[string]string{"SQS_ENDPOINT": empty, "ONCE_MAIL_URL": "http://127.0.0.1:1"},
+			names: []string{"ONCE_RECEIPT_RETRY_DLQ", config.DefaultReceiptRetryDLQ}, built: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fn+" "+strings.Join(tt.names, " "), func(t *testing.T) {
@@ -107,5 +119,23 @@ func TestDelaySeconds(t *testing.T) {
 		if got := queue.DelaySeconds(d); got != tt.want {
 			t.Errorf("DelaySeconds(%s) = %d, want %d", tt.in, got, tt.want)
 		}
+	}
+}
+
+// TestBackoff checks the delays of retries: doubling from base, capped at
+// MaxDelay, each between half of that and all of it.
+func TestBackoff(t *testing.T) {
+	for _, tt := range []struct {
+		attempt int
+		nominal time.Duration
+	}{{1, time.Second}, {2, 2 * time.Second}, {3, 4 * time.Second}, {10, 512 * time.Second}, {11, queue.MaxDelay}, {1000, queue.MaxDelay}} {
+		for range 50 {
+			if got := queue.Backoff(time.Second, tt.attempt); got < tt.nominal/2 || got > tt.nominal {
+				t.Fatalf("Backoff(1s, %d) = %v, want %v to %v", tt.attempt, got, tt.nominal/2, tt.nominal)
+			}
+		}
+	}
+	if got := queue.Backoff(0, 3); got != 0 {
+		t.Errorf("Backoff(0, 3) = %v, want 0", got)
 	}
 }

@@ -9,19 +9,17 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/mail"
 	"github.com/oncehq/once/internal/metrics"
 	"github.com/oncehq/once/internal/outbox"
 )
 
-// Metric names (EMF, namespace once, dimension Service=receipts).
+// Metric names (EMF, namespace once, dimension Service=receipts or
+// resender).
 const (
 	// MetricSent counts receipts sent and recorded.
 	MetricSent = "receipt_sent"
@@ -30,15 +28,23 @@ const (
 	MetricDuplicate = "receipt_duplicate"
 	// MetricFailed counts send attempts that failed.
 	MetricFailed = "receipt_failed"
+	// MetricRetried counts the retries sent to the retry queue, one per
+	// attempt that did not send.
+	MetricRetried = "receipt_retried"
+	// MetricDeadLettered counts the receipts given up on after MaxAttempts,
+	// sent to the dead-letter queue.
+	MetricDeadLettered = "receipt_dead_lettered"
 )
 
 // Defaults of Config.
 const (
-	DefaultTries       = 3
-	DefaultBackoff     = 200 * time.Millisecond
 	DefaultClaimFor    = 30 * time.Second
 	DefaultKeepSent    = 7 * 24 * time.Hour
 	DefaultConcurrency = 10
+	// DefaultMaxAttempts is config.DefaultReceiptAttempts.
+	DefaultMaxAttempts = 30
+	// DefaultRetryBase is the delay before the second attempt.
+	DefaultRetryBase = time.Second
 )
 
 // Mailer sends mail; *mail.Client is one.
@@ -55,38 +61,57 @@ type DB interface {
 	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 }
 
-// Config configures a Sender. DB, Outbox, Orders and Mail are required.
+// Queue delivers a message later: in AWS an SQS queue, each message sent
+// with its own DelaySeconds (*queue.Queue).
+type Queue interface {
+	// Send enqueues body, to be delivered no earlier than delay (at most
+	// 15 minutes) from now.
+	Send(ctx context.Context, body string, delay time.Duration) error
+}
+
+// Config configures a Sender. DB, Outbox, Orders, Mail and Retries are
+// required.
 type Config struct {
 	DB DB
 	// Outbox and Orders are the tables of the receipt jobs and the orders.
 	Outbox, Orders string
 	Mail           Mailer
-	// Logger receives one line per record (default: discard).
+	// Retries is the retry queue: a receipt whose attempt did not send
+	// (see the package documentation) is tried again from it, after a
+	// backoff.
+	Retries Queue
+	// DeadLetters is the retry queue's dead-letter queue: HandleRetries
+	// sends a receipt there after MaxAttempts attempts. Without it, such a
+	// retry fails, and the retry queue's redrive policy moves it there
+	// after its maxReceiveCount.
+	DeadLetters Queue
+	// MaxAttempts bounds the attempts at one receipt (DefaultMaxAttempts,
+	// at least 2): the first from the stream, the others from Retries.
+	MaxAttempts int
+	// RetryBase is the delay before the second attempt; it doubles with
+	// each attempt, jittered, up to 15 minutes (DefaultRetryBase).
+	RetryBase time.Duration
+	// Logger receives one line per record or retry (default: discard).
 	Logger *slog.Logger
-	// Metrics receives receipt_sent, receipt_duplicate, receipt_failed (nil
-	// discards).
+	// Metrics receives the receipt_* metrics (nil discards).
 	Metrics *metrics.Emitter
 	// Now is the clock (time.Now).
 	Now func() time.Time
-	// Tries is how many sends of one job an invocation tries
-	// (DefaultTries); Backoff the pause before the second, doubling for
-	// each later one (DefaultBackoff).
-	Tries   int
-	Backoff time.Duration
 	// ClaimFor is how long a claim holds a job (DefaultClaimFor): longer
-	// than a send and its record can take, since a redelivery after it
-	// sends again.
+	// than a send and its record can take, since an attempt after it sends
+	// again.
 	ClaimFor time.Duration
 	// KeepSent is how long a sent job is kept (DefaultKeepSent; the
-	// outbox table's TTL): longer than a stream record can be redelivered.
+	// outbox table's TTL): longer than a stream record or a retry can be
+	// redelivered.
 	KeepSent time.Duration
 	// Concurrency bounds the jobs of a batch sent at once
 	// (DefaultConcurrency).
 	Concurrency int
 }
 
-// Sender sends the receipt jobs of an outbox table stream. It is safe for
-// concurrent use.
+// Sender sends the receipt jobs of an outbox table stream, and tries again
+// those of its retry queue. It is safe for concurrent use.
 type Sender struct {
 	cfg Config
 	log *slog.Logger
@@ -105,17 +130,21 @@ func New(cfg Config) (*Sender, error) {
 	if cfg.Mail == nil {
 		errs = append(errs, errors.New("receipts: Config.Mail is required"))
 	}
+	if cfg.Retries == nil {
+		errs = append(errs, errors.New("receipts: Config.Retries is required"))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.Tries <= 0 {
-		cfg.Tries = DefaultTries
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
 	}
-	if cfg.Backoff <= 0 {
-		cfg.Backoff = DefaultBackoff
+	cfg.MaxAttempts = max(cfg.MaxAttempts, 2)
+	if cfg.RetryBase <= 0 {
+		cfg.RetryBase = DefaultRetryBase
 	}
 	if cfg.ClaimFor <= 0 {
 		cfg.ClaimFor = DefaultClaimFor
@@ -134,9 +163,12 @@ func New(cfg Config) (*Sender, error) {
 }
 
 // Handle sends the receipt jobs of a batch of outbox stream records, each
-// on its own and concurrently, and reports every record whose job could not
-// be sent as a batch item failure (Lambda retries from the first of them;
-// the ones after it that were sent are then skipped). Its error is always
+// on its own and concurrently, once each: a job whose attempt did not send
+// goes to the retry queue, and its record succeeds. It reports as batch
+// item failures the records that cannot be handled that way (an
+// undecodable job, the outbox table failing, the mail API refusing the
+// message, the retry queue failing); Lambda retries from the first of them,
+// and the ones after it that were sent are then skipped. Its error is always
 // nil. It has the signature of stream.Handler and of a Lambda handler.
 func (s *Sender) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 	failed := make([]bool, len(ev.Records))
@@ -159,12 +191,14 @@ func (s *Sender) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dy
 	return resp, nil
 }
 
-// Outcomes of a record, as logged in the "outcome" attribute.
+// Outcomes of a record or a retry, as logged in the "outcome" attribute.
 const (
-	outcomeSent      = "sent"
-	outcomeDuplicate = "duplicate"
-	outcomeIgnored   = "ignored"
-	outcomeError     = "error"
+	outcomeSent         = "sent"
+	outcomeDuplicate    = "duplicate"
+	outcomeRetrying     = "retrying"
+	outcomeDeadLettered = "dead_lettered"
+	outcomeIgnored      = "ignored"
+	outcomeError        = "error"
 )
 
 // record handles one stream record and logs its outcome.
@@ -177,187 +211,112 @@ func (s *Sender) record(ctx context.Context, rec events.DynamoDBEventRecord) err
 		return nil
 	}
 	var job outbox.Job
-	if err := attributevalue.UnmarshalMap(stream.ToSDK(c.NewImage), &job); err != nil || job.PK == "" || job.OrderPK == "" || job.To == "" {
+	if err := attributevalue.UnmarshalMap(stream.ToSDK(c.NewImage), &job); err != nil || !wellFormed(job) {
 		err = fmt.Errorf("receipts: undecodable receipt job (%v)", err)
 		log.Error("receipts: record", "outcome", outcomeError, "err", err)
 		return err
 	}
 	log = log.With("tenant", job.Tenant, "order", job.Order, "job", job.ID)
-	outcome, attempts, err := s.deliver(ctx, log, job)
-	if err != nil {
-		log.Error("receipts: record", "outcome", outcomeError, "attempts", attempts, "err", err)
-		return err
-	}
-	log.Info("receipts: record", "outcome", outcome, "attempts", attempts)
-	return nil
-}
-
-// errClaimed: a live claim of another sender holds the job.
-var errClaimed = errors.New("receipts: the job is being sent by another delivery")
-
-// deliver sends job unless it is sent or being sent, retrying a send that
-// provably sent nothing up to Tries times. attempts is the job's count of
-// claims so far.
-func (s *Sender) deliver(ctx context.Context, log *slog.Logger, job outbox.Job) (outcome string, attempts int, err error) {
-	for try := 1; ; try++ {
-		claim, current, err := s.claim(ctx, job)
-		switch {
-		case err != nil:
-			return "", current.Attempts, err
-		case claim == "" && current.State == outbox.Sent:
-			s.cfg.Metrics.Count(MetricDuplicate)
-			return outcomeDuplicate, current.Attempts, nil
-		case claim == "":
-			s.cfg.Metrics.Count(MetricDuplicate)
-			return "", current.Attempts, fmt.Errorf("%w (until %s)", errClaimed, time.UnixMilli(current.ClaimUntil).UTC().Format(time.RFC3339Nano))
-		}
-		id, err := s.cfg.Mail.Send(ctx, mail.Message{To: job.To, Subject: job.Subject, Text: job.Text, Order: job.Order})
+	a := s.attempt(ctx, job.PK)
+	switch a.kind {
+	case tried:
+		log.Info("receipts: record", "outcome", a.outcome, "attempts", a.job.Attempts)
+		return nil
+	case triedTransient:
+		m := retryMessage{Tenant: job.Tenant, Job: job.ID, Attempt: 1}
+		delay, err := s.schedule(ctx, m, a.notBefore)
 		if err == nil {
-			if err := s.sent(ctx, job, claim, id); err != nil {
-				return "", current.Attempts, err
-			}
-			s.cfg.Metrics.Count(MetricSent)
-			return outcomeSent, current.Attempts, nil
+			log.Warn("receipts: record", "outcome", outcomeRetrying, "attempt", 1, "retry_in", delay.String(), "err", a.err)
+			return nil
 		}
-		s.cfg.Metrics.Count(MetricFailed)
-		if errors.Is(err, mail.ErrOutcomeUnknown) {
-			// The message may have gone out: the claim stays, and a
-			// redelivery after it sends again (the window named in the
-			// package documentation).
-			return "", current.Attempts, err
-		}
-		if rerr := s.release(ctx, job, claim, err); rerr != nil {
-			log.Warn("receipts: release of a failed attempt", "err", rerr)
-		}
-		if try >= s.cfg.Tries || !errors.Is(err, mail.ErrNotSent) {
-			return "", current.Attempts, err
-		}
-		log.Info("receipts: send failed; retrying", "attempt", try, "err", err)
-		t := time.NewTimer(s.cfg.Backoff << (try - 1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return "", current.Attempts, fmt.Errorf("receipts: %w", context.Cause(ctx))
-		case <-t.C:
-		}
+		a.err = errors.Join(a.err, err)
 	}
+	log.Error("receipts: record", "outcome", outcomeError, "attempts", a.job.Attempts, "err", a.err)
+	return a.err
 }
 
-// Attribute names of a job item (outbox.Job) that the sender writes.
-var jobNames = map[string]string{
-	"#pk": outbox.KeyAttr, "#state": "state", "#claim": "claim", "#until": "claim_until", "#attempts": "attempts",
-	"#error": "last_error", "#sent": "sent_at", "#expires": outbox.TTLAttr, "#message": "message",
+// wellFormed reports whether job has what sending and recording it need.
+func wellFormed(job outbox.Job) bool {
+	return job.Kind == outbox.KindReceipt && job.PK != "" && job.OrderPK != "" && job.To != "" && job.Tenant != "" &&
+		outbox.ValidJobID(job.ID) && job.PK == outbox.JobPK(job.Tenant, job.ID)
 }
 
-func jobKey(job outbox.Job) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{outbox.KeyAttr: &types.AttributeValueMemberS{Value: job.PK}}
+// attemptKind sorts the results of an attempt.
+type attemptKind int
+
+const (
+	// tried: the job is sent, by this attempt or an earlier one.
+	tried attemptKind = iota
+	// triedTransient: nothing was recorded, and another attempt later may
+	// send: the mail API provably sent nothing (the job released), its
+	// answer was lost or the send could not be recorded (the claim kept
+	// until notBefore), or another sender holds the job (until notBefore).
+	triedTransient
+	// triedMissing: the job is not in the outbox.
+	triedMissing
+	// triedFailed: the mail API refused the message (the job released), the
+	// job is not well formed, or the outbox could not be read or written:
+	// an error, not a reason to retry with backoff.
+	triedFailed
+)
+
+// attemptResult is what one attempt at a job did.
+type attemptResult struct {
+	kind    attemptKind
+	outcome string // of a tried attempt: outcomeSent or outcomeDuplicate
+	job     outbox.Job
+	// notBefore is when the claim that holds the job runs out (zero when
+	// the job is released): an attempt before it finds the job claimed.
+	notBefore time.Time
+	err       error
 }
 
-func names(keys ...string) map[string]string {
-	out := make(map[string]string, len(keys))
-	for _, k := range keys {
-		out[k] = jobNames[k]
-	}
-	return out
-}
-
-func str(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
-
-func num(n int64) types.AttributeValue { return &types.AttributeValueMemberN{Value: fmt.Sprint(n)} }
-
-// claim claims job for one send: the conditional write before sending. It
-// returns the claim's token, or "" and the job as it stands when it is sent
-// or held by a live claim.
-func (s *Sender) claim(ctx context.Context, job outbox.Job) (string, outbox.Job, error) {
-	now := s.cfg.Now()
-	token := idempotency.NewToken()
-	out, err := s.cfg.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:        aws.String(s.cfg.Outbox),
-		Key:              jobKey(job),
-		UpdateExpression: aws.String("SET #state = :sending, #claim = :token, #until = :until ADD #attempts :one"),
-		ConditionExpression: aws.String("attribute_exists(#pk) AND (#state IN (:queued, :failed) OR " +
-			"(#state = :sending AND #until <= :now))"),
-		ExpressionAttributeNames: names("#pk", "#state", "#claim", "#until", "#attempts"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":sending": str(string(outbox.Sending)), ":queued": str(string(outbox.Queued)), ":failed": str(string(outbox.Failed)),
-			":token": str(token), ":until": num(now.Add(s.cfg.ClaimFor).UnixMilli()), ":now": num(now.UnixMilli()), ":one": num(1),
-		},
-		ReturnValues:                        types.ReturnValueAllNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	var failed *types.ConditionalCheckFailedException
+// attempt makes one attempt at the job pk, wherever it comes from: claim
+// it (the deduplication: a job sent, or claimed by a live sender, is not
+// sent), send it, and record the send.
+func (s *Sender) attempt(ctx context.Context, pk string) attemptResult {
+	claim, job, err := s.claim(ctx, pk)
 	switch {
-	case errors.As(err, &failed) && len(failed.Item) == 0:
-		return "", job, fmt.Errorf("receipts: claim: job %s is not in the outbox", job.ID)
-	case errors.As(err, &failed):
-		var current outbox.Job
-		if err := attributevalue.UnmarshalMap(failed.Item, &current); err != nil {
-			return "", job, fmt.Errorf("receipts: claim: %w", err)
-		}
-		if current.Claim == token {
-			// The SDK retried the write after it had landed: the claim is
-			// ours.
-			return token, current, nil
-		}
-		return "", current, nil
+	case errors.Is(err, errMissing):
+		return attemptResult{kind: triedMissing, err: err}
 	case err != nil:
-		return "", job, fmt.Errorf("receipts: claim: %w", err)
+		return attemptResult{kind: triedFailed, err: err}
+	case claim == "" && job.State == outbox.Sent:
+		s.cfg.Metrics.Count(MetricDuplicate)
+		return attemptResult{kind: tried, outcome: outcomeDuplicate, job: job}
+	case claim == "":
+		s.cfg.Metrics.Count(MetricDuplicate)
+		until := time.UnixMilli(job.ClaimUntil)
+		return attemptResult{kind: triedTransient, job: job, notBefore: until,
+			err: fmt.Errorf("receipts: the job is being sent by another attempt (until %s)", until.UTC().Format(time.RFC3339Nano))}
+	case !wellFormed(job):
+		err := fmt.Errorf("receipts: job %s is not a well-formed receipt job", pk)
+		return attemptResult{kind: triedFailed, job: job, err: errors.Join(err, s.release(ctx, job, claim, err))}
 	}
-	var current outbox.Job
-	if err := attributevalue.UnmarshalMap(out.Attributes, &current); err != nil {
-		return "", job, fmt.Errorf("receipts: claim: %w", err)
+	id, err := s.cfg.Mail.Send(ctx, mail.Message{To: job.To, Subject: job.Subject, Text: job.Text, Order: job.Order})
+	if err == nil {
+		if err := s.sent(ctx, job, claim, id); err != nil {
+			// Sent, not recorded: the claim stays, and an attempt after it
+			// sends again (the window named in the package documentation).
+			return attemptResult{kind: triedTransient, job: job, notBefore: time.UnixMilli(job.ClaimUntil), err: err}
+		}
+		s.cfg.Metrics.Count(MetricSent)
+		return attemptResult{kind: tried, outcome: outcomeSent, job: job}
 	}
-	return token, current, nil
-}
-
-// sent records the send: the job sent (fenced on the claim), kept for
-// KeepSent, and the order's receipt sent, in one transaction.
-func (s *Sender) sent(ctx context.Context, job outbox.Job, claim, messageID string) error {
-	now := s.cfg.Now()
-	_, err := s.cfg.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
-		{Update: &types.Update{
-			TableName:                aws.String(s.cfg.Outbox),
-			Key:                      jobKey(job),
-			UpdateExpression:         aws.String("SET #state = :sent, #sent = :at, #expires = :expires, #message = :message REMOVE #claim, #until"),
-			ConditionExpression:      aws.String("#claim = :token"),
-			ExpressionAttributeNames: names("#state", "#sent", "#expires", "#message", "#claim", "#until"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":sent": str(string(outbox.Sent)), ":at": num(now.Unix()), ":expires": num(now.Add(s.cfg.KeepSent).Unix()),
-				":message": str(messageID), ":token": str(claim),
-			},
-		}},
-		{Update: &types.Update{
-			TableName:                aws.String(s.cfg.Orders),
-			Key:                      map[string]types.AttributeValue{outbox.KeyAttr: str(job.OrderPK)},
-			UpdateExpression:         aws.String("SET #receipt = :sent, #sent_at = :at"),
-			ConditionExpression:      aws.String("attribute_exists(#pk)"),
-			ExpressionAttributeNames: map[string]string{"#pk": outbox.KeyAttr, "#receipt": outbox.OrderReceipt, "#sent_at": outbox.OrderReceiptSentAt},
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":sent": str(outbox.ReceiptSent), ":at": num(now.Unix()),
-			},
-		}},
-	}})
-	if err != nil {
-		return fmt.Errorf("receipts: record the send of message %s: %w", messageID, err)
+	s.cfg.Metrics.Count(MetricFailed)
+	if errors.Is(err, mail.ErrOutcomeUnknown) {
+		// The message may have gone out: the claim stays, and an attempt
+		// after it sends again (the window named in the package
+		// documentation).
+		return attemptResult{kind: triedTransient, job: job, notBefore: time.UnixMilli(job.ClaimUntil), err: err}
 	}
-	return nil
-}
-
-// release gives the claim of a failed attempt up: the job is failed, with
-// why, and a redelivery may claim it at once.
-func (s *Sender) release(ctx context.Context, job outbox.Job, claim string, cause error) error {
-	_, err := s.cfg.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                aws.String(s.cfg.Outbox),
-		Key:                      jobKey(job),
-		UpdateExpression:         aws.String("SET #state = :failed, #error = :error REMOVE #claim, #until"),
-		ConditionExpression:      aws.String("#claim = :token"),
-		ExpressionAttributeNames: names("#state", "#error", "#claim", "#until"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":failed": str(string(outbox.Failed)), ":error": str(cause.Error()), ":token": str(claim),
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("receipts: release: %w", err)
+	rerr := s.release(ctx, job, claim, err)
+	switch {
+	case errors.Is(err, mail.ErrNotSent) && rerr == nil:
+		return attemptResult{kind: triedTransient, job: job, err: err}
+	case errors.Is(err, mail.ErrNotSent):
+		// The claim runs out by itself: the attempt after it can claim.
+		return attemptResult{kind: triedTransient, job: job, notBefore: time.UnixMilli(job.ClaimUntil), err: errors.Join(err, rerr)}
 	}
-	return nil
+	return attemptResult{kind: triedFailed, job: job, err: errors.Join(err, rerr)}
 }

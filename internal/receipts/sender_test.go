@@ -2,6 +2,8 @@ package receipts_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/idempotency/stream"
@@ -24,18 +27,24 @@ import (
 	"github.com/oncehq/once/internal/metrics"
 	"github.com/oncehq/once/internal/outbox"
 	"github.com/oncehq/once/internal/provider/simulator"
+	"github.com/oncehq/once/internal/queue"
 	"github.com/oncehq/once/internal/receipts"
+	"github.com/oncehq/once/internal/sqstest"
 )
 
 // env is an outbox and an orders table of their own, the mail simulator
-// over HTTP, and a settable clock.
+// over HTTP, a retry queue and its dead-letter queue on a local SQS
+// endpoint, and a settable clock.
 type env struct {
-	db      *dynamodb.Client
-	names   dynamotest.Names
-	mailURL string
-	mu      sync.Mutex
-	now     time.Time
-	metrics *lambdatest.Buffer
+	db            *dynamodb.Client
+	names         dynamotest.Names
+	mailURL       string
+	sqs           *sqs.Client
+	retries, dead string // queue URLs
+	mu            sync.Mutex
+	now           time.Time
+	metrics       *lambdatest.Buffer
+	logs          *lambdatest.Buffer
 }
 
 func newEnv(t *testing.T) *env {
@@ -44,7 +53,11 @@ func newEnv(t *testing.T) *env {
 	names := dynamotest.Tables(t, db)
 	srv := httptest.NewServer(simulator.New(simulator.Options{DB: db, Table: names.ByLogicalID["ProviderTable"]}))
 	t.Cleanup(srv.Close)
-	return &env{db: db, names: names, mailURL: srv.URL, now: time.Now(), metrics: &lambdatest.Buffer{}}
+	e := &env{db: db, names: names, mailURL: srv.URL, now: time.Now(), metrics: &lambdatest.Buffer{}, logs: &lambdatest.Buffer{}}
+	e.sqs = sqstest.Client(t, sqstest.Endpoint(t))
+	e.retries = sqstest.Queue(t, e.sqs, "receipt-retry", nil)
+	e.dead = sqstest.Queue(t, e.sqs, "receipt-retry-dlq", nil)
+	return e
 }
 
 func (e *env) clock() time.Time {
@@ -59,15 +72,19 @@ func (e *env) advance(d time.Duration) {
 	e.now = e.now.Add(d)
 }
 
-// sender returns a Sender on the env's tables (orders on ordersTable) that
-// tries each job three times, 10ms apart at first.
-func (e *env) sender(t *testing.T, ordersTable string) *receipts.Sender {
+// sender returns a Sender on the env's tables (orders on ordersTable) and
+// queues that tries each job maxAttempts times, with a claim of 5s.
+func (e *env) sender(t *testing.T, ordersTable string, maxAttempts int) *receipts.Sender {
 	t.Helper()
 	s, err := receipts.New(receipts.Config{
 		DB: e.db, Outbox: e.names.ByLogicalID["OutboxTable"], Orders: ordersTable,
-		Mail:    mail.New(e.mailURL, &http.Client{Timeout: 2 * time.Second}),
-		Metrics: metrics.New(e.metrics, "once", map[string]string{"Service": "receipts"}),
-		Now:     e.clock, Tries: 3, Backoff: 10 * time.Millisecond, ClaimFor: 5 * time.Second,
+		Mail:        mail.New(e.mailURL, &http.Client{Timeout: 2 * time.Second}),
+		Retries:     queue.New(e.sqs, e.retries),
+		DeadLetters: queue.New(e.sqs, e.dead),
+		MaxAttempts: maxAttempts,
+		Logger:      slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics:     metrics.New(e.metrics, "once", map[string]string{"Service": "receipts"}),
+		Now:         e.clock, ClaimFor: 5 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -76,12 +93,13 @@ func (e *env) sender(t *testing.T, ordersTable string) *receipts.Sender {
 }
 
 // job writes a queued receipt job to the outbox, and its paid order, and
-// returns the job.
+// returns the job. name is at most 24 characters of a-z and 2-7.
 func (e *env) job(t *testing.T, name, to string) outbox.Job {
 	t.Helper()
-	order := "ord_" + name
+	id := name + strings.Repeat("a", 24-len(name))
+	order := "ord_" + id
 	j := outbox.Job{
-		PK: "acme#rcpt_" + name, Kind: outbox.KindReceipt, ID: "rcpt_" + name, Tenant: "acme",
+		PK: outbox.JobPK("acme", outbox.JobIDPrefix+id), Kind: outbox.KindReceipt, ID: outbox.JobIDPrefix + id, Tenant: "acme",
 		Order: order, OrderPK: "acme#" + order, To: to, Subject: "Your receipt for order " + order,
 		Text: "Thank you for your order " + order + ".\n", Created: 1767225600, State: outbox.Queued,
 	}
@@ -108,6 +126,14 @@ func (e *env) get(t *testing.T, table, pk string, out any) {
 	if err := attributevalue.UnmarshalMap(dynamotest.Item(t, e.db, table, pk), out); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// jobNow reads the job as it stands.
+func (e *env) jobNow(t *testing.T, j outbox.Job) outbox.Job {
+	t.Helper()
+	var got outbox.Job
+	e.get(t, e.names.ByLogicalID["OutboxTable"], j.PK, &got)
+	return got
 }
 
 // event is the batch of the INSERTs of jobs, as the outbox stream delivers
@@ -153,11 +179,66 @@ func handle(t *testing.T, s *receipts.Sender, ev events.DynamoDBEvent) []string 
 	return lambdatest.Failures(resp)
 }
 
+// retryMessage is a retry as the test reads it.
+type retryMessage struct {
+	Tenant  string    `json:"tenant"`
+	Job     string    `json:"job"`
+	Attempt int       `json:"attempt"`
+	GaveUp  time.Time `json:"gave_up"`
+}
+
+// queued receives (and deletes) the messages of the queue at url until it
+// has at least n of them, waiting up to wait in all; the SQS messages come
+// with them, in the same order.
+func (e *env) queued(t *testing.T, url string, n int, wait time.Duration) ([]retryMessage, []events.SQSMessage) {
+	t.Helper()
+	var out []retryMessage
+	var raw []events.SQSMessage
+	deadline := time.Now().Add(wait)
+	for len(out) < n && time.Now().Before(deadline) {
+		for _, m := range sqstest.Receive(t, e.sqs, url, time.Second, false) {
+			var r retryMessage
+			if err := json.Unmarshal([]byte(aws.ToString(m.Body)), &r); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, r)
+			raw = append(raw, events.SQSMessage{MessageId: aws.ToString(m.MessageId), Body: aws.ToString(m.Body), EventSource: "aws:sqs"})
+		}
+	}
+	if len(out) < n {
+		t.Fatalf("messages on %s = %d after %v, want %d: %+v", queue.Name(url), len(out), wait, n, out)
+	}
+	return out, raw
+}
+
+// empty checks that nothing is on (nor delayed in) the queue at url.
+func (e *env) empty(t *testing.T, url string) {
+	t.Helper()
+	if v, f, d := sqstest.Counts(t, e.sqs, url); v != "0" || f != "0" || d != "0" {
+		t.Errorf("%s: %s visible, %s in flight, %s delayed; want none", queue.Name(url), v, f, d)
+	}
+}
+
+func retries(t *testing.T, s *receipts.Sender, msgs []events.SQSMessage) []string {
+	t.Helper()
+	resp, err := s.HandleRetries(t.Context(), events.SQSEvent{Records: msgs})
+	if err != nil {
+		t.Fatalf("HandleRetries error = %v, want failures per message only", err)
+	}
+	var ids []string
+	for _, f := range resp.BatchItemFailures {
+		ids = append(ids, f.ItemIdentifier)
+	}
+	return ids
+}
+
 // TestRedeliverySendsOnce: a job is sent once and recorded on the job and
-// the order; every redelivery of its stream record sends nothing.
+// the order; every redelivery of its stream record sends nothing, and
+// nothing goes to the retry queue.
 func TestRedeliverySendsOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	s := e.sender(t, e.names.ByLogicalID["OrdersTable"])
+	s := e.sender(t, e.names.ByLogicalID["OrdersTable"], 3)
 	j := e.job(t, "once", "ada@example.com")
 	ev := event(t, j)
 	for i := range 4 {
@@ -170,8 +251,7 @@ func TestRedeliverySendsOnce(t *testing.T) {
 	if diff := cmp.Diff(want, msgs, cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".ID" }, cmp.Ignore())); diff != "" {
 		t.Fatalf("messages sent (-want +got):\n%s", diff)
 	}
-	var got outbox.Job
-	e.get(t, e.names.ByLogicalID["OutboxTable"], j.PK, &got)
+	got := e.jobNow(t, j)
 	if got.State != outbox.Sent || got.Attempts != 1 || got.Message != msgs[0].ID || got.Claim != "" || got.SentAt == 0 || got.ExpiresAt <= got.SentAt {
 		t.Errorf("job = %+v, want sent once, with the message and an expiry", got)
 	}
@@ -184,131 +264,343 @@ func TestRedeliverySendsOnce(t *testing.T) {
 		t.Errorf("order receipt = %q at %d, want sent at %d", order.Receipt, order.ReceiptSentAt, got.SentAt)
 	}
 	counts := lambdatest.Counts(t, e.metrics.String(), "receipts")
-	if counts[receipts.MetricSent] != 1 || counts[receipts.MetricDuplicate] != 3 {
-		t.Errorf("metrics = %v, want 1 sent and 3 duplicates", counts)
+	if diff := cmp.Diff(map[string]int{receipts.MetricSent: 1, receipts.MetricDuplicate: 3}, counts); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
 	}
+	e.empty(t, e.retries)
 }
 
-// TestConcurrentDeliveries races deliveries of one stream record: one
-// message. A delivery that finds the job claimed by another fails its
-// record (for a later redelivery), never sends.
+// TestConcurrentDeliveries races deliveries of one job from both paths, the
+// stream record delivered 8 times at once and retry messages of it 8 times,
+// while the mail API fails the first sends: one message, however they
+// interleave. An attempt that finds the job claimed by another, or whose
+// send failed, hands it to the retry queue, never sends; every chain of
+// retries ends once the job is sent.
 func TestConcurrentDeliveries(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	s := e.sender(t, e.names.ByLogicalID["OrdersTable"])
-	j := e.job(t, "race", "race@example.com")
+	s := e.sender(t, e.names.ByLogicalID["OrdersTable"], 10)
+	j := e.job(t, "race", "race+fail2@example.com")
 	ev := event(t, j)
+	retry := events.SQSMessage{Body: fmt.Sprintf(`{"tenant":"acme","job":%q,"attempt":1}`, j.ID), EventSource: "aws:sqs"}
 	var wg sync.WaitGroup
 	start := make(chan struct{})
-	for range 8 {
+	for i := range 8 {
 		wg.Go(func() {
 			<-start
 			_, _ = s.Handle(t.Context(), ev)
 		})
+		wg.Go(func() {
+			<-start
+			m := retry
+			m.MessageId = fmt.Sprint("race-", i)
+			_, _ = s.HandleRetries(t.Context(), events.SQSEvent{Records: []events.SQSMessage{m}})
+		})
 	}
 	close(start)
 	wg.Wait()
+	// Drain the chains the race started: each message is one more attempt,
+	// with the clock past every claim.
+	for round := 0; ; round++ {
+		e.advance(6 * time.Second)
+		v, f, d := sqstest.Counts(t, e.sqs, e.retries)
+		if v == "0" && f == "0" && d == "0" {
+			break
+		}
+		if round == 20 {
+			t.Fatalf("retries still queued after %d rounds", round)
+		}
+		_, raw := e.queued(t, e.retries, 1, 10*time.Second)
+		if f := retries(t, s, raw); f != nil {
+			t.Fatalf("retry failures %v, want none", f)
+		}
+	}
+	if n := len(e.messages(t, j.To)); n != 1 {
+		t.Errorf("messages = %d, want 1", n)
+	}
+	if got := e.jobNow(t, j); got.State != outbox.Sent {
+		t.Errorf("job = %s, want sent", got.State)
+	}
 	if f := handle(t, s, ev); f != nil {
 		t.Errorf("redelivery after the race: failures %v, want none (the job is sent)", f)
 	}
-	if n := len(e.messages(t, "race@example.com")); n != 1 {
-		t.Errorf("messages = %d, want 1", n)
-	}
+	e.empty(t, e.retries)
+	e.empty(t, e.dead)
 }
 
-// TestOutage: a mail outage that ends is retried with backoff in the
-// invocation and sends once; one that does not end fails its record after
-// Tries attempts, without holding back the other receipts of its batch.
-func TestOutage(t *testing.T) {
+// TestOutageDoesNotHoldUpTheBatch: a receipt whose mail is down does not
+// fail its record nor wait in the invocation: it goes to the retry queue
+// (attempt 1, after about RetryBase), released, and the other receipts of
+// the batch are sent at once.
+func TestOutageDoesNotHoldUpTheBatch(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	s := e.sender(t, e.names.ByLogicalID["OrdersTable"])
-	flaky := e.job(t, "flaky", "bea+fail2@example.com")
+	s := e.sender(t, e.names.ByLogicalID["OrdersTable"], 3)
 	down := e.job(t, "down", "cy@"+simulator.UnavailableDomain)
+	flaky := e.job(t, "flaky", "bea+fail1@example.com")
 	fine := e.job(t, "fine", "dee@example.com")
-	ev := event(t, down, flaky, fine)
-	failures := handle(t, s, ev)
-	if diff := cmp.Diff([]string{ev.Records[0].Change.SequenceNumber}, failures); diff != "" {
-		t.Fatalf("batch item failures (-want +got):\n%s", diff)
+	if f := handle(t, s, event(t, down, flaky, fine)); f != nil {
+		t.Fatalf("batch item failures %v, want none", f)
 	}
 	for _, tt := range []struct {
-		job      outbox.Job
-		state    outbox.State
-		attempts int
-		sent     int
-	}{
-		{flaky, outbox.Sent, 3, 1},
-		{fine, outbox.Sent, 1, 1},
-		{down, outbox.Failed, 3, 0},
-	} {
-		var got outbox.Job
-		e.get(t, e.names.ByLogicalID["OutboxTable"], tt.job.PK, &got)
-		if got.State != tt.state || got.Attempts != tt.attempts {
-			t.Errorf("%s: job %s after %d attempts, want %s after %d", tt.job.To, got.State, got.Attempts, tt.state, tt.attempts)
+		job   outbox.Job
+		state outbox.State
+		sent  int
+	}{{down, outbox.Failed, 0}, {flaky, outbox.Failed, 0}, {fine, outbox.Sent, 1}} {
+		got := e.jobNow(t, tt.job)
+		if got.State != tt.state || got.Attempts != 1 {
+			t.Errorf("%s: job %s after %d attempts, want %s after 1", tt.job.To, got.State, got.Attempts, tt.state)
 		}
-		if tt.state == outbox.Failed && !strings.Contains(got.LastError, "not sent") {
-			t.Errorf("%s: last_error = %q, want the outage", tt.job.To, got.LastError)
+		if tt.state == outbox.Failed && (!strings.Contains(got.LastError, "not sent") || got.Claim != "") {
+			t.Errorf("%s: job %+v, want released, the outage its last error", tt.job.To, got)
 		}
 		if n := len(e.messages(t, tt.job.To)); n != tt.sent {
 			t.Errorf("%s: messages = %d, want %d", tt.job.To, n, tt.sent)
 		}
 	}
-	// Lambda redelivers from the failed record on: the sent ones are
-	// skipped, the failing one is tried again.
-	if diff := cmp.Diff([]string{ev.Records[0].Change.SequenceNumber}, handle(t, s, ev)); diff != "" {
-		t.Errorf("redelivery failures (-want +got):\n%s", diff)
-	}
-	for _, to := range []string{flaky.To, fine.To} {
-		if n := len(e.messages(t, to)); n != 1 {
-			t.Errorf("%s after the redelivery: messages = %d, want 1", to, n)
+	for _, l := range e.logs.Lines(t) {
+		if l["msg"] == "receipts: record" && l["outcome"] == "retrying" {
+			if d, err := time.ParseDuration(fmt.Sprint(l["retry_in"])); err != nil || d < 500*time.Millisecond || d > time.Second {
+				t.Errorf("job %v retry_in = %v, want 0.5s to 1s", l["job"], l["retry_in"])
+			}
 		}
 	}
-	var got outbox.Job
-	e.get(t, e.names.ByLogicalID["OutboxTable"], down.PK, &got)
-	if got.Attempts != 6 {
-		t.Errorf("failing job attempts = %d, want 6", got.Attempts)
+	msgs, raw := e.queued(t, e.retries, 2, 10*time.Second)
+	want := map[string]retryMessage{down.ID: {Tenant: "acme", Job: down.ID, Attempt: 1}, flaky.ID: {Tenant: "acme", Job: flaky.ID, Attempt: 1}}
+	got := map[string]retryMessage{}
+	for _, m := range msgs {
+		got[m.Job] = m
 	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("retries (-want +got):\n%s", diff)
+	}
+	// The outage that ended: the retry sends it; the other is retried again.
+	if f := retries(t, s, raw); f != nil {
+		t.Fatalf("retry failures %v, want none", f)
+	}
+	if n := len(e.messages(t, flaky.To)); n != 1 {
+		t.Errorf("%s after its retry: messages = %d, want 1", flaky.To, n)
+	}
+	next, _ := e.queued(t, e.retries, 1, 10*time.Second)
+	if diff := cmp.Diff([]retryMessage{{Tenant: "acme", Job: down.ID, Attempt: 2}}, next); diff != "" {
+		t.Errorf("next retry (-want +got):\n%s", diff)
+	}
+	counts := lambdatest.Counts(t, e.metrics.String(), "receipts")
+	if diff := cmp.Diff(map[string]int{receipts.MetricSent: 2, receipts.MetricFailed: 3, receipts.MetricRetried: 3}, counts); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+}
+
+// TestOutageEndsInDeadLetter: a receipt whose mail stays down is tried
+// MaxAttempts times, with growing delays, then sent to the dead-letter
+// queue, its job failed with its attempts and last error; the order's
+// receipt stays queued. Sent back from there once the outage is over, it
+// is tried again from the first attempt, and sent once.
+func TestOutageEndsInDeadLetter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const attempts = 3
+	s := e.sender(t, e.names.ByLogicalID["OrdersTable"], attempts)
+	// The first four messages to the address fail: three attempts, then
+	// one more after the redrive.
+	j := e.job(t, "dead", "eve+fail4@example.com")
+	if f := handle(t, s, event(t, j)); f != nil {
+		t.Fatalf("batch item failures %v, want none", f)
+	}
+	for attempt := 1; attempt < attempts; attempt++ {
+		msgs, raw := e.queued(t, e.retries, 1, 10*time.Second)
+		if msgs[0].Attempt != attempt {
+			t.Fatalf("retry %+v, want attempt %d", msgs[0], attempt)
+		}
+		if f := retries(t, s, raw); f != nil {
+			t.Fatalf("attempt %d: retry failures %v, want none", attempt+1, f)
+		}
+	}
+	e.empty(t, e.retries)
+	dead, raw := e.queued(t, e.dead, 1, 5*time.Second)
+	if d := dead[0]; d.Job != j.ID || d.Tenant != "acme" || d.Attempt != attempts || d.GaveUp.IsZero() {
+		t.Errorf("dead letter = %+v, want the job after %d attempts, with when it was given up", d, attempts)
+	}
+	got := e.jobNow(t, j)
+	if got.State != outbox.Failed || got.Attempts != attempts || !strings.Contains(got.LastError, "not sent") {
+		t.Errorf("job = %s after %d attempts (%q), want failed after %d, the outage its last error", got.State, got.Attempts, got.LastError, attempts)
+	}
+	var order struct{ Receipt string }
+	e.get(t, e.names.ByLogicalID["OrdersTable"], j.OrderPK, &order)
+	if order.Receipt != "queued" || len(e.messages(t, j.To)) != 0 {
+		t.Errorf("order receipt %q, %d messages; want queued, none", order.Receipt, len(e.messages(t, j.To)))
+	}
+	// The delays grew: 0.5-1s, then 1-2s.
+	var delays []time.Duration
+	for _, l := range e.logs.Lines(t) {
+		if l["outcome"] == "retrying" {
+			d, _ := time.ParseDuration(fmt.Sprint(l["retry_in"]))
+			delays = append(delays, d)
+		}
+	}
+	if len(delays) != attempts-1 || delays[0] < 500*time.Millisecond || delays[0] > time.Second || delays[1] < time.Second || delays[1] > 2*time.Second {
+		t.Errorf("retry delays = %v, want 0.5-1s then 1-2s", delays)
+	}
+
+	// oncectl dlq redrive sends the body back to the retry queue.
+	if f := retries(t, s, raw); f != nil {
+		t.Fatalf("the redriven dead letter: failures %v, want none", f)
+	}
+	next, raw := e.queued(t, e.retries, 1, 10*time.Second)
+	if next[0].Attempt != 1 || !next[0].GaveUp.IsZero() {
+		t.Errorf("retry after the redrive = %+v, want attempt 1 of a new round", next[0])
+	}
+	if f := retries(t, s, raw); f != nil {
+		t.Fatalf("retry failures %v, want none", f)
+	}
+	if n := len(e.messages(t, j.To)); n != 1 {
+		t.Errorf("messages = %d, want 1", n)
+	}
+	if got := e.jobNow(t, j); got.State != outbox.Sent || got.Attempts != attempts+2 {
+		t.Errorf("job = %s after %d attempts, want sent after %d", got.State, got.Attempts, attempts+2)
+	}
+	counts := lambdatest.Counts(t, e.metrics.String(), "receipts")
+	if counts[receipts.MetricDeadLettered] != 1 || counts[receipts.MetricSent] != 1 {
+		t.Errorf("metrics = %v, want 1 dead-lettered, 1 sent", counts)
+	}
+	e.empty(t, e.retries)
+	e.empty(t, e.dead)
 }
 
 // TestCrashWindow shows the one window left, and what it costs: the send
 // happened, its record did not (here the orders table is missing; a crash
-// would do the same). A redelivery during the claim sends nothing; one after
-// the claim has run out sends the receipt again: a second copy, never none.
+// would do the same). The job stays claimed; the retry waits for the claim
+// to run out. A redelivery within the claim sends nothing; the retry after
+// it sends the receipt again: a second copy, never none.
 func TestCrashWindow(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	j := e.job(t, "window", "eve@example.com")
 	ev := event(t, j)
-	broken := e.sender(t, e.names.ByLogicalID["OrdersTable"]+"-missing")
-	if f := handle(t, broken, ev); len(f) != 1 {
-		t.Fatalf("failures = %v, want the record (its send is unrecorded)", f)
+	broken := e.sender(t, e.names.ByLogicalID["OrdersTable"]+"-missing", 3)
+	if f := handle(t, broken, ev); f != nil {
+		t.Fatalf("failures = %v, want none (the retry queue has the job)", f)
 	}
-	var got outbox.Job
-	e.get(t, e.names.ByLogicalID["OutboxTable"], j.PK, &got)
+	got := e.jobNow(t, j)
 	if got.State != outbox.Sending || got.Claim == "" {
 		t.Fatalf("job = %s (claim %q), want sending under the claim", got.State, got.Claim)
 	}
-	s := e.sender(t, e.names.ByLogicalID["OrdersTable"])
-	if f := handle(t, s, ev); len(f) != 1 {
-		t.Errorf("redelivery within the claim: failures %v, want the record (claimed)", f)
+	for _, l := range e.logs.Lines(t) {
+		if l["outcome"] == "retrying" {
+			if d, _ := time.ParseDuration(fmt.Sprint(l["retry_in"])); d < 4900*time.Millisecond {
+				t.Errorf("retry_in = %v, want the rest of the 5s claim", d)
+			}
+		}
+	}
+	s := e.sender(t, e.names.ByLogicalID["OrdersTable"], 3)
+	if f := handle(t, s, ev); f != nil {
+		t.Errorf("redelivery within the claim: failures %v, want none", f)
 	}
 	if n := len(e.messages(t, j.To)); n != 1 {
 		t.Fatalf("messages within the claim = %d, want 1", n)
 	}
 	e.advance(6 * time.Second)
-	if f := handle(t, s, ev); f != nil {
-		t.Errorf("redelivery after the claim: failures %v, want none", f)
+	_, raw := e.queued(t, e.retries, 2, 15*time.Second)
+	for _, m := range raw { // one after the other: the second finds it sent
+		if f := retries(t, s, []events.SQSMessage{m}); f != nil {
+			t.Errorf("retries after the claim: failures %v, want none", f)
+		}
 	}
 	if n := len(e.messages(t, j.To)); n != 2 {
 		t.Errorf("messages after the claim ran out = %d, want 2 (the window's cost: a second copy)", n)
 	}
-	e.get(t, e.names.ByLogicalID["OutboxTable"], j.PK, &got)
-	if got.State != outbox.Sent || got.Attempts != 2 {
+	if got := e.jobNow(t, j); got.State != outbox.Sent || got.Attempts != 2 {
 		t.Errorf("job = %s after %d attempts, want sent after 2", got.State, got.Attempts)
+	}
+	e.empty(t, e.retries)
+}
+
+// TestRefusalFails: a message the mail API refuses (a 4xx other than 429)
+// is no outage: retrying with backoff does not cure it. Its record fails
+// (the stream mapping's retries, then its on-failure queue), the job
+// released with the refusal; a retry of it fails (the queue's redrive
+// policy).
+func TestRefusalFails(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.sender(t, e.names.ByLogicalID["OrdersTable"], 3)
+	j := e.job(t, "refused", "not-an-address")
+	ev := event(t, j)
+	if diff := cmp.Diff([]string{ev.Records[0].Change.SequenceNumber}, handle(t, s, ev)); diff != "" {
+		t.Errorf("batch item failures (-want +got):\n%s", diff)
+	}
+	if got := e.jobNow(t, j); got.State != outbox.Failed || !strings.Contains(got.LastError, "400") {
+		t.Errorf("job = %s (%q), want failed with the refusal", got.State, got.LastError)
+	}
+	m := events.SQSMessage{MessageId: "m1", Body: fmt.Sprintf(`{"tenant":"acme","job":%q,"attempt":1}`, j.ID)}
+	if diff := cmp.Diff([]string{"m1"}, retries(t, s, []events.SQSMessage{m})); diff != "" {
+		t.Errorf("retry failures (-want +got):\n%s", diff)
+	}
+	e.empty(t, e.retries)
+}
+
+// TestRetryMessages: what the retry queue may hold besides a receipt to
+// send.
+func TestRetryMessages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.sender(t, e.names.ByLogicalID["OrdersTable"], 3)
+	sent := e.job(t, "sent", "fay@example.com")
+	if f := handle(t, s, event(t, sent)); f != nil {
+		t.Fatal(f)
+	}
+	for _, tt := range []struct {
+		name, body string
+		fails      bool
+	}{
+		{"not JSON", `nope`, true},
+		{"no job", `{"tenant":"acme","attempt":1}`, true},
+		{"not a job ID", `{"tenant":"acme","job":"rcpt_1","attempt":1}`, true},
+		{"no attempt", fmt.Sprintf(`{"tenant":"acme","job":%q}`, sent.ID), true},
+		{"a job not in the outbox: nothing to retry", fmt.Sprintf(`{"tenant":"globex","job":%q,"attempt":1}`, sent.ID), false},
+		{"a job sent since: nothing to do", fmt.Sprintf(`{"tenant":"acme","job":%q,"attempt":2}`, sent.ID), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := retries(t, s, []events.SQSMessage{{MessageId: "m", Body: tt.body}})
+			if (got != nil) != tt.fails {
+				t.Errorf("failures = %v, want failed %v", got, tt.fails)
+			}
+		})
+	}
+	if n := len(e.messages(t, sent.To)); n != 1 {
+		t.Errorf("messages = %d, want 1", n)
+	}
+	e.empty(t, e.retries)
+	e.empty(t, e.dead)
+}
+
+// TestRetryQueueDown: a receipt whose send failed and whose retry cannot
+// be sent fails its record, so that the stream tries again.
+func TestRetryQueueDown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s, err := receipts.New(receipts.Config{
+		DB: e.db, Outbox: e.names.ByLogicalID["OutboxTable"], Orders: e.names.ByLogicalID["OrdersTable"], Mail: mail.New(e.mailURL, nil),
+		Retries: queue.New(e.sqs, e.retries+"-missing"), Now: e.clock,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := e.job(t, "noqueue", "cy@"+simulator.UnavailableDomain)
+	ev := event(t, j)
+	if diff := cmp.Diff([]string{ev.Records[0].Change.SequenceNumber}, handle(t, s, ev)); diff != "" {
+		t.Errorf("batch item failures (-want +got):\n%s", diff)
+	}
+	if got := e.jobNow(t, j); got.State != outbox.Failed {
+		t.Errorf("job = %s, want failed (released for the stream's retry)", got.State)
 	}
 }
 
 // TestIgnoresOtherRecords: what the filter would not deliver is passed over.
 func TestIgnoresOtherRecords(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
-	s := e.sender(t, e.names.ByLogicalID["OrdersTable"])
+	s := e.sender(t, e.names.ByLogicalID["OrdersTable"], 3)
 	j := e.job(t, "other", "fay@example.com")
 	m, err := attributevalue.MarshalMap(j)
 	if err != nil {
@@ -334,11 +626,13 @@ func TestIgnoresOtherRecords(t *testing.T) {
 	if f := handle(t, s, poison); len(f) != 1 {
 		t.Errorf("an undecodable receipt job: failures %v, want it", f)
 	}
+	e.empty(t, e.retries)
 }
 
 func TestNew(t *testing.T) {
+	t.Parallel()
 	_, err := receipts.New(receipts.Config{})
-	if err == nil || !strings.Contains(err.Error(), "DB") || !strings.Contains(err.Error(), "Mail") {
+	if err == nil || !strings.Contains(err.Error(), "DB") || !strings.Contains(err.Error(), "Mail") || !strings.Contains(err.Error(), "Retries") {
 		t.Errorf("New(zero Config) = %v, want an error naming every missing dependency", err)
 	}
 }
