@@ -6,43 +6,59 @@
 //
 // A run starts the whole local stack in process (devstack.Start: the API
 // Gateway emulator, the authorizer and api functions, the provider
-// simulator, the worker, sweeper and reconciler run from the tables' streams)
-// on DynamoDB Local, with crash injection on and a short lease and provider
-// timeout. The stack reaches DynamoDB through a fault-injecting reverse proxy
-// (proxy_test.go) that, on a seeded schedule of outage windows plus a thin
-// background rate, fails data-plane calls on the idempotency and payments
-// tables before forwarding them (throttling, 500), forwards them and drops
-// the answer (an ambiguous write: it landed, the caller sees an error), or
-// holds them for up to a little more than a lease (a zombie: its lease runs
-// out while it is still running). Stream calls and the other tables pass
-// untouched.
+// simulator, which is the mail API too, the worker, sweeper, reconciler and
+// receipts functions run from the tables' streams, the checker, retrier and
+// resender from their queues) on DynamoDB Local, with crash injection on and
+// a short lease and provider timeout. The stack reaches DynamoDB through a
+// fault-injecting reverse proxy (proxy_test.go) that, on a seeded schedule
+// of outage windows plus a thin background rate, fails data-plane calls on
+// the idempotency, payments, refunds, orders and outbox tables before
+// forwarding them (throttling, 500), forwards them and drops the answer (an
+// ambiguous write: it landed, the caller sees an error), or holds them for
+// up to a little more than a lease (a zombie: its lease runs out while it is
+// still running). Stream calls and the other tables (the API keys, the
+// provider simulator's own) pass untouched.
 //
 // Several clients then send requests over real HTTP, as users do (Bearer API
 // keys of several tenants, Idempotency-Key, JSON bodies with their keys in a
 // random order): a few keys per tenant, the same key value in every tenant,
 // two or three request variants per key (another body, or another endpoint),
-// every idempotent endpoint of the endpoint table (endpoints_test.go), the
-// provider simulator's source tokens (charged, declined, unavailable,
-// timeout, slow, unknown to it), Once-Fault crashes at every fault point, and
-// client retries after 409 and 5xx. Each request's call and return are
-// recorded on one monotonic clock. Every body carries its tenant, key and
-// variant in its metadata, which the payments table and the provider keep,
-// so that effects are counted per variant without knowing how once derives
-// its identifiers.
+// every idempotent endpoint of the endpoint table (endpoints_test.go:
+// payments, charges, refunds and orders), the provider simulator's source
+// tokens (charged, declined, unavailable, timeout, slow, unknown to it; a
+// refund does as the source of the payment it refunds says), Once-Fault
+// crashes at every fault point (an order's after each recovery point too),
+// and client retries after 409 and 5xx. Before the history, the run charges
+// one payment per tenant (with a source drawn for it) through the API and
+// waits for the worker to settle it: the tenant's refunds share it, and it
+// is too small for all of them, so that refunds of different keys race
+// for what is left and some are refused (400 amount_exceeds_refundable,
+// which the hold must answer before the provider would refuse). Each
+// request's call and return are recorded on one monotonic clock. Every body
+// carries its tenant, key and variant in its metadata, which the payments,
+// orders and refunds and the provider keep, so that effects are counted per
+// variant without knowing how once derives its identifiers.
 //
 // Once the clients are done and the proxy has stopped injecting faults, the
 // run waits (bounded) until the system is quiet: no idempotency record
-// IN_PROGRESS or UNKNOWN and no payment pending, which takes the checker
-// (a recovery check a second after each lease), the reconciler and the
-// worker for reservations and payments nobody retried. The tables have no
-// TTL, as on AWS where it takes days (MODELCHECK_TTL=on turns DynamoDB
-// Local's on: its deletions within seconds then race the checker). It
-// then reads the final record of every key and every effect (payment items,
-// provider charges), and sends every variant of every completed key once
-// more (probes). The history, the final reads and the probes are checked per
-// (tenant, key) with porcupine against the model below, and against
-// invariants stated directly (effects at most one per key, only the stored
-// request's, answers carrying their own request's tags, nothing stuck).
+// IN_PROGRESS or UNKNOWN, no payment pending and no receipt job unsent,
+// which takes the checker (a recovery check a second after each lease), the
+// reconciler, the worker and the receipts function for reservations,
+// payments and receipts nobody retried. The tables have no TTL, as on AWS
+// where it takes days (MODELCHECK_TTL=on turns DynamoDB Local's on: its
+// deletions within seconds then race the checker). It then reads the final
+// record of every key and every effect (payment items, provider charges,
+// provider refunds, order items), and sends every variant of every
+// completed key once more (probes). The history, the final reads and the
+// probes are checked per (tenant, key) with porcupine against the model
+// below, and against invariants stated directly (effects at most one per
+// key, only the stored request's, answers of the endpoint's statuses and
+// problem codes carrying their own request's tags, nothing stuck), and each
+// endpoint's systems against each other (audits: a refund item for each
+// provider refund, every payment's amount_refunded the sum of its charge's
+// refunds, never more than its amount, and nothing left held; for each
+// order one provider charge when the provider charged it, and for a paid
+// one exactly one receipt job, sent, and one message).
 // Every failure prints the seed and writes porcupine's visualization of the
 // failing key (with the proxy's faults on that key as annotations) and the
 // stack's log under .cache/modelcheck/ (MODELCHECK_OUT overrides).
@@ -68,9 +84,14 @@
 // its requests that may have reserved (a final answer that is no replay, a
 // 5xx, or any request that ran for a lease or longer) is given a second
 // operation over the same interval, "enter", which may take a free key
-// (held(v), with or without v's effect) or do nothing. Effects happen only
-// while the key is held by their own variant, or (Atomic: payments) with the
-// stored answer in one transaction.
+// (held(v), with or without v's effect) or do nothing. On a multi-step
+// endpoint (orders), whose retry takes a reservation of its own request
+// abandoned at a recovery point over and resumes it, "enter" may also take
+// held(v) over from another request of the same variant v: the resumed
+// request then answers as the first one (not as a replay), with the answer
+// that one may have sent unstored. Effects happen only while the key is held
+// by their own variant, or (Atomic: payments) with the stored answer in one
+// transaction.
 //
 // Transitions, from the state after recovery (below):
 //
@@ -138,5 +159,11 @@
 // a reservation while it calls out (External), its fault points, a body
 // generator (the checker adds the tags to its metadata), the statuses of its
 // final answers and which of them mean an effect, and a function that counts
-// effects per tag at the systems the endpoint writes to.
+// effects per tag at the systems the endpoint writes to (one per request
+// whose effect exists: refunds count the provider's refunds, orders their
+// order items, which exist from the first phase on). Optionally: a setup
+// that readies the planned variants through the stack before the history
+// (refunds: their payments), what the endpoint still does in the
+// background (orders: receipts to send), which the run waits for, and an
+// audit of its systems against each other once the system is quiet.
 package modelcheck

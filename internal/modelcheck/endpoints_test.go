@@ -14,12 +14,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/fault"
+	"github.com/oncehq/once/internal/orders"
+	"github.com/oncehq/once/internal/provider/simulator"
+	"github.com/oncehq/once/internal/refunds"
 )
 
-// endpoint is one idempotent endpoint under test. Adding an endpoint (refunds,
-// orders) is adding an entry to endpoints.
+// endpoint is one idempotent endpoint under test. Adding an endpoint is
+// adding an entry to endpoints.
 type endpoint struct {
 	// name is the endpoint's name in tags and reports.
 	name string
@@ -29,6 +33,11 @@ type endpoint struct {
 	// another system (External mode), false when its effect commits with
 	// its answer in one transaction (Atomic mode).
 	external bool
+	// resumes is true when a request runs as recovery points (a multi-step
+	// request): the same request that finds its reservation abandoned at a
+	// point takes it over and resumes it, and answers as the first would
+	// have (not as a replay).
+	resumes bool
 	// faults are the Once-Fault points a request may carry.
 	faults []string
 	// body returns the body of a new request variant, amount in minor units
@@ -39,11 +48,44 @@ type endpoint struct {
 	// (besides 409, 422 idempotency_key_reused and 5xx); any other (400,
 	// 404, ...) is a failure of the harness or of the contract.
 	finals []int
+	// codes are the problem codes a final 4xx answer may carry: another
+	// (a provider's refusal where the endpoint should have refused first)
+	// is a failure.
+	codes []string
 	// effectful reports whether a final answer with this status means that
 	// the request's effect exists.
 	effectful func(status int) bool
-	// effects counts the effects present at the endpoint's systems, per tag.
+	// effects counts the effects present at the endpoint's systems, per tag:
+	// one per request whose effect exists, more for a duplicate.
 	effects func(ctx context.Context, s systems) (map[tag]int, error)
+	// setup, when set, readies the planned variants of the endpoint before
+	// the history starts, through the stack (refunds: the succeeded payments
+	// they refund).
+	setup func(ctx context.Context, c *checker, vs []planned) error
+	// pending, when set, lists what the endpoint still does in the
+	// background once its keys are settled (orders: receipts not sent yet):
+	// the run waits until there is none.
+	pending func(ctx context.Context, s systems) ([]string, error)
+	// audit, when set, holds the endpoint's systems to each other once the
+	// system is quiet, beyond the count of effects (refunds: the refunds
+	// table and the payments' refunded amounts agree with the provider;
+	// orders: one charge per charged order, one receipt per paid one).
+	audit func(ctx context.Context, s systems, run string) ([]string, error)
+}
+
+// expects reports whether a final answer with status and problem code is
+// one the endpoint may give.
+func (ep *endpoint) expects(status int, code string) bool {
+	if !slices.Contains(ep.finals, status) {
+		return false
+	}
+	return status < 400 || ep.codes == nil || slices.Contains(ep.codes, code)
+}
+
+// planned is a variant of a key of tenant, as setup readies it.
+type planned struct {
+	tenant string
+	v      *variant
 }
 
 // systems are where effects are counted: DynamoDB Local directly (not
@@ -96,6 +138,27 @@ var (
 	allFaults      = []string{fault.AfterReserve, fault.AfterProviderCall, fault.AfterComplete}
 )
 
+var (
+	// A refund does as the source of the payment it refunds says: a
+	// tenant's refunds share one payment, charged with one of these.
+	refundSources = weighted{
+		{simulator.TokenVisa, 6}, {simulator.TokenRefundUnavailable, 2},
+		{simulator.TokenRefundTimeout, 2}, {simulator.TokenRefundSlow, 2},
+	}
+	// An order whose provider stays down keeps its order, UNKNOWN, until
+	// the provider comes back (the reconciler resumes it then): it would
+	// never be quiet. Every other source ends.
+	orderSources = weighted{
+		{tokVisa, 30}, {tokDeclined, 14}, {tokTimeout, 12}, {tokSlow, 12}, {tokUnknown, 6},
+	}
+	// The crash points of an order: after each recovery point, and after
+	// the provider call.
+	orderFaults = []string{
+		idempotency.PointAfter(orders.PointOrderCreated), fault.AfterProviderCall,
+		idempotency.PointAfter(orders.PointChargeCreated), idempotency.PointAfter(orders.PointFinished),
+	}
+)
+
 // baseBody is what payments and charges requests share.
 func baseBody(r *rand.Rand, amount int64, source string) map[string]any {
 	b := map[string]any{
@@ -135,12 +198,69 @@ var endpoints = []*endpoint{
 		},
 		// 402 card_declined; 422 provider_rejected, for tokUnknown.
 		finals: []int{http.StatusCreated, http.StatusPaymentRequired, http.StatusUnprocessableEntity},
+		codes:  []string{"card_declined", "provider_rejected"},
 		effectful: func(status int) bool {
 			return status == http.StatusCreated || status == http.StatusPaymentRequired
 		},
 		effects: func(ctx context.Context, s systems) (map[tag]int, error) {
 			return providerCharges(ctx, s, "charges")
 		},
+	},
+	{
+		name:     "refunds",
+		path:     "/v1/refunds",
+		external: true,
+		faults:   allFaults,
+		// setup charges one payment per tenant, which the tenant's
+		// refunds share, and names it in their bodies. One refund in five
+		// takes all that is left.
+		body: func(r *rand.Rand, amount int64) map[string]any {
+			b := map[string]any{"payment": ""}
+			if r.IntN(5) > 0 {
+				b["amount"] = amount
+			}
+			if r.IntN(2) == 0 {
+				b["reason"] = refunds.Reasons[r.IntN(len(refunds.Reasons))]
+			}
+			return b
+		},
+		// 201; 400 amount_exceeds_refundable when the refunds of the
+		// payment, in flight or done, leave too little: the hold's
+		// condition must refuse it before the provider does (whose
+		// refusal would be a 422 provider_rejected).
+		finals:    []int{http.StatusCreated, http.StatusBadRequest},
+		codes:     []string{"amount_exceeds_refundable"},
+		effectful: func(status int) bool { return status == http.StatusCreated },
+		effects: func(ctx context.Context, s systems) (map[tag]int, error) {
+			return taggedItems(ctx, s.db, s.cfg.Table("ProviderTable"), func(item map[string]types.AttributeValue, _ tag) bool {
+				return stringAttr(item, "kind") == "refund"
+			})
+		},
+		setup: paymentsToRefund,
+		audit: auditRefunds,
+	},
+	{
+		name:     "orders",
+		path:     "/v1/orders",
+		external: true,
+		resumes:  true,
+		faults:   orderFaults,
+		body: func(r *rand.Rand, amount int64) map[string]any {
+			b := baseBody(r, amount, orderSources.pick(r))
+			b["email"] = fmt.Sprintf("cus%d@example.com", r.IntN(1000))
+			return b
+		},
+		// 201 paid; 402 card_declined; 422 provider_rejected, for tokUnknown.
+		finals: []int{http.StatusCreated, http.StatusPaymentRequired, http.StatusUnprocessableEntity},
+		codes:  []string{"card_declined", "provider_rejected"},
+		// The order exists from the first phase on, whatever the provider
+		// answers.
+		effectful: func(int) bool { return true },
+		effects: func(ctx context.Context, s systems) (map[tag]int, error) {
+			return taggedItems(ctx, s.db, s.cfg.Table("OrdersTable"), nil)
+		},
+		pending: receiptsPending,
+		audit:   auditOrders,
 	},
 }
 

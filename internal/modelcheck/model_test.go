@@ -77,6 +77,7 @@ type opInput struct {
 	id       int // the request's, shared by its reservation
 	variant  int
 	external bool // the variant's endpoint holds a reservation while it calls out
+	resumes  bool // ...and a request of its body resumes a reservation abandoned at a recovery point
 	long     bool // the request ran for a lease or longer
 	label    string
 }
@@ -124,11 +125,19 @@ func stepFrom(s keyState, in opInput, out opOutput) []keyState {
 	v := in.variant
 	switch in.kind {
 	case kindEnter:
-		if s.phase != phaseFree {
-			return []keyState{s}
+		switch {
+		case s.phase == phaseFree:
+			h := keyState{phase: phaseHeld, variant: v, holder: in.id, effects: s.effects}
+			return []keyState{s, h, h.withEffect(v)}
+		case in.resumes && s.phase == phaseHeld && s.variant == v && s.holder != in.id:
+			// A multi-step request takes its own abandoned reservation over
+			// (fenced) and resumes it: the answer it sends is the one the
+			// earlier holder may have sent unstored.
+			t := s
+			t.holder = in.id
+			return []keyState{s, t}
 		}
-		h := keyState{phase: phaseHeld, variant: v, holder: in.id, effects: s.effects}
-		return []keyState{s, h, h.withEffect(v)}
+		return []keyState{s}
 	case kindAudit:
 		return audit(s, out)
 	}
@@ -279,6 +288,7 @@ func TestModel(t *testing.T) {
 		call, ret int64
 		v         int
 		external  bool
+		resumes   bool
 		long      bool
 		class     answerClass
 		replayed  bool
@@ -290,6 +300,13 @@ func TestModel(t *testing.T) {
 	}
 	other := func(call, ret int64, v int, external bool, class answerClass) req {
 		return req{call: call, ret: ret, v: v, external: external, class: class, enter: external && class == classFailed}
+	}
+	// phased is a final answer of a multi-step request (orders), which
+	// resumes its own abandoned reservation.
+	phased := func(call, ret int64, v int, answer string) req {
+		r := final(call, ret, v, true, answer, false)
+		r.resumes = true
+		return r
 	}
 	auditOp := func(at int64, record recordState, v int, answer string, effects uint32) porcupineOp {
 		return porcupineOp{
@@ -335,16 +352,21 @@ func TestModel(t *testing.T) {
 		{"the other body runs after a crash that charged", []req{other(0, 1, 0, true, classFailed), final(2, 3, 1, true, y, false)}, true, false},
 		{"an effect and no record", []req{other(0, 1, 0, true, classFailed)}, true, false},
 		{"Atomic: 409 with nothing held", []req{final(0, 1, 0, false, x, false), other(2, 3, 0, false, classInProgress)}, false, false},
+		{"multi-step: an answer sent unstored, then a retry that resumes it", []req{phased(0, 1, 0, x), phased(3, 4, 0, x)}, true, true},
+		{"multi-step: the resumed answer differs", []req{phased(0, 1, 0, x), phased(3, 4, 0, y)}, false, false},
+		{"multi-step: another body cannot resume it", []req{phased(0, 1, 0, x), phased(3, 4, 1, y)}, false, false},
+		{"not multi-step: a fresh answer after another request's", []req{final(0, 1, 0, true, x, false), final(3, 4, 0, true, x, false)}, false, false},
 	}
 	audits := map[string]porcupineOp{
-		"a crash, then the reconciled answer":              auditOp(10, recordCompleted, 0, x, bit(0)),
-		"Atomic: the request's own commit replayed":        auditOp(10, recordCompleted, 0, x, bit(0)),
-		"Atomic: a 5xx that committed, then its replay":    auditOp(10, recordCompleted, 0, x, bit(0)),
-		"the other body runs after a release":              auditOp(10, recordCompleted, 1, y, bit(1)),
-		"the other body runs after a crash that charged":   auditOp(10, recordCompleted, 1, y, bit(0)|bit(1)),
-		"an effect and no record":                          auditOp(10, recordAbsent, -1, "", bit(0)),
-		"the planted bug: a zombie overwrote the new body": auditOp(200, recordCompleted, 0, rej, bit(1)),
-		"the same schedule, fenced":                        auditOp(200, recordCompleted, 1, y, bit(1)),
+		"a crash, then the reconciled answer":                               auditOp(10, recordCompleted, 0, x, bit(0)),
+		"Atomic: the request's own commit replayed":                         auditOp(10, recordCompleted, 0, x, bit(0)),
+		"Atomic: a 5xx that committed, then its replay":                     auditOp(10, recordCompleted, 0, x, bit(0)),
+		"the other body runs after a release":                               auditOp(10, recordCompleted, 1, y, bit(1)),
+		"the other body runs after a crash that charged":                    auditOp(10, recordCompleted, 1, y, bit(0)|bit(1)),
+		"an effect and no record":                                           auditOp(10, recordAbsent, -1, "", bit(0)),
+		"multi-step: an answer sent unstored, then a retry that resumes it": auditOp(10, recordCompleted, 0, x, bit(0)),
+		"the planted bug: a zombie overwrote the new body":                  auditOp(200, recordCompleted, 0, rej, bit(1)),
+		"the same schedule, fenced":                                         auditOp(200, recordCompleted, 1, y, bit(1)),
 	}
 	// The planted bug's shape: the zombie (v0, rejected, nothing charged) is
 	// held in its completion while a retry hands its expired reservation to
@@ -368,7 +390,7 @@ func TestModel(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var h []porcupineOp
 			for i, r := range tt.reqs {
-				in := opInput{kind: kindRequest, id: i, variant: r.v, external: r.external, long: r.long}
+				in := opInput{kind: kindRequest, id: i, variant: r.v, external: r.external, resumes: r.resumes, long: r.long}
 				out := opOutput{class: r.class, replayed: r.replayed, answer: r.answer,
 					effectful: r.class == classFinal && strings.HasPrefix(r.answer, "201")}
 				h = append(h, porcupineOp{client: i, in: in, out: out, call: r.call, ret: r.ret})

@@ -102,6 +102,9 @@ func checkRun(t *testing.T, cfg runConfig) {
 		c.px.plant.Store(&pl)
 	}
 	c.plan(mrand.New(mrand.NewPCG(cfg.seed, 0)))
+	if err := c.setup(t.Context()); err != nil {
+		t.Fatalf("modelcheck: seed %d: %v", cfg.seed, err)
+	}
 	// Delays around the lease make zombies; they stay under the SDK's 2s
 	// attempt timeout.
 	c.px.arm(cfg.history, cfg.outages, cfg.outageRate, cfg.background, cfg.lease/3, min(cfg.lease+400*time.Millisecond, 1800*time.Millisecond))

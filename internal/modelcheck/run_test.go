@@ -111,6 +111,13 @@ type variant struct {
 
 func (v *variant) String() string {
 	b := v.body
+	if p, ok := b["payment"]; ok {
+		amount, ok := b["amount"]
+		if !ok {
+			amount = "all that is left"
+		}
+		return fmt.Sprintf("v%d %s %v of %v", v.index, v.ep.name, amount, p)
+	}
 	return fmt.Sprintf("v%d %s %v %v %v", v.index, v.ep.name, b["amount"], b["currency"], b["source"])
 }
 
@@ -262,7 +269,10 @@ func newChecker(t *testing.T, cfg runConfig) *checker {
 	})
 	c.stack = stack
 	c.sys = systems{db: db, cfg: stack.Config()}
-	px.faultTables(c.sys.cfg.Table("IdempotencyTable"), c.sys.cfg.Table("PaymentsTable"))
+	// Every table an endpoint writes; not the API keys' nor the
+	// simulator's own.
+	px.faultTables(c.sys.cfg.Table("IdempotencyTable"), c.sys.cfg.Table("PaymentsTable"), c.sys.cfg.Table("RefundsTable"),
+		c.sys.cfg.Table("OrdersTable"), c.sys.cfg.Table("OutboxTable"))
 	return c
 }
 
@@ -335,6 +345,54 @@ func (c *checker) plan(r *mrand.Rand) {
 			p.from, p.to = time.Duration(k)*step, time.Duration(k+2)*step
 		}
 	}
+}
+
+// setup readies the planned variants of every endpoint that needs it
+// (refunds: their payments), before the faults are armed.
+func (c *checker) setup(ctx context.Context) error {
+	for _, ep := range endpoints {
+		if ep.setup == nil {
+			continue
+		}
+		var vs []planned
+		for _, p := range c.parts {
+			for _, v := range p.variants {
+				if v.ep == ep {
+					vs = append(vs, planned{tenant: p.tenant, v: v})
+				}
+			}
+		}
+		if len(vs) == 0 {
+			continue
+		}
+		if err := ep.setup(ctx, c, vs); err != nil {
+			return fmt.Errorf("setup of %s: %w", ep.name, err)
+		}
+	}
+	return nil
+}
+
+// call sends a request of tenant to the stack, outside the history (setup),
+// with an Idempotency-Key when key is set, and returns the answer.
+func (c *checker) call(ctx context.Context, method, tenant, path, key, body string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.stack.URL()+path, strings.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+apiKeys[tenant])
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
 }
 
 // send posts variant v of p, with a Once-Fault header when fault is set, and
@@ -464,8 +522,9 @@ func (c *checker) runClients(ctx context.Context) {
 // every 2s), restores it as UNKNOWN.
 const quietFor = 4 * time.Second
 
-// waitQuiet waits until no record is IN_PROGRESS or UNKNOWN and no payment
-// is pending, for quietFor, or the bound passes; it returns what is still
+// waitQuiet waits until no record is IN_PROGRESS or UNKNOWN, no payment
+// is pending and no endpoint has work left in the background (receipts to
+// send), for quietFor, or the bound passes; it returns what is still
 // pending then.
 func (c *checker) waitQuiet(ctx context.Context) []string {
 	deadline := time.Now().Add(c.cfg.quiet)
@@ -526,6 +585,16 @@ func (c *checker) pending(ctx context.Context) ([]string, error) {
 		if s := stringAttr(item, "status"); s == "pending" {
 			out = append(out, "payment "+stringAttr(item, "id")+" is pending")
 		}
+	}
+	for _, ep := range endpoints {
+		if ep.pending == nil {
+			continue
+		}
+		more, err := ep.pending(ctx, c.sys)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, more...)
 	}
 	return out, nil
 }
@@ -629,6 +698,7 @@ type result struct {
 	operations int // porcupine operations, final reads included
 	faults     map[faultKind]int
 	answers    map[string]int // answers by status and kind
+	endpoints  map[string]int // requests by endpoint
 	quiet      time.Duration  // the wait for quiet
 	violations []string
 	files      []string
@@ -638,8 +708,8 @@ func (r *result) ok() bool { return len(r.violations) == 0 }
 
 func (r *result) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %d requests, %d operations checked, answers %v, store faults %v, quiet after %v",
-		r.seed, r.requests, r.operations, r.answers, r.faults, r.quiet.Round(100*time.Millisecond))
+	fmt.Fprintf(&b, "seed %d: %d requests %v, %d operations checked, answers %v, store faults %v, quiet after %v",
+		r.seed, r.requests, r.endpoints, r.operations, r.answers, r.faults, r.quiet.Round(100*time.Millisecond))
 	if r.ok() {
 		return b.String()
 	}
@@ -657,7 +727,7 @@ func (r *result) String() string {
 // and checks the history and the invariants.
 func (c *checker) finish(ctx context.Context) *result {
 	c.px.disarm()
-	res := &result{seed: c.cfg.seed, faults: map[faultKind]int{}, answers: map[string]int{}}
+	res := &result{seed: c.cfg.seed, faults: map[faultKind]int{}, answers: map[string]int{}, endpoints: map[string]int{}}
 	for _, e := range c.px.faultEvents() {
 		res.faults[e.kind]++
 	}
@@ -680,6 +750,7 @@ func (c *checker) finish(ctx context.Context) *result {
 	res.requests = len(ops)
 	for _, o := range ops {
 		res.answers[o.kind(c.cfg.lease)]++
+		res.endpoints[o.part.variants[o.variant].ep.name]++
 	}
 	byPart := map[*partition][]*op{}
 	for _, o := range ops {
@@ -699,6 +770,20 @@ func (c *checker) finish(ctx context.Context) *result {
 		}
 	}
 	res.violations = append(res.violations, c.workerInvariants(ctx)...)
+	for _, ep := range endpoints {
+		if ep.audit == nil {
+			continue
+		}
+		bad, err := ep.audit(ctx, c.sys, c.run)
+		if err != nil {
+			bad = []string{ep.name + " audit: " + err.Error()}
+		}
+		const most = 10
+		if len(bad) > most {
+			bad = append(bad[:most], fmt.Sprintf("%s: ... and %d more like these", ep.name, len(bad)-most))
+		}
+		res.violations = append(res.violations, bad...)
+	}
 	if !res.ok() {
 		if f := c.writeFile("stack.log", []byte(c.out.String())); f != "" {
 			res.files = append(res.files, f)
@@ -717,8 +802,12 @@ func (c *checker) invariants(p *partition, ops []*op, f *finalRead) []string {
 		switch {
 		case o.err != nil:
 			bad("%s: %v", o.label(), o.err)
-		case o.class == classFinal && !slices.Contains(p.variants[o.variant].ep.finals, o.status):
-			bad("%s: unexpected answer %d %s", o.label(), o.status, o.body)
+		case o.class == classFinal && !p.variants[o.variant].ep.expects(o.status, o.code):
+			what := o.code
+			if what == "" {
+				what = string(o.body)
+			}
+			bad("%s: unexpected answer %d %s", o.label(), o.status, what)
 		case o.class == classFinal:
 			if tg, ok := tagInJSON(o.body); ok && tg != p.variants[o.variant].tag {
 				bad("%s: the answer carries another request's tags %+v: %s", o.label(), tg, o.body)
@@ -818,6 +907,7 @@ func (c *checker) history(p *partition, ops []*op, f *finalRead) []porcupineOp {
 			id:       id,
 			variant:  o.variant,
 			external: va.ep.external,
+			resumes:  va.ep.resumes,
 			long:     time.Duration(o.ret-o.call) >= c.cfg.lease-20*time.Millisecond,
 			label:    o.label(),
 		}
