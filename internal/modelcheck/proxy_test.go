@@ -30,7 +30,7 @@ var dataPlane = map[string]bool{
 // A plant is a bug the proxy plants in once by rewriting a condition of the
 // writes that carry it into another that uses the same expression names and
 // values (DynamoDB rejects unused ones) but means something else. It applies
-// to PutItem and to the puts of TransactWriteItems.
+// to PutItem and to the puts and updates of TransactWriteItems.
 type plant struct {
 	from, to string
 }
@@ -49,6 +49,14 @@ var plants = map[string]plant{
 	"reclaim-completed": {
 		from: "attribute_not_exists(#pk) OR (#expires_ms <= :now AND (#status <> :in_progress OR #external = :false))",
 		to:   "attribute_not_exists(#pk) OR ((#expires_ms <= :now OR #status <> :in_progress) AND (#status <> :in_progress OR #external = :false))",
+	},
+	// A refund's hold (internal/refunds' holds) no longer checks what is
+	// left of the payment: refunds of different keys can together hold
+	// more than the payment, and the provider, not once, refuses the
+	// excess.
+	"refund-over-hold": {
+		from: "#status = :succeeded AND #refundable >= :amount AND attribute_not_exists(#holds.#key)",
+		to:   "#status = :succeeded AND (#refundable >= :amount OR :amount = :amount) AND attribute_not_exists(#holds.#key)",
 	},
 }
 
@@ -115,7 +123,7 @@ func (g *gate) isOpen() bool {
 
 // dynamoProxy is a reverse proxy in front of DynamoDB Local that injects
 // store faults into the data-plane calls on some tables, on a seeded
-// schedule. It can also plant a bug (the unfenced completion) and hold calls
+// schedule. It can also plant a bug (see plants) and hold calls
 // at gates. Stream calls and other tables pass untouched.
 type dynamoProxy struct {
 	target string
@@ -419,8 +427,10 @@ func (pl *plant) rewrite(req map[string]any) bool {
 	items, _ := req["TransactItems"].([]any)
 	for _, it := range items {
 		if m, ok := it.(map[string]any); ok {
-			if put, ok := m["Put"].(map[string]any); ok && replace(put) {
-				done = true
+			for _, action := range []string{"Put", "Update"} {
+				if w, ok := m[action].(map[string]any); ok && replace(w) {
+					done = true
+				}
 			}
 		}
 	}
