@@ -148,29 +148,23 @@ func scenarioConfig(seed uint64) runConfig {
 // The unplanted run of the same schedule must pass, so that the failure is
 // the plant's.
 func TestPlantedUnfencedCompletion(t *testing.T) {
-	for _, planted := range []bool{true, false} {
-		name := "fenced"
-		if planted {
-			name = "planted"
-		}
-		t.Run(name, func(t *testing.T) {
-			res := unfencedCompletion(t, planted)
-			switch {
-			case planted && res.ok():
-				t.Fatalf("the checker passed the planted bug: %v", res)
-			case planted:
-				text := res.String()
-				for _, want := range []string{"not linearizable", "but the stored answer is v0's"} {
-					if !strings.Contains(text, want) {
-						t.Errorf("the report does not say %q:\n%s", want, text)
-					}
+	plantedAndFenced(t, func(t *testing.T, planted bool) {
+		res := unfencedCompletion(t, planted)
+		switch {
+		case planted && res.ok():
+			t.Fatalf("the checker passed the planted bug: %v", res)
+		case planted:
+			text := res.String()
+			for _, want := range []string{"not linearizable", "but the stored answer is v0's"} {
+				if !strings.Contains(text, want) {
+					t.Errorf("the report does not say %q:\n%s", want, text)
 				}
-				t.Logf("the checker caught the planted bug:\n%v", res)
-			case !res.ok():
-				t.Fatalf("the checker failed the fenced schedule: %v", res)
 			}
-		})
-	}
+			t.Logf("the checker caught the planted bug:\n%v", res)
+		case !res.ok():
+			t.Fatalf("the checker failed the fenced schedule: %v", res)
+		}
+	})
 }
 
 func unfencedCompletion(t *testing.T, planted bool) *result {
@@ -406,48 +400,54 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 // unplanted run of the same schedule must pass, so that the failure is the
 // plant's.
 func TestPlantedRefundOverHold(t *testing.T) {
+	plantedAndFenced(t, func(t *testing.T, planted bool) {
+		ctx := t.Context()
+		c := newChecker(t, scenarioConfig(seedFromEnv(t)))
+		if planted {
+			pl := plants["refund-over-hold"]
+			c.px.plant.Store(&pl)
+		}
+		refunds := endpointNamed(t, "refunds")
+		first := c.addPartition("acme", "first-"+c.run, variantSpec{refunds, map[string]any{"payment": tokVisa, "amount": 1500}})
+		second := c.addPartition("acme", "second-"+c.run, variantSpec{refunds, map[string]any{"payment": tokVisa, "amount": 1500}})
+		if err := c.setup(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if first.variants[0].body["payment"] != second.variants[0].body["payment"] {
+			t.Fatalf("the refunds name payments %v and %v, want one", first.variants[0].body["payment"], second.variants[0].body["payment"])
+		}
+		r := mrand.New(mrand.NewPCG(c.cfg.seed, 1))
+		if o := c.send(ctx, 0, first, 0, "", r); o.status != 201 {
+			t.Fatalf("the first refund = %d %s, want 201", o.status, o.body)
+		}
+		o := c.send(ctx, 1, second, 0, "", r)
+		res := c.finish(ctx)
+		switch {
+		case planted && c.px.planted.Load() == 0:
+			t.Fatal("the proxy never rewrote a hold's condition")
+		case planted && res.ok():
+			t.Fatalf("the checker passed the planted bug (the second refund = %d %s): %v", o.status, o.body, res)
+		case planted:
+			if text := res.String(); !strings.Contains(text, "unexpected answer 422 provider_rejected") {
+				t.Errorf("the report does not name the provider's refusal:\n%s", text)
+			}
+			t.Logf("the checker caught the planted bug:\n%v", res)
+		case o.status != 400 || o.code != "amount_exceeds_refundable":
+			t.Fatalf("the second refund = %d %s, want 400 amount_exceeds_refundable", o.status, o.body)
+		case !res.ok():
+			t.Fatalf("the checker failed the fenced schedule: %v", res)
+		}
+	})
+}
+
+// plantedAndFenced runs a crafted schedule twice: with its plant (the
+// subtest "planted") and without (the subtest "fenced").
+func plantedAndFenced(t *testing.T, run func(t *testing.T, planted bool)) {
 	for _, planted := range []bool{true, false} {
 		name := "fenced"
 		if planted {
 			name = "planted"
 		}
-		t.Run(name, func(t *testing.T) {
-			ctx := t.Context()
-			c := newChecker(t, scenarioConfig(seedFromEnv(t)))
-			if planted {
-				pl := plants["refund-over-hold"]
-				c.px.plant.Store(&pl)
-			}
-			refunds := endpointNamed(t, "refunds")
-			first := c.addPartition("acme", "first-"+c.run, variantSpec{refunds, map[string]any{"payment": tokVisa, "amount": 1500}})
-			second := c.addPartition("acme", "second-"+c.run, variantSpec{refunds, map[string]any{"payment": tokVisa, "amount": 1500}})
-			if err := c.setup(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if first.variants[0].body["payment"] != second.variants[0].body["payment"] {
-				t.Fatalf("the refunds name payments %v and %v, want one", first.variants[0].body["payment"], second.variants[0].body["payment"])
-			}
-			r := mrand.New(mrand.NewPCG(c.cfg.seed, 1))
-			if o := c.send(ctx, 0, first, 0, "", r); o.status != 201 {
-				t.Fatalf("the first refund = %d %s, want 201", o.status, o.body)
-			}
-			o := c.send(ctx, 1, second, 0, "", r)
-			res := c.finish(ctx)
-			switch {
-			case planted && c.px.planted.Load() == 0:
-				t.Fatal("the proxy never rewrote a hold's condition")
-			case planted && res.ok():
-				t.Fatalf("the checker passed the planted bug (the second refund = %d %s): %v", o.status, o.body, res)
-			case planted:
-				if text := res.String(); !strings.Contains(text, "unexpected answer 422 provider_rejected") {
-					t.Errorf("the report does not name the provider's refusal:\n%s", text)
-				}
-				t.Logf("the checker caught the planted bug:\n%v", res)
-			case o.status != 400 || o.code != "amount_exceeds_refundable":
-				t.Fatalf("the second refund = %d %s, want 400 amount_exceeds_refundable", o.status, o.body)
-			case !res.ok():
-				t.Fatalf("the checker failed the fenced schedule: %v", res)
-			}
-		})
+		t.Run(name, func(t *testing.T) { run(t, planted) })
 	}
 }
