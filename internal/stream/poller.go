@@ -44,8 +44,8 @@ const (
 	DefaultMaxRetryAttempts = 3
 	DefaultRetryBackoff     = 100 * time.Millisecond
 
-	// MaxBatchSize is the most records one GetRecords call returns, and so
-	// the largest batch the Poller delivers.
+	// MaxBatchSize is the most records one GetRecords call returns (the
+	// Poller asks for as many), and the largest batch it delivers.
 	MaxBatchSize = 1000
 )
 
@@ -73,9 +73,9 @@ type PollerOptions struct {
 	// BatchSize is the most records per invocation (default 100, at most
 	// MaxBatchSize).
 	BatchSize int
-	// PollInterval is the pause after a read of a shard that did not fill a
-	// batch (default 250ms: Lambda polls a shard about four times a
-	// second). A read that fills a batch is followed at once by the next.
+	// PollInterval is the pause after a read of a shard that returned fewer
+	// than MaxBatchSize records (default 250ms: Lambda polls a shard about
+	// four times a second). A full read is followed at once by the next.
 	PollInterval time.Duration
 	// MaxIdleInterval bounds the pause after reads that found nothing: it
 	// doubles from PollInterval with each empty read, up to MaxIdleInterval

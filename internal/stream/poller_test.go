@@ -757,3 +757,46 @@ func TestPollerIdleBackoff(t *testing.T) {
 		t.Fatal("the record written after the idle period was not delivered within 10s")
 	}
 }
+
+// TestPollerReadsMoreThanABatch checks that the poller reads up to
+// MaxBatchSize records a call and hands them over in batches of BatchSize,
+// in order: records that arrived together cost one GetRecords, not one per
+// batch.
+func TestPollerReadsMoreThanABatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	table := e.names.ByLogicalID["PaymentsTable"]
+	var want []string
+	for i := range 25 {
+		pk := fmt.Sprintf("k%02d", i)
+		want = append(want, pk)
+		e.put(t, table, pk, nil)
+	}
+	counting := &countingStreams{StreamsAPI: e.streams}
+	var seen list[string]
+	var sizes list[int]
+	var readsAtLast atomic.Int64
+	opts := e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		sizes.add(len(ev.Records))
+		for _, r := range ev.Records {
+			seen.add(pkOf(r))
+		}
+		readsAtLast.Store(counting.gets.Load())
+		return events.DynamoDBEventResponse{}, nil
+	})
+	opts.Client = counting
+	opts.BatchSize = 10
+	start(t, opts)
+	lambdatest.WaitFor(t, 10*time.Second, "every record", func() bool { return len(seen.get()) >= len(want) })
+	if diff := cmp.Diff(want, seen.get()); diff != "" {
+		t.Errorf("delivered (-want +got):\n%s", diff)
+	}
+	for _, n := range sizes.get() {
+		if n > opts.BatchSize {
+			t.Errorf("a batch of %d records, want at most %d", n, opts.BatchSize)
+		}
+	}
+	if n, batches := readsAtLast.Load(), len(sizes.get()); n >= int64(batches) {
+		t.Errorf("%d GetRecords for %d batches, want fewer reads than batches", n, batches)
+	}
+}

@@ -60,9 +60,13 @@ func (s *shardReader) run(ctx context.Context) bool {
 			}
 			iter = it
 		}
+		// As many records as one call returns, whatever the batch size:
+		// DynamoDB Local spends milliseconds on each GetRecords, and a
+		// poller that read a small batch per call would call it back to
+		// back while records flow. The handler still gets them in batches.
 		out, err := s.p.opts.Client.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{
 			ShardIterator: iter,
-			Limit:         aws.Int32(int32(s.p.opts.BatchSize)),
+			Limit:         aws.Int32(MaxBatchSize),
 		})
 		switch {
 		case ctx.Err() != nil:
@@ -97,7 +101,7 @@ func (s *shardReader) run(ctx context.Context) bool {
 		case len(out.Records) == 0:
 			sleep(ctx, idle)
 			idle = min(2*idle, max(s.p.opts.MaxIdleInterval, s.p.opts.PollInterval))
-		case len(out.Records) < s.p.opts.BatchSize:
+		case len(out.Records) < MaxBatchSize:
 			idle = s.p.opts.PollInterval
 			sleep(ctx, idle)
 		default:
@@ -129,10 +133,10 @@ func (s *shardReader) iterator(ctx context.Context) (*string, error) {
 	return out.ShardIterator, nil
 }
 
-// deliver hands the records of one GetRecords call to the handler and
-// returns false if ctx ended first. A record that cannot be converted to the
-// event form (an attribute type this SDK does not know) goes to the dead
-// letter in its place.
+// deliver hands the records of one GetRecords call to the handler, in
+// batches of at most BatchSize, and returns false if ctx ended first. A
+// record that cannot be converted to the event form (an attribute type this
+// SDK does not know) goes to the dead letter in its place.
 func (s *shardReader) deliver(ctx context.Context, raw []streamtypes.Record) bool {
 	for len(raw) > 0 {
 		var (
@@ -151,8 +155,12 @@ func (s *shardReader) deliver(ctx context.Context, raw []streamtypes.Record) boo
 			}
 			raw = raw[1:]
 		}
-		if len(batch) > 0 && !s.deliverBatch(ctx, batch) {
-			return false
+		for len(batch) > 0 {
+			n := min(len(batch), s.p.opts.BatchSize)
+			if !s.deliverBatch(ctx, batch[:n]) {
+				return false
+			}
+			batch = batch[n:]
 		}
 		if bad != nil {
 			s.deadLetter(ctx, []events.DynamoDBEventRecord{*bad}, why.Error(), 0)
