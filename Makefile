@@ -11,12 +11,19 @@ GO ?= go
 # template's Architecture parameter must agree). ARCH is accepted as well.
 LAMBDA_ARCH ?= $(or $(ARCH),arm64)
 GOARCH_LAMBDA := $(patsubst x86_64,amd64,$(LAMBDA_ARCH))
-GO_BUILD_LAMBDA = GOOS=linux GOARCH=$(GOARCH_LAMBDA) CGO_ENABLED=0 \
+# go_build_lambda GOARCH: the build of a function's bootstrap, as `make build`
+# and `make bench` (for the host's architecture) build it.
+go_build_lambda = GOOS=linux GOARCH=$(1) CGO_ENABLED=0 \
 	$(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w'
+GO_BUILD_LAMBDA = $(call go_build_lambda,$(GOARCH_LAMBDA))
 
 # Flags for `make test` / `make bench` / `make fuzz` / `make soak` / `make check`.
 GOTESTFLAGS ?=
-BENCHTIME ?= 200ms
+# make bench: BENCH_SCALE multiplies its samples, durations and cold starts;
+# BENCH_OUT=file.json also writes its table as JSON.
+BENCH_SCALE ?= 1
+BENCH_OUT ?=
+BENCH_DIR := .cache/bench
 FUZZTIME ?= 10s
 SOAK_DURATION ?= 5m
 SOAK_CLIENTS ?= 64
@@ -43,8 +50,16 @@ test: ## go vet, then go test -race ./... against a DynamoDB Local started for t
 	$(WITH_DYNAMODB) $(GO) test -race -count=1 $(GOTESTFLAGS) ./...
 
 .PHONY: bench
-bench: ## the benchmarks, against a DynamoDB Local started for the run (BENCHTIME=200ms)
-	$(WITH_DYNAMODB) $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count=1 $(GOTESTFLAGS) ./...
+bench: ## once against its baselines, one table (BENCH_SCALE=1, BENCH_OUT=file.json); DynamoDB Local started for the run, or DYNAMODB_ENDPOINT
+	@[[ -n "$(FUNCTIONS)" ]] || { echo "bench: no functions/* folders"; exit 1; }
+	@echo "bench: building the functions for $$($(GO) env GOARCH) into $(BENCH_DIR)/functions"
+	@for fn in $(FUNCTIONS); do \
+		$(call go_build_lambda,$$($(GO) env GOARCH)) -o $(BENCH_DIR)/functions/$$fn/bootstrap ./functions/$$fn; \
+	done
+	@$(call go_build_lambda,$$($(GO) env GOARCH)) -o $(BENCH_DIR)/functions/minimal/bootstrap ./internal/bench/minimal
+	@$(GO) build -o $(BENCH_DIR)/bench ./cmd/bench
+	@if [[ -z "$${DYNAMODB_ENDPOINT:-}" ]]; then run=($(WITH_DYNAMODB)); else run=(); fi; \
+	"$${run[@]}" $(BENCH_DIR)/bench -functions $(BENCH_DIR)/functions -scale $(BENCH_SCALE) $(if $(BENCH_OUT),-out $(BENCH_OUT))
 
 .PHONY: soak
 soak: ## mixed-tenant load through the devstack under -race for SOAK_DURATION (5m), SOAK_CLIENTS (64) clients

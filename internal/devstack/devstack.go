@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,6 +88,25 @@ type Options struct {
 	// within seconds, AWS within days, so only without TTL does the stack
 	// show what recovers without it.
 	WithoutTTL bool
+	// Routes are routes of the api function that the template does not
+	// declare, served the same way as its own (the gateway, the
+	// authorizer, the api function's execution environments and Lambda
+	// adapter): a benchmark compares the API with a route of its own.
+	Routes []Route
+	// StreamsOff lists functions (by logical ID) whose DynamoDB stream
+	// event sources are not polled: a benchmark of the API alone leaves
+	// the worker, which charges every payment, off.
+	StreamsOff []string
+}
+
+// Route is an extra route of the api function (Options.Routes).
+type Route struct {
+	// Method and Resource are matched by the gateway as a template's Api
+	// event's: POST, /bench/payments.
+	Method, Resource string
+	// Handler builds the route's handler in each execution environment of
+	// the api function, from what the API's own handler is built from.
+	Handler func(cfg config.Config, client *dynamodb.Client, opts app.Options) http.Handler
 }
 
 // Stack is a running devstack.
@@ -322,12 +342,18 @@ func (s *Stack) seedKeys(ctx context.Context) error {
 // execution environments (package lambdaenv), and serves it.
 func (s *Stack) startGateway(context.Context) error {
 	api := lambdaenv.New("api", func() (any, error) {
-		h, err := apifn.Handler(s.cfg, s.client, app.Options{
-			Logger:  s.log.With("function", "api"),
-			Metrics: s.output,
-		})
+		opts := app.Options{Logger: s.log.With("function", "api"), Metrics: s.output}
+		h, err := apifn.Handler(s.cfg, s.client, opts)
 		if err != nil {
 			return nil, err
+		}
+		if len(s.opts.Routes) > 0 {
+			mux := http.NewServeMux()
+			for _, rt := range s.opts.Routes {
+				mux.Handle(rt.Method+" "+rt.Resource, rt.Handler(s.cfg, s.client, opts))
+			}
+			mux.Handle("/", h)
+			h = mux
 		}
 		return fault.NewLambdaHandler(h), nil
 	})
@@ -341,10 +367,14 @@ func (s *Stack) startGateway(context.Context) error {
 			return err
 		}
 	}
+	routes := slices.Clip(s.api.routes)
+	for _, rt := range s.opts.Routes {
+		routes = append(routes, gateway.Route{Method: rt.Method, Resource: rt.Resource})
+	}
 	s.emulator = &gateway.Emulator{
 		Authorize:     gateway.LambdaAuthorizer(authorizer),
 		Invoke:        gateway.LambdaProxy(api),
-		Routes:        s.api.routes,
+		Routes:        routes,
 		Stage:         s.api.stage,
 		Region:        s.cfg.Region,
 		AuthorizerTTL: s.api.authorizerTTL,

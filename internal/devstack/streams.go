@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -187,6 +188,10 @@ func (s *Stack) startStreams(ctx context.Context) error {
 		return nil
 	}
 	for _, m := range mappings {
+		if slices.Contains(s.opts.StreamsOff, m.function) {
+			s.log.Info("devstack: stream mapping off", "function", m.function)
+			continue
+		}
 		build, ok := streamFunctions[m.function]
 		if !ok {
 			return errors.Join(fmt.Errorf("devstack: no handler for %s, triggered by %s's stream", m.function, m.table), stop(ctx))

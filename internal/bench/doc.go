@@ -1,0 +1,26 @@
+// Package bench is `make bench`: it measures what once costs against
+// baselines measured in the same run, on DynamoDB Local, and reports one
+// table (Report: Markdown, and JSON).
+//
+// Every endpoint is one entry of the endpoint table (endpoints.go): how to
+// prepare a request, how to vary its body, what its business item is and
+// how to count its effects. For each, at the api function's Lambda handler
+// (built as functions/api builds it), the bench measures every outcome, a
+// first request, replays and mismatches on the instance that answered it
+// (its replay cache) and on another, concurrent duplicates, a duplicate
+// in progress, and the recovery from a crash at each fault point (the
+// checker's check, the reconciler's resolution, the client's retry), with
+// their DynamoDB calls by operation, capacity units (Meter), latency and
+// heap allocations, beside a bare conditional PutItem of the business item
+// and a bare TransactWriteItems of it and a record-sized item, in
+// alternating rounds. It then reports the bytes a record takes, for each
+// endpoint and for 100 KB and 1 MB answers; starts the devstack with a
+// route without idempotency beside the API's and measures both through the
+// HTTP front door (throughput and latency of 16 clients) and under a
+// duplicate storm; and starts each built function under a minimal Lambda
+// Runtime API, beside a minimal aws-lambda-go function, for its cold
+// start.
+//
+// It is a tool, not a test: nothing of it runs under `make test` but the
+// unit tests of its pure parts.
+package bench
