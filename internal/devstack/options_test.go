@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/oncehq/once/idempotency/apigw"
@@ -76,5 +77,19 @@ func TestRoutesAndStreamsOff(t *testing.T) {
 	}
 	if !polled["SweeperFunction"] || !polled["ReconcilerFunction"] {
 		t.Errorf("stream mappings started: %v, want the sweeper's and the reconciler's", polled)
+	}
+	// A stream no mapping reads is not created: DynamoDB Local would pay
+	// for its records on every write.
+	for _, c := range []struct {
+		table      string
+		wantStream bool
+	}{
+		{env["ONCE_PAYMENTS_TABLE"], false},
+		{env["ONCE_IDEMPOTENCY_TABLE"], true},
+		{env["ONCE_OUTBOX_TABLE"], true},
+	} {
+		if got := aws.ToString(streamARN(t, c.table)) != ""; got != c.wantStream {
+			t.Errorf("table %s has a stream: %v, want %v", c.table, got, c.wantStream)
+		}
 	}
 }

@@ -165,15 +165,35 @@ func (s *Stack) startProvider(context.Context) error {
 	return nil
 }
 
+// mappings returns the template's stream mappings that the stack runs, and
+// those it leaves off: the mappings of the functions in Options.StreamsOff.
+func (s *Stack) mappings() (on, off []mapping, err error) {
+	all, err := mappingsFromTemplate(s.tmpl)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, m := range all {
+		if slices.Contains(s.opts.StreamsOff, m.function) {
+			off = append(off, m)
+		} else {
+			on = append(on, m)
+		}
+	}
+	return on, off, nil
+}
+
 // startStreams runs one Poller per DynamoDB event of the template, invoking
 // the functions in process the way Lambda's event source mappings do:
 // filtered, batched, with partial batch failures, bisection and bounded
 // retries; what would go to the on-failure destination is logged and
 // appended to <StateDir>/dlq-<function>.jsonl.
 func (s *Stack) startStreams(ctx context.Context) error {
-	mappings, err := mappingsFromTemplate(s.tmpl)
+	mappings, off, err := s.mappings()
 	if err != nil {
 		return err
+	}
+	for _, m := range off {
+		s.log.Info("devstack: stream mapping off", "function", m.function)
 	}
 	awsCfg, err := dynamoclient.Config(ctx, dynamoclient.Options{Endpoint: s.cfg.DynamoDBEndpoint, Region: s.cfg.Region})
 	if err != nil {
@@ -188,10 +208,6 @@ func (s *Stack) startStreams(ctx context.Context) error {
 		return nil
 	}
 	for _, m := range mappings {
-		if slices.Contains(s.opts.StreamsOff, m.function) {
-			s.log.Info("devstack: stream mapping off", "function", m.function)
-			continue
-		}
 		build, ok := streamFunctions[m.function]
 		if !ok {
 			return errors.Join(fmt.Errorf("devstack: no handler for %s, triggered by %s's stream", m.function, m.table), stop(ctx))
