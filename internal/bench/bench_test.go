@@ -1,0 +1,172 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncehq/once/internal/dynamotest"
+)
+
+// inProcessProvider serves the provider simulator in the test's process
+// (Options.Provider): a test binary cannot be re-run as the bench's
+// command.
+func inProcessProvider(ctx context.Context, env []string) (string, func(), error) {
+	vars := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	r, w := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := ServeProvider(ctx, func(k string) string { return vars[k] }, w)
+		_ = w.CloseWithError(errors.Join(err, io.EOF))
+		done <- err
+	}()
+	stop := func() {
+		cancel()
+		_ = r.Close()
+		<-done
+	}
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil {
+		stop()
+		return "", nil, err
+	}
+	go func() { _, _ = io.Copy(io.Discard, r) }()
+	return strings.TrimSpace(strings.TrimPrefix(line, providerReady)), stop, nil
+}
+
+// TestRunSmall runs `make bench` at a tiny size (every part but the cold
+// starts, which need the built functions) and holds its table to what the
+// bench promises: every endpoint's outcomes with their ratios to the bare
+// baselines, replays byte-identical, no duplicate effect and no differing
+// answer in the storms (and both in the route without idempotency), the
+// front door's throughput, the stored sizes, and JSON that round-trips.
+func TestRunSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a bench run: seconds against DynamoDB Local")
+	}
+	endpoint := dynamotest.Endpoint(t)
+	rep, err := Run(t.Context(), Options{
+		DynamoDB:     endpoint,
+		TemplatePath: dynamotest.TemplatePath(t),
+		Settings: Settings{Samples: 2, Rounds: 1, Clients: 2, Duration: 300 * time.Millisecond,
+			StormKeys: 3, StormDuplicates: 3, StormWave: 3, ColdStarts: 1},
+		Provider: inProcessProvider,
+		Only:     []string{"handlers", "stored", "throughput", "storms"},
+	})
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	byGroup := map[string][]Row{}
+	for _, r := range rep.Rows {
+		byGroup[r.Group] = append(byGroup[r.Group], r)
+	}
+	for _, e := range endpoints {
+		rows := map[string]Row{}
+		for _, r := range byGroup[e.name] {
+			rows[r.Case] = r
+		}
+		want := []string{caseBarePut, caseBareTxn, caseFirst, caseReplayWarm, caseReplayCold, caseMismatchWarm, caseMismatchCold}
+		if e.external {
+			want = append(want, caseInProgress, caseCheck)
+		}
+		for _, p := range e.points {
+			want = append(want, caseCrash(p))
+		}
+		for _, c := range want {
+			r, ok := rows[c]
+			if !ok {
+				t.Errorf("%s: no row %q", e.name, c)
+				continue
+			}
+			if len(r.Ratios) == 0 {
+				t.Errorf("%s %q: no ratios to the baselines", e.name, c)
+			}
+			if _, ok := r.Figures[FigCalls]; !ok {
+				t.Errorf("%s %q: figures %v, want DynamoDB calls", e.name, c, r.Figures)
+			}
+			for label := range r.Answers {
+				if strings.Contains(label, "!") {
+					t.Errorf("%s %q: answers %v", e.name, c, r.Answers)
+				}
+			}
+		}
+		for _, c := range []string{caseReplayWarm, caseReplayCold} {
+			if a := rows[c].Answers; a["201 replayed"] != rows[c].N {
+				t.Errorf("%s %q: answers %v, want every one 201 replayed", e.name, c, a)
+			}
+		}
+		if calls := rows[caseReplayWarm].Figures[FigCalls]; calls != 0 {
+			t.Errorf("%s: a replay on the warm instance made %v DynamoDB calls, want 0 (its replay cache)", e.name, calls)
+		}
+		if a := rows[caseMismatchCold].Answers; a["422"] != rows[caseMismatchCold].N {
+			t.Errorf("%s: mismatches answered %v, want every one 422", e.name, a)
+		}
+	}
+	storms := byGroup[stormGroup]
+	if len(storms) != len(endpoints)+1 {
+		t.Fatalf("%d storm rows, want one per endpoint and the route without idempotency", len(storms))
+	}
+	for _, r := range storms {
+		extra, differing := r.Figures[FigExtra], r.Figures[FigDiffering]
+		if r.Baseline {
+			if extra == 0 || differing == 0 {
+				t.Errorf("%s: %v extra effects, %v keys with differing answers: want both above 0 without idempotency", r.Case, extra, differing)
+			}
+			continue
+		}
+		if extra != 0 || differing != 0 || r.Figures[FigEffectless] != 0 {
+			t.Errorf("%s: %v", r.Case, r.Figures)
+		}
+	}
+	if door := byGroup[frontDoorGroup]; len(door) != 3 {
+		t.Errorf("front door rows %v, want 3", door)
+	} else {
+		for _, r := range door {
+			if r.Figures[FigReqPerSec] <= 0 || r.Figures[FigErrors] != 0 {
+				t.Errorf("front door %s: %v", r.Case, r.Figures)
+			}
+		}
+	}
+	stored := map[string]Row{}
+	for _, r := range byGroup[storedGroup] {
+		stored[r.Case] = r
+	}
+	for _, c := range []string{"payments: record of a first request", "JSON answer of 100 KiB", "JSON answer of 1 MiB"} {
+		if stored[c].Figures[FigBytes] <= 0 {
+			t.Errorf("stored %q: %v, want its bytes", c, stored[c].Figures)
+		}
+	}
+	if got := stored["JSON answer of 1 MiB"].Figures[FigBytes]; got >= 400<<10 {
+		t.Errorf("a 1 MiB JSON answer stored as %v bytes, want it compressed below an item's 400 KB", got)
+	}
+
+	var md bytes.Buffer
+	if err := rep.WriteMarkdown(&md); err != nil {
+		t.Fatalf("WriteMarkdown = %v", err)
+	}
+	if n := strings.Count(md.String(), "| group | case |"); n != 1 {
+		t.Errorf("the Markdown has %d tables, want 1:\n%s", n, md.String())
+	}
+	var js bytes.Buffer
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatalf("WriteJSON = %v", err)
+	}
+	var back Report
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatalf("the JSON does not decode: %v", err)
+	}
+	if len(back.Rows) != len(rep.Rows) {
+		t.Errorf("the JSON has %d rows, want %d", len(back.Rows), len(rep.Rows))
+	}
+}
