@@ -52,7 +52,7 @@ test: ## go vet, then go test -race ./... against a DynamoDB Local started for t
 .PHONY: bench
 bench: ## once against its baselines, one table (BENCH_SCALE=1, BENCH_OUT=file.json); DynamoDB Local started for the run, or DYNAMODB_ENDPOINT
 	@[[ -n "$(FUNCTIONS)" ]] || { echo "bench: no functions/* folders"; exit 1; }
-	@echo "bench: building the functions for $$($(GO) env GOARCH) into $(BENCH_DIR)/functions"
+	@echo "bench: building the functions for $$($(GO) env GOARCH) into $(BENCH_DIR)/functions" >&2
 	@for fn in $(FUNCTIONS); do \
 		$(call go_build_lambda,$$($(GO) env GOARCH)) -o $(BENCH_DIR)/functions/$$fn/bootstrap ./functions/$$fn; \
 	done

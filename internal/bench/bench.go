@@ -261,9 +261,10 @@ var notes = []string{
 		"Each figure is per operation; baselines and cases run in alternating rounds. " +
 		"*bare put*: one conditional PutItem of the endpoint's business item (a charge, which has none, as an item); " +
 		"*bare transaction*: one TransactWriteItems of that item and of a copy of the stored idempotency record (the floor of a one-round-trip design). " +
-		"× baseline: ×bare put ×bare transaction. " +
+		"× baseline: each figure (calls, WCU, p50, p99, allocs) divided by the bare put's, then by the bare transaction's. " +
 		"\"other instance\": a function instance that has not seen the key (its replay cache is empty). " +
 		"Concurrent duplicates: each sent at once to an instance of its own, as Lambda runs them. " +
+		"payments has no \"in progress\" row: its reservation, payment and answer are one transaction, so no duplicate can find it in progress. " +
 		"\"crash X, recovered\": after a crash at X, what it takes to reach the final answer: for a reservation left in progress, the checker's check once the lease " +
 		"has run out and the reconciler's resolution, then the client's retry to a new instance; the calls, units, latency and allocations are those of all three. " +
 		"\"lease check\": the check every External reservation arms, handled by the checker after the lease, once the request has completed.",
@@ -274,7 +275,7 @@ var notes = []string{
 		"(wcu_computed in the JSON); an item a transaction updates is sized as it stands after the call.",
 	"allocs/op: heap allocations of the whole process while the operation ran (runtime.MemStats.Mallocs), the Meter's middleware included (a few per DynamoDB call).",
 	"Front door: the devstack (the API Gateway emulator, the REQUEST authorizer, its answer cached, and the api function in Lambda execution environments " +
-		"through the Lambda runtime's JSON path) on a DynamoDB Local of its own, with the streams of the functions downstream of the API (worker, receipts) not polled; " +
+		"through the Lambda runtime's JSON path) on a DynamoDB Local of its own, with the streams of the functions downstream of the API (worker, receipts) not polled, and so not created (devstack.Options.StreamsOff); " +
 		"16 clients over keep-alive HTTP, after a warm-up, in alternating rounds; the replays resend keys created before, to whichever environment is free. " +
 		"The bench's route without idempotency decodes and validates the body as POST /v1/payments does, writes the same payment item with one conditional PutItem and answers the same JSON.",
 	"Duplicate storm: waves of 10 keys, each sent 8 times at once (80 requests in flight), then one follow-up per key; effects are counted where they land " +

@@ -652,7 +652,7 @@ func (r *endpointRun) rows() []Row {
 	rows[0].Baseline, rows[1].Baseline = true, true
 	for i := range rows {
 		for _, base := range []Row{put, txn} {
-			rows[i].compare(base, FigP50, FigWCU, FigAllocs)
+			rows[i].compare(base, FigCalls, FigWCU, FigP50, FigP99, FigAllocs)
 		}
 	}
 	return rows
