@@ -73,6 +73,13 @@ func RequestID(r *http.Request) (string, bool) {
 // UTF-8, and the response of a replay is the stored bytes, so a replay goes out
 // exactly as the original did.
 //
+// A Lambda is a lambda.Handler (package github.com/aws/aws-lambda-go/lambda):
+// pass it to lambda.Start, which then hands it each event's bytes as they
+// came and sends its answer's bytes as they are. (A handler function taking
+// and returning a json.RawMessage, as NewLambdaHandler returns, has the
+// runtime decode each event into a copy and encode each answer again: the
+// same bytes, for more work.)
+//
 // A Lambda is safe for concurrent use (Lambda Managed Instances run several
 // invocations per execution environment).
 type Lambda struct {
@@ -89,16 +96,22 @@ func NewLambda(h http.Handler) *Lambda {
 	return &Lambda{v1: httpadapter.New(h), v2: httpadapter.NewV2(h)}
 }
 
-// NewLambdaHandler returns the function to pass to lambda.Start: it serves REST
-// API (payload 1.0) and HTTP API (payload 2.0) proxy events (and function URL
-// events, which are payload 2.0) with h.
+// NewLambdaHandler returns a function that serves REST API (payload 1.0) and
+// HTTP API (payload 2.0) proxy events (and function URL events, which are
+// payload 2.0) with h, as the Lambda of NewLambda(h) does. lambda.Start
+// serves NewLambda(h) with less work: see Lambda.
 func NewLambdaHandler(h http.Handler) func(ctx context.Context, payload json.RawMessage) (json.RawMessage, error) {
-	return NewLambda(h).Invoke
+	l := NewLambda(h)
+	return func(ctx context.Context, payload json.RawMessage) (json.RawMessage, error) {
+		return l.Invoke(ctx, payload)
+	}
 }
 
 // Invoke serves one proxy event of either payload version, told apart by its
-// "version" field ("2.0" for HTTP API payload 2.0; absent or "1.0" otherwise).
-func (l *Lambda) Invoke(ctx context.Context, payload json.RawMessage) (json.RawMessage, error) {
+// "version" field ("2.0" for HTTP API payload 2.0; absent or "1.0" otherwise),
+// and returns the proxy response as JSON. A payload that is not an event of
+// either version is an error.
+func (l *Lambda) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	resp, err := l.serve(ctx, payload)
 	if err != nil {
 		return nil, err
@@ -131,7 +144,7 @@ type restEvent struct {
 // version first and then the event of that version, with the errors that
 // way gives. Both ways read the same version and the same event from the
 // payload.
-func (l *Lambda) serve(ctx context.Context, payload json.RawMessage) (any, error) {
+func (l *Lambda) serve(ctx context.Context, payload []byte) (any, error) {
 	if bytes.Contains(payload, []byte(`"2.0"`)) {
 		var ev events.APIGatewayV2HTTPRequest
 		if json.Unmarshal(payload, &ev) == nil && ev.Version == "2.0" {

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -464,4 +465,27 @@ func FuzzInvokeDecodesAsBefore(f *testing.F) {
 			t.Fatalf("Invoke(%s) = %s, want %s", payload, got, want)
 		}
 	})
+}
+
+// TestLambdaHandlerAnswersAsTheFunction checks that the runtime, handed a
+// Lambda, answers each event with the bytes it answers when handed the
+// function NewLambdaHandler returns (which it decodes and encodes again).
+func TestLambdaHandlerAnswersAsTheFunction(t *testing.T) {
+	var _ lambda.Handler = (*Lambda)(nil)
+	v1, _ := json.Marshal(v1Event(map[string]any{"tenant": "acme"}, map[string][]string{"Idempotency-Key": {"k"}}, `{"a":"<&>"}`))
+	v2, _ := json.Marshal(v2Event(map[string]any{"tenant": "acme"}, map[string]string{"idempotency-key": "k"}, "{}"))
+	direct, viaFunc := lambda.NewHandler(NewLambda(echo)), lambda.NewHandler(NewLambdaHandler(echo))
+	for name, payload := range map[string][]byte{"v1": v1, "v2": v2, "spaced": append(append([]byte(" \n"), v1...), '\n')} {
+		got, err := direct.Invoke(t.Context(), payload)
+		if err != nil {
+			t.Fatalf("%s: Invoke = %v", name, err)
+		}
+		want, err := viaFunc.Invoke(t.Context(), payload)
+		if err != nil {
+			t.Fatalf("%s: Invoke of the function = %v", name, err)
+		}
+		if diff := cmp.Diff(string(want), string(got)); diff != "" {
+			t.Errorf("%s: answer differs from the function's (-want +got):\n%s", name, diff)
+		}
+	}
 }
