@@ -77,4 +77,4 @@ func Middleware(client *dynamodb.Client, table string, cfg idempotency.Config) (
 // Start serves h for API Gateway (REST API and HTTP API proxy events, and
 // function URLs) in the Lambda runtime; it returns only when the runtime
 // ends the process.
-func Start(h http.Handler) { lambda.Start(apigw.NewLambdaHandler(h)) }
+func Start(h http.Handler) { lambda.Start(apigw.NewLambda(h)) }

@@ -30,6 +30,6 @@ func run(ctx context.Context, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	lambda.StartWithOptions(fault.NewLambdaHandler(h), lambda.WithContext(ctx))
+	lambda.StartWithOptions(fault.NewLambda(h), lambda.WithContext(ctx))
 	return nil
 }

@@ -28,6 +28,6 @@ func run(ctx context.Context, getenv func(string) string) error {
 		return err
 	}
 	h := simulator.Handler(cfg, client, app.Options{})
-	lambda.StartWithOptions(apigw.NewLambdaHandler(h), lambda.WithContext(ctx))
+	lambda.StartWithOptions(apigw.NewLambda(h), lambda.WithContext(ctx))
 	return nil
 }

@@ -1,6 +1,7 @@
 package apigw
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -72,6 +73,13 @@ func RequestID(r *http.Request) (string, bool) {
 // UTF-8, and the response of a replay is the stored bytes, so a replay goes out
 // exactly as the original did.
 //
+// A Lambda is a lambda.Handler (package github.com/aws/aws-lambda-go/lambda):
+// pass it to lambda.Start, which then hands it each event's bytes as they
+// came and sends its answer's bytes as they are. (A handler function taking
+// and returning a json.RawMessage, as NewLambdaHandler returns, has the
+// runtime decode each event into a copy and encode each answer again: the
+// same bytes, for more work.)
+//
 // A Lambda is safe for concurrent use (Lambda Managed Instances run several
 // invocations per execution environment).
 type Lambda struct {
@@ -88,49 +96,84 @@ func NewLambda(h http.Handler) *Lambda {
 	return &Lambda{v1: httpadapter.New(h), v2: httpadapter.NewV2(h)}
 }
 
-// NewLambdaHandler returns the function to pass to lambda.Start: it serves REST
-// API (payload 1.0) and HTTP API (payload 2.0) proxy events (and function URL
-// events, which are payload 2.0) with h.
+// NewLambdaHandler returns a function that serves REST API (payload 1.0) and
+// HTTP API (payload 2.0) proxy events (and function URL events, which are
+// payload 2.0) with h, as the Lambda of NewLambda(h) does. lambda.Start
+// serves NewLambda(h) with less work: see Lambda.
 func NewLambdaHandler(h http.Handler) func(ctx context.Context, payload json.RawMessage) (json.RawMessage, error) {
-	return NewLambda(h).Invoke
+	l := NewLambda(h)
+	return func(ctx context.Context, payload json.RawMessage) (json.RawMessage, error) {
+		return l.Invoke(ctx, payload)
+	}
 }
 
 // Invoke serves one proxy event of either payload version, told apart by its
-// "version" field ("2.0" for HTTP API payload 2.0; absent or "1.0" otherwise).
-func (l *Lambda) Invoke(ctx context.Context, payload json.RawMessage) (json.RawMessage, error) {
-	var probe struct {
-		Version string `json:"version"`
-	}
-	if err := json.Unmarshal(payload, &probe); err != nil {
-		return nil, fmt.Errorf("gateway: not an API Gateway proxy event: %w", err)
-	}
-	var resp any
-	if probe.Version == "2.0" {
-		var ev events.APIGatewayV2HTTPRequest
-		if err := json.Unmarshal(payload, &ev); err != nil {
-			return nil, fmt.Errorf("gateway: decode HTTP API event: %w", err)
-		}
-		r, err := l.ProxyV2(ctx, ev)
-		if err != nil {
-			return nil, err
-		}
-		resp = r
-	} else {
-		var ev events.APIGatewayProxyRequest
-		if err := json.Unmarshal(payload, &ev); err != nil {
-			return nil, fmt.Errorf("gateway: decode REST API event: %w", err)
-		}
-		r, err := l.ProxyV1(ctx, ev)
-		if err != nil {
-			return nil, err
-		}
-		resp = r
+// "version" field ("2.0" for HTTP API payload 2.0; absent or "1.0" otherwise),
+// and returns the proxy response as JSON. A payload that is not an event of
+// either version is an error.
+func (l *Lambda) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
+	resp, err := l.serve(ctx, payload)
+	if err != nil {
+		return nil, err
 	}
 	out, err := json.Marshal(resp)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: encode response: %w", err)
 	}
 	return out, nil
+}
+
+// restEvent is a REST API event together with the "version" field that tells
+// it from an HTTP API event: no field of APIGatewayProxyRequest takes that
+// key, even case-insensitively as encoding/json matches keys, so decoding
+// into a restEvent gives Version what decoding the version alone gives, and
+// the embedded event what decoding the event alone gives.
+type restEvent struct {
+	Version string `json:"version"`
+	events.APIGatewayProxyRequest
+}
+
+// serve decodes payload and serves it, returning the proxy response of its
+// payload version.
+//
+// An event is decoded once: as the version it most likely has (payload 2.0
+// when `"2.0"` appears in it, else 1.0), into a type whose "version" field
+// decodes as the version alone would. When that decode succeeds and the
+// version is the one guessed, the event is served; otherwise (a wrong guess,
+// an event that does not decode) serve goes the long way, decoding the
+// version first and then the event of that version, with the errors that
+// way gives. Both ways read the same version and the same event from the
+// payload.
+func (l *Lambda) serve(ctx context.Context, payload []byte) (any, error) {
+	if bytes.Contains(payload, []byte(`"2.0"`)) {
+		var ev events.APIGatewayV2HTTPRequest
+		if json.Unmarshal(payload, &ev) == nil && ev.Version == "2.0" {
+			return l.ProxyV2(ctx, ev)
+		}
+	} else {
+		var ev restEvent
+		if json.Unmarshal(payload, &ev) == nil && ev.Version != "2.0" {
+			return l.ProxyV1(ctx, ev.APIGatewayProxyRequest)
+		}
+	}
+	var probe struct {
+		Version string `json:"version"`
+	}
+	if err := json.Unmarshal(payload, &probe); err != nil {
+		return nil, fmt.Errorf("gateway: not an API Gateway proxy event: %w", err)
+	}
+	if probe.Version == "2.0" {
+		var ev events.APIGatewayV2HTTPRequest
+		if err := json.Unmarshal(payload, &ev); err != nil {
+			return nil, fmt.Errorf("gateway: decode HTTP API event: %w", err)
+		}
+		return l.ProxyV2(ctx, ev)
+	}
+	var ev events.APIGatewayProxyRequest
+	if err := json.Unmarshal(payload, &ev); err != nil {
+		return nil, fmt.Errorf("gateway: decode REST API event: %w", err)
+	}
+	return l.ProxyV1(ctx, ev)
 }
 
 // ProxyV1 serves a REST API proxy event (payload 1.0). A panic that Crashed

@@ -1,6 +1,8 @@
 package apigw
 
 import (
+	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -396,4 +399,93 @@ func FuzzEvent(f *testing.F) {
 			t.Fatalf("event %s: the handler saw tenant %v body %q, want acme and %q", payload, got["tenant"], got["body"], decoded)
 		}
 	})
+}
+
+// invokeTwoDecodes is Invoke as it was before it decoded an event once: the
+// version first, then the event of that version.
+func invokeTwoDecodes(l *Lambda, payload []byte) ([]byte, error) {
+	var probe struct {
+		Version string `json:"version"`
+	}
+	if err := json.Unmarshal(payload, &probe); err != nil {
+		return nil, fmt.Errorf("gateway: not an API Gateway proxy event: %w", err)
+	}
+	var resp any
+	var err error
+	if probe.Version == "2.0" {
+		var ev events.APIGatewayV2HTTPRequest
+		if err := json.Unmarshal(payload, &ev); err != nil {
+			return nil, fmt.Errorf("gateway: decode HTTP API event: %w", err)
+		}
+		resp, err = l.ProxyV2(context.Background(), ev)
+	} else {
+		var ev events.APIGatewayProxyRequest
+		if err := json.Unmarshal(payload, &ev); err != nil {
+			return nil, fmt.Errorf("gateway: decode REST API event: %w", err)
+		}
+		resp, err = l.ProxyV1(context.Background(), ev)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(resp)
+}
+
+// FuzzInvokeDecodesAsBefore checks that Invoke, which decodes an event once,
+// answers every payload (events of both versions, versions spelt in other
+// cases or of other types, payloads that are no event) as decoding the
+// version first and then the event did: the same response, or the same
+// error.
+func FuzzInvokeDecodesAsBefore(f *testing.F) {
+	v1, _ := json.Marshal(v1Event(map[string]any{"tenant": "acme"}, map[string][]string{"Idempotency-Key": {"k"}}, `{"a":"2.0"}`))
+	v2, _ := json.Marshal(v2Event(map[string]any{"tenant": "acme"}, map[string]string{"idempotency-key": "k"}, "{}"))
+	f.Add(v1)
+	f.Add(v2)
+	f.Add(bytes.Replace(v2, []byte(`"version"`), []byte(`"VERSION"`), 1))
+	f.Add(bytes.Replace(v2, []byte(`"version"`), []byte(`"verſion"`), 1))
+	f.Add(bytes.Replace(v2, []byte(`"2.0"`), []byte(`"1.0"`), 1))
+	f.Add(bytes.Replace(v2, []byte(`"2.0"`), []byte(`2`), 1))
+	f.Add(bytes.Replace(v2, []byte(`"2.0"`), []byte(`"\u0032.0"`), 1))
+	f.Add(append([]byte(`{"version":"2.0",`), v1[1:]...))
+	f.Add(append([]byte(`{"version":"1.0","x":"2.0",`), v1[1:]...))
+	f.Add(append([]byte(`{"version":null,`), v1[1:]...))
+	f.Add(append([]byte(`{"version":{},`), v1[1:]...))
+	f.Add(append([]byte(`{"headers":[1],`), v2[1:]...))
+	f.Add(append([]byte(`{"cookies":"2.0",`), v1[1:]...))
+	f.Add([]byte(`[1,2]`))
+	f.Add([]byte(`{"version":"2.0"`))
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		l := NewLambda(echo)
+		got, gotErr := l.Invoke(t.Context(), payload)
+		want, wantErr := invokeTwoDecodes(l, payload)
+		if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+			t.Fatalf("Invoke(%s) error = %v, want %v", payload, gotErr, wantErr)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("Invoke(%s) = %s, want %s", payload, got, want)
+		}
+	})
+}
+
+// TestLambdaHandlerAnswersAsTheFunction checks that the runtime, handed a
+// Lambda, answers each event with the bytes it answers when handed the
+// function NewLambdaHandler returns (which it decodes and encodes again).
+func TestLambdaHandlerAnswersAsTheFunction(t *testing.T) {
+	var _ lambda.Handler = (*Lambda)(nil)
+	v1, _ := json.Marshal(v1Event(map[string]any{"tenant": "acme"}, map[string][]string{"Idempotency-Key": {"k"}}, `{"a":"<&>"}`))
+	v2, _ := json.Marshal(v2Event(map[string]any{"tenant": "acme"}, map[string]string{"idempotency-key": "k"}, "{}"))
+	direct, viaFunc := lambda.NewHandler(NewLambda(echo)), lambda.NewHandler(NewLambdaHandler(echo))
+	for name, payload := range map[string][]byte{"v1": v1, "v2": v2, "spaced": append(append([]byte(" \n"), v1...), '\n')} {
+		got, err := direct.Invoke(t.Context(), payload)
+		if err != nil {
+			t.Fatalf("%s: Invoke = %v", name, err)
+		}
+		want, err := viaFunc.Invoke(t.Context(), payload)
+		if err != nil {
+			t.Fatalf("%s: Invoke of the function = %v", name, err)
+		}
+		if diff := cmp.Diff(string(want), string(got)); diff != "" {
+			t.Errorf("%s: answer differs from the function's (-want +got):\n%s", name, diff)
+		}
+	}
 }

@@ -13,6 +13,6 @@
 //		mw, _ := idempotency.New(idempotency.Config{Store: dynamo.New(client, table), Tenant: apigw.Tenant})
 //		mux := http.NewServeMux()
 //		mux.Handle("POST /v1/notes", mw.Atomic("POST /v1/notes", notes))
-//		lambda.Start(apigw.NewLambdaHandler(mux))
+//		lambda.Start(apigw.NewLambda(mux))
 //	}
 package apigw

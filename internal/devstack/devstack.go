@@ -386,7 +386,7 @@ func (s *Stack) startGateway(context.Context) error {
 			mux.Handle("/", h)
 			h = mux
 		}
-		return fault.NewLambdaHandler(h), nil
+		return fault.NewLambda(h), nil
 	})
 	authorizer := lambdaenv.New("authorizer", func() (any, error) {
 		keys := auth.NewKeys(s.client, s.cfg.Table("ApiKeysTable"))

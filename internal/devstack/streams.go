@@ -128,12 +128,8 @@ func (m mapping) filter() func(events.DynamoDBEventRecord) bool {
 		if err != nil {
 			return true // let the handler see (and fail on) what cannot be filtered
 		}
-		for _, p := range m.filters {
-			if ok, err := p.Match(doc); err == nil && ok {
-				return true
-			}
-		}
-		return false
+		ok, err := samtemplate.MatchAny(m.filters, doc)
+		return err == nil && ok
 	}
 }
 

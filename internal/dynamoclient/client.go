@@ -3,6 +3,7 @@ package dynamoclient
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -49,7 +50,8 @@ func Config(ctx context.Context, opts Options) (aws.Config, error) {
 				o.MaxBackoff = opts.MaxBackoff
 			})
 		}),
-		config.WithHTTPClient(awshttp.NewBuildableClient().WithTimeout(opts.Timeout)),
+		config.WithHTTPClient(awshttp.NewBuildableClient().WithTimeout(opts.Timeout).
+			WithTransportOptions(keepIdleConns)),
 	}
 	if opts.Region != "" {
 		loaders = append(loaders, config.WithRegion(opts.Region))
@@ -66,6 +68,16 @@ func Config(ctx context.Context, opts Options) (aws.Config, error) {
 		return aws.Config{}, fmt.Errorf("dynamoclient: load AWS config: %w", err)
 	}
 	return cfg, nil
+}
+
+// keepIdleConns lets the pool keep as many idle connections to the one
+// endpoint the clients call as it keeps in all (100), not the SDK's 10 per
+// host: a function instance that runs more than 10 calls at once (several
+// invocations per environment on Lambda Managed Instances, every execution
+// environment of the devstack on one client) would otherwise close the
+// connections beyond 10 after each burst and open new ones for the next.
+func keepIdleConns(t *http.Transport) {
+	t.MaxIdleConnsPerHost = t.MaxIdleConns
 }
 
 // New returns a DynamoDB client for cfg. With an endpoint override it turns off

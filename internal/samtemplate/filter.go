@@ -99,15 +99,43 @@ func CompilePattern(pattern []byte) (*Pattern, error) {
 
 // Match reports whether event, a JSON object, matches p.
 func (p *Pattern) Match(event []byte) (bool, error) {
+	m, err := decodeEvent(event)
+	if err != nil {
+		return false, err
+	}
+	return p.root.match(m), nil
+}
+
+// MatchAny reports whether event, a JSON object, matches any of patterns, as
+// Lambda combines the Filters of one FilterCriteria; it decodes event once
+// for all of them. With no patterns every event matches.
+func MatchAny(patterns []*Pattern, event []byte) (bool, error) {
+	if len(patterns) == 0 {
+		return true, nil
+	}
+	m, err := decodeEvent(event)
+	if err != nil {
+		return false, err
+	}
+	for _, p := range patterns {
+		if p.root.match(m) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// decodeEvent decodes event, which must be a JSON object.
+func decodeEvent(event []byte) (map[string]any, error) {
 	v, err := decodeJSON(event)
 	if err != nil {
-		return false, fmt.Errorf("samtemplate: event: %w", err)
+		return nil, fmt.Errorf("samtemplate: event: %w", err)
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
-		return false, errors.New("samtemplate: event: not a JSON object")
+		return nil, errors.New("samtemplate: event: not a JSON object")
 	}
-	return p.root.match(m), nil
+	return m, nil
 }
 
 func decodeJSON(data []byte) (any, error) {

@@ -283,3 +283,28 @@ func TestMatchFilters(t *testing.T) {
 		t.Errorf("MatchFilters(nil) = %v, %v, want true (no FilterCriteria delivers everything)", got, err)
 	}
 }
+
+func TestMatchAny(t *testing.T) {
+	var patterns []*Pattern
+	for _, s := range []string{`{"a": [1]}`, `{"b": [2]}`} {
+		p, err := CompilePattern([]byte(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		patterns = append(patterns, p)
+	}
+	for ev, want := range map[string]bool{`{"a": 1}`: true, `{"b": 2}`: true, `{"c": 3}`: false} {
+		got, err := MatchAny(patterns, []byte(ev))
+		if err != nil || got != want {
+			t.Errorf("MatchAny(%s) = %v, %v, want %v", ev, got, err, want)
+		}
+	}
+	if got, err := MatchAny(nil, []byte(`{}`)); err != nil || !got {
+		t.Errorf("MatchAny(nil) = %v, %v, want true (no FilterCriteria delivers everything)", got, err)
+	}
+	for _, ev := range []string{`[1]`, `{`} {
+		if _, err := MatchAny(patterns, []byte(ev)); err == nil {
+			t.Errorf("MatchAny(event %s) error = nil, want one", ev)
+		}
+	}
+}
