@@ -188,6 +188,12 @@ func (c *Checker) Check(ctx context.Context, log *slog.Logger, check Check) erro
 // moved reports (and logs) whether err says the lease is no longer held:
 // the request completed, a retry or another check got there first.
 func moved(log *slog.Logger, err error) bool {
+	return leaseLost(log, err, "abandoned reservation already moved on; nothing to do")
+}
+
+// leaseLost reports whether err is the store's ConflictError (the lease is no
+// longer held), and if so logs msg with the status the record has now.
+func leaseLost(log *slog.Logger, err error, msg string) bool {
 	var conflict *idempotency.ConflictError
 	if !errors.As(err, &conflict) {
 		return false
@@ -196,6 +202,6 @@ func moved(log *slog.Logger, err error) bool {
 	if conflict.Existing != nil {
 		existing = string(conflict.Existing.Status)
 	}
-	log.Info("abandoned reservation already moved on; nothing to do", "existing", existing)
+	log.Info(msg, "existing", existing)
 	return true
 }

@@ -266,14 +266,5 @@ func (r *Reconciler) release(ctx context.Context, log *slog.Logger, rec idempote
 // superseded reports (and logs) whether err says the lease is no longer
 // held: someone else finalised the record.
 func superseded(log *slog.Logger, err error) bool {
-	var conflict *idempotency.ConflictError
-	if !errors.As(err, &conflict) {
-		return false
-	}
-	existing := "none"
-	if conflict.Existing != nil {
-		existing = string(conflict.Existing.Status)
-	}
-	log.Info("unknown outcome already finalised elsewhere; nothing to do", "existing", existing)
-	return true
+	return leaseLost(log, err, "unknown outcome already finalised elsewhere; nothing to do")
 }
