@@ -2,7 +2,6 @@ package devstack
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -123,13 +122,13 @@ func (m mapping) filter() func(events.DynamoDBEventRecord) bool {
 	if len(m.filters) == 0 {
 		return nil
 	}
+	fields := samtemplate.FieldsOf(m.filters)
 	return func(rec events.DynamoDBEventRecord) bool {
-		doc, err := json.Marshal(rec)
+		doc, err := recordDocument(rec, fields)
 		if err != nil {
 			return true // let the handler see (and fail on) what cannot be filtered
 		}
-		ok, err := samtemplate.MatchAny(m.filters, doc)
-		return err == nil && ok
+		return samtemplate.MatchAnyDocument(m.filters, doc)
 	}
 }
 

@@ -125,6 +125,69 @@ func MatchAny(patterns []*Pattern, event []byte) (bool, error) {
 	return false, nil
 }
 
+// MatchDocument reports whether doc, a JSON object as encoding/json
+// decodes it with UseNumber (objects as map[string]any, arrays as []any,
+// numbers as json.Number), matches p. Only the fields p names are read
+// (see Fields), so doc may leave out the others.
+func (p *Pattern) MatchDocument(doc map[string]any) bool {
+	return p.root.match(doc)
+}
+
+// MatchAnyDocument is MatchAny for a decoded document (see MatchDocument).
+func MatchAnyDocument(patterns []*Pattern, doc map[string]any) bool {
+	if len(patterns) == 0 {
+		return true
+	}
+	for _, p := range patterns {
+		if p.root.match(doc) {
+			return true
+		}
+	}
+	return false
+}
+
+// Fields is the set of an event's fields that patterns read, as a tree of
+// keys: a key whose value is nil is read whole (a list of accepted values
+// tests it), one with a non-nil value only in the fields named there (the
+// pattern descends into it). A document holding only these fields of an
+// event matches exactly as the whole event does.
+type Fields map[string]Fields
+
+// FieldsOf is the union of the fields that patterns read.
+func FieldsOf(patterns []*Pattern) Fields {
+	f := Fields{}
+	for _, p := range patterns {
+		p.root.addFields(f)
+	}
+	return f
+}
+
+func (n *patternNode) addFields(f Fields) {
+	for _, pf := range n.fields {
+		sub, seen := f[pf.key]
+		switch {
+		case seen && sub == nil: // read whole already
+		case pf.nested == nil:
+			f[pf.key] = nil
+		default:
+			if sub == nil {
+				sub = Fields{}
+				f[pf.key] = sub
+			}
+			pf.nested.addFields(sub)
+		}
+	}
+	for _, alt := range n.or {
+		alt.addFields(f)
+	}
+}
+
+// DecodeDocument decodes data, JSON, as MatchDocument expects documents
+// (numbers as json.Number).
+func DecodeDocument(data []byte) (any, error) {
+	return decodeJSON(data)
+}
+
 // decodeEvent decodes event, which must be a JSON object.
 func decodeEvent(event []byte) (map[string]any, error) {
 	v, err := decodeJSON(event)

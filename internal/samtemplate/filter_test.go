@@ -1,6 +1,7 @@
 package samtemplate
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -305,6 +306,49 @@ func TestMatchAny(t *testing.T) {
 	for _, ev := range []string{`[1]`, `{`} {
 		if _, err := MatchAny(patterns, []byte(ev)); err == nil {
 			t.Errorf("MatchAny(event %s) error = nil, want one", ev)
+		}
+	}
+}
+
+func TestFieldsOf(t *testing.T) {
+	tests := []struct {
+		patterns []string
+		want     string
+	}{
+		{[]string{`{"eventName": ["INSERT"], "dynamodb": {"NewImage": {"status": {"S": ["x"]}}}}`}, `{"dynamodb":{"NewImage":{"status":{"S":null}}},"eventName":null}`},
+		{[]string{`{"a": {"b": ["x"]}}`, `{"a": ["y"]}`}, `{"a":null}`},
+		{[]string{`{"a": ["y"]}`, `{"a": {"b": ["x"]}}`}, `{"a":null}`},
+		{[]string{`{"$or": [{"a": {"b": ["x"]}}, {"a": {"c": ["x"]}, "d": ["z"]}]}`}, `{"a":{"b":null,"c":null},"d":null}`},
+		{nil, `{}`},
+	}
+	for _, tt := range tests {
+		var ps []*Pattern
+		for _, s := range tt.patterns {
+			p, err := CompilePattern([]byte(s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps = append(ps, p)
+		}
+		got, err := json.Marshal(FieldsOf(ps))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != tt.want {
+			t.Errorf("FieldsOf(%v) = %s, want %s", tt.patterns, got, tt.want)
+		}
+		// A document of only those fields matches as the whole event does.
+		event := []byte(`{"eventName": "INSERT", "dynamodb": {"NewImage": {"status": {"S": "x"}}}, "a": {"b": "x", "c": "x"}, "d": "z", "e": 1}`)
+		doc, err := DecodeDocument(event)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole, err := MatchAny(ps, event)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if MatchAnyDocument(ps, doc.(map[string]any)) != whole {
+			t.Errorf("%v: MatchAnyDocument and MatchAny differ on %s", tt.patterns, event)
 		}
 	}
 }

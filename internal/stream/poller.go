@@ -77,11 +77,15 @@ type PollerOptions struct {
 	// than MaxBatchSize records (default 250ms: Lambda polls a shard about
 	// four times a second). A full read is followed at once by the next.
 	PollInterval time.Duration
-	// MaxIdleInterval bounds the pause after reads that found nothing: it
-	// doubles from PollInterval with each empty read, up to MaxIdleInterval
-	// (default 2s), and falls back to PollInterval as soon as a read finds
+	// MaxIdleInterval bounds the pause after reads that found nothing for
+	// the handler (no record, or none that the Filter passes): it doubles
+	// from PollInterval with each such read, up to MaxIdleInterval (default
+	// 2s), and falls back to PollInterval as soon as a read delivers
 	// records. An idle local poller need not cost DynamoDB Local a
-	// GetRecords four times a second; AWS pays for none of them.
+	// GetRecords four times a second (each reads, converts and filters
+	// every record of the shard since the last); AWS pays for none of them.
+	// A read that returns MaxBatchSize records is followed at once by the
+	// next, delivered or not.
 	MaxIdleInterval time.Duration
 	// MaxRetryAttempts is how many times a failing batch is retried before
 	// its records go to the dead letter (default 3). Lambda's -1 (retry

@@ -722,12 +722,11 @@ func (c *countingStreams) GetRecords(ctx context.Context, in *dynamodbstreams.Ge
 	return c.StreamsAPI.GetRecords(ctx, in, opts...)
 }
 
-// TestPollerIdleBackoff checks that an idle poller reads its shard less and
-// less often, up to MaxIdleInterval, and still delivers a new record
-// promptly.
-func TestPollerIdleBackoff(t *testing.T) {
-	e := newEnv(t)
-	table := e.names.ByLogicalID["PaymentsTable"]
+// startBackingOff starts a poller of table that polls every 20ms and backs
+// off up to 320ms, with filter, and returns its GetRecords count and the
+// keys it delivers.
+func startBackingOff(t *testing.T, e env, table string, filter func(events.DynamoDBEventRecord) bool) (*countingStreams, chan string) {
+	t.Helper()
 	counting := &countingStreams{StreamsAPI: e.streams}
 	got := make(chan string, 10)
 	opts := e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
@@ -739,7 +738,18 @@ func TestPollerIdleBackoff(t *testing.T) {
 	opts.Client = counting
 	opts.PollInterval = 20 * time.Millisecond
 	opts.MaxIdleInterval = 320 * time.Millisecond
+	opts.Filter = filter
 	start(t, opts)
+	return counting, got
+}
+
+// TestPollerIdleBackoff checks that an idle poller reads its shard less and
+// less often, up to MaxIdleInterval, and still delivers a new record
+// promptly.
+func TestPollerIdleBackoff(t *testing.T) {
+	e := newEnv(t)
+	table := e.names.ByLogicalID["PaymentsTable"]
+	counting, got := startBackingOff(t, e, table, nil)
 
 	// 2s idle: at a steady 20ms that would be about 100 reads; backing off
 	// (20, 40, 80, 160, 320, 320, ...) it is about 10.
@@ -755,6 +765,42 @@ func TestPollerIdleBackoff(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the record written after the idle period was not delivered within 10s")
+	}
+}
+
+// TestPollerFilteredBackoff checks that a poller whose filter passes none
+// of the records flowing through its shard backs off as an idle one does,
+// and still delivers promptly the first record its filter passes.
+func TestPollerFilteredBackoff(t *testing.T) {
+	e := newEnv(t)
+	table := e.names.ByLogicalID["PaymentsTable"]
+	counting, got := startBackingOff(t, e, table, func(rec events.DynamoDBEventRecord) bool {
+		return strings.HasPrefix(pkOf(rec), "keep")
+	})
+
+	// 2s of records the filter drops, one every 20ms: a poller that took
+	// them for work would read about 100 times, one backing off about 10.
+	deadline := time.Now().Add(2 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
+		e.put(t, table, fmt.Sprintf("drop-%d", i), nil)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := counting.gets.Load(); n > 30 {
+		t.Errorf("%d GetRecords in 2s of filtered-out records, want at most 30 (backing off to 320ms)", n)
+	}
+	e.put(t, table, "keep-1", nil)
+	select {
+	case pk := <-got:
+		if pk != "keep-1" {
+			t.Errorf("delivered %q, want keep-1", pk)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the record the filter passes was not delivered within 10s")
+	}
+	select {
+	case pk := <-got:
+		t.Errorf("delivered %q as well; the filter passes only keep-1", pk)
+	case <-time.After(100 * time.Millisecond):
 	}
 }
 

@@ -89,8 +89,12 @@ func (s *shardReader) run(ctx context.Context) bool {
 			continue
 		}
 		fails = 0
-		if len(out.Records) > 0 && !s.deliver(ctx, out.Records) {
-			return false
+		delivered := 0
+		if len(out.Records) > 0 {
+			var ok bool
+			if delivered, ok = s.deliver(ctx, out.Records); !ok {
+				return false
+			}
 		}
 		iter = out.NextShardIterator
 		if iter == nil {
@@ -98,7 +102,9 @@ func (s *shardReader) run(ctx context.Context) bool {
 			return true
 		}
 		switch {
-		case len(out.Records) == 0:
+		case delivered == 0 && len(out.Records) < MaxBatchSize:
+			// Nothing for the function (no record, or none its filter
+			// passes): the mapping is idle.
 			sleep(ctx, idle)
 			idle = min(2*idle, max(s.p.opts.MaxIdleInterval, s.p.opts.PollInterval))
 		case len(out.Records) < MaxBatchSize:
@@ -133,11 +139,13 @@ func (s *shardReader) iterator(ctx context.Context) (*string, error) {
 	return out.ShardIterator, nil
 }
 
-// deliver hands the records of one GetRecords call to the handler, in
-// batches of at most BatchSize, and returns false if ctx ended first. A
-// record that cannot be converted to the event form (an attribute type this
-// SDK does not know) goes to the dead letter in its place.
-func (s *shardReader) deliver(ctx context.Context, raw []streamtypes.Record) bool {
+// deliver hands the records of one GetRecords call that pass the filter to
+// the handler, in batches of at most BatchSize, and returns how many it
+// handed, and false if ctx ended first. A record that cannot be converted to
+// the event form (an attribute type this SDK does not know) goes to the dead
+// letter in its place.
+func (s *shardReader) deliver(ctx context.Context, raw []streamtypes.Record) (int, bool) {
+	delivered := 0
 	for len(raw) > 0 {
 		var (
 			batch []events.DynamoDBEventRecord
@@ -158,16 +166,18 @@ func (s *shardReader) deliver(ctx context.Context, raw []streamtypes.Record) boo
 		for len(batch) > 0 {
 			n := min(len(batch), s.p.opts.BatchSize)
 			if !s.deliverBatch(ctx, batch[:n]) {
-				return false
+				return delivered, false
 			}
+			delivered += n
 			batch = batch[n:]
 		}
 		if bad != nil {
 			s.deadLetter(ctx, []events.DynamoDBEventRecord{*bad}, why.Error(), 0)
+			delivered++
 			raw = raw[1:]
 		}
 	}
-	return true
+	return delivered, true
 }
 
 // pending is a run of records awaiting delivery and the failed attempts
