@@ -16,7 +16,8 @@
 //     read concurrently, so the handler must be safe for concurrent use. A
 //     shard is read about four times a second while records flow (up to
 //     MaxBatchSize records a read, handed over in batches of BatchSize),
-//     less often while it is idle.
+//     less often while it is idle: while its reads find no record that the
+//     Filter passes.
 //   - A response without batch item failures checkpoints the whole batch.
 //   - Batch item failures checkpoint the records before the lowest failed
 //     sequence number and retry from it. A failure with an empty identifier,
