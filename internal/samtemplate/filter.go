@@ -125,15 +125,10 @@ func MatchAny(patterns []*Pattern, event []byte) (bool, error) {
 	return false, nil
 }
 
-// MatchDocument reports whether doc, a JSON object as encoding/json
-// decodes it with UseNumber (objects as map[string]any, arrays as []any,
-// numbers as json.Number), matches p. Only the fields p names are read
-// (see Fields), so doc may leave out the others.
-func (p *Pattern) MatchDocument(doc map[string]any) bool {
-	return p.root.match(doc)
-}
-
-// MatchAnyDocument is MatchAny for a decoded document (see MatchDocument).
+// MatchAnyDocument is MatchAny for a decoded event: doc is a JSON object as
+// DecodeDocument decodes it (objects as map[string]any, arrays as []any,
+// numbers as json.Number). Only the fields the patterns name are read (see
+// Fields), so doc may leave out the others.
 func MatchAnyDocument(patterns []*Pattern, doc map[string]any) bool {
 	if len(patterns) == 0 {
 		return true
@@ -182,7 +177,7 @@ func (n *patternNode) addFields(f Fields) {
 	}
 }
 
-// DecodeDocument decodes data, JSON, as MatchDocument expects documents
+// DecodeDocument decodes data, JSON, as MatchAnyDocument expects documents
 // (numbers as json.Number).
 func DecodeDocument(data []byte) (any, error) {
 	return decodeJSON(data)

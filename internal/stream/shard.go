@@ -140,8 +140,8 @@ func (s *shardReader) iterator(ctx context.Context) (*string, error) {
 }
 
 // deliver hands the records of one GetRecords call that pass the filter to
-// the handler, in batches of at most BatchSize, and returns how many it
-// handed, and false if ctx ended first. A record that cannot be converted to
+// the handler, in batches of at most BatchSize, and returns how many records
+// it handled (delivered or dead-lettered), and false if ctx ended first. A record that cannot be converted to
 // the event form (an attribute type this SDK does not know) goes to the dead
 // letter in its place.
 func (s *shardReader) deliver(ctx context.Context, raw []streamtypes.Record) (int, bool) {
