@@ -47,11 +47,23 @@
 // after the queue's visibility timeout, then moved to the dead-letter queue
 // by its redrive policy.
 //
+// # A send that could not be recorded is recorded, not sent again
+//
+// When the mail API accepted the message and its record fails (the outbox
+// or orders table failing), the attempt knows what it sent: its retry
+// carries the claim and the message's ID, after the backoff alone (not the
+// rest of the claim), and the next attempt records that send, fenced on
+// the claim whether or not it has run out, and sends nothing. So a record
+// failing for all MaxAttempts attempts sends one receipt; the dead letter
+// carries the send too, and its redrive records it. The record finds the
+// claim gone only when another attempt claimed the job after it ran out
+// (a duplicate delivery's): that one sends a copy of its own.
+//
 // # The one window left
 //
-// An attempt that dies (or whose answer is lost: a mail timeout, or whose
-// record of the send fails) between the mail API accepting the message and
-// the record of the send leaves the job claimed; the attempt after the
+// An attempt that dies, or whose answer is lost (a mail timeout), between
+// the mail API accepting the message and the record of the send leaves
+// the job claimed, and nothing says what was sent; the attempt after the
 // claim has run out sends the receipt again. The cost is a second copy of
 // the same receipt, never a lost one (the alternative, never sending a job
 // whose claim ran out, would lose receipts silently).

@@ -36,6 +36,10 @@ func str(s string) types.AttributeValue { return &types.AttributeValueMemberS{Va
 
 func num(n int64) types.AttributeValue { return &types.AttributeValueMemberN{Value: fmt.Sprint(n)} }
 
+// conditionFailed is a transaction's cancellation reason for an item whose
+// condition failed.
+const conditionFailed = "ConditionalCheckFailed"
+
 // errMissing: the job is not in the outbox (never written, or deleted by
 // TTL a week after it was sent).
 var errMissing = errors.New("receipts: the job is not in the outbox")
@@ -85,8 +89,10 @@ func (s *Sender) claim(ctx context.Context, pk string) (string, outbox.Job, erro
 	return token, current, nil
 }
 
-// sent records the send: the job sent (fenced on the claim), kept for
-// KeepSent, and the order's receipt sent, in one transaction.
+// sent records the send: the job sent (fenced on the claim, whether or not
+// it has run out), kept for KeepSent, and the order's receipt sent, in one
+// transaction. Its error wraps the *types.TransactionCanceledException of a
+// failed condition, the job's reason carrying the job as it stands.
 func (s *Sender) sent(ctx context.Context, job outbox.Job, claim, messageID string) error {
 	now := s.cfg.Now()
 	_, err := s.cfg.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
@@ -96,6 +102,10 @@ func (s *Sender) sent(ctx context.Context, job outbox.Job, claim, messageID stri
 			UpdateExpression:         aws.String("SET #state = :sent, #sent = :at, #expires = :expires, #message = :message REMOVE #claim, #until"),
 			ConditionExpression:      aws.String("#claim = :token"),
 			ExpressionAttributeNames: names("#state", "#sent", "#expires", "#message", "#claim", "#until"),
+			// On a lost claim, the job as it stands: sent by this very
+			// message (an earlier try landed), or claimed or sent by
+			// another attempt.
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 			ExpressionAttributeValues: map[string]types.AttributeValue{
 				":sent": str(string(outbox.Sent)), ":at": num(now.Unix()), ":expires": num(now.Add(s.cfg.KeepSent).Unix()),
 				":message": str(messageID), ":token": str(claim),

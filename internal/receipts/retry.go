@@ -27,6 +27,31 @@ type retryMessage struct {
 	// letter sent back to the retry queue (oncectl dlq redrive) starts its
 	// attempts over.
 	GaveUp time.Time `json:"gave_up,omitzero"`
+	// Claim, Message and Order, set together, are a send the mail API
+	// accepted (Message, its ID) under the job's claim Claim that could
+	// not be recorded, and the order's key (outbox.Job.OrderPK): the next
+	// attempt records the send, fenced on the claim, and sends nothing.
+	Claim   string `json:"claim,omitempty"`
+	Message string `json:"message,omitempty"`
+	Order   string `json:"order,omitempty"`
+}
+
+// carry puts u, a send not recorded, of the job whose order is orderPK, in
+// m; a nil u takes it out.
+func (m *retryMessage) carry(u *unrecorded, orderPK string) {
+	if u == nil {
+		m.Claim, m.Message, m.Order = "", "", ""
+		return
+	}
+	m.Claim, m.Message, m.Order = u.claim, u.message, orderPK
+}
+
+// unrecorded is the send m carries, or nil.
+func (m retryMessage) unrecorded() *unrecorded {
+	if m.Claim == "" {
+		return nil
+	}
+	return &unrecorded{claim: m.Claim, message: m.Message}
 }
 
 // decodeRetry parses and checks a retry message.
@@ -37,6 +62,10 @@ func decodeRetry(body string) (retryMessage, error) {
 	}
 	if m.Tenant == "" || strings.Contains(m.Tenant, "#") || !outbox.ValidJobID(m.Job) || m.Attempt < 1 {
 		return retryMessage{}, fmt.Errorf("receipts: retry message: tenant %q, job %q, attempt %d: not a receipt's retry", m.Tenant, m.Job, m.Attempt)
+	}
+	if carried := m.Claim != "" || m.Message != "" || m.Order != ""; carried &&
+		(m.Claim == "" || m.Message == "" || !strings.HasPrefix(m.Order, m.Tenant+"#") || len(m.Order) == len(m.Tenant)+1) {
+		return retryMessage{}, fmt.Errorf("receipts: retry message: job %q: a send to record needs its claim, message and the tenant's order", m.Job)
 	}
 	return m, nil
 }
@@ -83,7 +112,16 @@ func (s *Sender) retry(ctx context.Context, sm events.SQSMessage) error {
 		m.Attempt, m.GaveUp = 0, time.Time{}
 	}
 	log = log.With("tenant", m.Tenant, "job", m.Job, "attempt", m.Attempt+1)
-	a := s.attempt(ctx, outbox.JobPK(m.Tenant, m.Job))
+	pk := outbox.JobPK(m.Tenant, m.Job)
+	var a attemptResult
+	if u := m.unrecorded(); u != nil {
+		// An earlier attempt sent the receipt and could not record it:
+		// record it, send nothing.
+		log = log.With("recording", u.message)
+		a = s.record(ctx, outbox.Job{PK: pk, OrderPK: m.Order}, *u)
+	} else {
+		a = s.attempt(ctx, pk)
+	}
 	switch a.kind {
 	case tried:
 		log.Info("receipts: retry", "outcome", a.outcome, "order", a.job.Order)
@@ -97,6 +135,7 @@ func (s *Sender) retry(ctx context.Context, sm events.SQSMessage) error {
 		return a.err
 	}
 	m.Attempt++
+	m.carry(a.unrecorded, a.job.OrderPK)
 	if m.Attempt >= s.cfg.MaxAttempts {
 		return s.giveUp(ctx, log, m, a)
 	}

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/mail"
@@ -178,7 +180,7 @@ func (s *Sender) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dy
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			failed[i] = s.record(ctx, rec) != nil
+			failed[i] = s.handleRecord(ctx, rec) != nil
 		})
 	}
 	wg.Wait()
@@ -201,8 +203,8 @@ const (
 	outcomeError        = "error"
 )
 
-// record handles one stream record and logs its outcome.
-func (s *Sender) record(ctx context.Context, rec events.DynamoDBEventRecord) error {
+// handleRecord handles one stream record and logs its outcome.
+func (s *Sender) handleRecord(ctx context.Context, rec events.DynamoDBEventRecord) error {
 	c := stream.NewChange(rec)
 	log := s.log.With("event_id", c.EventID, "sequence_number", c.SequenceNumber)
 	if c.EventName != events.DynamoDBOperationTypeInsert || c.NewImage["kind"].DataType() != events.DataTypeString ||
@@ -224,6 +226,7 @@ func (s *Sender) record(ctx context.Context, rec events.DynamoDBEventRecord) err
 		return nil
 	case triedTransient:
 		m := retryMessage{Tenant: job.Tenant, Job: job.ID, Attempt: 1}
+		m.carry(a.unrecorded, job.OrderPK)
 		delay, err := s.schedule(ctx, m, a.notBefore)
 		if err == nil {
 			log.Warn("receipts: record", "outcome", outcomeRetrying, "attempt", 1, "retry_in", delay.String(), "err", a.err)
@@ -248,9 +251,10 @@ const (
 	// tried: the job is sent, by this attempt or an earlier one.
 	tried attemptKind = iota
 	// triedTransient: nothing was recorded, and another attempt later may
-	// send: the mail API provably sent nothing (the job released), its
-	// answer was lost or the send could not be recorded (the claim kept
-	// until notBefore), or another sender holds the job (until notBefore).
+	// send or record: the mail API provably sent nothing (the job
+	// released), its answer was lost (the claim kept until notBefore), the
+	// send could not be recorded (the claim kept, the send in unrecorded),
+	// or another sender holds the job (until notBefore).
 	triedTransient
 	// triedMissing: the job is not in the outbox.
 	triedMissing
@@ -266,9 +270,54 @@ type attemptResult struct {
 	outcome string // of a tried attempt: outcomeSent or outcomeDuplicate
 	job     outbox.Job
 	// notBefore is when the claim that holds the job runs out (zero when
-	// the job is released): an attempt before it finds the job claimed.
+	// the job is released, or when unrecorded is set): an attempt before it
+	// finds the job claimed.
 	notBefore time.Time
-	err       error
+	// unrecorded, on a triedTransient attempt, is the send it made and
+	// could not record: the next attempt records it instead of sending.
+	unrecorded *unrecorded
+	err        error
+}
+
+// unrecorded is a send the mail API accepted whose record failed: the claim
+// it was made under and the message's ID.
+type unrecorded struct {
+	claim, message string
+}
+
+// record records the send u of job (its PK and OrderPK are what it reads):
+// the job sent, fenced on u's claim, and the order's receipt sent. A record
+// that fails for a reason that may pass leaves the claim and returns u, for
+// the next attempt to record again, whether or not the claim has run out by
+// then; it sends nothing. A claim that is gone means another attempt
+// claimed the job after this claim ran out: that attempt sends (or sent) a
+// copy of its own, and this one is a duplicate.
+func (s *Sender) record(ctx context.Context, job outbox.Job, u unrecorded) attemptResult {
+	err := s.sent(ctx, job, u.claim, u.message)
+	if err == nil {
+		s.cfg.Metrics.Count(MetricSent)
+		return attemptResult{kind: tried, outcome: outcomeSent, job: job}
+	}
+	var canceled *types.TransactionCanceledException
+	if errors.As(err, &canceled) && len(canceled.CancellationReasons) == 2 {
+		onJob, onOrder := canceled.CancellationReasons[0], canceled.CancellationReasons[1]
+		switch {
+		case aws.ToString(onJob.Code) == conditionFailed:
+			var current outbox.Job
+			if uerr := attributevalue.UnmarshalMap(onJob.Item, &current); uerr == nil && current.State == outbox.Sent && current.Message == u.message {
+				// An earlier try of this record landed (the SDK's retry
+				// after a lost answer, or a redelivered retry message).
+				s.cfg.Metrics.Count(MetricSent)
+				return attemptResult{kind: tried, outcome: outcomeSent, job: current}
+			}
+			s.cfg.Metrics.Count(MetricDuplicate)
+			return attemptResult{kind: tried, outcome: outcomeDuplicate, job: current}
+		case aws.ToString(onOrder.Code) == conditionFailed:
+			// The order is not there: recording again will not find it.
+			return attemptResult{kind: triedFailed, job: job, err: err}
+		}
+	}
+	return attemptResult{kind: triedTransient, job: job, unrecorded: &u, err: err}
 }
 
 // attempt makes one attempt at the job pk, wherever it comes from: claim
@@ -295,13 +344,7 @@ func (s *Sender) attempt(ctx context.Context, pk string) attemptResult {
 	}
 	id, err := s.cfg.Mail.Send(ctx, mail.Message{To: job.To, Subject: job.Subject, Text: job.Text, Order: job.Order})
 	if err == nil {
-		if err := s.sent(ctx, job, claim, id); err != nil {
-			// Sent, not recorded: the claim stays, and an attempt after it
-			// sends again (the window named in the package documentation).
-			return attemptResult{kind: triedTransient, job: job, notBefore: time.UnixMilli(job.ClaimUntil), err: err}
-		}
-		s.cfg.Metrics.Count(MetricSent)
-		return attemptResult{kind: tried, outcome: outcomeSent, job: job}
+		return s.record(ctx, job, unrecorded{claim: claim, message: id})
 	}
 	s.cfg.Metrics.Count(MetricFailed)
 	if errors.Is(err, mail.ErrOutcomeUnknown) {

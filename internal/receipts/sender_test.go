@@ -1,6 +1,7 @@
 package receipts_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -185,6 +186,9 @@ type retryMessage struct {
 	Job     string    `json:"job"`
 	Attempt int       `json:"attempt"`
 	GaveUp  time.Time `json:"gave_up"`
+	Claim   string    `json:"claim"`
+	Message string    `json:"message"`
+	Order   string    `json:"order"`
 }
 
 // queued receives (and deletes) the messages of the queue at url until it
@@ -217,6 +221,22 @@ func (e *env) empty(t *testing.T, url string) {
 	if v, f, d := sqstest.Counts(t, e.sqs, url); v != "0" || f != "0" || d != "0" {
 		t.Errorf("%s: %s visible, %s in flight, %s delayed; want none", queue.Name(url), v, f, d)
 	}
+}
+
+// retryDelays lists the retry_in of the "retrying" lines logged so far.
+func (e *env) retryDelays(t *testing.T) []time.Duration {
+	t.Helper()
+	var out []time.Duration
+	for _, l := range e.logs.Lines(t) {
+		if l["outcome"] == "retrying" {
+			d, err := time.ParseDuration(fmt.Sprint(l["retry_in"]))
+			if err != nil {
+				t.Fatalf("retry_in %v: %v", l["retry_in"], err)
+			}
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 func retries(t *testing.T, s *receipts.Sender, msgs []events.SQSMessage) []string {
@@ -431,14 +451,8 @@ func TestOutageEndsInDeadLetter(t *testing.T) {
 		t.Errorf("order receipt %q, %d messages; want queued, none", order.Receipt, len(e.messages(t, j.To)))
 	}
 	// The delays grew: 0.5-1s, then 1-2s.
-	var delays []time.Duration
-	for _, l := range e.logs.Lines(t) {
-		if l["outcome"] == "retrying" {
-			d, _ := time.ParseDuration(fmt.Sprint(l["retry_in"]))
-			delays = append(delays, d)
-		}
-	}
-	if len(delays) != attempts-1 || delays[0] < 500*time.Millisecond || delays[0] > time.Second || delays[1] < time.Second || delays[1] > 2*time.Second {
+	if delays := e.retryDelays(t); len(delays) != attempts-1 || delays[0] < 500*time.Millisecond || delays[0] > time.Second ||
+		delays[1] < time.Second || delays[1] > 2*time.Second {
 		t.Errorf("retry delays = %v, want 0.5-1s then 1-2s", delays)
 	}
 
@@ -467,32 +481,46 @@ func TestOutageEndsInDeadLetter(t *testing.T) {
 	e.empty(t, e.dead)
 }
 
+// lostAnswer is a mail API whose answers are lost: it sends, then reports
+// the outcome unknown, as a timeout after the send (or a crash) leaves it.
+type lostAnswer struct{ receipts.Mailer }
+
+func (l lostAnswer) Send(ctx context.Context, m mail.Message) (string, error) {
+	if _, err := l.Mailer.Send(ctx, m); err != nil {
+		return "", err
+	}
+	return "", fmt.Errorf("answer lost: %w", mail.ErrOutcomeUnknown)
+}
+
 // TestCrashWindow shows the one window left, and what it costs: the send
-// happened, its record did not (here the orders table is missing; a crash
-// would do the same). The job stays claimed; the retry waits for the claim
-// to run out. A redelivery within the claim sends nothing; the retry after
-// it sends the receipt again: a second copy, never none.
+// happened and nothing says so (its answer lost; a crash would do the
+// same). The job stays claimed; the retry waits for the claim to run out.
+// A redelivery within the claim sends nothing; the retry after it sends
+// the receipt again: a second copy, never none.
 func TestCrashWindow(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	j := e.job(t, "window", "eve@example.com")
 	ev := event(t, j)
-	broken := e.sender(t, e.names.ByLogicalID["OrdersTable"]+"-missing", 3)
-	if f := handle(t, broken, ev); f != nil {
+	s := e.sender(t, e.names.ByLogicalID["OrdersTable"], 3)
+	lost, err := receipts.New(receipts.Config{
+		DB: e.db, Outbox: e.names.ByLogicalID["OutboxTable"], Orders: e.names.ByLogicalID["OrdersTable"],
+		Mail: lostAnswer{mail.New(e.mailURL, nil)}, Retries: queue.New(e.sqs, e.retries), Now: e.clock, ClaimFor: 5 * time.Second,
+		Logger: slog.New(slog.NewJSONHandler(e.logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := handle(t, lost, ev); f != nil {
 		t.Fatalf("failures = %v, want none (the retry queue has the job)", f)
 	}
 	got := e.jobNow(t, j)
 	if got.State != outbox.Sending || got.Claim == "" {
 		t.Fatalf("job = %s (claim %q), want sending under the claim", got.State, got.Claim)
 	}
-	for _, l := range e.logs.Lines(t) {
-		if l["outcome"] == "retrying" {
-			if d, _ := time.ParseDuration(fmt.Sprint(l["retry_in"])); d < 4900*time.Millisecond {
-				t.Errorf("retry_in = %v, want the rest of the 5s claim", d)
-			}
-		}
+	if delays := e.retryDelays(t); len(delays) != 1 || delays[0] < 4900*time.Millisecond {
+		t.Errorf("retry delays = %v, want one, the rest of the 5s claim", delays)
 	}
-	s := e.sender(t, e.names.ByLogicalID["OrdersTable"], 3)
 	if f := handle(t, s, ev); f != nil {
 		t.Errorf("redelivery within the claim: failures %v, want none", f)
 	}
@@ -500,7 +528,12 @@ func TestCrashWindow(t *testing.T) {
 		t.Fatalf("messages within the claim = %d, want 1", n)
 	}
 	e.advance(6 * time.Second)
-	_, raw := e.queued(t, e.retries, 2, 15*time.Second)
+	msgs, raw := e.queued(t, e.retries, 2, 15*time.Second)
+	for _, m := range msgs {
+		if m.Claim != "" || m.Message != "" {
+			t.Errorf("retry %+v carries a send, want none (nothing says what was sent)", m)
+		}
+	}
 	for _, m := range raw { // one after the other: the second finds it sent
 		if f := retries(t, s, []events.SQSMessage{m}); f != nil {
 			t.Errorf("retries after the claim: failures %v, want none", f)
@@ -511,6 +544,120 @@ func TestCrashWindow(t *testing.T) {
 	}
 	if got := e.jobNow(t, j); got.State != outbox.Sent || got.Attempts != 2 {
 		t.Errorf("job = %s after %d attempts, want sent after 2", got.State, got.Attempts)
+	}
+	e.empty(t, e.retries)
+}
+
+// TestUnrecordedSend: the mail API accepted the message and its record
+// fails (here the orders table is missing), attempt after attempt, well
+// past the claim. Every retry carries the send and tries to record it, and
+// none sends again: one message, through the dead letter and its redrive,
+// which records it on the job and the order.
+func TestUnrecordedSend(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const attempts = 3
+	j := e.job(t, "unrecorded", "gus@example.com")
+	broken := e.sender(t, e.names.ByLogicalID["OrdersTable"]+"-missing", attempts)
+	if f := handle(t, broken, event(t, j)); f != nil {
+		t.Fatalf("failures = %v, want none (the retry queue has the send)", f)
+	}
+	sent := e.messages(t, j.To)
+	if len(sent) != 1 {
+		t.Fatalf("messages = %d, want 1", len(sent))
+	}
+	claimed := e.jobNow(t, j)
+	want := retryMessage{Tenant: "acme", Job: j.ID, Attempt: 1, Claim: claimed.Claim, Message: sent[0].ID, Order: j.OrderPK}
+	for attempt := 1; attempt < attempts; attempt++ {
+		msgs, raw := e.queued(t, e.retries, 1, 10*time.Second)
+		want.Attempt = attempt
+		if diff := cmp.Diff([]retryMessage{want}, msgs); diff != "" {
+			t.Fatalf("retry %d (-want +got):\n%s", attempt, diff)
+		}
+		e.advance(10 * time.Second) // the claim runs out: the record is still fenced on it
+		if f := retries(t, broken, raw); f != nil {
+			t.Fatalf("attempt %d: retry failures %v, want none", attempt+1, f)
+		}
+	}
+	// The delays are the backoff's (0.5-1s, then 1-2s), not the claim's.
+	if delays := e.retryDelays(t); len(delays) != attempts-1 || delays[0] < 500*time.Millisecond || delays[0] > time.Second ||
+		delays[1] < time.Second || delays[1] > 2*time.Second {
+		t.Errorf("retry delays = %v, want 0.5-1s then 1-2s", delays)
+	}
+	e.empty(t, e.retries)
+	dead, raw := e.queued(t, e.dead, 1, 5*time.Second)
+	if d := dead[0]; d.Claim != want.Claim || d.Message != want.Message || d.Order != j.OrderPK || d.GaveUp.IsZero() {
+		t.Errorf("dead letter = %+v, want the send carried", d)
+	}
+	if got := e.jobNow(t, j); got.State != outbox.Sending || got.Claim != claimed.Claim || got.Attempts != 1 {
+		t.Errorf("job = %s (claim %q) after %d attempts, want sending under the first claim after 1", got.State, got.Claim, got.Attempts)
+	}
+
+	// The tables are back; the dead letter is redriven.
+	s := e.sender(t, e.names.ByLogicalID["OrdersTable"], attempts)
+	if f := retries(t, s, raw); f != nil {
+		t.Fatalf("the redriven dead letter: failures %v, want none", f)
+	}
+	if n := len(e.messages(t, j.To)); n != 1 {
+		t.Errorf("messages = %d, want 1", n)
+	}
+	got := e.jobNow(t, j)
+	if got.State != outbox.Sent || got.Message != want.Message || got.Claim != "" || got.Attempts != 1 {
+		t.Errorf("job = %+v, want sent with message %s after 1 attempt", got, want.Message)
+	}
+	var order struct{ Receipt string }
+	e.get(t, e.names.ByLogicalID["OrdersTable"], j.OrderPK, &order)
+	if order.Receipt != "sent" {
+		t.Errorf("order receipt = %q, want sent", order.Receipt)
+	}
+	// The same retry again (a redelivery) finds its own record: sent, and
+	// nothing sent.
+	if f := retries(t, s, raw); f != nil {
+		t.Fatalf("the retry again: failures %v, want none", f)
+	}
+	if n := len(e.messages(t, j.To)); n != 1 {
+		t.Errorf("messages after the retry again = %d, want 1", n)
+	}
+	counts := lambdatest.Counts(t, e.metrics.String(), "receipts")
+	if diff := cmp.Diff(map[string]int{receipts.MetricSent: 2, receipts.MetricRetried: attempts - 1, receipts.MetricDeadLettered: 1}, counts); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+	e.empty(t, e.retries)
+	e.empty(t, e.dead)
+}
+
+// TestUnrecordedSendClaimLost: while a send waits to be recorded, its claim
+// runs out and a redelivery of the stream record claims the job and sends
+// a copy of its own (the cost of the duplicate delivery). The carried send
+// then finds the claim gone: a duplicate, not retried, not failed.
+func TestUnrecordedSendClaimLost(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	j := e.job(t, "claimlost", "hal@example.com")
+	ev := event(t, j)
+	broken := e.sender(t, e.names.ByLogicalID["OrdersTable"]+"-missing", 3)
+	if f := handle(t, broken, ev); f != nil {
+		t.Fatalf("failures = %v, want none", f)
+	}
+	_, raw := e.queued(t, e.retries, 1, 10*time.Second)
+	e.advance(6 * time.Second)
+	s := e.sender(t, e.names.ByLogicalID["OrdersTable"], 3)
+	if f := handle(t, s, ev); f != nil {
+		t.Fatalf("redelivery after the claim: failures %v, want none", f)
+	}
+	if f := retries(t, s, raw); f != nil {
+		t.Fatalf("the carried send: failures %v, want none", f)
+	}
+	msgs := e.messages(t, j.To)
+	if len(msgs) != 2 {
+		t.Fatalf("messages = %d, want 2 (the redelivery's copy)", len(msgs))
+	}
+	if got := e.jobNow(t, j); got.State != outbox.Sent || got.Message != msgs[1].ID {
+		t.Errorf("job = %s with message %s, want sent with the redelivery's %s", got.State, got.Message, msgs[1].ID)
+	}
+	counts := lambdatest.Counts(t, e.metrics.String(), "receipts")
+	if counts[receipts.MetricDuplicate] != 1 || counts[receipts.MetricSent] != 1 {
+		t.Errorf("metrics = %v, want 1 sent, 1 duplicate", counts)
 	}
 	e.empty(t, e.retries)
 }
@@ -557,7 +704,11 @@ func TestRetryMessages(t *testing.T) {
 		{"no job", `{"tenant":"acme","attempt":1}`, true},
 		{"not a job ID", `{"tenant":"acme","job":"rcpt_1","attempt":1}`, true},
 		{"no attempt", fmt.Sprintf(`{"tenant":"acme","job":%q}`, sent.ID), true},
+		{"a send without its message", fmt.Sprintf(`{"tenant":"acme","job":%q,"attempt":1,"claim":"c","order":%q}`, sent.ID, sent.OrderPK), true},
+		{"a send without its order", fmt.Sprintf(`{"tenant":"acme","job":%q,"attempt":1,"claim":"c","message":"msg_1"}`, sent.ID), true},
+		{"a send on another tenant's order", fmt.Sprintf(`{"tenant":"acme","job":%q,"attempt":1,"claim":"c","message":"msg_1","order":"globex#ord_1"}`, sent.ID), true},
 		{"a job not in the outbox: nothing to retry", fmt.Sprintf(`{"tenant":"globex","job":%q,"attempt":1}`, sent.ID), false},
+		{"a send on a job sent since: a duplicate", fmt.Sprintf(`{"tenant":"acme","job":%q,"attempt":1,"claim":"c","message":"msg_1","order":%q}`, sent.ID, sent.OrderPK), false},
 		{"a job sent since: nothing to do", fmt.Sprintf(`{"tenant":"acme","job":%q,"attempt":2}`, sent.ID), false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
