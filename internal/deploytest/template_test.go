@@ -287,13 +287,40 @@ func TestApi(t *testing.T) {
 	}
 }
 
+// maxQueueAge is the threshold of the alarms on the age of a work queue's
+// oldest message, in seconds.
+const maxQueueAge = 3600
+
+// TestAlarms: an alarm on every dead-letter queue's messages, on every
+// function's errors and throttles, on reconcile_failed, and on the age of
+// every work queue's oldest message (a consumer that does not consume
+// sends nothing to its dead-letter queue). Every alarm fires on any
+// occurrence but the age alarms, which fire above what a healthy message
+// can wait: SQS's longest delay, then the receives that fail before its
+// redrive policy moves it.
 func TestAlarms(t *testing.T) {
-	type alarm struct{ namespace, metric, dimName string }
+	queues, err := template(t).Queues()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var work []samtemplate.Queue
+	for _, q := range queues {
+		if q.DeadLetter != "" {
+			work = append(work, q)
+		}
+	}
+	if len(work) == 0 {
+		t.Fatal("no work queues (queues with a redrive policy)")
+	}
 	var got []string
 	for id, r := range template(t).ResourcesOfType("AWS::CloudWatch::Alarm") {
 		p := r.Properties
-		if p["ComparisonOperator"] != "GreaterThanThreshold" || p["Threshold"] != 0 {
-			t.Errorf("%s: %v %v, want GreaterThanThreshold 0", id, p["ComparisonOperator"], p["Threshold"])
+		threshold := 0
+		if p["MetricName"] == "ApproximateAgeOfOldestMessage" {
+			threshold = maxQueueAge
+		}
+		if p["ComparisonOperator"] != "GreaterThanThreshold" || p["Threshold"] != threshold {
+			t.Errorf("%s: %v %v, want GreaterThanThreshold %d", id, p["ComparisonOperator"], p["Threshold"], threshold)
 		}
 		if p["TreatMissingData"] != "notBreaching" {
 			t.Errorf("%s TreatMissingData = %v, want notBreaching", id, p["TreatMissingData"])
@@ -321,6 +348,17 @@ func TestAlarms(t *testing.T) {
 		want = append(want, "AWS/Lambda Errors FunctionName="+id, "AWS/Lambda Throttles FunctionName="+id)
 	}
 	want = append(want, "once reconcile_failed Service=reconciler")
+	for _, q := range work {
+		want = append(want, "AWS/SQS ApproximateAgeOfOldestMessage QueueName="+q.LogicalID+".QueueName")
+		visibility, err := strconv.Atoi(q.Attributes["VisibilityTimeout"])
+		if err != nil {
+			t.Fatalf("%s VisibilityTimeout: %v", q.LogicalID, err)
+		}
+		if healthy := 900 + q.MaxReceiveCount*visibility; healthy >= maxQueueAge {
+			t.Errorf("%s: a healthy message may wait %ds (15 min of delay, %d receives of %ds), not under the age alarm's %ds",
+				q.LogicalID, healthy, q.MaxReceiveCount, visibility, maxQueueAge)
+		}
+	}
 	if diff := cmp.Diff(sortedSlice(want), sortedSlice(got)); diff != "" {
 		t.Errorf("alarms mismatch (-want +got):\n%s", diff)
 	}
