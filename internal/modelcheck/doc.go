@@ -25,8 +25,9 @@
 // two or three request variants per key (another body, or another endpoint),
 // every idempotent endpoint of the endpoint table (endpoints_test.go:
 // payments, charges, refunds and orders), the provider simulator's source
-// tokens (charged, declined, unavailable, timeout, slow, unknown to it; a
-// refund does as the source of the payment it refunds says), Once-Fault
+// tokens (charged, declined, unavailable, timeout, slow, unknown to it, and
+// for orders down for 3s then charged; a refund does as the source of the
+// payment it refunds says), Once-Fault
 // crashes at every fault point (an order's after each recovery point too),
 // and client retries after 409 and 5xx. Before the history, the run charges
 // one payment per tenant (with a source drawn for it) through the API and

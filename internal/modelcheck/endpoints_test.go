@@ -104,6 +104,9 @@ const (
 	tokTimeout     = "tok_timeout"
 	tokSlow        = "tok_slow"
 	tokUnknown     = "tok_mastercard"
+	// tokFlaky: 503 (nothing charged) for the simulator's FlakyFor (3s)
+	// after it first sees the key, then charged.
+	tokFlaky = "tok_flaky"
 )
 
 // weighted picks one of choices with probability proportional to its weight.
@@ -145,11 +148,14 @@ var (
 		{simulator.TokenVisa, 6}, {simulator.TokenRefundUnavailable, 2},
 		{simulator.TokenRefundTimeout, 2}, {simulator.TokenRefundSlow, 2},
 	}
-	// An order whose provider stays down keeps its order, UNKNOWN, until
-	// the provider comes back (the reconciler resumes it then): it would
-	// never be quiet. Every other source ends.
+	// An order whose provider stays down (tokUnavailable) keeps its order,
+	// UNKNOWN, until the provider comes back (the reconciler resumes it
+	// then): it would never be quiet. tokFlaky is the provider down for a
+	// while: the order's first calls get 503, the key is given up at
+	// order_created, and a retry or the recovery resumes it and charges
+	// once the provider is back. Every source ends.
 	orderSources = weighted{
-		{tokVisa, 30}, {tokDeclined, 14}, {tokTimeout, 12}, {tokSlow, 12}, {tokUnknown, 6},
+		{tokVisa, 30}, {tokDeclined, 14}, {tokFlaky, 12}, {tokTimeout, 12}, {tokSlow, 12}, {tokUnknown, 6},
 	}
 	// The crash points of an order: after each recovery point, and after
 	// the provider call.

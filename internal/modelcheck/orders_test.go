@@ -52,7 +52,7 @@ func receiptsPending(ctx context.Context, s systems) ([]string, error) {
 
 // auditOrders holds every order of the run (the system quiet) to what the
 // provider, the outbox and the mail API hold: a finished order, paid or
-// failed; one provider charge for an order the provider charged (paid, or
+// failed (paid when its provider was down only for a while); one provider charge for an order the provider charged (paid, or
 // declined), its ID the order's, none for one the provider refused; for a
 // paid order one receipt job, sent, and exactly one message; nothing of the
 // kind for another order; and no charge, job or message without its order.
@@ -123,6 +123,10 @@ func auditOrders(ctx context.Context, s systems, run string) ([]string, error) {
 		switch {
 		case o.RecoveryPoint != orders.PointFinished || o.Status == orders.StatusCreated:
 			bad(o, "not finished (at %s) once the system is quiet", o.RecoveryPoint)
+		case o.Source == tokFlaky && !paid:
+			// The provider was down for a while only: a retry or the
+			// recovery charged it once it was back.
+			bad(o, "a %s order not paid once the system is quiet", tokFlaky)
 		case paid || o.FailureCode != "provider_rejected":
 			charged = 1
 		}
