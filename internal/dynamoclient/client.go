@@ -3,6 +3,7 @@ package dynamoclient
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	"github.com/aws/smithy-go/logging"
 )
 
 // Options configures the clients.
@@ -52,6 +54,7 @@ func Config(ctx context.Context, opts Options) (aws.Config, error) {
 		}),
 		config.WithHTTPClient(awshttp.NewBuildableClient().WithTimeout(opts.Timeout).
 			WithTransportOptions(keepIdleConns)),
+		config.WithLogger(logging.LoggerFunc(sdkLog)),
 	}
 	if opts.Region != "" {
 		loaders = append(loaders, config.WithRegion(opts.Region))
@@ -68,6 +71,18 @@ func Config(ctx context.Context, opts Options) (aws.Config, error) {
 		return aws.Config{}, fmt.Errorf("dynamoclient: load AWS config: %w", err)
 	}
 	return cfg, nil
+}
+
+// sdkLog writes the SDK's own log lines (a warning such as a response body
+// it could not discard after a connection broke) as structured lines of
+// slog's default logger, at their level: the SDK's default logger would
+// print unstructured lines to stderr.
+func sdkLog(c logging.Classification, format string, v ...any) {
+	level := slog.LevelWarn
+	if c == logging.Debug {
+		level = slog.LevelDebug
+	}
+	slog.Default().Log(context.Background(), level, "aws sdk", "detail", fmt.Sprintf(format, v...))
 }
 
 // keepIdleConns lets the pool keep as many idle connections to the one
