@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -31,6 +32,7 @@ import (
 // with.
 type env struct {
 	vars  map[string]string
+	db    *dynamodb.Client
 	store *dynamo.Store
 	names dynamotest.Names
 	sqs   *sqs.Client
@@ -53,6 +55,7 @@ func newEnv(t *testing.T) *env {
 	c := sqstest.Client(t, endpoint)
 	e := &env{
 		vars:  names.Env(),
+		db:    db,
 		store: dynamo.New(db, names.ByLogicalID["IdempotencyTable"]), names: names, sqs: c, urls: map[string]string{},
 	}
 	e.vars[config.EnvDynamoDBEndpoint] = dynamotest.Endpoint(t)
@@ -96,6 +99,59 @@ func (e *env) record(t *testing.T, tenant, raw string, status idempotency.Status
 		t.Fatal(err)
 	}
 	return rec
+}
+
+// TestUnknownOldestAcrossPages: -limit lists the oldest UNKNOWN records of
+// the whole table, not of the first Scan pages. Six records of about 300 KB
+// take more than one 1 MB page; the one the Scan reads last is made the
+// oldest.
+func TestUnknownOldestAcrossPages(t *testing.T) {
+	e := newEnv(t)
+	body := []byte(`{"note":"` + strings.Repeat("x", 300<<10) + `"}`)
+	byID := map[string]idempotency.Record{}
+	for i := range 6 {
+		rec := e.record(t, "acme", fmt.Sprintf("big-%d", i), idempotency.StatusUnknown, time.Minute)
+		rec.Request = body
+		byID[rec.Key.ID()] = rec
+		e.put(t, rec)
+	}
+	var order []string
+	pages := 0
+	in := &dynamodb.ScanInput{TableName: aws.String(e.names.ByLogicalID["IdempotencyTable"])}
+	for {
+		out, err := e.db.Scan(t.Context(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, item := range out.Items {
+			order = append(order, item[dynamo.AttrPK].(*dynamodbtypes.AttributeValueMemberS).Value)
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			break
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+	if pages < 2 || len(order) != 6 {
+		t.Fatalf("the table is %d records in %d Scan pages, want 6 in 2 or more", len(order), pages)
+	}
+	last := byID[order[len(order)-1]]
+	last.UpdatedAt = last.UpdatedAt.Add(-time.Hour)
+	e.put(t, last)
+	code, out, errOut := e.run(t, "unknown", "-limit", "1", "-json")
+	if code != 0 || !strings.Contains(out, last.Key.ID()) || strings.Count(out, "\n") != 1 {
+		t.Errorf("unknown -limit 1 = exit %d %q (%s), want the oldest, %s, read last", code, out, errOut, last.Key.ID())
+	}
+}
+
+// put writes rec as it is.
+func (e *env) put(t *testing.T, rec idempotency.Record) {
+	t.Helper()
+	if _, err := e.db.PutItem(t.Context(), &dynamodb.PutItemInput{
+		TableName: aws.String(e.names.ByLogicalID["IdempotencyTable"]), Item: dynamo.ItemFromRecord(rec),
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestUnknown(t *testing.T) {

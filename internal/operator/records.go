@@ -22,7 +22,8 @@ import (
 const maxScanPages = 10000
 
 // unknown lists the UNKNOWN records: a Scan of the idempotency table with a
-// filter, bounded by -limit.
+// filter, every page of it (up to maxScanPages), so that the -limit records
+// listed are the oldest.
 func (t *Tool) unknown(ctx context.Context, args []string) error {
 	fs := t.flags("unknown", "[-tenant T] [-limit N] [-json]", "List the records left UNKNOWN, oldest change first, by their ID (tenant#key-hash).")
 	tenant := fs.String("tenant", "", "only this tenant's records")
@@ -61,7 +62,8 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 			}
 			recs = append(recs, rec)
 		}
-		if len(recs) >= *limit || len(out.LastEvaluatedKey) == 0 {
+		// Every page (bounded): the -limit records listed are the oldest.
+		if len(out.LastEvaluatedKey) == 0 {
 			break
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
