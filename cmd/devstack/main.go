@@ -14,9 +14,13 @@ import (
 	"syscall"
 
 	"github.com/oncehq/once/internal/devstack"
+	"github.com/oncehq/once/internal/lambdamain"
 )
 
 func main() {
+	// Lines of libraries (the AWS SDK's warnings, the log package) are JSON
+	// on stdout too, as in the functions.
+	lambdamain.Setup(os.Stdout)
 	if err := run(context.Background(), os.Getenv, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
