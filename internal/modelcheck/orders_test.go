@@ -52,10 +52,11 @@ func receiptsPending(ctx context.Context, s systems) ([]string, error) {
 
 // auditOrders holds every order of the run (the system quiet) to what the
 // provider, the outbox and the mail API hold: a finished order, paid or
-// failed (paid when its provider was down only for a while); one provider charge for an order the provider charged (paid, or
-// declined), its ID the order's, none for one the provider refused; for a
-// paid order one receipt job, sent, and exactly one message; nothing of the
-// kind for another order; and no charge, job or message without its order.
+// failed (paid when its provider was down only for a while); one provider
+// charge for an order the provider charged (paid, or declined), its ID the
+// order's, none for one the provider refused; for a paid order one receipt
+// job, sent, and exactly one message; nothing of the kind for another
+// order; and no charge, job or message without its order.
 func auditOrders(ctx context.Context, s systems, run string) ([]string, error) {
 	items, err := scan(ctx, s.db, s.cfg.Table("OrdersTable"))
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -50,6 +51,7 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 		ExpressionAttributeValues: values,
 	}
 	var recs []idempotency.Record
+	complete := false
 	for range maxScanPages {
 		out, err := t.db.Scan(ctx, in)
 		if err != nil {
@@ -64,9 +66,13 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 		}
 		// Every page (bounded): the -limit records listed are the oldest.
 		if len(out.LastEvaluatedKey) == 0 {
+			complete = true
 			break
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+	if !complete {
+		fmt.Fprintf(t.errOut, "warning: the Scan stopped after %d pages: the records listed are the oldest of those read, not of the whole table\n", maxScanPages)
 	}
 	sortByUpdate(recs)
 	if len(recs) > *limit {
@@ -111,11 +117,7 @@ func summary(rec idempotency.Record, now time.Time) recordSummary {
 }
 
 func sortByUpdate(recs []idempotency.Record) {
-	for i := 1; i < len(recs); i++ {
-		for j := i; j > 0 && recs[j].UpdatedAt.Before(recs[j-1].UpdatedAt); j-- {
-			recs[j], recs[j-1] = recs[j-1], recs[j]
-		}
-	}
+	slices.SortStableFunc(recs, func(a, b idempotency.Record) int { return a.UpdatedAt.Compare(b.UpdatedAt) })
 }
 
 func pkOf(item map[string]types.AttributeValue) string {

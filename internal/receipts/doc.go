@@ -30,14 +30,15 @@
 // succeeds. HandleRetries, the resender's handler, makes the next attempt,
 // and on failure sends the next retry: the delay doubles from RetryBase
 // (1s) with each attempt, half of it random (equal jitter), up to SQS's 15
-// minutes, and is never shorter than what is left of a claim that holds the
-// job. After MaxAttempts attempts (ONCE_RECEIPT_ATTEMPTS, 30: the last 2.5
-// to 5 hours after the first) the resender gives up: it sends the retry to
-// the dead-letter queue (Config.DeadLetters), whose alarm fires; the job
-// stays in the outbox as its last attempt left it (failed, with its
-// attempts and last error), the order's receipt queued. A dead letter sent
-// back to the retry queue (oncectl dlq redrive receipt-retry) starts its
-// attempts over.
+// minutes, and, unless the retry carries a send to record (below), is never
+// shorter than what is left of a claim that holds the job. After
+// MaxAttempts attempts (ONCE_RECEIPT_ATTEMPTS, 30: the last 2.5 to 5 hours
+// after the first) the resender gives up: it sends the retry to the
+// dead-letter queue (Config.DeadLetters), whose alarm fires; the job stays
+// in the outbox as its last attempt left it (failed, with its attempts and
+// last error; or sending, under the claim of a send not recorded), the
+// order's receipt queued. A dead letter sent back to the retry queue
+// (oncectl dlq redrive receipt-retry) starts its attempts over.
 //
 // What retrying with backoff does not cure fails instead: the mail API
 // refusing the message (another 4xx: a misconfiguration), a job that does
@@ -53,11 +54,13 @@
 // or orders table failing), the attempt knows what it sent: its retry
 // carries the claim and the message's ID, after the backoff alone (not the
 // rest of the claim), and the next attempt records that send, fenced on
-// the claim whether or not it has run out, and sends nothing. So a record
-// failing for all MaxAttempts attempts sends one receipt; the dead letter
+// the claim whether or not it has run out (and on the job's order), and
+// sends nothing. So a record failing for all MaxAttempts attempts (the
+// tables failing, or the order gone) sends one receipt; the dead letter
 // carries the send too, and its redrive records it. The record finds the
-// claim gone only when another attempt claimed the job after it ran out
-// (a duplicate delivery's): that one sends a copy of its own.
+// claim gone only when another attempt claimed the job after it ran out: a
+// duplicate delivery of the job (a stream redelivery, or a retry chain it
+// started), which sends a copy of its own.
 //
 // # The one window left
 //

@@ -17,7 +17,7 @@ import (
 // Attribute names of a job item (outbox.Job) that the sender writes.
 var jobNames = map[string]string{
 	"#pk": outbox.KeyAttr, "#state": "state", "#claim": "claim", "#until": "claim_until", "#attempts": "attempts",
-	"#error": "last_error", "#sent": "sent_at", "#expires": outbox.TTLAttr, "#message": "message",
+	"#error": "last_error", "#sent": "sent_at", "#expires": outbox.TTLAttr, "#message": "message", "#order_pk": "order_pk",
 }
 
 func jobKey(pk string) map[string]types.AttributeValue {
@@ -90,9 +90,10 @@ func (s *Sender) claim(ctx context.Context, pk string) (string, outbox.Job, erro
 }
 
 // sent records the send: the job sent (fenced on the claim, whether or not
-// it has run out), kept for KeepSent, and the order's receipt sent, in one
-// transaction. Its error wraps the *types.TransactionCanceledException of a
-// failed condition, the job's reason carrying the job as it stands.
+// it has run out, and on job.OrderPK being the job's order), kept for
+// KeepSent, and the order's receipt sent, in one transaction. Its error
+// wraps the *types.TransactionCanceledException of a failed condition, the
+// job's reason carrying the job as it stands.
 func (s *Sender) sent(ctx context.Context, job outbox.Job, claim, messageID string) error {
 	now := s.cfg.Now()
 	_, err := s.cfg.DB.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
@@ -100,15 +101,15 @@ func (s *Sender) sent(ctx context.Context, job outbox.Job, claim, messageID stri
 			TableName:                aws.String(s.cfg.Outbox),
 			Key:                      jobKey(job.PK),
 			UpdateExpression:         aws.String("SET #state = :sent, #sent = :at, #expires = :expires, #message = :message REMOVE #claim, #until"),
-			ConditionExpression:      aws.String("#claim = :token"),
-			ExpressionAttributeNames: names("#state", "#sent", "#expires", "#message", "#claim", "#until"),
-			// On a lost claim, the job as it stands: sent by this very
-			// message (an earlier try landed), or claimed or sent by
-			// another attempt.
+			ConditionExpression:      aws.String("#claim = :token AND #order_pk = :order"),
+			ExpressionAttributeNames: names("#state", "#sent", "#expires", "#message", "#claim", "#until", "#order_pk"),
+			// On a failed condition, the job as it stands: sent by this
+			// very message (an earlier try landed), claimed or sent by
+			// another attempt, or of another order.
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 			ExpressionAttributeValues: map[string]types.AttributeValue{
 				":sent": str(string(outbox.Sent)), ":at": num(now.Unix()), ":expires": num(now.Add(s.cfg.KeepSent).Unix()),
-				":message": str(messageID), ":token": str(claim),
+				":message": str(messageID), ":token": str(claim), ":order": str(job.OrderPK),
 			},
 		}},
 		{Update: &types.Update{

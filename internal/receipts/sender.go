@@ -286,12 +286,18 @@ type unrecorded struct {
 }
 
 // record records the send u of job (its PK and OrderPK are what it reads):
-// the job sent, fenced on u's claim, and the order's receipt sent. A record
-// that fails for a reason that may pass leaves the claim and returns u, for
-// the next attempt to record again, whether or not the claim has run out by
-// then; it sends nothing. A claim that is gone means another attempt
-// claimed the job after this claim ran out: that attempt sends (or sent) a
-// copy of its own, and this one is a duplicate.
+// the job sent, fenced on u's claim and on its order, and the order's
+// receipt sent. A record that fails otherwise than on the job's condition
+// leaves the claim and returns u, for the next attempt to record again,
+// whether or not the claim has run out by then; it sends nothing. That
+// includes a missing order, which no retry will find: the chain ends in the
+// dead-letter queue without sending again. On the job's condition:
+//   - the job is sent with u's message: an earlier try of this record landed
+//     (a retry message delivered twice); nothing more to do;
+//   - the claim is still u's: the order key is not the job's (a retry
+//     message that was not built from this job), an error;
+//   - otherwise another attempt claimed the job after u's claim ran out, and
+//     sends (or sent) a copy of its own: this one is a duplicate.
 func (s *Sender) record(ctx context.Context, job outbox.Job, u unrecorded) attemptResult {
 	err := s.sent(ctx, job, u.claim, u.message)
 	if err == nil {
@@ -299,23 +305,22 @@ func (s *Sender) record(ctx context.Context, job outbox.Job, u unrecorded) attem
 		return attemptResult{kind: tried, outcome: outcomeSent, job: job}
 	}
 	var canceled *types.TransactionCanceledException
-	if errors.As(err, &canceled) && len(canceled.CancellationReasons) == 2 {
-		onJob, onOrder := canceled.CancellationReasons[0], canceled.CancellationReasons[1]
+	if errors.As(err, &canceled) && len(canceled.CancellationReasons) == 2 &&
+		aws.ToString(canceled.CancellationReasons[0].Code) == conditionFailed {
+		var current outbox.Job
+		if uerr := attributevalue.UnmarshalMap(canceled.CancellationReasons[0].Item, &current); uerr != nil {
+			return attemptResult{kind: triedFailed, job: job, err: errors.Join(err, fmt.Errorf("receipts: the job as it stands: %w", uerr))}
+		}
 		switch {
-		case aws.ToString(onJob.Code) == conditionFailed:
-			var current outbox.Job
-			if uerr := attributevalue.UnmarshalMap(onJob.Item, &current); uerr == nil && current.State == outbox.Sent && current.Message == u.message {
-				// An earlier try of this record landed (the SDK's retry
-				// after a lost answer, or a redelivered retry message).
-				s.cfg.Metrics.Count(MetricSent)
-				return attemptResult{kind: tried, outcome: outcomeSent, job: current}
-			}
+		case current.State == outbox.Sent && current.Message == u.message:
 			s.cfg.Metrics.Count(MetricDuplicate)
 			return attemptResult{kind: tried, outcome: outcomeDuplicate, job: current}
-		case aws.ToString(onOrder.Code) == conditionFailed:
-			// The order is not there: recording again will not find it.
-			return attemptResult{kind: triedFailed, job: job, err: err}
+		case current.State == outbox.Sending && current.Claim == u.claim:
+			return attemptResult{kind: triedFailed, job: job,
+				err: fmt.Errorf("receipts: job %s: the order %q to record the send on is not the job's (%q)", job.PK, job.OrderPK, current.OrderPK)}
 		}
+		s.cfg.Metrics.Count(MetricDuplicate)
+		return attemptResult{kind: tried, outcome: outcomeDuplicate, job: current}
 	}
 	return attemptResult{kind: triedTransient, job: job, unrecorded: &u, err: err}
 }

@@ -593,8 +593,18 @@ func TestUnrecordedSend(t *testing.T) {
 		t.Errorf("job = %s (claim %q) after %d attempts, want sending under the first claim after 1", got.State, got.Claim, got.Attempts)
 	}
 
-	// The tables are back; the dead letter is redriven.
+	// The tables are back. A retry carrying the send onto another order
+	// (not built from this job) fails, and records nothing.
 	s := e.sender(t, e.names.ByLogicalID["OrdersTable"], attempts)
+	forged := events.SQSMessage{MessageId: "forged", Body: fmt.Sprintf(`{"tenant":"acme","job":%q,"attempt":1,"claim":%q,"message":%q,"order":"acme#ord_other"}`,
+		j.ID, want.Claim, want.Message)}
+	if diff := cmp.Diff([]string{"forged"}, retries(t, s, []events.SQSMessage{forged})); diff != "" {
+		t.Errorf("a send carried onto another order: failures (-want +got):\n%s", diff)
+	}
+	if got := e.jobNow(t, j); got.State != outbox.Sending || got.Claim != claimed.Claim {
+		t.Errorf("job after the forged retry = %s (claim %q), want sending under the first claim", got.State, got.Claim)
+	}
+	// The dead letter is redriven.
 	if f := retries(t, s, raw); f != nil {
 		t.Fatalf("the redriven dead letter: failures %v, want none", f)
 	}
@@ -610,8 +620,8 @@ func TestUnrecordedSend(t *testing.T) {
 	if order.Receipt != "sent" {
 		t.Errorf("order receipt = %q, want sent", order.Receipt)
 	}
-	// The same retry again (a redelivery) finds its own record: sent, and
-	// nothing sent.
+	// The same retry again (a redelivery) finds its own record: a
+	// duplicate, and nothing sent.
 	if f := retries(t, s, raw); f != nil {
 		t.Fatalf("the retry again: failures %v, want none", f)
 	}
@@ -619,11 +629,44 @@ func TestUnrecordedSend(t *testing.T) {
 		t.Errorf("messages after the retry again = %d, want 1", n)
 	}
 	counts := lambdatest.Counts(t, e.metrics.String(), "receipts")
-	if diff := cmp.Diff(map[string]int{receipts.MetricSent: 2, receipts.MetricRetried: attempts - 1, receipts.MetricDeadLettered: 1}, counts); diff != "" {
+	if diff := cmp.Diff(map[string]int{receipts.MetricSent: 1, receipts.MetricDuplicate: 1, receipts.MetricRetried: attempts - 1, receipts.MetricDeadLettered: 1}, counts); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)
 	}
 	e.empty(t, e.retries)
 	e.empty(t, e.dead)
+}
+
+// TestUnrecordedSendOrderMissing: the send's record fails because the
+// order item is gone, which no retry will find. The retries carry the send
+// and never send again; the chain ends in the dead-letter queue.
+func TestUnrecordedSendOrderMissing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	j := e.job(t, "noorder", "ivy@example.com")
+	if _, err := e.db.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{
+		TableName: aws.String(e.names.ByLogicalID["OrdersTable"]), Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: j.OrderPK}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s := e.sender(t, e.names.ByLogicalID["OrdersTable"], 2)
+	if f := handle(t, s, event(t, j)); f != nil {
+		t.Fatalf("failures = %v, want none (the retry queue has the send)", f)
+	}
+	msgs, raw := e.queued(t, e.retries, 1, 10*time.Second)
+	if msgs[0].Claim == "" || msgs[0].Order != j.OrderPK {
+		t.Fatalf("retry = %+v, want the send carried", msgs[0])
+	}
+	e.advance(10 * time.Second)
+	if f := retries(t, s, raw); f != nil {
+		t.Fatalf("retry failures %v, want none (dead-lettered)", f)
+	}
+	if dead, _ := e.queued(t, e.dead, 1, 5*time.Second); dead[0].Claim != msgs[0].Claim {
+		t.Errorf("dead letter = %+v, want the send carried", dead[0])
+	}
+	if n := len(e.messages(t, j.To)); n != 1 {
+		t.Errorf("messages = %d, want 1", n)
+	}
+	e.empty(t, e.retries)
 }
 
 // TestUnrecordedSendClaimLost: while a send waits to be recorded, its claim
