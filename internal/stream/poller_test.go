@@ -463,10 +463,11 @@ func TestPollerTTLRemoval(t *testing.T) {
 }
 
 // spyStreams wraps the real Streams client to count calls and to inject
-// expired shard iterators.
+// expired shard iterators and trimmed-data answers.
 type spyStreams struct {
 	StreamsAPI
-	expireEvery int32 // every n-th GetRecords fails with ExpiredIteratorException
+	expireEvery int32       // every n-th GetRecords fails with ExpiredIteratorException
+	trim        atomic.Bool // while set, GetRecords fails with TrimmedDataAccessException
 	getRecords  atomic.Int32
 	iterators   atomic.Int32
 	expired     atomic.Int32
@@ -484,6 +485,9 @@ func (s *spyStreams) GetRecords(ctx context.Context, in *dynamodbstreams.GetReco
 	if s.expireEvery > 0 && n%s.expireEvery == 0 {
 		s.expired.Add(1)
 		return nil, &streamtypes.ExpiredIteratorException{Message: aws.String("injected")}
+	}
+	if s.trim.Load() {
+		return nil, &streamtypes.TrimmedDataAccessException{Message: aws.String("injected")}
 	}
 	out, err := s.StreamsAPI.GetRecords(ctx, in, optFns...)
 	if s.firstRead != nil {
@@ -522,6 +526,42 @@ func TestPollerExpiredIterator(t *testing.T) {
 	}
 	if spy.expired.Load() == 0 || spy.iterators.Load() < 2 {
 		t.Errorf("injected %d expiries, %d iterators obtained; want the iterator re-obtained", spy.expired.Load(), spy.iterators.Load())
+	}
+}
+
+// TestPollerTrimmedBackoff checks that a shard whose reads keep answering
+// "trimmed" is retried with a bounded backoff, not in a tight loop, and
+// that the records are delivered once the reads succeed again.
+func TestPollerTrimmedBackoff(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	table := e.names.ByLogicalID["PaymentsTable"]
+	spy := &spyStreams{StreamsAPI: e.streams}
+	spy.trim.Store(true)
+	var seen list[string]
+	opts := e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		for _, r := range ev.Records {
+			seen.add(pkOf(r))
+		}
+		return events.DynamoDBEventResponse{}, nil
+	})
+	opts.Client = spy
+	start(t, opts)
+	e.put(t, table, "k0", nil)
+
+	// 1.5s of "trimmed": retrying at once, DynamoDB Local answers hundreds
+	// of iterators; backing off from 10ms (0, 10, 20, 40, ..., 320, 320)
+	// it is about 10.
+	time.Sleep(1500 * time.Millisecond)
+	if n := spy.iterators.Load(); n < 2 || n > 25 {
+		t.Errorf("%d shard iterators in 1.5s of trimmed reads, want 2 to 25 (a bounded backoff)", n)
+	}
+	spy.trim.Store(false)
+	e.put(t, table, "k1", nil)
+	lambdatest.WaitFor(t, 10*time.Second, "both records", func() bool { return len(seen.get()) >= 2 })
+	time.Sleep(200 * time.Millisecond) // no duplicates should follow
+	if diff := cmp.Diff([]string{"k0", "k1"}, seen.get()); diff != "" {
+		t.Errorf("delivered (-want +got):\n%s", diff)
 	}
 }
 

@@ -35,6 +35,7 @@ func (s *shardReader) run(ctx context.Context) bool {
 	var (
 		iter  *string
 		fails int
+		trims int                     // GetRecords answered "trimmed" in a row
 		idle  = s.p.opts.PollInterval // the pause after an empty read
 	)
 	for ctx.Err() == nil {
@@ -79,8 +80,20 @@ func (s *shardReader) run(ctx context.Context) bool {
 			s.log.Warn("shard no longer exists", "err", err)
 			return true
 		case isTrimmed(err):
-			s.log.Warn("shard iterator points at trimmed records", "err", err)
+			// A fresh iterator resumes after the checkpoint or, before
+			// the first record, at the start again. DynamoDB Local
+			// answers so at times for the TRIM_HORIZON iterator of a
+			// shard it has just created, so the first such answer before
+			// anything was read is not a warning; a repeated one waits
+			// a bounded backoff, so the loop cannot spin.
+			trims++
 			iter = nil
+			if trims == 1 && s.checkpoint == "" && s.start == streamtypes.ShardIteratorTypeTrimHorizon {
+				s.log.Info("shard iterator taken before the first record points at trimmed records; taking a new one")
+				continue
+			}
+			s.log.Warn("shard iterator points at trimmed records", "err", err, "attempt", trims)
+			sleep(ctx, s.p.backoff(trims))
 			continue
 		case err != nil:
 			fails++
@@ -88,7 +101,7 @@ func (s *shardReader) run(ctx context.Context) bool {
 			sleep(ctx, s.p.backoff(fails))
 			continue
 		}
-		fails = 0
+		fails, trims = 0, 0
 		delivered := 0
 		if len(out.Records) > 0 {
 			var ok bool
