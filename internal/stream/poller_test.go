@@ -466,8 +466,8 @@ func TestPollerTTLRemoval(t *testing.T) {
 // expired shard iterators and trimmed-data answers.
 type spyStreams struct {
 	StreamsAPI
-	expireEvery int32       // every n-th GetRecords fails with ExpiredIteratorException
-	trim        atomic.Bool // while set, GetRecords fails with TrimmedDataAccessException
+	expireEvery atomic.Int32 // while n > 0, every n-th GetRecords fails with ExpiredIteratorException
+	trim        atomic.Bool  // while set, GetRecords fails with TrimmedDataAccessException
 	getRecords  atomic.Int32
 	iterators   atomic.Int32
 	expired     atomic.Int32
@@ -482,7 +482,7 @@ func (s *spyStreams) GetShardIterator(ctx context.Context, in *dynamodbstreams.G
 
 func (s *spyStreams) GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, optFns ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error) {
 	n := s.getRecords.Add(1)
-	if s.expireEvery > 0 && n%s.expireEvery == 0 {
+	if every := s.expireEvery.Load(); every > 0 && n%every == 0 {
 		s.expired.Add(1)
 		return nil, &streamtypes.ExpiredIteratorException{Message: aws.String("injected")}
 	}
@@ -500,7 +500,8 @@ func TestPollerExpiredIterator(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	table := e.names.ByLogicalID["PaymentsTable"]
-	spy := &spyStreams{StreamsAPI: e.streams, expireEvery: 3}
+	spy := &spyStreams{StreamsAPI: e.streams}
+	spy.expireEvery.Store(3)
 	var seen list[string]
 	opts := e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 		for _, r := range ev.Records {
@@ -529,39 +530,57 @@ func TestPollerExpiredIterator(t *testing.T) {
 	}
 }
 
-// TestPollerTrimmedBackoff checks that a shard whose reads keep answering
-// "trimmed" is retried with a bounded backoff, not in a tight loop, and
-// that the records are delivered once the reads succeed again.
-func TestPollerTrimmedBackoff(t *testing.T) {
+// TestPollerStaleIteratorBackoff checks that a shard whose reads keep
+// answering "trimmed" or "expired" is retried with a bounded backoff, not
+// in a tight loop, and that its records are delivered once the reads
+// succeed again.
+func TestPollerStaleIteratorBackoff(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	table := e.names.ByLogicalID["PaymentsTable"]
-	spy := &spyStreams{StreamsAPI: e.streams}
-	spy.trim.Store(true)
-	var seen list[string]
-	opts := e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
-		for _, r := range ev.Records {
-			seen.add(pkOf(r))
-		}
-		return events.DynamoDBEventResponse{}, nil
-	})
-	opts.Client = spy
-	start(t, opts)
-	e.put(t, table, "k0", nil)
+	for _, tc := range []struct {
+		name   string
+		inject func(*spyStreams, bool)
+	}{
+		{"trimmed", func(s *spyStreams, on bool) { s.trim.Store(on) }},
+		{"expired", func(s *spyStreams, on bool) {
+			every := int32(0) // off
+			if on {
+				every = 1 // every read
+			}
+			s.expireEvery.Store(every)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			table := e.names.ByLogicalID["PaymentsTable"]
+			spy := &spyStreams{StreamsAPI: e.streams}
+			tc.inject(spy, true)
+			var seen list[string]
+			opts := e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+				for _, r := range ev.Records {
+					seen.add(pkOf(r))
+				}
+				return events.DynamoDBEventResponse{}, nil
+			})
+			opts.Client = spy
+			start(t, opts)
+			e.put(t, table, "k0", nil)
 
-	// 1.5s of "trimmed": retrying at once, DynamoDB Local answers hundreds
-	// of iterators; backing off from 10ms (0, 10, 20, 40, ..., 320, 320)
-	// it is about 10.
-	time.Sleep(1500 * time.Millisecond)
-	if n := spy.iterators.Load(); n < 2 || n > 25 {
-		t.Errorf("%d shard iterators in 1.5s of trimmed reads, want 2 to 25 (a bounded backoff)", n)
-	}
-	spy.trim.Store(false)
-	e.put(t, table, "k1", nil)
-	lambdatest.WaitFor(t, 10*time.Second, "both records", func() bool { return len(seen.get()) >= 2 })
-	time.Sleep(200 * time.Millisecond) // no duplicates should follow
-	if diff := cmp.Diff([]string{"k0", "k1"}, seen.get()); diff != "" {
-		t.Errorf("delivered (-want +got):\n%s", diff)
+			// 1.5s of failed reads: retrying at once, DynamoDB Local
+			// hands out hundreds of iterators; backing off from 10ms
+			// (0, 10, 20, 40, ..., 320, 320) it is about 10.
+			time.Sleep(1500 * time.Millisecond)
+			if n := spy.iterators.Load(); n < 2 || n > 25 {
+				t.Errorf("%d shard iterators in 1.5s of %s reads, want 2 to 25 (a bounded backoff)", n, tc.name)
+			}
+			tc.inject(spy, false)
+			e.put(t, table, "k1", nil)
+			lambdatest.WaitFor(t, 10*time.Second, "both records", func() bool { return len(seen.get()) >= 2 })
+			time.Sleep(200 * time.Millisecond) // no duplicates should follow
+			if diff := cmp.Diff([]string{"k0", "k1"}, seen.get()); diff != "" {
+				t.Errorf("delivered (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

@@ -35,7 +35,7 @@ func (s *shardReader) run(ctx context.Context) bool {
 	var (
 		iter  *string
 		fails int
-		trims int                     // GetRecords answered "trimmed" in a row
+		stale int                     // reads in a row answered "trimmed" or "expired"
 		idle  = s.p.opts.PollInterval // the pause after an empty read
 	)
 	for ctx.Err() == nil {
@@ -73,8 +73,14 @@ func (s *shardReader) run(ctx context.Context) bool {
 		case ctx.Err() != nil:
 			return false
 		case isExpired(err):
-			s.log.Info("shard iterator expired; resuming after the checkpoint", "checkpoint", s.checkpoint)
+			// An iterator lives 15 minutes; a fresh one that expires at
+			// once again waits a bounded backoff, so the loop cannot spin.
+			stale++
 			iter = nil
+			s.log.Info("shard iterator expired; resuming after the checkpoint", "checkpoint", s.checkpoint, "attempt", stale)
+			if stale > 1 {
+				sleep(ctx, s.p.backoff(stale-1))
+			}
 			continue
 		case isNotFound(err):
 			s.log.Warn("shard no longer exists", "err", err)
@@ -86,14 +92,14 @@ func (s *shardReader) run(ctx context.Context) bool {
 			// shard it has just created, so the first such answer before
 			// anything was read is not a warning; a repeated one waits
 			// a bounded backoff, so the loop cannot spin.
-			trims++
+			stale++
 			iter = nil
-			if trims == 1 && s.checkpoint == "" && s.start == streamtypes.ShardIteratorTypeTrimHorizon {
+			if stale == 1 && s.checkpoint == "" && s.start == streamtypes.ShardIteratorTypeTrimHorizon {
 				s.log.Info("shard iterator taken before the first record points at trimmed records; taking a new one")
 				continue
 			}
-			s.log.Warn("shard iterator points at trimmed records", "err", err, "attempt", trims)
-			sleep(ctx, s.p.backoff(trims))
+			s.log.Warn("shard iterator points at trimmed records", "err", err, "attempt", stale)
+			sleep(ctx, s.p.backoff(stale))
 			continue
 		case err != nil:
 			fails++
@@ -101,7 +107,7 @@ func (s *shardReader) run(ctx context.Context) bool {
 			sleep(ctx, s.p.backoff(fails))
 			continue
 		}
-		fails, trims = 0, 0
+		fails, stale = 0, 0
 		delivered := 0
 		if len(out.Records) > 0 {
 			var ok bool
