@@ -1,9 +1,12 @@
 package events_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -68,11 +71,20 @@ func TestEveryFileHasACase(t *testing.T) {
 // streamTrigger is a function's DynamoDB event source in the template.
 type streamTrigger struct {
 	table    string // logical ID
+	ttl      string // the table's TTL attribute, "" without TTL
 	patterns []string
 }
 
 func streamTriggers(t *testing.T) map[string]streamTrigger {
 	t.Helper()
+	tables, err := template(t).Tables("once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl := map[string]string{}
+	for _, tb := range tables {
+		ttl[tb.LogicalID] = tb.TTLAttribute
+	}
 	out := map[string]streamTrigger{}
 	for id, fn := range template(t).Functions() {
 		for _, ev := range fn.Events() {
@@ -87,7 +99,8 @@ func streamTriggers(t *testing.T) map[string]streamTrigger {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out[id] = streamTrigger{table: fmt.Sprint(getAtt[0]), patterns: patterns}
+			table := fmt.Sprint(getAtt[0])
+			out[id] = streamTrigger{table: table, ttl: ttl[table], patterns: patterns}
 		}
 	}
 	return out
@@ -171,6 +184,19 @@ func TestAPIEvents(t *testing.T) {
 	for _, p := range pairs {
 		tenantOf[p.Key] = p.Tenant
 	}
+	// Sent one after another (README, "Events"), two files under one
+	// tenant's key must name one route, or the second is answered 422.
+	routeOfKey := map[string]string{}
+	checkKey := func(file, tenant, key, route string) {
+		if key == "" {
+			return
+		}
+		k := tenant + " " + key
+		if prev, ok := routeOfKey[k]; ok && prev != route {
+			t.Errorf("%s: %s's key %q on %s, which another file uses on %s", file, tenant, key, route, prev)
+		}
+		routeOfKey[k] = route
+	}
 	for _, file := range slices.Sorted(maps.Keys(fixtures)) {
 		raw := readFile(t, file)
 		var probe struct {
@@ -186,6 +212,7 @@ func TestAPIEvents(t *testing.T) {
 				t.Errorf("%s: route %q (routeKey %q), want one of %v", file, route, ev.RouteKey, routes)
 			}
 			checkCaller(t, file, ev.Headers["authorization"], ev.RequestContext.Authorizer.Lambda["tenant"], tenantOf)
+			checkKey(file, fmt.Sprint(ev.RequestContext.Authorizer.Lambda["tenant"]), ev.Headers["idempotency-key"], route)
 			checkLength(t, file, ev.Headers["content-length"], ev.Body)
 		case fn == apiFunction:
 			var ev events.APIGatewayProxyRequest
@@ -204,6 +231,7 @@ func TestAPIEvents(t *testing.T) {
 				t.Errorf("%s: authorizer principalId %v, want the tenant %v", file, rc.Authorizer["principalId"], rc.Authorizer["tenant"])
 			}
 			checkCaller(t, file, ev.Headers["Authorization"], rc.Authorizer["tenant"], tenantOf)
+			checkKey(file, fmt.Sprint(rc.Authorizer["tenant"]), ev.Headers["Idempotency-Key"], ev.HTTPMethod+" "+ev.Resource)
 			checkLength(t, file, ev.Headers["Content-Length"], ev.Body)
 			checkMultiValue(t, file, ev.Headers, ev.MultiValueHeaders)
 		case fn == authorizerFunction:
@@ -297,6 +325,17 @@ func TestStreamImages(t *testing.T) {
 			}
 			if id := rec.UserIdentity; id != nil && (rec.EventName != "REMOVE" || !stream.NewChange(rec).ByTTL()) {
 				t.Errorf("%s: userIdentity %+v on %s, want only DynamoDB's TTL identity on a REMOVE", where, *id, rec.EventName)
+			}
+			if rec.UserIdentity != nil && c.OldImage != nil {
+				// TTL deletes only items whose TTL attribute has passed.
+				var ttl int64 = math.MaxInt64
+				if attr, ok := c.OldImage[trig.ttl]; ok && attr.DataType() == events.DataTypeNumber {
+					ttl, _ = strconv.ParseInt(attr.Number(), 10, 64)
+				}
+				if c.ApproximateCreationDateTime.Unix() < ttl {
+					t.Errorf("%s: a TTL removal at %d of an item whose TTL attribute %q is %d: DynamoDB deletes only expired items",
+						where, c.ApproximateCreationDateTime.Unix(), trig.ttl, ttl)
+				}
 			}
 			for _, img := range []map[string]events.DynamoDBAttributeValue{c.OldImage, c.NewImage} {
 				if img == nil {
@@ -490,6 +529,52 @@ func TestReadmeSeedsTheReconcilerFixture(t *testing.T) {
 	for _, w := range want {
 		if !strings.Contains(string(data), w) {
 			t.Errorf("README.md does not hold %q: the seeding commands for reconciler-unknown.json are out of date", w)
+		}
+	}
+}
+
+// TestFunctionURLEvents holds the function URL event files to their
+// function's AuthType: behind AWS_IAM, Lambda passes the caller's signed
+// request on with its IAM identity, so the file carries both.
+func TestFunctionURLEvents(t *testing.T) {
+	fns := template(t).Functions()
+	for _, file := range slices.Sorted(maps.Keys(fixtures)) {
+		fn := functionOf(file)
+		urlConfig, ok := fns[fn].Properties["FunctionUrlConfig"].(map[string]any)
+		if !ok {
+			continue
+		}
+		var ev events.LambdaFunctionURLRequest
+		decode(t, file, readFile(t, file), &ev)
+		checkLength(t, file, ev.Headers["content-length"], ev.Body)
+		if urlConfig["AuthType"] != "AWS_IAM" {
+			if ev.RequestContext.Authorizer != nil {
+				t.Errorf("%s: an IAM identity behind AuthType %v", file, urlConfig["AuthType"])
+			}
+			continue
+		}
+		rc := ev.RequestContext
+		if rc.Authorizer == nil || rc.Authorizer.IAM == nil {
+			t.Fatalf("%s: no requestContext.authorizer.iam behind AuthType AWS_IAM", file)
+		}
+		iam := rc.Authorizer.IAM
+		if iam.AccountID != rc.AccountID || !strings.HasPrefix(iam.UserARN, "arn:aws:sts::"+rc.AccountID+":assumed-role/") ||
+			!strings.HasSuffix(iam.UserARN, "/"+strings.SplitN(iam.CallerID, ":", 2)[1]) || iam.UserID != iam.CallerID {
+			t.Errorf("%s: IAM identity %+v in account %s, want one of the stack's function roles (an assumed role of the same account)", file, *iam, rc.AccountID)
+		}
+		sum := sha256.Sum256([]byte(ev.Body))
+		date := ev.Headers["x-amz-date"]
+		if len(date) != len("20060102T150405Z") {
+			t.Fatalf("%s: x-amz-date %q", file, date)
+		}
+		scope := fmt.Sprintf("AWS4-HMAC-SHA256 Credential=%s/%s/us-east-1/lambda/aws4_request, ", iam.AccessKey, date[:8])
+		if !strings.HasPrefix(ev.Headers["authorization"], scope) || ev.Headers["x-amz-content-sha256"] != hex.EncodeToString(sum[:]) ||
+			ev.Headers["x-amz-security-token"] == "" {
+			t.Errorf("%s: authorization %q, x-amz-content-sha256 %q, x-amz-security-token %q; want a SigV4 signature by %s for lambda on %s, the body's SHA-256 and a session token",
+				file, ev.Headers["authorization"], ev.Headers["x-amz-content-sha256"], ev.Headers["x-amz-security-token"], iam.AccessKey, date[:8])
+		}
+		if at := time.UnixMilli(rc.TimeEpoch).UTC().Format("20060102T150405Z"); at != date {
+			t.Errorf("%s: x-amz-date %s, want the request's time %s", file, date, at)
 		}
 	}
 }
