@@ -66,7 +66,9 @@
 //
 // An attempt that dies, or whose answer is lost (a mail timeout), between
 // the mail API accepting the message and the record of the send leaves
-// the job claimed, and nothing says what was sent; the attempt after the
+// the job claimed, and nothing says what was sent. So does a failed record
+// whose retry, carrying the send, cannot be queued either (DynamoDB and SQS
+// failing together): the redelivery knows nothing of it. The attempt after the
 // claim has run out sends the receipt again. The cost is a second copy of
 // the same receipt, never a lost one (the alternative, never sending a job
 // whose claim ran out, would lose receipts silently).
