@@ -110,9 +110,10 @@
 //     an UNKNOWN key) plus ReconcilerConfig.Settle has passed. A record resolved
 //     earlier is resolved again once that time has come, waiting for it if
 //     the invocation's deadline allows and failing the record (to be retried)
-//     otherwise. Then the record is released with the resolution's effects
-//     (undoing what the reservation held), so that a retry executes anew.
-//     Counts reconcile_resolved.
+//     otherwise: an expected deferral, counted as reconcile_deferred and
+//     logged at WARN, not as a failure. Then the record is released with the
+//     resolution's effects (undoing what the reservation held), so that a
+//     retry executes anew. Counts reconcile_resolved.
 //   - The lease is no longer held (a *idempotency.ConflictError, from the
 //     completion or the release, or from the Resolver itself when it resumes
 //     a multi-step request's phases with idempotency.ResumeSteps from a stale
@@ -127,5 +128,7 @@
 // store could not be written, the image does not decode. A failed record is a
 // batch item failure, which the event source mapping retries a bounded number
 // of times before it sends the record to the on-failure destination; every
-// failure counts reconcile_failed.
+// such failure counts reconcile_failed (alarm on it) and is logged at ERROR.
+// A deferral (above) fails the record the same way, to be retried, but
+// counts reconcile_deferred.
 package recovery
