@@ -59,9 +59,11 @@
 //
 // The Sweeper is the backstop, for an abandoned reservation whose check
 // never came (lost to the check queue's dead-letter queue). It is triggered
-// by the idempotency table's stream,
-// filtered to REMOVE records whose old image is IN_PROGRESS. While a record is
-// IN_PROGRESS its TTL attribute is its lease deadline, so a request that died
+// by the idempotency table's stream, filtered to REMOVE records whose old
+// image is IN_PROGRESS. While a record is IN_PROGRESS its TTL attribute is
+// its lease deadline, or for an External reservation the lease deadline plus
+// a day (dynamo.ExternalReservationTTL: its key must not be free before its
+// check had a chance to hand it to the Reconciler), so a request that died
 // holding its lease leaves a reservation that DynamoDB deletes by itself. What
 // the sweeper does with it depends on the old image:
 //

@@ -249,7 +249,7 @@ func TestReconciler(t *testing.T) {
 			metrics: map[string]int{"reconcile_resolved": 1}, maxTime: providerTimeout / 2,
 		},
 		{
-			name:    "no charge, just marked: released once the provider timeout has passed",
+			name:    "no charge, just marked: released once Settle has passed",
 			metrics: map[string]int{"reconcile_resolved": 1}, minTime: providerTimeout - 50*time.Millisecond,
 		},
 		{
