@@ -9,13 +9,19 @@ type Counter interface {
 
 // Metric names counted by the Sweeper, the Reconciler, the Scheduler and
 // the Checker. Alarm on MetricFailed, MetricUnroutable and
-// MetricCheckFailed.
+// MetricCheckFailed, not on MetricDeferred.
 const (
 	MetricZombieSwept        = "zombie_swept"
 	MetricReconcileScheduled = "reconcile_scheduled"
 	MetricResolved           = "reconcile_resolved"
 	MetricFailed             = "reconcile_failed"
 	MetricUnroutable         = "reconcile_unroutable"
+	// MetricDeferred counts the records a Reconciler failed, to be
+	// retried, because nothing had happened yet but Settle had not passed
+	// and the invocation had no time left to wait for it: expected, not
+	// alarmed (a record deferred until its retries run out reaches the
+	// on-failure destination, which is).
+	MetricDeferred = "reconcile_deferred"
 	// MetricCheckScheduled counts the checks a Scheduler sent, one per
 	// reservation.
 	MetricCheckScheduled = "check_scheduled"

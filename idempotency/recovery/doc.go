@@ -59,9 +59,11 @@
 //
 // The Sweeper is the backstop, for an abandoned reservation whose check
 // never came (lost to the check queue's dead-letter queue). It is triggered
-// by the idempotency table's stream,
-// filtered to REMOVE records whose old image is IN_PROGRESS. While a record is
-// IN_PROGRESS its TTL attribute is its lease deadline, so a request that died
+// by the idempotency table's stream, filtered to REMOVE records whose old
+// image is IN_PROGRESS. While a record is IN_PROGRESS its TTL attribute is
+// its lease deadline, or for an External reservation the lease deadline plus
+// a day (dynamo.ExternalReservationTTL: its key must not be free before its
+// check had a chance to hand it to the Reconciler), so a request that died
 // holding its lease leaves a reservation that DynamoDB deletes by itself. What
 // the sweeper does with it depends on the old image:
 //
@@ -110,9 +112,10 @@
 //     an UNKNOWN key) plus ReconcilerConfig.Settle has passed. A record resolved
 //     earlier is resolved again once that time has come, waiting for it if
 //     the invocation's deadline allows and failing the record (to be retried)
-//     otherwise. Then the record is released with the resolution's effects
-//     (undoing what the reservation held), so that a retry executes anew.
-//     Counts reconcile_resolved.
+//     otherwise: an expected deferral, counted as reconcile_deferred and
+//     logged at WARN, not as a failure. Then the record is released with the
+//     resolution's effects (undoing what the reservation held), so that a
+//     retry executes anew. Counts reconcile_resolved.
 //   - The lease is no longer held (a *idempotency.ConflictError, from the
 //     completion or the release, or from the Resolver itself when it resumes
 //     a multi-step request's phases with idempotency.ResumeSteps from a stale
@@ -127,5 +130,7 @@
 // store could not be written, the image does not decode. A failed record is a
 // batch item failure, which the event source mapping retries a bounded number
 // of times before it sends the record to the on-failure destination; every
-// failure counts reconcile_failed.
+// such failure counts reconcile_failed (alarm on it) and is logged at ERROR.
+// A deferral (above) fails the record the same way, to be retried, but
+// counts reconcile_deferred.
 package recovery

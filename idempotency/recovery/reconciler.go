@@ -46,8 +46,8 @@ type ReconcilerConfig struct {
 	// Logger receives one line per record finalised or failed (default:
 	// discard).
 	Logger *slog.Logger
-	// Metrics counts reconcile_resolved, reconcile_failed and
-	// reconcile_unroutable.
+	// Metrics counts reconcile_resolved, reconcile_deferred,
+	// reconcile_failed and reconcile_unroutable.
 	Metrics Counter
 	// Now returns the current time (time.Now).
 	Now func() time.Time
@@ -144,6 +144,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, log *slog.Logger, rec idempo
 		r.cfg.Metrics.Count(MetricUnroutable)
 		log.Error("UNKNOWN record the resolver can never resolve: left UNKNOWN for an operator", "err", err.Error())
 		return nil
+	case errors.Is(err, errUnsettled):
+		// Expected, not a fault: the provider has nothing yet and a request
+		// with the key may still reach it, so the record is retried later.
+		r.cfg.Metrics.Count(MetricDeferred)
+		log.Warn("reconciliation deferred: nothing happened so far, but a request with the key may still be in flight and the invocation cannot wait; the record will be retried", "err", err.Error())
+		return err
 	case err != nil:
 		r.cfg.Metrics.Count(MetricFailed)
 		log.Error("reconciliation failed; the record will be retried", "err", err.Error())

@@ -227,6 +227,7 @@ func TestReconciler(t *testing.T) {
 		want       idempotency.Status // "" for no record
 		failed     bool
 		metrics    map[string]int
+		alerts     []string      // levels of the lines logged at WARN or above
 		minTime    time.Duration // handling ends at least this long after the record became UNKNOWN
 		maxTime    time.Duration // and at most this long (when set)
 	}{
@@ -248,7 +249,7 @@ func TestReconciler(t *testing.T) {
 			metrics: map[string]int{"reconcile_resolved": 1}, maxTime: providerTimeout / 2,
 		},
 		{
-			name:    "no charge, just marked: released once the provider timeout has passed",
+			name:    "no charge, just marked: released once Settle has passed",
 			metrics: map[string]int{"reconcile_resolved": 1}, minTime: providerTimeout - 50*time.Millisecond,
 		},
 		{
@@ -256,8 +257,11 @@ func TestReconciler(t *testing.T) {
 			want: idempotency.StatusCompleted, metrics: map[string]int{"reconcile_resolved": 1},
 		},
 		{
-			name: "no charge, just marked, no time to wait: fails", deadline: 300 * time.Millisecond,
-			want: idempotency.StatusUnknown, failed: true, metrics: map[string]int{"reconcile_failed": 1},
+			// An expected deferral, retried: not reconcile_failed, whose
+			// alarm is for faults.
+			name: "no charge, just marked, no time to wait: deferred", deadline: 300 * time.Millisecond,
+			want: idempotency.StatusUnknown, failed: true, metrics: map[string]int{"reconcile_deferred": 1},
+			alerts: []string{"WARN"},
 		},
 		{
 			name: "completed elsewhere: left alone", charge: "tok_visa", markedAgo: 10 * time.Second,
@@ -292,10 +296,12 @@ func TestReconciler(t *testing.T) {
 		{
 			name: "provider unreachable: fails", charge: "tok_visa", markedAgo: 10 * time.Second, down: true,
 			want: idempotency.StatusUnknown, failed: true, metrics: map[string]int{"reconcile_failed": 1},
+			alerts: []string{"ERROR"},
 		},
 		{
 			name: "response cannot be rebuilt: fails", charge: "tok_visa", markedAgo: 10 * time.Second, badRebuild: true,
 			want: idempotency.StatusUnknown, failed: true, metrics: map[string]int{"reconcile_failed": 1},
+			alerts: []string{"ERROR"},
 		},
 	}
 	for i, tt := range tests {
@@ -365,6 +371,15 @@ func TestReconciler(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.metrics, lambdatest.Counts(t, h.metrics.String(), "reconciler")); diff != "" {
 				t.Errorf("metrics mismatch (-want +got):\n%s", diff)
+			}
+			var alerts []string
+			for _, line := range h.logs.Lines(t) {
+				if level := fmt.Sprint(line["level"]); level == "WARN" || level == "ERROR" {
+					alerts = append(alerts, level)
+				}
+			}
+			if diff := cmp.Diff(tt.alerts, alerts); diff != "" {
+				t.Errorf("levels of the lines logged at WARN or above (-want +got):\n%s", diff)
 			}
 			if logs := h.logs.String(); strings.Contains(logs, key.Hash) || !strings.Contains(logs, key.Short()) {
 				t.Errorf("logs hold the full key hash or not its short form %s:\n%s", key.Short(), logs)

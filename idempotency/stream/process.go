@@ -23,11 +23,7 @@ func Process(ctx context.Context, ev events.DynamoDBEvent, fn func(ctx context.C
 		if ctx.Err() == nil && fn(ctx, rec) == nil {
 			continue
 		}
-		failures := make([]events.DynamoDBBatchItemFailure, 0, len(ev.Records)-i)
-		for _, r := range ev.Records[i:] {
-			failures = append(failures, events.DynamoDBBatchItemFailure{ItemIdentifier: r.Change.SequenceNumber})
-		}
-		return events.DynamoDBEventResponse{BatchItemFailures: failures}
+		return failedFrom(ev, i)
 	}
 	return events.DynamoDBEventResponse{}
 }
@@ -37,7 +33,9 @@ func Process(ctx context.Context, ev events.DynamoDBEvent, fn func(ctx context.C
 // (DynamoDB Streams serves at most two readers per shard without
 // throttling). Each handler skips the records that are not its own, as the
 // recovery handlers do. The batch item failures are the earliest record any
-// handler failed and every record after it, as Process reports them; the
+// handler failed and every record after it, as Process reports them; a
+// failure naming no record of the batch (an empty or unknown identifier),
+// which Lambda takes as the whole batch failing, fails every record. The
 // handlers must be idempotent, as the failed records are delivered to all of
 // them again. An error of one handler is the error of the batch.
 func All(handlers ...Handler) Handler {
@@ -52,22 +50,35 @@ func All(handlers ...Handler) Handler {
 		if err := errors.Join(errs...); err != nil {
 			return events.DynamoDBEventResponse{}, err
 		}
-		failed := map[string]bool{}
+		index := make(map[string]int, len(ev.Records))
+		for i, rec := range ev.Records {
+			index[rec.Change.SequenceNumber] = i
+		}
+		first := len(ev.Records)
 		for _, r := range resps {
 			for _, f := range r.BatchItemFailures {
-				failed[f.ItemIdentifier] = true
+				i, ok := index[f.ItemIdentifier]
+				if !ok || f.ItemIdentifier == "" {
+					// Lambda fails the whole batch for an identifier that
+					// names no record of it (empty, unknown).
+					i = 0
+				}
+				first = min(first, i)
 			}
 		}
-		for i, rec := range ev.Records {
-			if !failed[rec.Change.SequenceNumber] {
-				continue
-			}
-			failures := make([]events.DynamoDBBatchItemFailure, 0, len(ev.Records)-i)
-			for _, r := range ev.Records[i:] {
-				failures = append(failures, events.DynamoDBBatchItemFailure{ItemIdentifier: r.Change.SequenceNumber})
-			}
-			return events.DynamoDBEventResponse{BatchItemFailures: failures}, nil
-		}
-		return events.DynamoDBEventResponse{}, nil
+		return failedFrom(ev, first), nil
 	}
+}
+
+// failedFrom reports the records of ev from index i on as batch item
+// failures; none when i is past the last record.
+func failedFrom(ev events.DynamoDBEvent, i int) events.DynamoDBEventResponse {
+	if i >= len(ev.Records) {
+		return events.DynamoDBEventResponse{}
+	}
+	failures := make([]events.DynamoDBBatchItemFailure, 0, len(ev.Records)-i)
+	for _, r := range ev.Records[i:] {
+		failures = append(failures, events.DynamoDBBatchItemFailure{ItemIdentifier: r.Change.SequenceNumber})
+	}
+	return events.DynamoDBEventResponse{BatchItemFailures: failures}
 }

@@ -94,6 +94,12 @@ func TestAll(t *testing.T) {
 		{name: "one fails from 3", handlers: []Handler{handler(), handler("3", "4")}, wantFail: []string{"3", "4"}},
 		{name: "the earliest failure of either", handlers: []Handler{handler("4"), handler("2", "3", "4")}, wantFail: []string{"2", "3", "4"}},
 		{name: "an error fails the batch", handlers: []Handler{handler(), boom}, wantErr: true},
+		// Lambda takes a failure naming no record of the batch as the
+		// whole batch failing: All must not drop it and checkpoint.
+		{name: "an empty identifier fails the batch", handlers: []Handler{handler(), handler("")}, wantFail: []string{"1", "2", "3", "4"}},
+		{name: "an unknown identifier fails the batch", handlers: []Handler{handler("5"), handler()}, wantFail: []string{"1", "2", "3", "4"}},
+		{name: "an unknown identifier beside a known one", handlers: []Handler{handler("3", "x")}, wantFail: []string{"1", "2", "3", "4"}},
+		{name: "an empty identifier beside the other's later failure", handlers: []Handler{handler(""), handler("4")}, wantFail: []string{"1", "2", "3", "4"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

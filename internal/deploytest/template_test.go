@@ -292,7 +292,9 @@ func TestApi(t *testing.T) {
 const maxQueueAge = 3600
 
 // TestAlarms: an alarm on every dead-letter queue's messages, on every
-// function's errors and throttles, on reconcile_failed, and on the age of
+// function's errors and throttles, on reconcile_failed and
+// reconcile_unroutable (each a metric its function's code emits), and on
+// the age of
 // every work queue's oldest message (a consumer that does not consume
 // sends nothing to its dead-letter queue). Every alarm fires on any
 // occurrence but the age alarms, which fire above what a healthy message
@@ -313,6 +315,7 @@ func TestAlarms(t *testing.T) {
 		t.Fatal("no work queues (queues with a redrive policy)")
 	}
 	var got []string
+	emf := map[string][]string{} // the once namespace's alarmed metrics, by Service
 	for id, r := range template(t).ResourcesOfType("AWS::CloudWatch::Alarm") {
 		p := r.Properties
 		threshold := 0
@@ -339,6 +342,9 @@ func TestAlarms(t *testing.T) {
 			}
 		}
 		got = append(got, fmt.Sprintf("%v %v %v=%s", p["Namespace"], p["MetricName"], d["Name"], target))
+		if p["Namespace"] == "once" && d["Name"] == "Service" {
+			emf[target] = append(emf[target], fmt.Sprint(p["MetricName"]))
+		}
 	}
 	var want []string
 	for _, id := range deadLetterQueues(t) {
@@ -347,7 +353,7 @@ func TestAlarms(t *testing.T) {
 	for id := range template(t).Functions() {
 		want = append(want, "AWS/Lambda Errors FunctionName="+id, "AWS/Lambda Throttles FunctionName="+id)
 	}
-	want = append(want, "once reconcile_failed Service=reconciler")
+	want = append(want, "once reconcile_failed Service=reconciler", "once reconcile_unroutable Service=reconciler")
 	for _, q := range work {
 		want = append(want, "AWS/SQS ApproximateAgeOfOldestMessage QueueName="+q.LogicalID+".QueueName")
 		visibility, err := strconv.Atoi(q.Attributes["VisibilityTimeout"])
@@ -363,17 +369,22 @@ func TestAlarms(t *testing.T) {
 		t.Errorf("alarms mismatch (-want +got):\n%s", diff)
 	}
 
-	// The EMF metric comes from the code with that namespace and dimension.
+	// Each EMF metric comes from the code of the function its Service
+	// names, with that namespace and dimension.
 	if ns := stringConsts(t, filepath.Join(root(t), "internal", "app"), regexp.MustCompile(`^MetricsNamespace$`)); ns["MetricsNamespace"] != "once" {
-		t.Errorf("app.MetricsNamespace = %q, want once (the alarm's namespace)", ns["MetricsNamespace"])
+		t.Errorf("app.MetricsNamespace = %q, want once (the alarms' namespace)", ns["MetricsNamespace"])
 	}
-	if !hasFolder(t, "reconciler") {
-		t.Fatal("functions/reconciler does not exist: the reconcile_failed alarm has no metric")
-	}
-	s := scanFunction(t, "reconciler")
-	for _, lit := range []string{"reconcile_failed", "Service", "reconciler"} {
-		if !s.Strings[lit] {
-			t.Errorf("the reconciler's code has no %q literal: the alarm on once/reconcile_failed {Service: reconciler} would never fire", lit)
+	for _, service := range sortedKeys(emf) {
+		if !hasFolder(t, service) {
+			t.Errorf("functions/%s does not exist: the alarms on %v {Service: %s} have no metric", service, emf[service], service)
+			continue
+		}
+		metrics := sortedSlice(emf[service])
+		s := scanFunction(t, service)
+		for _, lit := range append([]string{"Service", service}, metrics...) {
+			if !s.Strings[lit] {
+				t.Errorf("the %s function's code has no %q literal: the alarms on once %v {Service: %s} would never fire", service, lit, metrics, service)
+			}
 		}
 	}
 }
