@@ -18,11 +18,26 @@
 //     retry queue, leaving them where they are; dlq redrive sends some, or
 //     all, back to the queue they came from, where their function handles
 //     them again, idempotently.
+//   - pending lists the payments still pending some time after their
+//     creation (a Scan of the payments table, filtered and bounded), by
+//     their ID: tenant#pay_id, never their source, customer, description
+//     or metadata. A payment stays pending when the worker's stream record
+//     failed without reaching the retry queue (the queue unreachable, a
+//     settle error that is not transient): the record's on-failure queue
+//     holds stream coordinates only.
+//   - requeue-payment sends pending payments to the worker's retry queue, in
+//     the worker's own message (worker.RetryBody), saying that an attempt
+//     may have charged: the retrier charges again under the payment's
+//     provider key (worker.ChargeKey), which the provider replays, or after
+//     the retry window looks the charge up, so a payment requeued any
+//     number of times is charged at most once. It refuses a payment that is
+//     not pending.
 //
 // It is configured like the functions, by config.FromEnv: DYNAMODB_ENDPOINT
 // and SQS_ENDPOINT (unset: AWS), AWS_REGION, the table and queue variables.
 // Against AWS it needs dynamodb:Scan, GetItem, BatchGetItem and UpdateItem on the
-// idempotency table, and sqs:GetQueueUrl, ReceiveMessage,
-// ChangeMessageVisibility, DeleteMessage on the dead-letter queues and
-// SendMessage on their source queues.
+// idempotency table, dynamodb:Scan and GetItem on the payments table, and
+// sqs:GetQueueUrl, ReceiveMessage, ChangeMessageVisibility, DeleteMessage on
+// the dead-letter queues and SendMessage on their source queues (the
+// worker's retry queue among them).
 package operator

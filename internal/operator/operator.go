@@ -45,12 +45,17 @@ type Tool struct {
 	out    io.Writer
 	errOut io.Writer
 	now    func() time.Time
+	// scanPages bounds a listing's Scan (maxScanPages).
+	scanPages int
 }
 
 // New returns a Tool for the deployment cfg describes, reached through db
 // and q, printing to out (results) and errOut (usage, counts).
 func New(cfg config.Config, db DynamoDB, q SQS, out, errOut io.Writer) *Tool {
-	return &Tool{cfg: cfg, db: db, sqs: q, store: dynamo.New(db, cfg.Table("IdempotencyTable")), out: out, errOut: errOut, now: time.Now}
+	return &Tool{
+		cfg: cfg, db: db, sqs: q, store: dynamo.New(db, cfg.Table("IdempotencyTable")), out: out, errOut: errOut, now: time.Now,
+		scanPages: maxScanPages,
+	}
 }
 
 // usage is the tool's help.
@@ -58,10 +63,10 @@ const usage = `oncectl: the operator's view of a once deployment.
 
 Configured like the functions, from the environment: DYNAMODB_ENDPOINT and
 SQS_ENDPOINT (unset: AWS), AWS_REGION, ONCE_IDEMPOTENCY_TABLE,
-ONCE_CHECK_QUEUE, ONCE_CHECK_DLQ, ONCE_WORKER_RETRY_QUEUE,
-ONCE_WORKER_RETRY_DLQ, ONCE_RECEIPT_RETRY_QUEUE, ONCE_RECEIPT_RETRY_DLQ,
-ONCE_RETENTION (queue names or URLs; AWS credentials as the AWS SDK finds
-them).
+ONCE_PAYMENTS_TABLE, ONCE_CHECK_QUEUE, ONCE_CHECK_DLQ,
+ONCE_WORKER_RETRY_QUEUE, ONCE_WORKER_RETRY_DLQ, ONCE_WORKER_RETRY_WINDOW,
+ONCE_RECEIPT_RETRY_QUEUE, ONCE_RECEIPT_RETRY_DLQ, ONCE_RETENTION (queue
+names or URLs; AWS credentials as the AWS SDK finds them).
 
 Commands:
   unknown [-tenant T] [-limit N] [-json]       list the UNKNOWN records
@@ -69,9 +74,13 @@ Commands:
   reannounce (RECORD | -tenant T -key K)       hand a record to the reconciler again
   dlq list [QUEUE] [-limit N] [-json]          list dead letters
   dlq redrive QUEUE (ID... | -all)             send dead letters back to their queue
+  pending [-tenant T] [-older-than D] [-limit N] [-json]
+                                               list the payments still pending
+  requeue-payment PAYMENT...                   hand pending payments to the retrier
 
 RECORD is a record's ID, tenant#key-hash, as unknown lists them. QUEUE is
-check, worker-retry or receipt-retry.
+check, worker-retry or receipt-retry. PAYMENT is tenant#pay_id, as pending
+lists them.
 `
 
 // Run runs the command args and returns the process's exit code: 0, 1 when
@@ -85,7 +94,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, out, er
 		return 0
 	}
 	cfg, err := config.FromEnv(getenv)
-	if err := errors.Join(err, config.CheckTables(getenv, "IdempotencyTable")); err != nil {
+	if err := errors.Join(err, config.CheckTables(getenv, "IdempotencyTable", "PaymentsTable")); err != nil {
 		fmt.Fprintln(errOut, "oncectl:", err)
 		return 2
 	}
@@ -106,10 +115,12 @@ func Run(ctx context.Context, args []string, getenv func(string) string, out, er
 // Run runs the command args (as Run does, with the Tool's clients).
 func (t *Tool) Run(ctx context.Context, args []string) int {
 	commands := map[string]func(context.Context, []string) error{
-		"unknown":    t.unknown,
-		"show":       t.show,
-		"reannounce": t.reannounce,
-		"dlq":        t.dlq,
+		"unknown":         t.unknown,
+		"show":            t.show,
+		"reannounce":      t.reannounce,
+		"dlq":             t.dlq,
+		"pending":         t.pending,
+		"requeue-payment": t.requeuePayment,
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {

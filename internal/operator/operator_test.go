@@ -115,23 +115,7 @@ func TestUnknownOldestAcrossPages(t *testing.T) {
 		byID[rec.Key.ID()] = rec
 		e.put(t, rec)
 	}
-	var order []string
-	pages := 0
-	in := &dynamodb.ScanInput{TableName: aws.String(e.names.ByLogicalID["IdempotencyTable"])}
-	for {
-		out, err := e.db.Scan(t.Context(), in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pages++
-		for _, item := range out.Items {
-			order = append(order, item[dynamo.AttrPK].(*dynamodbtypes.AttributeValueMemberS).Value)
-		}
-		if len(out.LastEvaluatedKey) == 0 {
-			break
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
-	}
+	order, pages := e.scanOrder(t, "IdempotencyTable")
 	if pages < 2 || len(order) != 6 {
 		t.Fatalf("the table is %d records in %d Scan pages, want 6 in 2 or more", len(order), pages)
 	}
@@ -141,6 +125,27 @@ func TestUnknownOldestAcrossPages(t *testing.T) {
 	code, out, errOut := e.run(t, "unknown", "-limit", "1", "-json")
 	if code != 0 || !strings.Contains(out, last.Key.ID()) || strings.Count(out, "\n") != 1 {
 		t.Errorf("unknown -limit 1 = exit %d %q (%s), want the oldest, %s, read last", code, out, errOut, last.Key.ID())
+	}
+}
+
+// scanOrder returns the partition keys of the table logicalID in the order
+// a Scan reads them, and the number of pages it took.
+func (e *env) scanOrder(t *testing.T, logicalID string) (pks []string, pages int) {
+	t.Helper()
+	in := &dynamodb.ScanInput{TableName: aws.String(e.names.ByLogicalID[logicalID])}
+	for {
+		out, err := e.db.Scan(t.Context(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, item := range out.Items {
+			pks = append(pks, item["pk"].(*dynamodbtypes.AttributeValueMemberS).Value)
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return pks, pages
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -18,9 +17,6 @@ import (
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
 )
-
-// maxScanPages bounds a listing's Scan: one page reads up to 1 MB.
-const maxScanPages = 10000
 
 // unknown lists the UNKNOWN records: a Scan of the idempotency table with a
 // filter, every page of it (up to maxScanPages), so that the -limit records
@@ -51,48 +47,30 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 		ExpressionAttributeValues: values,
 	}
 	var recs []idempotency.Record
-	complete := false
-	for range maxScanPages {
-		out, err := t.db.Scan(ctx, in)
+	err := t.scanAll(ctx, in, "records", func(item map[string]types.AttributeValue) error {
+		rec, err := dynamo.RecordFromItem(item)
 		if err != nil {
-			return fmt.Errorf("scan %s: %w", t.cfg.Table("IdempotencyTable"), err)
+			return fmt.Errorf("record %s: %w", pkOf(item), err)
 		}
-		for _, item := range out.Items {
-			rec, err := dynamo.RecordFromItem(item)
-			if err != nil {
-				return fmt.Errorf("record %s: %w", pkOf(item), err)
-			}
-			recs = append(recs, rec)
-		}
-		// Every page (bounded): the -limit records listed are the oldest.
-		if len(out.LastEvaluatedKey) == 0 {
-			complete = true
-			break
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
-	}
-	if !complete {
-		fmt.Fprintf(t.errOut, "warning: the Scan stopped after %d pages: the records listed are the oldest of those read, not of the whole table\n", maxScanPages)
+		recs = append(recs, rec)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	sortByUpdate(recs)
 	if len(recs) > *limit {
 		recs = recs[:*limit]
 	}
-	if *asJSON {
-		for _, rec := range recs {
-			if err := t.writeJSON(summary(rec, t.now())); err != nil {
-				return err
-			}
-		}
-		return nil
+	now := t.now()
+	rows := make([]recordSummary, len(recs))
+	for i, rec := range recs {
+		rows[i] = summary(rec, now)
 	}
-	w := tabwriter.NewWriter(t.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "RECORD\tROUTE\tUNKNOWN FOR\tEXPIRES")
-	for _, rec := range recs {
-		s := summary(rec, t.now())
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Record, s.Route, s.For, s.ExpiresAt.Format(time.RFC3339))
-	}
-	if err := w.Flush(); err != nil {
+	err = writeListing(t, rows, *asJSON, "RECORD\tROUTE\tUNKNOWN FOR\tEXPIRES", func(s recordSummary) string {
+		return fmt.Sprintf("%s\t%s\t%s\t%s", s.Record, s.Route, s.For, s.ExpiresAt.Format(time.RFC3339))
+	})
+	if err != nil || *asJSON {
 		return err
 	}
 	fmt.Fprintf(t.errOut, "%d UNKNOWN record(s)\n", len(recs))

@@ -50,6 +50,22 @@ type retryMessage struct {
 	Unknown time.Time `json:"unknown,omitzero"`
 }
 
+// RetryBody returns the retry queue message of tenant's payment id, as the
+// worker and the retrier send it: attempts charge attempts made so far (at
+// least 1), the latest that may have charged made at unknown (zero when
+// every attempt provably charged nothing; the retrier then settles the
+// payment failed at the end of its window without looking its charge up).
+// It is for a tool that hands a payment to the retrier itself (oncectl
+// requeue-payment); it returns an error for a message the retrier would
+// refuse.
+func RetryBody(tenant, id string, attempts int, unknown time.Time) (string, error) {
+	b, _ := json.Marshal(retryMessage{Tenant: tenant, Payment: id, Attempt: attempts, Unknown: unknown}) // always encodes
+	if _, err := decodeRetry(string(b)); err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
 // decodeRetry parses and checks a retry message.
 func decodeRetry(body string) (retryMessage, error) {
 	var m retryMessage

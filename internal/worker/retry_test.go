@@ -339,3 +339,49 @@ func TestBackoff(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRetryBody checks that RetryBody writes the message the worker sends
+// (byte for byte, for a lost answer and for a 503) and refuses one the
+// retrier would not take.
+func TestRetryBody(t *testing.T) {
+	t.Parallel()
+	e := newRetryEnv(t)
+	e.pay(t, simulator.TokenUnavailable)
+	e.pay(t, simulator.TokenTimeout)
+	recs := e.records(t, e.names.ByLogicalID["PaymentsTable"], 2)
+	if resp, err := e.w.Handle(t.Context(), events.DynamoDBEvent{Records: recs}); err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("Handle() = %+v, %v; want no failures", resp, err)
+	}
+	var bodies []string
+	for deadline := time.Now().Add(10 * time.Second); len(bodies) < 2 && time.Now().Before(deadline); {
+		for _, m := range sqstest.Receive(t, e.sqs, e.url, 2*time.Second, false) {
+			bodies = append(bodies, aws.ToString(m.Body))
+		}
+	}
+	if len(bodies) != 2 {
+		t.Fatalf("%d retries sent, want 2", len(bodies))
+	}
+	for _, sent := range bodies {
+		var m retryMessage
+		if err := json.Unmarshal([]byte(sent), &m); err != nil {
+			t.Fatal(err)
+		}
+		got, err := worker.RetryBody(m.Tenant, m.Payment, m.Attempt, m.Unknown)
+		if err != nil || got != sent {
+			t.Errorf("RetryBody(%+v) = %q, %v; want the worker's %q", m, got, err, sent)
+		}
+	}
+	id := payments.NewID()
+	for _, tt := range []struct {
+		tenant, id string
+		attempts   int
+	}{
+		{"acme", "pay_short", 1},
+		{"not a tenant", id, 1},
+		{"acme", id, 0},
+	} {
+		if got, err := worker.RetryBody(tt.tenant, tt.id, tt.attempts, time.Time{}); err == nil {
+			t.Errorf("RetryBody(%q, %q, %d) = %q, want an error", tt.tenant, tt.id, tt.attempts, got)
+		}
+	}
+}
