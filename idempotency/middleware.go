@@ -57,7 +57,7 @@ type Config struct {
 	Tenant func(*http.Request) (string, bool)
 	// OnError writes the response for one of the package's errors
 	// (ErrKeyMissing, a *KeyError, ErrKeyReused, a *BodyTooLargeError,
-	// ErrBodyInvalid, ErrNoTenant, ErrUnavailable, *InProgressError), for an
+	// ErrBodyInvalid, ErrNumberPrecision, ErrNoTenant, ErrUnavailable, *InProgressError), for an
 	// effect's business rejection (the RejectedError's Err) or for an
 	// unexpected error. The default is problem.Write, which answers each as
 	// its problem (application/problem+json).
@@ -338,7 +338,11 @@ func (c *Call) begin(r *http.Request, holds []Effect) (*Call, bool) {
 	}
 	canonical, err := Canonical(c.body)
 	if err != nil {
-		c.decide(OutcomeRejected, c.errorAnswer(r, ErrBodyInvalid))
+		var invalid error = ErrBodyInvalid
+		if errors.Is(err, ErrNumberPrecision) {
+			invalid = ErrNumberPrecision
+		}
+		c.decide(OutcomeRejected, c.errorAnswer(r, invalid))
 		return nil, false
 	}
 	c.canonical = canonical

@@ -93,6 +93,11 @@ var (
 	// ErrBodyInvalid: the body is not a JSON document and cannot be
 	// fingerprinted (400 invalid_request, naming no field).
 	ErrBodyInvalid = errBodyInvalid{}
+	// ErrNumberPrecision: a number in the body has more precision than a
+	// 64-bit float holds (I-JSON, RFC 7493 §2.2), so the fingerprint could
+	// not tell it from a nearby one (400 invalid_request, naming no field);
+	// see Canonical.
+	ErrNumberPrecision = errNumberPrecision{}
 	// ErrNoTenant: the request carries no tenant (the authorizer did not run)
 	// (401).
 	ErrNoTenant = problem.New(http.StatusUnauthorized, "unauthorized", "Unauthorized", "The request carries no authenticated tenant.")
@@ -167,6 +172,20 @@ func (errBodyInvalid) Error() string { return "idempotency: request body is not 
 func (errBodyInvalid) Problem() problem.Details {
 	return problem.Details{Status: http.StatusBadRequest, Code: "invalid_request", Title: "Invalid request",
 		Detail: "The body is not a JSON document.", HasField: true}
+}
+
+type errNumberPrecision struct{}
+
+func (errNumberPrecision) Error() string {
+	return "idempotency: a number in the request body has more precision than a 64-bit float"
+}
+
+// Problem answers 400 invalid_request for the body as a whole.
+func (errNumberPrecision) Problem() problem.Details {
+	return problem.Details{Status: http.StatusBadRequest, Code: "invalid_request", Title: "Invalid request",
+		Detail: "A number in the body has more precision than a 64-bit float (I-JSON, RFC 7493): " +
+			"it could not be told apart from a nearby number. Send such a number as a string.",
+		HasField: true}
 }
 
 // ConflictError reports a failed condition together with the record that made
