@@ -872,9 +872,7 @@ func replay(resp Response) func(http.ResponseWriter) { return replayAs(resp, tru
 func replayAs(resp Response, replayed bool) func(http.ResponseWriter) {
 	return func(w http.ResponseWriter) {
 		h := w.Header()
-		for k, v := range resp.Header {
-			h.Set(k, v)
-		}
+		resp.SetHeader(h)
 		if replayed {
 			h.Set(ReplayedHeader, "true")
 		}

@@ -180,3 +180,86 @@ func TestImpreciseNumberRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestReplayHeaders: a replay carries the header fields the live answer
+// carried, value for value: a field given several values is sent as one
+// line, joined with ", " (RFC 9110 §5.3), live and replayed alike, and
+// every Set-Cookie line stays a line of its own.
+func TestReplayHeaders(t *testing.T) {
+	for _, mode := range []idempotency.Mode{idempotency.Atomic, idempotency.Leased, idempotency.External} {
+		t.Run(mode.String(), func(t *testing.T) {
+			mw, err := idempotency.New(idempotency.Config{Store: memory.New(), Tenant: func(*http.Request) (string, bool) { return "acme", true }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := wrap(mw, mode, "POST /v1/things", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if _, ok := idempotency.Begin(w, r); !ok {
+					return
+				}
+				w.Header().Add("Link", `</v1/things/1>; rel="self"`)
+				w.Header().Add("Link", `</v1/things>; rel="collection"`)
+				w.Header().Add("Set-Cookie", "a=1; Expires=Wed, 21 Oct 2037 07:28:00 GMT")
+				w.Header().Add("Set-Cookie", "b=2; Path=/")
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusCreated)
+				w.Write([]byte(`{}`))
+			}))
+			send := func() *httptest.ResponseRecorder {
+				r := httptest.NewRequest("POST", "/v1/things", strings.NewReader(`{}`))
+				r.Header.Set(idempotency.Header, "k")
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				return w
+			}
+			first, again := send(), send()
+			want := http.Header{
+				"Link":           {`</v1/things/1>; rel="self", </v1/things>; rel="collection"`},
+				"Set-Cookie":     {"a=1; Expires=Wed, 21 Oct 2037 07:28:00 GMT", "b=2; Path=/"},
+				"Content-Type":   {"application/json"},
+				"Content-Length": {"2"},
+			}
+			if diff := cmp.Diff(want, first.Header()); diff != "" {
+				t.Errorf("live answer's header mismatch (-want +got):\n%s", diff)
+			}
+			want.Set(idempotency.ReplayedHeader, "true")
+			if diff := cmp.Diff(want, again.Header()); diff != "" {
+				t.Errorf("replay's header mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestReplayOfSingleValueHeaders: a record stored before Set-Cookie lines
+// were kept apart (its one Set-Cookie in Header) replays as it was stored.
+func TestReplayOfSingleValueHeaders(t *testing.T) {
+	store := memory.New()
+	mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: func(*http.Request) (string, bool) { return "acme", true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Leased("POST /v1/things", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := idempotency.Begin(w, r); ok {
+			t.Error("Begin() = true, want the stored answer replayed")
+		}
+	}))
+	fingerprint, err := idempotency.RequestFingerprint("POST", "POST /v1/things", []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := store.Commit(t.Context(), idempotency.Record{
+		Key: idempotency.NewKey("acme", "k"), Status: idempotency.StatusCompleted, Route: "POST /v1/things",
+		Fingerprint: fingerprint, ExpiresAt: now.Add(time.Hour), CreatedAt: now, UpdatedAt: now,
+		Response: &idempotency.Response{Status: http.StatusCreated, Header: map[string]string{"Set-Cookie": "a=1", "Link": "</v1/things/1>"}},
+	}, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("POST", "/v1/things", strings.NewReader(`{}`))
+	r.Header.Set(idempotency.Header, "k")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	want := http.Header{"Set-Cookie": {"a=1"}, "Link": {"</v1/things/1>"}, "Content-Length": {"0"}, idempotency.ReplayedHeader: {"true"}}
+	if diff := cmp.Diff(want, w.Header()); w.Code != http.StatusCreated || diff != "" {
+		t.Errorf("replay = %d, header mismatch (-want +got):\n%s", w.Code, diff)
+	}
+}
