@@ -69,6 +69,9 @@ func (c *Cache) put(rec Record) {
 	for k, v := range rec.Response.Header {
 		size += int64(len(k) + len(v))
 	}
+	for _, v := range rec.Response.SetCookie {
+		size += int64(len(v))
+	}
 	if size > c.maxBytes {
 		return
 	}

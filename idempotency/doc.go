@@ -20,7 +20,18 @@
 // A handler wrapped by the Middleware validates its request first (what it
 // answers before Begin is neither stored nor counted as execution: a
 // corrected request with the same key runs), then calls Begin, and from
-// there on its answer is the key's answer. A 5xx is never stored.
+// there on its answer is the key's answer. A 5xx is never stored, with one
+// exception: an External request whose answer is too large for the store
+// (ErrResponseTooLarge) has called out, so its record is completed with the
+// 500 response_too_large problem in place of the answer rather than left
+// open (a Leased request's reservation is released instead, and a retry
+// executes again).
+//
+// Store errors other than a failed condition answer 503 store_unavailable
+// with Retry-After only when the store wraps ErrUnavailable (unreachable,
+// throttled: a retry may succeed); any other (a missing table, denied
+// access, a write the store refuses as invalid) is 500 internal_error, its
+// text only in the Observation.
 //
 // # Modes
 //

@@ -253,3 +253,34 @@ func TestWiring(t *testing.T) {
 	r.Header.Set(idempotency.Header, "k")
 	mustPanic("holds in Leased mode", func() { leased.ServeHTTP(httptest.NewRecorder(), r) })
 }
+
+// TestExternalCompletionRejected: in External mode the call out has
+// happened when the completion's effects are rejected, so the rejection's
+// business answer (a 4xx about the effect) is not this request's outcome:
+// the answer is 500 internal_error, nothing is stored, and the reservation
+// stays for reconciliation.
+func TestExternalCompletionRejected(t *testing.T) {
+	e := newEffectEnv(t, 1)
+	h := e.mw.External("POST /v1/orders", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		call, ok := idempotency.Begin(w, r)
+		if !ok {
+			return
+		}
+		call.AddEffect(take(2)) // the call out happened; its local effect cannot be written
+		w.WriteHeader(http.StatusCreated)
+	}), nothingFound())
+	w, obs := e.do(t, h, "k", `{}`)
+	if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), `"code":"internal_error"`) {
+		t.Errorf("rejected completion = %d %s, want 500 internal_error", w.Code, w.Body)
+	}
+	if obs.Outcome != idempotency.OutcomeStoreError || !strings.Contains(obs.Err, "sold_out") {
+		t.Errorf("observation: outcome %s, err %q; want store_error naming the rejection", obs.Outcome, obs.Err)
+	}
+	rec, err := e.store.Get(t.Context(), idempotency.NewKey("acme", "k"))
+	if err != nil || rec.Status != idempotency.StatusInProgress || rec.Response != nil {
+		t.Errorf("record = %s %+v, %v; want the reservation, IN_PROGRESS, nothing stored", rec.Status, rec.Response, err)
+	}
+	if got := e.stock(t); got != 1 {
+		t.Errorf("stock = %d, want 1 (nothing taken)", got)
+	}
+}

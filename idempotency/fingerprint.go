@@ -1,19 +1,33 @@
 package idempotency
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 
 	"github.com/gowebpki/jcs"
 )
 
 // Canonical returns the RFC 8785 (JCS) canonical form of a JSON document, so
 // that key order and insignificant whitespace do not change a fingerprint.
+//
+// JCS writes every number as the IEEE double it parses to, so two numbers
+// that round to the same double would share a fingerprint although a
+// handler that decodes them exactly (an int64, a decimal) sees two requests.
+// Canonical therefore refuses, with an error matching ErrNumberPrecision, a
+// number whose value is not the value JCS writes for it (I-JSON, RFC 7493
+// §2.2): 9007199254740993 (2^53 + 1) or 0.30000000000000001, but not 1.0,
+// 1e0 or 0.1, which keep their value. Equal documents keep equal canonical
+// forms.
 func Canonical(body []byte) ([]byte, error) {
 	out, err := jcs.Transform(body)
 	if err != nil {
 		return nil, fmt.Errorf("idempotency: canonical JSON: %w", err)
+	}
+	if !numbersExact(body) {
+		return nil, fmt.Errorf("idempotency: canonical JSON: %w", ErrNumberPrecision)
 	}
 	return out, nil
 }
@@ -38,4 +52,110 @@ func RequestFingerprint(method, route string, body []byte) (string, error) {
 		return "", err
 	}
 	return Fingerprint(method, route, canonical), nil
+}
+
+// numbersExact reports whether every number in doc, a JSON document JCS has
+// accepted, has the value of the shortest decimal of the double it parses
+// to (the number JCS writes).
+func numbersExact(doc []byte) bool {
+	for i := 0; i < len(doc); i++ {
+		switch c := doc[i]; {
+		case c == '"':
+			for i++; i < len(doc) && doc[i] != '"'; i++ {
+				if doc[i] == '\\' {
+					i++
+				}
+			}
+		case c == '-' || '0' <= c && c <= '9':
+			j := i + 1
+			for j < len(doc) && isNumberByte(doc[j]) {
+				j++
+			}
+			if !numberExact(doc[i:j]) {
+				return false
+			}
+			i = j - 1
+		}
+	}
+	return true
+}
+
+func isNumberByte(c byte) bool {
+	return '0' <= c && c <= '9' || c == '.' || c == 'e' || c == 'E' || c == '-' || c == '+'
+}
+
+// numberExact reports whether the JSON number lit has the value of the
+// shortest decimal of its double. Every decimal of at most 15 significant
+// digits in the range of normal doubles does (DBL_DIG), so only longer or
+// extreme ones are converted and compared.
+func numberExact(lit []byte) bool {
+	var buf [24]byte
+	digits, exp := decimal(lit, buf[:0])
+	if len(digits) == 0 || len(digits) <= 15 && -300 < exp && exp < 300 {
+		return true
+	}
+	f, err := strconv.ParseFloat(string(lit), 64)
+	if err != nil {
+		return false
+	}
+	var fbuf [32]byte
+	short := strconv.AppendFloat(fbuf[:0], f, 'e', -1, 64)
+	var sbuf [24]byte
+	sdigits, sexp := decimal(short, sbuf[:0])
+	return sexp == exp && bytes.Equal(sdigits, digits)
+}
+
+// decimal returns the significant digits of the number lit (no leading or
+// trailing zeros; none for zero), appended to buf, and its exponent: lit is
+// 0.digits × 10^exp. The sign is ignored: a number and its double share it.
+// An exponent beyond ±10^6 is clamped, which keeps it out of the range of
+// doubles.
+func decimal(lit []byte, buf []byte) (digits []byte, exp int) {
+	i := 0
+	if i < len(lit) && lit[i] == '-' {
+		i++
+	}
+	point := -1 // digits before the decimal point
+	leading := 0
+	for ; i < len(lit); i++ {
+		c := lit[i]
+		if c == '.' {
+			point = leading + len(buf)
+			continue
+		}
+		if c < '0' || c > '9' {
+			break
+		}
+		if c == '0' && len(buf) == 0 {
+			leading++
+			continue
+		}
+		buf = append(buf, c)
+	}
+	if point < 0 {
+		point = leading + len(buf)
+	}
+	for len(buf) > 0 && buf[len(buf)-1] == '0' {
+		buf = buf[:len(buf)-1]
+	}
+	if len(buf) == 0 {
+		return nil, 0
+	}
+	e, neg := 0, false
+	if i < len(lit) && (lit[i] == 'e' || lit[i] == 'E') {
+		i++
+		if i < len(lit) && (lit[i] == '+' || lit[i] == '-') {
+			neg = lit[i] == '-'
+			i++
+		}
+		for ; i < len(lit); i++ {
+			if e < 1_000_000 {
+				e = e*10 + int(lit[i]-'0')
+			}
+		}
+	}
+	if neg {
+		e = -e
+	}
+	return buf, point - leading + e
 }

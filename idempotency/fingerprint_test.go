@@ -2,7 +2,9 @@ package idempotency
 
 import (
 	"encoding/json"
-	"reflect"
+	"errors"
+	"math/big"
+	"strings"
 	"testing"
 )
 
@@ -48,6 +50,62 @@ func TestCanonicalRejectsInvalid(t *testing.T) {
 	}
 }
 
+// TestCanonicalNumberPrecision: a number is accepted exactly when JCS writes
+// it with its own value (compared as numbers), so that no two different
+// numbers share a canonical form; the others are refused with
+// ErrNumberPrecision.
+func TestCanonicalNumberPrecision(t *testing.T) {
+	tests := []struct {
+		number string
+		exact  bool
+	}{
+		{"1", true},
+		{"1.0", true},
+		{"1e0", true},
+		{"10E-1", true},
+		{"0.1", true},
+		{"-0", true},
+		{"0.000", true},
+		{"100000000000000000000", true},       // 1e20: one significant digit
+		{"123456789012345", true},             // 15 significant digits
+		{"9007199254740991", true},            // 2^53 - 1
+		{"9007199254740992", true},            // 2^53
+		{"0.30000000000000004", true},         // 0.1 + 0.2, as JCS writes it
+		{"3.141592653589793", true},           // math.Pi, as JCS writes it
+		{"1.7976931348623157e308", true},      // the largest double
+		{"5e-324", true},                      // the smallest double
+		{"2.2250738585072014e-308", true},     // the smallest normal double
+		{"9007199254740993", false},           // 2^53 + 1: read as 2^53
+		{"-9007199254740993", false},          // its negative
+		{"0.30000000000000001", false},        // read as 0.3
+		{"9223372036854775807", false},        // MaxInt64: read as 2^63
+		{"12345678901234567890", false},       // 20 significant digits
+		{"3.14159265358979323846", false},     // pi beyond a double
+		{"1e-400", false},                     // read as 0
+		{"4.9e-324", false},                   // read as 5e-324 (subnormal)
+		{"1.00000000000000000001e2", false},   // read as 100
+		{"0.9007199254740993e16", false},      // 2^53 + 1 again, scaled
+		{"1e0000000000000000000000001", true}, // 10, its exponent long
+	}
+	for _, tt := range tests {
+		t.Run(tt.number, func(t *testing.T) {
+			for _, body := range []string{tt.number, `{"a":[` + tt.number + `]}`} {
+				_, err := Canonical([]byte(body))
+				if tt.exact && err != nil {
+					t.Errorf("Canonical(%s) = %v, want no error", body, err)
+				}
+				if !tt.exact && !errors.Is(err, ErrNumberPrecision) {
+					t.Errorf("Canonical(%s) = %v, want ErrNumberPrecision", body, err)
+				}
+			}
+		})
+	}
+	// Numbers in strings are text.
+	if _, err := Canonical([]byte(`{"a":"9007199254740993","b\"9007199254740993":1}`)); err != nil {
+		t.Errorf("Canonical of numbers in strings = %v, want no error", err)
+	}
+}
+
 func fp(t *testing.T, method, route, body string) string {
 	t.Helper()
 	c, err := Canonical([]byte(body))
@@ -58,7 +116,7 @@ func fp(t *testing.T, method, route, body string) string {
 }
 
 func FuzzCanonical(f *testing.F) {
-	for _, s := range []string{`{"b":1,"a":[1,2,{"z":null,"y":true}]}`, `{"amount": 1e2}`, `"\u00e9"`, `[]`, `{"a":"\ud83d\ude00"}`, `-0`, `{`} {
+	for _, s := range []string{`{"b":1,"a":[1,2,{"z":null,"y":true}]}`, `{"amount": 1e2}`, `"\u00e9"`, `[]`, `{"a":"\ud83d\ude00"}`, `-0`, `{`, `{"a":9007199254740993}`, `1e-400`, `0.30000000000000004`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
@@ -109,9 +167,11 @@ func TestRequestFingerprint(t *testing.T) {
 }
 
 // FuzzFingerprint checks that two JSON bodies get the same fingerprint
-// exactly when they hold the same value (as IEEE doubles, which is how RFC
-// 8785 compares numbers): key order and whitespace never matter, and any
-// other difference always does.
+// exactly when they hold the same value, numbers compared exactly as the
+// decimals they are written as: key order, whitespace and the way a number
+// is written (1.0, 1e0) never matter, and any other difference always does,
+// down to the last digit of a long number (Canonical refuses the numbers a
+// double cannot tell apart).
 func FuzzFingerprint(f *testing.F) {
 	for _, p := range [][2]string{
 		{`{"a":1,"b":[true,null]}`, `{ "b": [true, null], "a": 1 }`},
@@ -123,6 +183,12 @@ func FuzzFingerprint(f *testing.F) {
 		{`{"a":{}}`, `{"a":[]}`},
 		{`{"a":null}`, `{}`},
 		{`-0`, `0`},
+		{`{"a":9007199254740993}`, `{"a":9007199254740992}`},
+		{`{"a":0.30000000000000001}`, `{"a":0.3}`},
+		{`{"a":1e-400}`, `{"a":0}`},
+		{`{"a":0.1}`, `{"a":1e-1}`},
+		{`{"a":1.0}`, `{"a":1}`},
+		{`{"a":0.30000000000000004}`, `{"a":0.3}`},
 	} {
 		f.Add(p[0], p[1])
 	}
@@ -135,11 +201,8 @@ func FuzzFingerprint(f *testing.F) {
 		if err != nil {
 			return
 		}
-		var va, vb any
-		if json.Unmarshal(ca, &va) != nil || json.Unmarshal(cb, &vb) != nil {
-			t.Fatalf("canonical forms %q, %q do not decode", ca, cb)
-		}
-		same := reflect.DeepEqual(va, vb)
+		va, vb := decodeExact(t, a), decodeExact(t, b)
+		same := exactEqual(va, vb)
 		if got := Fingerprint("POST", "POST /v1/x", ca) == Fingerprint("POST", "POST /v1/x", cb); got != same {
 			t.Fatalf("bodies %q and %q: equal fingerprints %v, equal values %v", a, b, got, same)
 		}
@@ -147,4 +210,80 @@ func FuzzFingerprint(f *testing.F) {
 			t.Fatalf("the route does not change the fingerprint of %q", a)
 		}
 	})
+}
+
+// decodeExact decodes a document Canonical accepted, keeping its numbers as
+// written.
+func decodeExact(t *testing.T, doc string) any {
+	t.Helper()
+	d := json.NewDecoder(strings.NewReader(doc))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		t.Fatalf("Canonical accepted %q, which does not decode: %v", doc, err)
+	}
+	return v
+}
+
+// exactEqual reports whether two decoded documents are equal, comparing
+// numbers by their exact values.
+func exactEqual(a, b any) bool {
+	switch a := a.(type) {
+	case json.Number:
+		b, ok := b.(json.Number)
+		if !ok {
+			return false
+		}
+		ra, oka := new(big.Rat).SetString(a.String())
+		rb, okb := new(big.Rat).SetString(b.String())
+		return oka && okb && ra.Cmp(rb) == 0
+	case map[string]any:
+		b, ok := b.(map[string]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for k, v := range a {
+			w, ok := b[k]
+			if !ok || !exactEqual(v, w) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		b, ok := b.([]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for i := range a {
+			if !exactEqual(a[i], b[i]) {
+				return false
+			}
+		}
+		return true
+	default:
+		return a == b
+	}
+}
+
+// BenchmarkCanonical measures the canonical form of request bodies: a
+// typical payment and one dense with numbers, long enough to need the exact
+// comparison.
+func BenchmarkCanonical(b *testing.B) {
+	bodies := map[string]string{
+		"payment": `{"amount": 2000, "currency": "usd", "customer": "cus_123", "source": "tok_visa", "description": "Order 1234",
+			"metadata": {"order": "1234", "channel": "web", "campaign": "spring"}}`,
+		"numbers": `{"values": [0.1, 1.5, 2.25, 1e3, 12345, 3.141592653589793, 2.718281828459045, 9007199254740991, 0.30000000000000004, -17.5,
+			100, 250, 3000, 1.0, 6.02214076e23, 1.602176634e-19, 42, 7, 0, -1]}`,
+	}
+	for name, body := range bodies {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				if _, err := Canonical([]byte(body)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

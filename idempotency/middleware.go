@@ -30,7 +30,7 @@ const (
 	OutcomeReplayed   = "replayed"    // stored response replayed
 	OutcomeMismatch   = "mismatch"    // key reused with another request (422)
 	OutcomeInProgress = "in_progress" // original still running or being reconciled (409)
-	OutcomeStoreError = "store_error" // store unavailable (503)
+	OutcomeStoreError = "store_error" // a store write failed: 503 when unavailable, else 500, nothing (or only a 500) stored
 	OutcomeRejected   = "rejected"    // refused before Begin (validation); nothing stored
 	OutcomeInvalidKey = "invalid_key" // missing or malformed Idempotency-Key
 	OutcomeReleased   = "released"    // 5xx after Begin: reservation released, nothing stored
@@ -57,7 +57,7 @@ type Config struct {
 	Tenant func(*http.Request) (string, bool)
 	// OnError writes the response for one of the package's errors
 	// (ErrKeyMissing, a *KeyError, ErrKeyReused, a *BodyTooLargeError,
-	// ErrBodyInvalid, ErrNoTenant, ErrUnavailable, *InProgressError), for an
+	// ErrBodyInvalid, ErrNumberPrecision, ErrNoTenant, ErrUnavailable, *InProgressError), for an
 	// effect's business rejection (the RejectedError's Err) or for an
 	// unexpected error. The default is problem.Write, which answers each as
 	// its problem (application/problem+json).
@@ -338,7 +338,11 @@ func (c *Call) begin(r *http.Request, holds []Effect) (*Call, bool) {
 	}
 	canonical, err := Canonical(c.body)
 	if err != nil {
-		c.decide(OutcomeRejected, c.errorAnswer(r, ErrBodyInvalid))
+		var invalid error = ErrBodyInvalid
+		if errors.Is(err, ErrNumberPrecision) {
+			invalid = ErrNumberPrecision
+		}
+		c.decide(OutcomeRejected, c.errorAnswer(r, invalid))
 		return nil, false
 	}
 	c.canonical = canonical
@@ -536,20 +540,53 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 // External mode) and sends it, or the answer the store's state calls for.
 func (c *Call) complete(w http.ResponseWriter, r *http.Request, rec *recorder, now time.Time) {
 	ctx := r.Context()
-	done := c.completed(rec.response(), now)
-	err := c.timed(func() error { return c.m.cfg.Store.Complete(ctx, done, c.rec.LeaseToken, c.effects) })
 	reserved := true // the reservation is still there for reconciliation
-	var conflict *ConflictError
-	if errors.As(err, &conflict) && conflict.Existing == nil {
-		reserved = false
-		// The reservation was released (reconciled as "nothing happened",
-		// its holds undone) while this request was still running. It knows
-		// the true outcome, and nobody owns the key: record it, holds
-		// included again, unless a newer request has reserved the key
-		// meanwhile.
-		err = c.timed(func() error { return c.m.cfg.Store.Commit(ctx, done, c.commitEffects(), now) })
+	write := func(done Record) error {
+		if reserved {
+			err := c.timed(func() error { return c.m.cfg.Store.Complete(ctx, done, c.rec.LeaseToken, c.effects) })
+			var conflict *ConflictError
+			if !errors.As(err, &conflict) || conflict.Existing != nil {
+				return err
+			}
+			// The reservation was released (reconciled as "nothing
+			// happened", its holds undone) while this request was still
+			// running. It knows the true outcome, and nobody owns the key:
+			// record it, holds included again, unless a newer request has
+			// reserved the key meanwhile.
+			reserved = false
+		}
+		return c.timed(func() error { return c.m.cfg.Store.Commit(ctx, done, c.commitEffects(), now) })
 	}
-	var rejected *RejectedError
+	done := c.completed(rec.response(), now)
+	send, substituted := rec.flush, false
+	err := write(done)
+	if errors.Is(err, ErrResponseTooLarge) {
+		c.obs.Err = err.Error()
+		if c.mode != External {
+			// Nothing happened outside the store: give the key up, so
+			// that a retry executes again rather than finding it held.
+			if reserved {
+				if err := c.timed(func() error { return c.m.cfg.Store.Release(ctx, c.key, c.rec.LeaseToken, c.releaseEffects) }); err != nil {
+					c.obs.Err += "; release: " + err.Error()
+				}
+			}
+			c.decide(OutcomeStoreError, c.errorAnswer(r, ErrResponseTooLarge))
+			c.answer(w)
+			return
+		}
+		// The call out happened, so the key must not stay open: record
+		// the response_too_large problem as the final answer, with the
+		// effects, the one 5xx ever stored. A retry replays it; nothing
+		// else could complete the key with the real answer either.
+		small := c.render(r, ErrResponseTooLarge)
+		done = c.completed(&small, now)
+		send, substituted = replayAs(small, false), true
+		err = write(done)
+	}
+	var (
+		conflict *ConflictError
+		rejected *RejectedError
+	)
 	switch {
 	case errors.As(err, &conflict):
 		// A zombie: the lease was taken over. Its response is not stored;
@@ -572,10 +609,12 @@ func (c *Call) complete(w http.ResponseWriter, r *http.Request, rec *recorder, n
 	case errors.As(err, &rejected):
 		// The call out happened, but its local effects cannot be written:
 		// the state has drifted from what the holds guaranteed. Answer 500,
-		// unstored; the reservation expires into reconciliation, whose
-		// failure on the same effects raises the alarm.
+		// unstored (the business answer of the rejection describes the
+		// effect, not this request's outcome); the reservation expires
+		// into reconciliation, whose failure on the same effects raises
+		// the alarm.
 		c.obs.Err = err.Error()
-		c.decide(OutcomeStoreError, c.errorAnswer(r, err))
+		c.decide(OutcomeStoreError, c.errorAnswer(r, fmt.Errorf("idempotency: complete: the effects of a request that called out were rejected: %v", err)))
 		c.answer(w)
 		return
 	case err != nil && c.mode == External && reserved:
@@ -583,21 +622,16 @@ func (c *Call) complete(w http.ResponseWriter, r *http.Request, rec *recorder, n
 		// ended, but it could not be recorded. Send it as it is, not
 		// stored: the reservation stays, expires into reconciliation, and
 		// the Resolver records the same answer from the other system.
-		// (Without a reservation nothing would reconcile it; the 503
+		// (Without a reservation nothing would reconcile it; the answer
 		// below sends the client back to retry instead.)
 		c.obs.Outcome, c.obs.Err = OutcomeStoreError, err.Error()
-		rec.flush(w)
-		return
-	case errors.Is(err, ErrResponseTooLarge):
-		c.obs.Err = err.Error()
-		c.decide(OutcomeStoreError, c.errorAnswer(r, err))
-		c.answer(w)
+		send(w)
 		return
 	case err != nil:
 		// The completion's transaction (the effects with it) may or may
 		// not have landed: a retry either replays it or, once the lease
 		// has run out, executes again.
-		c.decide(OutcomeStoreError, c.errorAnswer(r, fmt.Errorf("%w: %w", ErrUnavailable, err)))
+		c.storeFailed(r, err)
 		c.answer(w)
 		return
 	}
@@ -607,7 +641,10 @@ func (c *Call) complete(w http.ResponseWriter, r *http.Request, rec *recorder, n
 		c.m.cfg.Hook(ctx, PointAfter(c.finalPoint))
 	}
 	c.obs.Outcome = OutcomeCreated
-	rec.flush(w)
+	if substituted {
+		c.obs.Outcome = OutcomeStoreError // response_too_large, stored in place of the answer
+	}
+	send(w)
 }
 
 // pause ends a multi-step request's attempt without an answer to store (a
@@ -715,14 +752,24 @@ func createdAt(rec Record, now time.Time) time.Time {
 func (c *Call) resolve(r *http.Request, err error, now time.Time) {
 	var conflict *ConflictError
 	if !errors.As(err, &conflict) {
-		if !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrResponseTooLarge) {
-			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
-		c.obs.Err = err.Error()
-		c.decide(OutcomeStoreError, c.errorAnswer(r, err))
+		c.storeFailed(r, err)
 		return
 	}
 	c.decideExisting(r, conflict.Existing, now, true)
+}
+
+// storeFailed decides the answer to a store error that is no conflict:
+// 503 store_unavailable when the store says it is unavailable (a retry may
+// succeed), 500 response_too_large for an answer it cannot keep, and 500
+// internal_error for anything else (a missing table, denied access, an
+// invalid request: a misconfiguration or a bug that a retry cannot cure).
+// Its text goes to the observation, never to the client.
+func (c *Call) storeFailed(r *http.Request, err error) {
+	c.obs.Err = err.Error()
+	if !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrResponseTooLarge) {
+		err = fmt.Errorf("idempotency: store: %v", err)
+	}
+	c.decide(OutcomeStoreError, c.errorAnswer(r, err))
 }
 
 func (c *Call) decideExisting(r *http.Request, existing *Record, now time.Time, mayAbandon bool) {
@@ -825,9 +872,7 @@ func replay(resp Response) func(http.ResponseWriter) { return replayAs(resp, tru
 func replayAs(resp Response, replayed bool) func(http.ResponseWriter) {
 	return func(w http.ResponseWriter) {
 		h := w.Header()
-		for k, v := range resp.Header {
-			h.Set(k, v)
-		}
+		resp.SetHeader(h)
 		if replayed {
 			h.Set(ReplayedHeader, "true")
 		}

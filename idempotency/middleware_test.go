@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -124,4 +125,141 @@ func wrap(mw *idempotency.Middleware, mode idempotency.Mode, route string, h htt
 		}))
 	}
 	return mw.Wrap(mode, route, h)
+}
+
+// TestImpreciseNumberRefused: a body with a number a 64-bit float cannot
+// hold exactly enough to tell it from its neighbours (2^53 + 1 reads as 2^53)
+// is refused 400 invalid_request before anything runs or is stored, in every
+// mode, so that two requests differing only there never share a fingerprint;
+// the same number as a double writes it goes through.
+func TestImpreciseNumberRefused(t *testing.T) {
+	for _, mode := range []idempotency.Mode{idempotency.Atomic, idempotency.Leased, idempotency.External} {
+		t.Run(mode.String(), func(t *testing.T) {
+			store := memory.New()
+			mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: func(*http.Request) (string, bool) { return "acme", true }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var runs int
+			h := wrap(mw, mode, "POST /v1/things", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if _, ok := idempotency.Begin(w, r); !ok {
+					return
+				}
+				runs++
+				w.WriteHeader(http.StatusCreated)
+			}))
+			send := func(key, body string) *httptest.ResponseRecorder {
+				r := httptest.NewRequest("POST", "/v1/things", strings.NewReader(body))
+				r.Header.Set(idempotency.Header, key)
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				return w
+			}
+
+			w := send("k", `{"account": 9007199254740993}`)
+			if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), `"code":"invalid_request"`) ||
+				!strings.Contains(w.Body.String(), "more precision than a 64-bit float") {
+				t.Errorf("2^53 + 1 = %d %s, want 400 invalid_request saying the number is too precise", w.Code, w.Body)
+			}
+			if _, err := store.Get(t.Context(), idempotency.NewKey("acme", "k")); !errors.Is(err, idempotency.ErrNotFound) {
+				t.Errorf("record after the refusal: %v, want none", err)
+			}
+			if w := send("k", `{"account": 9007199254740992.0}`); w.Code != http.StatusCreated {
+				t.Errorf("2^53 under the same key = %d %s, want 201 (nothing was stored for the refused one)", w.Code, w.Body)
+			}
+			if w := send("k", `{"account": 9007199254740992}`); w.Code != http.StatusCreated || w.Header().Get(idempotency.ReplayedHeader) != "true" {
+				t.Errorf("2^53 again = %d (replayed %q), want the 201 replayed", w.Code, w.Header().Get(idempotency.ReplayedHeader))
+			}
+			want := 1
+			if mode == idempotency.Atomic {
+				want = 2 // Atomic runs the handler before its commit finds the replay
+			}
+			if runs != want {
+				t.Errorf("handler ran %d times, want %d", runs, want)
+			}
+		})
+	}
+}
+
+// TestReplayHeaders: a replay carries the header fields the live answer
+// carried, value for value: a field given several values is sent as one
+// line, joined with ", " (RFC 9110 §5.3), live and replayed alike, and
+// every Set-Cookie line stays a line of its own.
+func TestReplayHeaders(t *testing.T) {
+	for _, mode := range []idempotency.Mode{idempotency.Atomic, idempotency.Leased, idempotency.External} {
+		t.Run(mode.String(), func(t *testing.T) {
+			mw, err := idempotency.New(idempotency.Config{Store: memory.New(), Tenant: func(*http.Request) (string, bool) { return "acme", true }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := wrap(mw, mode, "POST /v1/things", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if _, ok := idempotency.Begin(w, r); !ok {
+					return
+				}
+				w.Header().Add("Link", `</v1/things/1>; rel="self"`)
+				w.Header().Add("Link", `</v1/things>; rel="collection"`)
+				w.Header().Add("Set-Cookie", "a=1; Expires=Wed, 21 Oct 2037 07:28:00 GMT")
+				w.Header().Add("Set-Cookie", "b=2; Path=/")
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusCreated)
+				w.Write([]byte(`{}`))
+			}))
+			send := func() *httptest.ResponseRecorder {
+				r := httptest.NewRequest("POST", "/v1/things", strings.NewReader(`{}`))
+				r.Header.Set(idempotency.Header, "k")
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				return w
+			}
+			first, again := send(), send()
+			want := http.Header{
+				"Link":           {`</v1/things/1>; rel="self", </v1/things>; rel="collection"`},
+				"Set-Cookie":     {"a=1; Expires=Wed, 21 Oct 2037 07:28:00 GMT", "b=2; Path=/"},
+				"Content-Type":   {"application/json"},
+				"Content-Length": {"2"},
+			}
+			if diff := cmp.Diff(want, first.Header()); diff != "" {
+				t.Errorf("live answer's header mismatch (-want +got):\n%s", diff)
+			}
+			want.Set(idempotency.ReplayedHeader, "true")
+			if diff := cmp.Diff(want, again.Header()); diff != "" {
+				t.Errorf("replay's header mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestReplayOfSingleValueHeaders: a record stored before Set-Cookie lines
+// were kept apart (its one Set-Cookie in Header) replays as it was stored.
+func TestReplayOfSingleValueHeaders(t *testing.T) {
+	store := memory.New()
+	mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: func(*http.Request) (string, bool) { return "acme", true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw.Leased("POST /v1/things", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := idempotency.Begin(w, r); ok {
+			t.Error("Begin() = true, want the stored answer replayed")
+		}
+	}))
+	fingerprint, err := idempotency.RequestFingerprint("POST", "POST /v1/things", []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := store.Commit(t.Context(), idempotency.Record{
+		Key: idempotency.NewKey("acme", "k"), Status: idempotency.StatusCompleted, Route: "POST /v1/things",
+		Fingerprint: fingerprint, ExpiresAt: now.Add(time.Hour), CreatedAt: now, UpdatedAt: now,
+		Response: &idempotency.Response{Status: http.StatusCreated, Header: map[string]string{"Set-Cookie": "a=1", "Link": "</v1/things/1>"}},
+	}, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("POST", "/v1/things", strings.NewReader(`{}`))
+	r.Header.Set(idempotency.Header, "k")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	want := http.Header{"Set-Cookie": {"a=1"}, "Link": {"</v1/things/1>"}, "Content-Length": {"0"}, idempotency.ReplayedHeader: {"true"}}
+	if diff := cmp.Diff(want, w.Header()); w.Code != http.StatusCreated || diff != "" {
+		t.Errorf("replay = %d, header mismatch (-want +got):\n%s", w.Code, diff)
+	}
 }

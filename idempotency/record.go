@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"net/http"
 	"time"
 )
 
@@ -49,11 +50,30 @@ func (m Mode) String() string {
 type Response struct {
 	// Status is the HTTP status code.
 	Status int
-	// Header holds the response's headers, one value each (Content-Type,
-	// Location and whatever else the handler set).
+	// Header holds the response's header fields (Content-Type, Location
+	// and whatever else the handler set), one value each: a field the
+	// handler gave several values is kept as one line, its values joined
+	// with ", " in order, as RFC 9110 §5.3 allows for any field that may
+	// be repeated, and the live answer is sent the same way.
 	Header map[string]string
+	// SetCookie holds the Set-Cookie field values, in order, one per line:
+	// the one field whose values cannot be joined (RFC 9110 §5.3, RFC 6265
+	// §3). Records stored before it existed hold a single Set-Cookie in
+	// Header.
+	SetCookie []string
 	// Body is the response body, byte for byte.
 	Body []byte
+}
+
+// SetHeader sets r's header fields on h: each field of Header, replacing
+// its values there, then the Set-Cookie lines of SetCookie.
+func (r Response) SetHeader(h http.Header) {
+	for k, v := range r.Header {
+		h.Set(k, v)
+	}
+	if len(r.SetCookie) > 0 {
+		h["Set-Cookie"] = append([]string(nil), r.SetCookie...)
+	}
 }
 
 // Record is the stored state of one scoped idempotency key.

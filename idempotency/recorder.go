@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // recorder buffers a handler's response so that it can be stored before it is
@@ -34,14 +35,21 @@ func (r *recorder) Write(p []byte) (int, error) {
 // unstored names headers that describe a transmission, not the response.
 var unstored = map[string]bool{"Content-Length": true, "Date": true, "Idempotent-Replayed": true}
 
+// response is the answer as stored: every header field but the unstored,
+// a field of several values as one line (see Response.Header), and every
+// Set-Cookie line apart.
 func (r *recorder) response() *Response {
-	h := make(map[string]string, len(r.header))
+	resp := &Response{Status: r.statusOrOK(), Header: make(map[string]string, len(r.header)), Body: bytes.Clone(r.body.Bytes())}
 	for k, v := range r.header {
-		if len(v) > 0 && !unstored[k] {
-			h[k] = v[0]
+		switch {
+		case len(v) == 0 || unstored[http.CanonicalHeaderKey(k)]:
+		case http.CanonicalHeaderKey(k) == "Set-Cookie":
+			resp.SetCookie = append(resp.SetCookie, v...)
+		default:
+			resp.Header[k] = strings.Join(v, ", ")
 		}
 	}
-	return &Response{Status: r.statusOrOK(), Header: h, Body: bytes.Clone(r.body.Bytes())}
+	return resp
 }
 
 func (r *recorder) statusOrOK() int {
@@ -51,9 +59,14 @@ func (r *recorder) statusOrOK() int {
 	return r.status
 }
 
+// flush sends the answer as a replay of it would be sent: a field of
+// several values as one line.
 func (r *recorder) flush(w http.ResponseWriter) {
 	h := w.Header()
 	for k, v := range r.header {
+		if len(v) > 1 && http.CanonicalHeaderKey(k) != "Set-Cookie" {
+			v = []string{strings.Join(v, ", ")}
+		}
 		h[k] = v
 	}
 	h.Set("Content-Length", strconv.Itoa(r.body.Len()))

@@ -18,7 +18,9 @@ import (
 // condition fails, wrap ErrNotFound when a record does not exist, and wrap
 // ErrUnavailable when the store could not be reached or throttled after its
 // own bounded retries, and ErrResponseTooLarge when a record's answer is
-// larger than the store can keep.
+// larger than the store can keep. The Middleware answers any other error
+// (a misconfiguration, a bug) 500 internal_error, not 503: only
+// ErrUnavailable tells a client that a retry may succeed.
 type Store interface {
 	// Commit writes rec (COMPLETED) and effects in one transaction, provided no
 	// record for rec.Key exists or the existing one is Reclaimable at now.
@@ -93,13 +95,21 @@ var (
 	// ErrBodyInvalid: the body is not a JSON document and cannot be
 	// fingerprinted (400 invalid_request, naming no field).
 	ErrBodyInvalid = errBodyInvalid{}
+	// ErrNumberPrecision: a number in the body has more precision than a
+	// 64-bit float holds (I-JSON, RFC 7493 §2.2), so the fingerprint could
+	// not tell it from a nearby one (400 invalid_request, naming no field);
+	// see Canonical.
+	ErrNumberPrecision = errNumberPrecision{}
 	// ErrNoTenant: the request carries no tenant (the authorizer did not run)
 	// (401).
 	ErrNoTenant = problem.New(http.StatusUnauthorized, "unauthorized", "Unauthorized", "The request carries no authenticated tenant.")
 	// ErrResponseTooLarge: the handler's answer is too large for the store
-	// to keep (500, logged): it is neither stored nor sent as a success.
+	// to keep (500, logged): it is never sent. Atomic and Leased requests
+	// commit nothing (a Leased reservation is released); an External
+	// request, which has called out, is completed with this problem as its
+	// final answer, the one 5xx stored.
 	ErrResponseTooLarge = problem.New(http.StatusInternalServerError, "response_too_large", "Response too large",
-		"The answer to this request is too large to be stored, so it was not committed. Retrying will not help.").Logged()
+		"The answer to this request is too large to be stored, so it cannot be sent. Retrying will not help.").Logged()
 	// ErrNotFound: no record for the key (a store result, not an answer).
 	ErrNotFound = errors.New("idempotency: record not found")
 	// ErrUnavailable: the store could not be reached (503, Retry-After: 1).
@@ -167,6 +177,20 @@ func (errBodyInvalid) Error() string { return "idempotency: request body is not 
 func (errBodyInvalid) Problem() problem.Details {
 	return problem.Details{Status: http.StatusBadRequest, Code: "invalid_request", Title: "Invalid request",
 		Detail: "The body is not a JSON document.", HasField: true}
+}
+
+type errNumberPrecision struct{}
+
+func (errNumberPrecision) Error() string {
+	return "idempotency: a number in the request body has more precision than a 64-bit float"
+}
+
+// Problem answers 400 invalid_request for the body as a whole.
+func (errNumberPrecision) Problem() problem.Details {
+	return problem.Details{Status: http.StatusBadRequest, Code: "invalid_request", Title: "Invalid request",
+		Detail: "A number in the body has more precision than a 64-bit float (I-JSON, RFC 7493): " +
+			"it could not be told apart from a nearby number. Send such a number as a string.",
+		HasField: true}
 }
 
 // ConflictError reports a failed condition together with the record that made

@@ -128,6 +128,12 @@ func valueSize(v types.AttributeValue) int {
 			n += len(k) + valueSize(e) + 1
 		}
 		return n
+	case *types.AttributeValueMemberL:
+		n := 3
+		for _, e := range v.Value {
+			n += valueSize(e) + 1
+		}
+		return n
 	}
 	return 8
 }

@@ -15,23 +15,24 @@ import (
 
 // Attribute names of an idempotency item (docs/design.md, IdempotencyTable).
 const (
-	AttrPK              = "pk"               // S: Key.ID()
-	AttrTenant          = "tenant"           // S
-	AttrStatus          = "status"           // S: IN_PROGRESS, COMPLETED, UNKNOWN
-	AttrRoute           = "route"            // S
-	AttrFingerprint     = "fingerprint"      // S
-	AttrExternal        = "external"         // BOOL, always present (the reclaim condition reads it)
-	AttrLeaseToken      = "lease_token"      // S, absent when empty
-	AttrExpiresAt       = "expires_at"       // N: unix seconds, rounded up (the TTL attribute; see ExternalReservationTTL)
-	AttrExpiresAtMS     = "expires_at_ms"    // N: unix milliseconds (the conditions compare it)
-	AttrRequest         = "request"          // B, absent when empty
-	AttrResponseStatus  = "response_status"  // N, present when the record has a response
-	AttrResponseHeaders = "response_headers" // M of S, absent when there are none
-	AttrResponseBody    = "response_body"    // B, present (maybe empty) when the record has a response
-	AttrPoint           = "point"            // S: recovery point, absent when empty
-	AttrData            = "data"             // M of S: the phases' data, absent when empty
-	AttrCreatedAt       = "created_at"       // N: unix milliseconds, absent when zero
-	AttrUpdatedAt       = "updated_at"       // N: unix milliseconds, absent when zero
+	AttrPK              = "pk"                  // S: Key.ID()
+	AttrTenant          = "tenant"              // S
+	AttrStatus          = "status"              // S: IN_PROGRESS, COMPLETED, UNKNOWN
+	AttrRoute           = "route"               // S
+	AttrFingerprint     = "fingerprint"         // S
+	AttrExternal        = "external"            // BOOL, always present (the reclaim condition reads it)
+	AttrLeaseToken      = "lease_token"         // S, absent when empty
+	AttrExpiresAt       = "expires_at"          // N: unix seconds, rounded up (the TTL attribute; see ExternalReservationTTL)
+	AttrExpiresAtMS     = "expires_at_ms"       // N: unix milliseconds (the conditions compare it)
+	AttrRequest         = "request"             // B, absent when empty
+	AttrResponseStatus  = "response_status"     // N, present when the record has a response
+	AttrResponseHeaders = "response_headers"    // M of S, absent when there are none
+	AttrResponseCookies = "response_set_cookie" // L of S: the Set-Cookie lines, absent when there are none
+	AttrResponseBody    = "response_body"       // B, present (maybe empty) when the record has a response
+	AttrPoint           = "point"               // S: recovery point, absent when empty
+	AttrData            = "data"                // M of S: the phases' data, absent when empty
+	AttrCreatedAt       = "created_at"          // N: unix milliseconds, absent when zero
+	AttrUpdatedAt       = "updated_at"          // N: unix milliseconds, absent when zero
 )
 
 // ExternalReservationTTL is how long after its lease an External
@@ -46,7 +47,8 @@ const (
 const ExternalReservationTTL = 24 * time.Hour
 
 // ItemFromRecord is the item that stores rec. Times are kept to the
-// millisecond; an empty lease token, request or header set is left out; a
+// millisecond; an empty lease token, request, header set or list of
+// Set-Cookie lines is left out; a
 // response's body is always present, empty or not, and compressed from
 // CompressAbove bytes when that makes it smaller.
 func ItemFromRecord(rec idempotency.Record) map[string]types.AttributeValue {
@@ -76,6 +78,9 @@ func ItemFromRecord(rec idempotency.Record) map[string]types.AttributeValue {
 		if len(r.Header) > 0 {
 			item[AttrResponseHeaders] = strMap(r.Header)
 		}
+		if len(r.SetCookie) > 0 {
+			item[AttrResponseCookies] = strList(r.SetCookie)
+		}
 		body, encoding := encodeBody(r.Body)
 		if body == nil {
 			body = []byte{} // a nil B would be serialized as an empty attribute value
@@ -101,8 +106,9 @@ func ItemFromRecord(rec idempotency.Record) map[string]types.AttributeValue {
 }
 
 // RecordFromItem decodes an item written by ItemFromRecord. Times come back in
-// UTC; a response's headers are nil when there are none and its body is
-// non-nil, decompressed. The body of a record whose answer the store keeps in
+// UTC; a response's headers and Set-Cookie lines are nil when there are
+// none (an item written before response_set_cookie existed has none) and
+// its body is non-nil, decompressed. The body of a record whose answer the store keeps in
 // chunk items (see CompressAbove) is not in the item: RecordFromItem leaves it
 // empty, and the Store's reads fetch it.
 func RecordFromItem(item map[string]types.AttributeValue) (idempotency.Record, error) {
@@ -133,6 +139,7 @@ func RecordFromItem(item map[string]types.AttributeValue) (idempotency.Record, e
 	if _, ok := item[AttrResponseStatus]; ok {
 		resp := &idempotency.Response{Status: int(d.int(AttrResponseStatus, true))}
 		resp.Header = d.strMap(AttrResponseHeaders)
+		resp.SetCookie = d.strList(AttrResponseCookies)
 		resp.Body = d.bin(AttrResponseBody)
 		if enc := d.str(AttrResponseEncoding, false); enc != "" && d.err == nil {
 			body, err := decodeBody(resp.Body, enc)
@@ -261,7 +268,32 @@ func (d *decoder) strMap(name string) map[string]string {
 	return out
 }
 
+func (d *decoder) strList(name string) []string {
+	v, ok := get[*types.AttributeValueMemberL](d, name, false)
+	if !ok || len(v.Value) == 0 {
+		return nil
+	}
+	out := make([]string, len(v.Value))
+	for i, e := range v.Value {
+		s, ok := e.(*types.AttributeValueMemberS)
+		if !ok {
+			d.fail(name, fmt.Errorf("element %d has type %T, want a string", i, e))
+			return nil
+		}
+		out[i] = s.Value
+	}
+	return out
+}
+
 func str(s string) *types.AttributeValueMemberS { return &types.AttributeValueMemberS{Value: s} }
+
+func strList(l []string) *types.AttributeValueMemberL {
+	out := make([]types.AttributeValue, len(l))
+	for i, v := range l {
+		out[i] = str(v)
+	}
+	return &types.AttributeValueMemberL{Value: out}
+}
 
 func strMap(m map[string]string) *types.AttributeValueMemberM {
 	out := make(map[string]types.AttributeValue, len(m))

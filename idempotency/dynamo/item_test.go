@@ -80,6 +80,28 @@ func TestItemFromRecord(t *testing.T) {
 			},
 		},
 		{
+			name: "set-cookie lines",
+			rec: idempotency.Record{
+				Key: key, Status: idempotency.StatusCompleted, Route: "POST /v1/payments", Fingerprint: "beef",
+				ExpiresAt: t0.Truncate(time.Second),
+				Response: &idempotency.Response{
+					Status:    201,
+					Header:    map[string]string{"Link": `</a>; rel="self", </b>; rel="next"`},
+					SetCookie: []string{"a=1; Path=/", "b=2; Expires=Wed, 21 Oct 2037 07:28:00 GMT"},
+					Body:      []byte(`{}`),
+				},
+			},
+			want: map[string]types.AttributeValue{
+				"pk": s("acme#ab12"), "tenant": s("acme"), "status": s("COMPLETED"), "route": s("POST /v1/payments"),
+				"fingerprint": s("beef"), "external": bl(false),
+				"expires_at": n("2209086245"), "expires_at_ms": n("2209086245000"),
+				"response_status":     n("201"),
+				"response_headers":    m(map[string]types.AttributeValue{"Link": s(`</a>; rel="self", </b>; rel="next"`)}),
+				"response_set_cookie": &types.AttributeValueMemberL{Value: []types.AttributeValue{s("a=1; Path=/"), s("b=2; Expires=Wed, 21 Oct 2037 07:28:00 GMT")}},
+				"response_body":       b([]byte(`{}`)),
+			},
+		},
+		{
 			name: "empty response, zero times",
 			rec: idempotency.Record{
 				Key: key, Status: idempotency.StatusCompleted, ExpiresAt: t0,
@@ -140,6 +162,10 @@ func TestRecordFromItemErrors(t *testing.T) {
 		{"body not binary", func(i map[string]types.AttributeValue) { i["response_body"] = s("hello") }},
 		{"header not a string", func(i map[string]types.AttributeValue) {
 			i["response_headers"] = m(map[string]types.AttributeValue{"X": n("1")})
+		}},
+		{"set-cookie not a list", func(i map[string]types.AttributeValue) { i["response_set_cookie"] = s("a=1") }},
+		{"set-cookie line not a string", func(i map[string]types.AttributeValue) {
+			i["response_set_cookie"] = &types.AttributeValueMemberL{Value: []types.AttributeValue{s("a=1"), n("2")}}
 		}},
 	}
 	for _, tt := range tests {

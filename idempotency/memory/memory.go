@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -324,6 +325,9 @@ func normalize(rec idempotency.Record) idempotency.Record {
 		if len(r.Header) == 0 {
 			r.Header = nil
 		}
+		if len(r.SetCookie) == 0 {
+			r.SetCookie = nil
+		}
 		if r.Body == nil {
 			r.Body = []byte{}
 		}
@@ -345,9 +349,10 @@ func clone(rec idempotency.Record) idempotency.Record {
 	rec.Data = maps.Clone(rec.Data)
 	if r := rec.Response; r != nil {
 		rec.Response = &idempotency.Response{
-			Status: r.Status,
-			Header: maps.Clone(r.Header),
-			Body:   bytes.Clone(r.Body),
+			Status:    r.Status,
+			Header:    maps.Clone(r.Header),
+			SetCookie: slices.Clone(r.SetCookie),
+			Body:      bytes.Clone(r.Body),
 		}
 	}
 	return rec

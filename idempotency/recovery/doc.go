@@ -104,8 +104,11 @@
 //
 //   - The request took effect (Resolution.Response set): the record is
 //     completed with that response and the resolution's effects, kept for the
-//     retention, so that the client's retry replays it. Counts
-//     reconcile_resolved.
+//     retention, so that the client's retry replays it. A response too
+//     large for the store (idempotency.ErrResponseTooLarge) is recorded as
+//     the 500 response_too_large problem instead, as the live request does,
+//     so that the record is final rather than failed at every redrive.
+//     Counts reconcile_resolved.
 //   - Nothing happened (no Response): that is proof only once no request with
 //     the key can still be on its way to the other system, that is once the
 //     record's UpdatedAt (when it became UNKNOWN; no new request calls out for

@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/problem"
 	"github.com/oncehq/once/idempotency/stream"
 )
 
@@ -243,6 +244,14 @@ func (r *Reconciler) complete(ctx context.Context, log *slog.Logger, rec idempot
 		done.Point = res.FinalPoint
 	}
 	err := r.cfg.Store.Complete(ctx, done, rec.LeaseToken, res.Effects)
+	if errors.Is(err, idempotency.ErrResponseTooLarge) {
+		// The request took effect but its answer cannot be kept: record
+		// the response_too_large problem instead, as the live request
+		// does, so that the key is final rather than retried forever.
+		log.Error("unknown outcome resolved, but its answer is too large to store: response_too_large recorded instead", "err", err.Error())
+		done.Response = tooLargeResponse()
+		err = r.cfg.Store.Complete(ctx, done, rec.LeaseToken, res.Effects)
+	}
 	if superseded(log, err) {
 		return nil
 	}
@@ -250,8 +259,15 @@ func (r *Reconciler) complete(ctx context.Context, log *slog.Logger, rec idempot
 		return fmt.Errorf("recovery: complete %s: %w", rec.Key.Short(), err)
 	}
 	r.cfg.Metrics.Count(MetricResolved)
-	log.Info("unknown outcome resolved: the request took effect; response recorded", "status", res.Response.Status)
+	log.Info("unknown outcome resolved: the request took effect; response recorded", "status", done.Response.Status)
 	return nil
+}
+
+// tooLargeResponse is the answer recorded for a request whose own answer
+// is too large to store: idempotency.ErrResponseTooLarge as its problem.
+func tooLargeResponse() *idempotency.Response {
+	d := problem.For(idempotency.ErrResponseTooLarge)
+	return &idempotency.Response{Status: d.Status, Header: problem.Renderer{}.Header(d), Body: problem.Renderer{}.Body(d)}
 }
 
 // release frees the key of a request that provably had no effect, undoing

@@ -2,6 +2,7 @@ package recovery_test
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -224,6 +225,7 @@ func TestReconciler(t *testing.T) {
 		before     func(t *testing.T, key idempotency.Key, rec idempotency.Record)
 		down       bool // the provider cannot be reached
 		badRebuild bool
+		huge       bool               // the rebuilt answer is too large to store
 		want       idempotency.Status // "" for no record
 		failed     bool
 		metrics    map[string]int
@@ -299,6 +301,12 @@ func TestReconciler(t *testing.T) {
 			alerts: []string{"ERROR"},
 		},
 		{
+			// Not stored, the answer would leave the key UNKNOWN for its
+			// retention, the reconciler failing on it at every redrive.
+			name: "answer too large to store: completed with response_too_large", charge: "tok_visa", markedAgo: 10 * time.Second, huge: true,
+			want: idempotency.StatusCompleted, metrics: map[string]int{"reconcile_resolved": 1},
+		},
+		{
 			name: "response cannot be rebuilt: fails", charge: "tok_visa", markedAgo: 10 * time.Second, badRebuild: true,
 			want: idempotency.StatusUnknown, failed: true, metrics: map[string]int{"reconcile_failed": 1},
 			alerts: []string{"ERROR"},
@@ -327,6 +335,14 @@ func TestReconciler(t *testing.T) {
 			if tt.badRebuild {
 				cfg.Rebuild = func(idempotency.Record, provider.Charge) (idempotency.Response, error) {
 					return idempotency.Response{}, errors.New("cannot rebuild")
+				}
+			}
+			if tt.huge {
+				cfg.Rebuild = func(rec idempotency.Record, c provider.Charge) (idempotency.Response, error) {
+					resp, err := rebuild(rec, c)
+					resp.Body = make([]byte, dynamo.MaxStoredBody+1)
+					rand.Read(resp.Body) // incompressible
+					return resp, err
 				}
 			}
 			h := newHarness(t, cfg)
@@ -362,6 +378,11 @@ func TestReconciler(t *testing.T) {
 				}
 			case err != nil:
 				t.Fatalf("Get() = %v, want a %s record", err, tt.want)
+			case tt.huge:
+				if got.Status != idempotency.StatusCompleted || got.Response == nil || got.Response.Status != http.StatusInternalServerError ||
+					!strings.Contains(string(got.Response.Body), `"code":"response_too_large"`) {
+					t.Errorf("Get() = %s %+v, want COMPLETED with 500 response_too_large", got.Status, got.Response)
+				}
 			case tt.want == idempotency.StatusCompleted && snapshot != nil && snapshot.Status == idempotency.StatusUnknown:
 				checkCompleted(t, w, rec, got, start, end)
 			default:

@@ -636,8 +636,9 @@ func testBodies(t *testing.T, newStore NewStore) {
 
 func testHeaders(t *testing.T, newStore NewStore) {
 	tests := []struct {
-		name   string
-		header map[string]string
+		name      string
+		header    map[string]string
+		setCookie []string
 	}{
 		{"several", map[string]string{
 			"Content-Type":     "application/json; charset=utf-8",
@@ -647,15 +648,18 @@ func testHeaders(t *testing.T, newStore NewStore) {
 			"Cache-Control":    "no-store",
 			"X-Request-Id":     strings.Repeat("r", 200),
 			"Www-Authenticate": `Bearer realm="once", error="invalid_token"`,
-		}},
-		{"empty", map[string]string{}},
-		{"nil", nil},
+			"Link":             `</v1/payments/pay_1>; rel="self", </v1/payments>; rel="collection"`,
+		}, nil},
+		{"empty", map[string]string{}, nil},
+		{"nil", nil, nil},
+		{"set-cookie lines, in order", map[string]string{"Content-Type": "application/json"},
+			[]string{"b=2; Path=/", "a=1; Expires=Wed, 21 Oct 2037 07:28:00 GMT; HttpOnly", "b=2; Path=/"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, _ := newStore(t)
 			rec := completed(key(t, "k"), "a", t0)
-			rec.Response.Header = tt.header
+			rec.Response.Header, rec.Response.SetCookie = tt.header, tt.setCookie
 			put(t, s, rec)
 			got, err := s.Get(t.Context(), rec.Key)
 			if err != nil {
@@ -667,6 +671,9 @@ func testHeaders(t *testing.T, newStore NewStore) {
 			}
 			if diff := cmp.Diff(want, got.Response.Header); diff != "" {
 				t.Errorf("Response.Header mismatch (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.setCookie, got.Response.SetCookie); diff != "" {
+				t.Errorf("Response.SetCookie mismatch (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -40,9 +40,7 @@ func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 // WriteResponse sends resp as it is (a stored or rebuilt answer).
 func WriteResponse(w http.ResponseWriter, resp idempotency.Response) {
 	h := w.Header()
-	for k, v := range resp.Header {
-		h.Set(k, v)
-	}
+	resp.SetHeader(h)
 	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	w.WriteHeader(resp.Status)
 	_, _ = w.Write(resp.Body)

@@ -136,6 +136,9 @@ func requestIdentity(r *http.Request, body []byte) (idempotency.Key, string, err
 		return idempotency.Key{}, "", errors.New("orders: the request did not come through the idempotency middleware")
 	}
 	fingerprint, err := idempotency.RequestFingerprint(r.Method, RouteCreate, body)
+	if errors.Is(err, idempotency.ErrNumberPrecision) {
+		return idempotency.Key{}, "", idempotency.ErrNumberPrecision
+	}
 	if err != nil {
 		return idempotency.Key{}, "", idempotency.ErrBodyInvalid
 	}
