@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/gowebpki/jcs"
 )
@@ -44,14 +46,75 @@ func Fingerprint(method, route string, canonicalBody []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// RequestFingerprint is Fingerprint of the canonical form of a JSON body: the
-// fingerprint the middleware gives the request.
+// RequestFingerprint is the fingerprint the middleware gives a request to
+// a route without wildcards: Fingerprint of the body's canonical form, an
+// empty body (nothing but whitespace: a POST without one) counting as the
+// empty form.
 func RequestFingerprint(method, route string, body []byte) (string, error) {
-	canonical, err := Canonical(body)
+	return requestFingerprint(method, route, "", body)
+}
+
+// requestFingerprint is RequestFingerprint with the part of the request's
+// path the route does not fix (pathPart).
+func requestFingerprint(method, route, path string, body []byte) (string, error) {
+	canonical, err := canonicalBody(body)
 	if err != nil {
 		return "", err
 	}
-	return Fingerprint(method, route, canonical), nil
+	return fingerprintAt(method, route, path, canonical), nil
+}
+
+// canonicalBody is Canonical of a request body, an empty one (nothing but
+// whitespace: a POST without a body) having the empty form.
+func canonicalBody(body []byte) ([]byte, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, nil
+	}
+	return Canonical(body)
+}
+
+// fingerprintAt is Fingerprint, with path as a fourth length-prefixed part
+// when there is one: such a fingerprint differs from every fingerprint
+// without one.
+func fingerprintAt(method, route, path string, canonical []byte) string {
+	if path == "" {
+		return Fingerprint(method, route, canonical)
+	}
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(method), []byte(route), []byte(path), canonical} {
+		fmt.Fprintf(h, "%d:", len(part))
+		h.Write(part)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// pathPart is what of r's path a fingerprint on route must cover: nothing
+// when route has no wildcard ("POST /v1/payments": the path is the route's),
+// else the wildcards' values when the standard ServeMux matched r to route
+// as its pattern ("POST /v1/payments/{id}/capture": id=pay_1), and r's
+// escaped path when something else routed it. So one key sent to two
+// resources of one route is two requests.
+func pathPart(route string, r *http.Request) string {
+	if !strings.Contains(route, "{") {
+		return ""
+	}
+	if r.Pattern != route {
+		return "path=" + r.URL.EscapedPath()
+	}
+	var b strings.Builder
+	for seg := range strings.SplitSeq(route, "/") {
+		name, ok := strings.CutPrefix(seg, "{")
+		if !ok {
+			continue
+		}
+		name = strings.TrimSuffix(strings.TrimSuffix(name, "}"), "...")
+		if name == "$" {
+			continue
+		}
+		v := r.PathValue(name)
+		fmt.Fprintf(&b, "%d:%s%d:%s", len(name), name, len(v), v)
+	}
+	return b.String()
 }
 
 // numbersExact reports whether every number in doc, a JSON document JCS has

@@ -172,7 +172,12 @@ func (m *Middleware) External(route string, next http.Handler, resolver Resolver
 // Wrap makes next idempotent under mode (Atomic or Leased; External routes
 // need a Resolver and are wrapped with External). route names the endpoint in
 // fingerprints ("POST /v1/payments"): the same key on another route is a
-// different request. next must call Begin once it has validated the request
+// different request. A route with wildcards, in ServeMux pattern syntax
+// ("POST /v1/payments/{id}/capture"), also fingerprints what they matched
+// (the path values when a ServeMux routed the request by that very pattern,
+// else the escaped path), so the same key on another resource is a different
+// request too. The body is fingerprinted in its RFC 8785 canonical form; an
+// empty body (a POST without one) is a body of its own, not an error. next must call Begin once it has validated the request
 // and before it has any effect; whatever it writes before Begin is sent as is
 // and not stored. Wrap panics when route is wrapped twice.
 func (m *Middleware) Wrap(mode Mode, route string, next http.Handler) http.Handler {
@@ -336,7 +341,7 @@ func (c *Call) begin(r *http.Request, holds []Effect) (*Call, bool) {
 	if c.mode == Leased && len(holds) > 0 {
 		panic(fmt.Sprintf("idempotency: route %q: holds need Atomic or External mode", c.route))
 	}
-	canonical, err := Canonical(c.body)
+	canonical, err := canonicalBody(c.body)
 	if err != nil {
 		var invalid error = ErrBodyInvalid
 		if errors.Is(err, ErrNumberPrecision) {
@@ -346,7 +351,7 @@ func (c *Call) begin(r *http.Request, holds []Effect) (*Call, bool) {
 		return nil, false
 	}
 	c.canonical = canonical
-	c.fingerprint = Fingerprint(r.Method, c.route, canonical)
+	c.fingerprint = fingerprintAt(r.Method, c.route, pathPart(c.route, r), canonical)
 	c.holds = holds
 	if cached, ok := c.m.cfg.Cache.get(c.key, c.m.cfg.Now()); ok {
 		c.obs.CacheHit = true

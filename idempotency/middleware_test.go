@@ -263,3 +263,84 @@ func TestReplayOfSingleValueHeaders(t *testing.T) {
 		t.Errorf("replay = %d, header mismatch (-want +got):\n%s", w.Code, diff)
 	}
 }
+
+// TestFingerprintCoversWhatTheRouteLeavesOpen: the same key and body on two
+// resources of a route with wildcards are two requests (422 for the
+// second), whether a ServeMux routed them by the route's pattern or
+// something else did; on a route without wildcards the fingerprint is the
+// route's alone, as before; and a POST without a body is a request of its
+// own (a replay, then 422 for a body under the same key).
+func TestFingerprintCoversWhatTheRouteLeavesOpen(t *testing.T) {
+	const route = "POST /v1/things/{id}/capture"
+	type send struct {
+		path, body string
+		want       int
+		replayed   bool
+	}
+	for _, tc := range []struct {
+		name  string
+		mux   bool // routed by a ServeMux on route's pattern
+		route string
+		sends []send
+	}{
+		{"wildcard, ServeMux", true, route, []send{
+			{"/v1/things/a/capture", `{"n":1}`, http.StatusCreated, false},
+			{"/v1/things/a/capture", `{"n": 1}`, http.StatusCreated, true},
+			{"/v1/things/b/capture", `{"n":1}`, http.StatusUnprocessableEntity, false},
+		}},
+		{"wildcard, routed otherwise", false, route, []send{
+			{"/v1/things/a/capture", `{"n":1}`, http.StatusCreated, false},
+			{"/v1/things/a/capture", `{"n":1}`, http.StatusCreated, true},
+			{"/v1/things/b/capture", `{"n":1}`, http.StatusUnprocessableEntity, false},
+		}},
+		{"no body", true, route, []send{
+			{"/v1/things/a/capture", "", http.StatusCreated, false},
+			{"/v1/things/a/capture", " \n", http.StatusCreated, true},
+			{"/v1/things/a/capture", `{}`, http.StatusUnprocessableEntity, false},
+		}},
+		{"no wildcard", true, "POST /v1/things", []send{
+			{"/v1/things", `{"n":1}`, http.StatusCreated, false},
+			{"/v1/things", `{"n":1}`, http.StatusCreated, true},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := memory.New()
+			mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: func(*http.Request) (string, bool) { return "acme", true }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var runs int
+			var h http.Handler = mw.Leased(tc.route, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if _, ok := idempotency.Begin(w, r); !ok {
+					return
+				}
+				runs++
+				w.WriteHeader(http.StatusCreated)
+			}))
+			if tc.mux {
+				mux := http.NewServeMux()
+				mux.Handle(tc.route, h)
+				h = mux
+			}
+			for i, s := range tc.sends {
+				r := httptest.NewRequest("POST", s.path, strings.NewReader(s.body))
+				r.Header.Set(idempotency.Header, "k")
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				if replayed := w.Header().Get(idempotency.ReplayedHeader) == "true"; w.Code != s.want || replayed != s.replayed {
+					t.Errorf("send %d (%s %q) = %d (replayed %v) %s, want %d (replayed %v)", i, s.path, s.body, w.Code, replayed, w.Body, s.want, s.replayed)
+				}
+			}
+			if runs != 1 {
+				t.Errorf("handler ran %d times, want 1", runs)
+			}
+			if tc.route == "POST /v1/things" {
+				rec, err := store.Get(t.Context(), idempotency.NewKey("acme", "k"))
+				want, _ := idempotency.RequestFingerprint("POST", tc.route, []byte(`{"n":1}`))
+				if err != nil || rec.Fingerprint != want {
+					t.Errorf("fingerprint on a route without wildcards = %q (%v), want %q, as before", rec.Fingerprint, err, want)
+				}
+			}
+		})
+	}
+}

@@ -305,6 +305,7 @@ func TestReconciler(t *testing.T) {
 			// retention, the reconciler failing on it at every redrive.
 			name: "answer too large to store: completed with response_too_large", charge: "tok_visa", markedAgo: 10 * time.Second, huge: true,
 			want: idempotency.StatusCompleted, metrics: map[string]int{"reconcile_resolved": 1},
+			alerts: []string{"ERROR"}, // the answer the request earned is lost: an operator's to know
 		},
 		{
 			name: "response cannot be rebuilt: fails", charge: "tok_visa", markedAgo: 10 * time.Second, badRebuild: true,
