@@ -27,6 +27,7 @@ import (
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/samtemplate"
+	"github.com/oncehq/once/internal/tenant"
 )
 
 // template returns the parsed template.yaml.
@@ -375,7 +376,7 @@ func checkPaymentImage(t *testing.T, where string, img map[string]events.DynamoD
 	if err != nil {
 		t.Fatalf("%s: %v", where, err)
 	}
-	if !payments.ValidID(p.ID) || p.PK != payments.PK(p.Tenant, p.ID) || !auth.ValidTenant(p.Tenant) {
+	if !payments.ValidID(p.ID) || p.PK != payments.PK(p.Tenant, p.ID) || !tenant.Valid(p.Tenant) {
 		t.Errorf("%s: pk %q, id %q, tenant %q; want pk %q, a payment ID and a tenant", where, p.PK, p.ID, p.Tenant, payments.PK(p.Tenant, p.ID))
 	}
 	back, err := attributevalue.MarshalMap(p)

@@ -23,6 +23,7 @@ import (
 	"github.com/oncehq/once/internal/httpapi"
 	"github.com/oncehq/once/internal/orders"
 	"github.com/oncehq/once/internal/payments"
+	"github.com/oncehq/once/internal/payments/paymentshttp"
 	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/refunds"
 )
@@ -124,7 +125,7 @@ func routes(mw *idempotency.Middleware, d deps) []httpapi.Route {
 	}
 	timeout, paymentsTable, ordersTable := d.cfg.ProviderTimeout, d.cfg.Table("PaymentsTable"), d.cfg.Table("OrdersTable")
 	var rs []httpapi.Route
-	rs = append(rs, payments.Routes(mw, paymentsTable, payments.NewTable(d.client, paymentsTable), d.now)...)
+	rs = append(rs, paymentshttp.Routes(mw, paymentsTable, payments.NewTable(d.client, paymentsTable), d.now)...)
 	rs = append(rs, charges.Routes(mw, chargesProvider, timeout)...)
 	rs = append(rs, refunds.Routes(mw, refunds.Config{
 		Tables:   refunds.Tables{Refunds: d.cfg.Table("RefundsTable"), Payments: paymentsTable},

@@ -5,19 +5,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
+
+	"github.com/oncehq/once/internal/tenant"
 )
 
 // DefaultDevAPIKeys is the devstack's ONCE_DEV_API_KEYS when it is unset.
 const DefaultDevAPIKeys = "acme:sk_test_acme,globex:sk_test_globex"
-
-// tenantID is the rule for tenant ids.
-var tenantID = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
-
-// ValidTenant reports whether s is a valid tenant id:
-// ^[a-z0-9][a-z0-9_-]{0,63}$.
-func ValidTenant(s string) bool { return tenantID.MatchString(s) }
 
 // Hash returns the form in which apiKey is stored: the lower-case hex SHA-256
 // of the key.
@@ -53,8 +47,8 @@ func ParsePairs(s string) ([]Pair, error) {
 	for i, entry := range strings.Split(s, ",") {
 		n := i + 1
 		entry = strings.TrimSpace(entry)
-		tenant, key, ok := strings.Cut(entry, ":")
-		tenant, key = strings.TrimSpace(tenant), strings.TrimSpace(key)
+		name, key, ok := strings.Cut(entry, ":")
+		name, key = strings.TrimSpace(name), strings.TrimSpace(key)
 		switch {
 		case entry == "":
 			errs = append(errs, fmt.Errorf("auth: API key entry %d is empty", n))
@@ -63,19 +57,19 @@ func ParsePairs(s string) ([]Pair, error) {
 			errs = append(errs, fmt.Errorf("auth: API key entry %d: want tenant:key, found no ':'", n))
 			continue
 		}
-		if !ValidTenant(tenant) {
-			errs = append(errs, fmt.Errorf("auth: API key entry %d: tenant %q is not a tenant id (%s)", n, tenant, tenantID))
+		if !tenant.Valid(name) {
+			errs = append(errs, fmt.Errorf("auth: API key entry %d: tenant %q is not a tenant id (%s)", n, name, tenant.Pattern))
 		}
 		if err := checkKey(key); err != nil {
-			errs = append(errs, fmt.Errorf("auth: API key entry %d (tenant %q): %w", n, tenant, err))
+			errs = append(errs, fmt.Errorf("auth: API key entry %d (tenant %q): %w", n, name, err))
 			continue
 		}
 		if prev, dup := seen[key]; dup {
-			errs = append(errs, fmt.Errorf("auth: API key entry %d (tenant %q): same key as entry %d", n, tenant, prev))
+			errs = append(errs, fmt.Errorf("auth: API key entry %d (tenant %q): same key as entry %d", n, name, prev))
 			continue
 		}
 		seen[key] = n
-		pairs = append(pairs, Pair{Tenant: tenant, Key: key})
+		pairs = append(pairs, Pair{Tenant: name, Key: key})
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

@@ -72,14 +72,3 @@ func TestParsePairsReportsEveryProblemWithoutKeys(t *testing.T) {
 		t.Errorf("ParsePairs error %q contains the key", err)
 	}
 }
-
-func TestValidTenant(t *testing.T) {
-	for s, want := range map[string]bool{
-		"acme": true, "0": true, "a_b-c9": true, strings.Repeat("a", 64): true,
-		"": false, "Acme": false, "_a": false, "a b": false, "a#b": false, strings.Repeat("a", 65): false,
-	} {
-		if got := ValidTenant(s); got != want {
-			t.Errorf("ValidTenant(%q) = %v, want %v", s, got, want)
-		}
-	}
-}

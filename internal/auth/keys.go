@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/oncehq/once/internal/tenant"
 )
 
 // ErrUnknownKey is returned by Keys.Lookup for a key that is not in the table.
@@ -60,7 +62,7 @@ func (k *Keys) Lookup(ctx context.Context, apiKey string) (string, error) {
 		return "", ErrUnknownKey
 	}
 	s, ok := out.Item[attrTenant].(*types.AttributeValueMemberS)
-	if !ok || !ValidTenant(s.Value) {
+	if !ok || !tenant.Valid(s.Value) {
 		return "", fmt.Errorf("auth: key %s: item has no valid tenant", ShortHash(apiKey))
 	}
 	return s.Value, nil
@@ -81,7 +83,7 @@ var ErrKeyTaken = errors.New("auth: API key already belongs to another tenant")
 func Seed(ctx context.Context, api SeedAPI, table string, pairs []Pair) error {
 	now := strconv.FormatInt(time.Now().Unix(), 10)
 	for _, p := range pairs {
-		if !ValidTenant(p.Tenant) {
+		if !tenant.Valid(p.Tenant) {
 			return fmt.Errorf("auth: seed: tenant %q is not a tenant id", p.Tenant)
 		}
 		if err := checkKey(p.Key); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/oncehq/once/internal/fault"
 	"github.com/oncehq/once/internal/orders"
 	"github.com/oncehq/once/internal/payments"
+	"github.com/oncehq/once/internal/payments/paymentshttp"
 	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/provider/simulator"
 	"github.com/oncehq/once/internal/refunds"
@@ -72,7 +73,7 @@ type endpoint struct {
 // endpoints are the API's idempotent endpoints.
 var endpoints = []*endpoint{
 	{
-		name: "payments", route: payments.RouteCreate, path: "/v1/payments",
+		name: "payments", route: paymentshttp.RouteCreate, path: "/v1/payments",
 		points: []string{fault.AfterReserve, fault.AfterComplete},
 		prepare: func(_ context.Context, _ *env, tag string) (request, error) {
 			return request{key: tag, tag: tag, body: paymentBody(tag, 1999, "")}, nil

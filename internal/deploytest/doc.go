@@ -22,6 +22,10 @@
 //     its environment and its event sources name, and every DynamoDB and SQS
 //     operation its code can reach;
 //   - the API's routes are exactly the ones internal/api serves;
+//   - each function links only what it runs (go list -deps, as deployed):
+//     no local emulation, test support or DynamoDB Streams client in any
+//     function nor in the root package, no HTTP layer in a background
+//     function, the authorizer's package only in the authorizer;
 //   - localstack/ and samconfig.toml agree with the template.
 //
 // No test keeps a list of tables, variables or grants: adding an endpoint

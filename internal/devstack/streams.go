@@ -17,6 +17,7 @@ import (
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamoclient"
+	"github.com/oncehq/once/internal/dynamoclient/streamsclient"
 	"github.com/oncehq/once/internal/provider/simulator"
 	"github.com/oncehq/once/internal/queue"
 	"github.com/oncehq/once/internal/receipts"
@@ -194,7 +195,7 @@ func (s *Stack) startStreams(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	streams := dynamoclient.NewStreams(awsCfg, s.cfg.DynamoDBEndpoint)
+	streams := streamsclient.New(awsCfg, s.cfg.DynamoDBEndpoint)
 	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	stop := func(context.Context) error {

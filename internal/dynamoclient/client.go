@@ -13,7 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/aws/smithy-go/logging"
 )
 
@@ -104,15 +103,6 @@ func New(cfg aws.Config, endpoint string) *dynamodb.Client {
 		if endpoint != "" {
 			o.BaseEndpoint = aws.String(endpoint)
 			o.DisableValidateResponseChecksum = true
-		}
-	})
-}
-
-// NewStreams returns a DynamoDB Streams client for cfg.
-func NewStreams(cfg aws.Config, endpoint string) *dynamodbstreams.Client {
-	return dynamodbstreams.NewFromConfig(cfg, func(o *dynamodbstreams.Options) {
-		if endpoint != "" {
-			o.BaseEndpoint = aws.String(endpoint)
 		}
 	})
 }

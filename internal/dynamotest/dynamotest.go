@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 
 	"github.com/oncehq/once/internal/dynamoclient"
+	"github.com/oncehq/once/internal/dynamoclient/streamsclient"
 	"github.com/oncehq/once/internal/samtemplate"
 )
 
@@ -75,7 +76,7 @@ func Client(t testing.TB) *dynamodb.Client {
 // Streams returns a DynamoDB Streams client for the test endpoint.
 func Streams(t testing.TB) *dynamodbstreams.Client {
 	t.Helper()
-	return dynamoclient.NewStreams(Config(t), Endpoint(t))
+	return streamsclient.New(Config(t), Endpoint(t))
 }
 
 var unsafe = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)

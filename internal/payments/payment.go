@@ -4,9 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"time"
-
-	"github.com/oncehq/once/idempotency"
-	"github.com/oncehq/once/idempotency/dynamo"
 )
 
 // Status is the state of a payment.
@@ -162,12 +159,6 @@ type rendering struct {
 	ProviderChargeID *string `json:"provider_charge_id"`
 	FailureCode      *string `json:"failure_code"`
 	Created          int64   `json:"created"`
-}
-
-// Effect is the insert of p into table, to commit with the idempotency
-// record (idempotency.Call.AddEffect).
-func Effect(table string, p Payment) idempotency.Effect {
-	return dynamo.Insert(table, KeyAttr, p)
 }
 
 const (

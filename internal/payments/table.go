@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -12,13 +13,16 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/oncehq/once/idempotency"
-	"github.com/oncehq/once/internal/httpapi"
+	"github.com/oncehq/once/idempotency/problem"
 )
 
 // Errors of Table.
 var (
-	// ErrNotFound: no such payment for the tenant (404 not_found).
-	ErrNotFound = fmt.Errorf("payments: payment not found: %w", httpapi.ErrNotFound)
+	// ErrNotFound: no such payment for the tenant (404 not_found, the answer
+	// of httpapi.ErrNotFound, declared here so that the worker, which reads
+	// payments, links no HTTP package).
+	ErrNotFound = fmt.Errorf("payments: payment not found: %w",
+		problem.New(http.StatusNotFound, "not_found", "Not found", "No such resource."))
 	// ErrNotPending: the payment is already settled (see *NotPendingError).
 	ErrNotPending = errors.New("payments: payment is not pending")
 	// ErrUnavailable: DynamoDB could not be reached or throttled the request

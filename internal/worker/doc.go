@@ -6,7 +6,7 @@
 // # What a record does
 //
 // A payment is written pending by the API, in the same transaction as the
-// idempotency record of its 201 (see payments.Effect); its INSERT stream
+// idempotency record of its 201 (see paymentshttp.Effect); its INSERT stream
 // record is the outbox entry. For each such record Worker.Handle:
 //
 //  1. decodes the new image into a payments.Payment and checks that it is

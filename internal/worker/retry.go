@@ -10,10 +10,10 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/oncehq/once/internal/auth"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/queue"
+	"github.com/oncehq/once/internal/tenant"
 )
 
 // Defaults of Config's retry settings.
@@ -72,7 +72,7 @@ func decodeRetry(body string) (retryMessage, error) {
 	if err := json.Unmarshal([]byte(body), &m); err != nil {
 		return retryMessage{}, fmt.Errorf("worker: retry message: %w", err)
 	}
-	if !auth.ValidTenant(m.Tenant) || !payments.ValidID(m.Payment) || m.Attempt < 1 {
+	if !tenant.Valid(m.Tenant) || !payments.ValidID(m.Payment) || m.Attempt < 1 {
 		return retryMessage{}, fmt.Errorf("worker: retry message: tenant %q, payment %q, attempt %d: not a payment's retry", m.Tenant, m.Payment, m.Attempt)
 	}
 	return m, nil

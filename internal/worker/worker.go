@@ -10,10 +10,10 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/oncehq/once/idempotency/stream"
-	"github.com/oncehq/once/internal/auth"
 	"github.com/oncehq/once/internal/metrics"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
+	"github.com/oncehq/once/internal/tenant"
 )
 
 // Metric names (EMF, see the package documentation).
@@ -331,7 +331,7 @@ func decode(c stream.Change) (payments.Payment, error) {
 	switch {
 	case !payments.ValidID(p.ID):
 		return payments.Payment{}, fmt.Errorf("worker: payment image: id %q is not a payment ID", p.ID)
-	case !auth.ValidTenant(p.Tenant) || p.PK != payments.PK(p.Tenant, p.ID):
+	case !tenant.Valid(p.Tenant) || p.PK != payments.PK(p.Tenant, p.ID):
 		// A valid tenant and payment ID make a valid provider key (ChargeKey).
 		return payments.Payment{}, fmt.Errorf("worker: payment image %s: pk does not match a valid tenant and the id", p.ID)
 	}

@@ -1,4 +1,4 @@
-package payments
+package paymentshttp
 
 import (
 	"context"
@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/internal/httpapi"
+	"github.com/oncehq/once/internal/payments"
 )
 
 // Routes of the payments endpoints.
@@ -15,11 +17,11 @@ const (
 	RouteGet    = "GET /v1/payments/{id}"
 )
 
-// Reader reads payments; *Table is one.
+// Reader reads payments; *payments.Table is one.
 type Reader interface {
-	// Get returns tenant's payment id, or an error wrapping ErrNotFound or
-	// ErrUnavailable.
-	Get(ctx context.Context, tenant, id string) (Payment, error)
+	// Get returns tenant's payment id, or an error wrapping
+	// payments.ErrNotFound or payments.ErrUnavailable.
+	Get(ctx context.Context, tenant, id string) (payments.Payment, error)
 }
 
 // Routes returns the payments endpoints: POST /v1/payments in Atomic mode
@@ -45,7 +47,7 @@ type handlers struct {
 
 // create serves POST /v1/payments inside the idempotency middleware.
 func (h handlers) create(w http.ResponseWriter, r *http.Request) {
-	req, ok := httpapi.DecodeJSON(w, r, Decode)
+	req, ok := httpapi.DecodeJSON(w, r, payments.Decode)
 	if !ok {
 		return
 	}
@@ -53,7 +55,7 @@ func (h handlers) create(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p := New(call.Key().Tenant, req, h.now())
+	p := payments.New(call.Key().Tenant, req, h.now())
 	call.AddEffect(Effect(h.table, p))
 	httpapi.WriteJSON(w, r, http.StatusCreated, p, func(hd http.Header) { hd.Set("Location", p.Location()) })
 }
@@ -67,7 +69,7 @@ func (h handlers) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	if !ValidID(id) {
+	if !payments.ValidID(id) {
 		httpapi.WriteError(w, r, httpapi.ErrNotFound)
 		return
 	}
@@ -79,4 +81,11 @@ func (h handlers) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpapi.WriteJSON(w, r, http.StatusOK, p, func(hd http.Header) { hd.Set("Cache-Control", "no-store") })
+}
+
+// Effect is the insert of p into table, to commit with the idempotency
+// record (idempotency.Call.AddEffect): the payment, pending, is the outbox
+// the worker reads from the table's stream.
+func Effect(table string, p payments.Payment) idempotency.Effect {
+	return dynamo.Insert(table, payments.KeyAttr, p)
 }
