@@ -15,10 +15,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/oncehq/once/internal/auth"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/queue"
+	"github.com/oncehq/once/internal/tenant"
 	"github.com/oncehq/once/internal/worker"
 )
 
@@ -166,11 +166,11 @@ func (t *Tool) requeuePayment(ctx context.Context, args []string) error {
 	type target struct{ tenant, id string }
 	var targets []target
 	for _, arg := range fs.Args() {
-		tenant, id, ok := strings.Cut(arg, "#")
-		if !ok || !auth.ValidTenant(tenant) || !payments.ValidID(id) {
+		tnt, id, ok := strings.Cut(arg, "#")
+		if !ok || !tenant.Valid(tnt) || !payments.ValidID(id) {
 			return usageError{fs, fmt.Sprintf("%q is not a payment (tenant#pay_id, as `oncectl pending` lists them)", arg)}
 		}
-		targets = append(targets, target{tenant, id})
+		targets = append(targets, target{tnt, id})
 	}
 	url, err := queue.Resolve(ctx, t.sqs, t.cfg.WorkerRetryQueue)
 	if err != nil {
