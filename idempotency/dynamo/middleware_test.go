@@ -8,12 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/internal/dynamotest"
 )
 
 // The middleware over this store: what it answers, and leaves stored, when
@@ -100,7 +97,7 @@ func TestTooLargeAnswer(t *testing.T) {
 				string(rec.Response.Body) != w.Body.String()):
 				t.Errorf("record after a too-large answer: %s %+v (err %v), want COMPLETED with the 500 sent", rec.Status, rec.Response, err)
 			}
-			if got := exists(t, client, payments, key.ID()); got != tt.wantEffects {
+			if got := dynamotest.Exists(t, client, payments, key.ID()); got != tt.wantEffects {
 				t.Errorf("effect written: %v, want %v", got, tt.wantEffects)
 			}
 
@@ -179,18 +176,4 @@ func TestStoreFailureAnswers(t *testing.T) {
 			}
 		})
 	}
-}
-
-// exists reports whether table holds an item whose key pk is pk.
-func exists(t *testing.T, client *dynamodb.Client, table, pk string) bool {
-	t.Helper()
-	out, err := client.GetItem(t.Context(), &dynamodb.GetItemInput{
-		TableName:      aws.String(table),
-		Key:            map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: pk}},
-		ConsistentRead: aws.Bool(true),
-	})
-	if err != nil {
-		t.Fatalf("GetItem(%s): %v", pk, err)
-	}
-	return len(out.Item) > 0
 }

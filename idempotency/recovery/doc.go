@@ -76,9 +76,14 @@
 //     token and the retention as expiry, so that the reconciler finds out what
 //     happened and no retry executes the request again meanwhile. It writes
 //     with Store.Reserve, whose condition (no record, or a reclaimable one)
-//     never overwrites a key that a newer request owns; such a conflict, like
-//     the one a redelivered stream record meets, is success. It counts
-//     zombie_swept, and reconcile_scheduled when the record was restored.
+//     lets it take the key exactly when a new request could: a record within
+//     its retention and an External reservation, whatever its lease, are
+//     never overwritten, however late a retried stream record comes; such a
+//     conflict, like the one a redelivered stream record meets, is success.
+//     A newer record past its retention counts as absent, as it does for a
+//     new request, and a Leased reservation taken so is fenced by its lease
+//     token. It counts zombie_swept, and reconcile_scheduled when the record
+//     was restored.
 //
 // The api also deletes IN_PROGRESS records itself: it releases the key when a
 // request ends with a 5xx (Store.Release). Those REMOVEs must be ignored. A

@@ -149,6 +149,24 @@ func plan(t testing.TB, client *dynamodb.Client) (Names, []samtemplate.Table) {
 // when there is none.
 func Item(t testing.TB, client *dynamodb.Client, table, pk string) map[string]types.AttributeValue {
 	t.Helper()
+	item := get(t, client, table, pk)
+	if len(item) == 0 {
+		t.Fatalf("GetItem(%s): no item", pk)
+	}
+	return item
+}
+
+// Exists reports whether table holds an item whose key pk is pk (a
+// consistent read).
+func Exists(t testing.TB, client *dynamodb.Client, table, pk string) bool {
+	t.Helper()
+	return len(get(t, client, table, pk)) > 0
+}
+
+// get reads the item of table whose key is pk, consistently: nil when there
+// is none.
+func get(t testing.TB, client *dynamodb.Client, table, pk string) map[string]types.AttributeValue {
+	t.Helper()
 	out, err := client.GetItem(t.Context(), &dynamodb.GetItemInput{
 		TableName:      aws.String(table),
 		Key:            key(pk),
@@ -156,9 +174,6 @@ func Item(t testing.TB, client *dynamodb.Client, table, pk string) map[string]ty
 	})
 	if err != nil {
 		t.Fatalf("GetItem(%s): %v", pk, err)
-	}
-	if len(out.Item) == 0 {
-		t.Fatalf("GetItem(%s): no item", pk)
 	}
 	return out.Item
 }
