@@ -8,14 +8,19 @@ type Counter interface {
 }
 
 // Metric names counted by the Sweeper, the Reconciler, the Scheduler and
-// the Checker. Alarm on MetricFailed, MetricUnroutable and
-// MetricCheckFailed, not on MetricDeferred.
+// the Checker. Alarm on MetricFailed, MetricUnroutable, MetricUnrestored
+// and MetricCheckFailed, not on MetricDeferred.
 const (
 	MetricZombieSwept        = "zombie_swept"
 	MetricReconcileScheduled = "reconcile_scheduled"
 	MetricResolved           = "reconcile_resolved"
 	MetricFailed             = "reconcile_failed"
 	MetricUnroutable         = "reconcile_unroutable"
+	// MetricUnrestored counts the abandoned External reservations a
+	// Sweeper could not restore because another request (another
+	// fingerprint) holds their key: what the abandoned one did at the
+	// other system is left unreconciled, an operator's to settle.
+	MetricUnrestored = "zombie_unrestored"
 	// MetricDeferred counts the records a Reconciler failed, to be
 	// retried, because nothing had happened yet but Settle had not passed
 	// and the invocation had no time left to wait for it: expected, not

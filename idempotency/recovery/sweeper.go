@@ -33,7 +33,8 @@ type SweeperConfig struct {
 	// Logger receives one line per abandoned reservation and per failure
 	// (default: discard).
 	Logger *slog.Logger
-	// Metrics counts zombie_swept and reconcile_scheduled.
+	// Metrics counts zombie_swept, reconcile_scheduled and
+	// zombie_unrestored.
 	Metrics Counter
 	// Now returns the current time (time.Now).
 	Now func() time.Time
@@ -118,11 +119,20 @@ func (s *Sweeper) record(ctx context.Context, er events.DynamoDBEventRecord) err
 	case errors.As(err, &conflict):
 		// A newer request owns the key, or an earlier delivery of this
 		// record restored it already: nothing to do.
-		s.cfg.Metrics.Count(MetricZombieSwept)
 		existing := "none"
 		if conflict.Existing != nil {
 			existing = string(conflict.Existing.Status)
 		}
+		if conflict.Existing != nil && conflict.Existing.Fingerprint != old.Fingerprint {
+			// Another request took the key (the reservation's check was
+			// lost, TTL deleted it, and the key was reused): nothing will
+			// ask what the abandoned request did at the other system.
+			s.cfg.Metrics.Count(MetricZombieSwept, MetricUnrestored)
+			log.Error("abandoned external reservation not restored: another request holds its key; its outcome at the other system is unreconciled",
+				"existing", existing, "route", old.Route, "created_at", old.CreatedAt)
+			return nil
+		}
+		s.cfg.Metrics.Count(MetricZombieSwept)
 		log.Info("abandoned external reservation swept; not restored: the key is held already", "existing", existing)
 		return nil
 	case err != nil:

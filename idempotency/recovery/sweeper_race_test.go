@@ -52,8 +52,9 @@ func (w world) failSweep(t *testing.T, rec events.DynamoDBEventRecord) {
 }
 
 // sweepRetry delivers rec again, at sweepAt, to a Sweeper on the real store,
-// and reports whether it restored the key (reconcile_scheduled).
-func (w world) sweepRetry(t *testing.T, rec events.DynamoDBEventRecord, sweepAt time.Time) bool {
+// and reports whether it restored the key (reconcile_scheduled), and whether
+// it found the key held by another request (zombie_unrestored).
+func (w world) sweepRetry(t *testing.T, rec events.DynamoDBEventRecord, sweepAt time.Time) (restored, unrestored bool) {
 	t.Helper()
 	h := newSweepHarness(t, w.store, func() time.Time { return sweepAt })
 	if failed := h.handle(t, rec); failed != nil {
@@ -63,7 +64,7 @@ func (w world) sweepRetry(t *testing.T, rec events.DynamoDBEventRecord, sweepAt 
 	if counts["zombie_swept"] != 1 {
 		t.Errorf("retried delivery: metrics %v, want zombie_swept 1", counts)
 	}
-	return counts["reconcile_scheduled"] == 1
+	return counts["reconcile_scheduled"] == 1, counts["zombie_unrestored"] == 1
 }
 
 // requestOf is the External reservation of key for req, created at created.
@@ -197,8 +198,12 @@ func TestSweeperRetryAfterNewerRequest(t *testing.T) {
 			if tt.late {
 				sweepAt = newer.ExpiresAt.Add(time.Second)
 			}
-			if got := w.sweepRetry(t, remove, sweepAt); got != tt.restored {
+			got, unrestored := w.sweepRetry(t, remove, sweepAt)
+			if got != tt.restored {
 				t.Fatalf("retried restore took the key: %v, want %v", got, tt.restored)
+			}
+			if want := tt.another && !tt.restored; unrestored != want {
+				t.Errorf("zombie_unrestored counted: %v, want %v (only when another request holds the key)", unrestored, want)
 			}
 			if got := newer.Reclaimable(sweepAt); got != tt.restored {
 				t.Errorf("newer record reclaimable by a new request at the retry: %v, want %v (the restore takes the key exactly when one could)", got, tt.restored)
@@ -339,8 +344,12 @@ func TestSweeperRetryMeetsNewerRecord(t *testing.T) {
 
 			n := tt.newer(t, key, now)
 			before, beforeErr := w.store.Get(t.Context(), key)
-			if got := w.sweepRetry(t, remove, now); got != tt.restored {
-				t.Fatalf("retried restore took the key: %v, want %v", got, tt.restored)
+			took, unrestored := w.sweepRetry(t, remove, now)
+			if took != tt.restored {
+				t.Fatalf("retried restore took the key: %v, want %v", took, tt.restored)
+			}
+			if want := !tt.restored && beforeErr == nil && before.Fingerprint != old.Fingerprint; unrestored != want {
+				t.Errorf("zombie_unrestored counted: %v, want %v (only when another request holds the key)", unrestored, want)
 			}
 			if reclaimable := n.gone || before.Reclaimable(now); reclaimable != tt.restored {
 				t.Errorf("key free for a new request at the retry: %v, want %v (the restore takes the key exactly when one could)", reclaimable, tt.restored)

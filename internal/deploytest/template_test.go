@@ -353,7 +353,7 @@ func TestAlarms(t *testing.T) {
 	for id := range template(t).Functions() {
 		want = append(want, "AWS/Lambda Errors FunctionName="+id, "AWS/Lambda Throttles FunctionName="+id)
 	}
-	want = append(want, "once reconcile_failed Service=reconciler", "once reconcile_unroutable Service=reconciler")
+	want = append(want, "once reconcile_failed Service=reconciler", "once reconcile_unroutable Service=reconciler", "once zombie_unrestored Service=sweeper")
 	for _, q := range work {
 		want = append(want, "AWS/SQS ApproximateAgeOfOldestMessage QueueName="+q.LogicalID+".QueueName")
 		visibility, err := strconv.Atoi(q.Attributes["VisibilityTimeout"])
