@@ -18,14 +18,17 @@ import (
 	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/charges"
+	"github.com/oncehq/once/internal/charges/chargeshttp"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/fault"
 	"github.com/oncehq/once/internal/httpapi"
 	"github.com/oncehq/once/internal/orders"
+	"github.com/oncehq/once/internal/orders/ordershttp"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/payments/paymentshttp"
 	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/refunds"
+	"github.com/oncehq/once/internal/refunds/refundshttp"
 )
 
 // The bounds of the api function's replay cache (idempotency.Cache): a warm
@@ -126,21 +129,21 @@ func routes(mw *idempotency.Middleware, d deps) []httpapi.Route {
 	timeout, paymentsTable, ordersTable := d.cfg.ProviderTimeout, d.cfg.Table("PaymentsTable"), d.cfg.Table("OrdersTable")
 	var rs []httpapi.Route
 	rs = append(rs, paymentshttp.Routes(mw, paymentsTable, payments.NewTable(d.client, paymentsTable), d.now)...)
-	rs = append(rs, charges.Routes(mw, chargesProvider, timeout)...)
-	rs = append(rs, refunds.Routes(mw, refunds.Config{
+	rs = append(rs, chargeshttp.Routes(mw, chargesProvider, timeout)...)
+	rs = append(rs, refundshttp.Routes(mw, refundshttp.Config{
 		Tables:   refunds.Tables{Refunds: d.cfg.Table("RefundsTable"), Payments: paymentsTable},
 		DB:       d.client,
 		Provider: refundsProvider,
 		Timeout:  timeout,
 	})...)
-	od := orders.Deps{Store: d.store, Orders: ordersTable, Outbox: d.cfg.Table("OutboxTable"), Timeout: timeout, Now: d.now}
+	od := ordershttp.Deps{Store: d.store, Orders: ordersTable, Outbox: d.cfg.Table("OutboxTable"), Timeout: timeout, Now: d.now}
 	if d.provider != nil {
 		od.Provider = d.provider
 	}
 	if d.client != nil {
 		od.Reader = orders.NewTable(d.client, ordersTable)
 	}
-	rs = append(rs, orders.Routes(mw, od)...)
+	rs = append(rs, ordershttp.Routes(mw, od)...)
 	return rs
 }
 
