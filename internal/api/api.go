@@ -1,8 +1,8 @@
 // Package api composes the api function: the idempotency middleware over the
 // DynamoDB store, every endpoint of the demo domains on the public engine,
-// and the router. It lists the routes in one place (routes), so that the
-// api function serves them and the reconciler function resolves exactly the
-// External routes among them (Resolvers).
+// and the router. It lists the routes in one place (routes): the api
+// function serves them, and internal/reconciler's test holds the reconciler
+// function's resolvers to the External routes among them (Resolvers).
 package api
 
 import (
@@ -77,9 +77,12 @@ func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (http
 	}), nil
 }
 
-// Resolvers returns the resolvers of the API's External routes, for the
-// reconciler: the same routes the api function serves, wired the same way
-// (only the middleware's own settings, which resolvers do not use, differ).
+// Resolvers returns the resolvers the API's External routes are wrapped
+// with, by route: the same routes the api function serves, wired the same
+// way (only the middleware's own settings, which resolvers do not use,
+// differ). The reconciler function builds its own from the domain packages
+// (reconciler.Resolvers), without the HTTP layer; its test holds them to
+// these.
 func Resolvers(cfg config.Config, client *dynamodb.Client, opts app.Options) (idempotency.Resolvers, error) {
 	store := dynamo.New(client, cfg.Table("IdempotencyTable"))
 	mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: apigw.Tenant})
