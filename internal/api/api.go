@@ -1,8 +1,8 @@
 // Package api composes the api function: the idempotency middleware over the
 // DynamoDB store, every endpoint of the demo domains on the public engine,
-// and the router. It lists the routes in one place (routes), so that the
-// api function serves them and the reconciler function resolves exactly the
-// External routes among them (Resolvers).
+// and the router. It lists the routes in one place (routes): the api
+// function serves them, and internal/reconciler's test holds the reconciler
+// function's resolvers to the External routes among them (Resolvers).
 package api
 
 import (
@@ -18,14 +18,17 @@ import (
 	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/charges"
+	"github.com/oncehq/once/internal/charges/chargeshttp"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/fault"
 	"github.com/oncehq/once/internal/httpapi"
 	"github.com/oncehq/once/internal/orders"
+	"github.com/oncehq/once/internal/orders/ordershttp"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/payments/paymentshttp"
 	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/refunds"
+	"github.com/oncehq/once/internal/refunds/refundshttp"
 )
 
 // The bounds of the api function's replay cache (idempotency.Cache): a warm
@@ -74,9 +77,12 @@ func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (http
 	}), nil
 }
 
-// Resolvers returns the resolvers of the API's External routes, for the
-// reconciler: the same routes the api function serves, wired the same way
-// (only the middleware's own settings, which resolvers do not use, differ).
+// Resolvers returns the resolvers the API's External routes are wrapped
+// with, by route: the same routes the api function serves, wired the same
+// way (only the middleware's own settings, which resolvers do not use,
+// differ). The reconciler function builds its own from the domain packages
+// (reconciler.Resolvers), without the HTTP layer; its test holds them to
+// these.
 func Resolvers(cfg config.Config, client *dynamodb.Client, opts app.Options) (idempotency.Resolvers, error) {
 	store := dynamo.New(client, cfg.Table("IdempotencyTable"))
 	mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: apigw.Tenant})
@@ -126,21 +132,21 @@ func routes(mw *idempotency.Middleware, d deps) []httpapi.Route {
 	timeout, paymentsTable, ordersTable := d.cfg.ProviderTimeout, d.cfg.Table("PaymentsTable"), d.cfg.Table("OrdersTable")
 	var rs []httpapi.Route
 	rs = append(rs, paymentshttp.Routes(mw, paymentsTable, payments.NewTable(d.client, paymentsTable), d.now)...)
-	rs = append(rs, charges.Routes(mw, chargesProvider, timeout)...)
-	rs = append(rs, refunds.Routes(mw, refunds.Config{
+	rs = append(rs, chargeshttp.Routes(mw, chargesProvider, timeout)...)
+	rs = append(rs, refundshttp.Routes(mw, refundshttp.Config{
 		Tables:   refunds.Tables{Refunds: d.cfg.Table("RefundsTable"), Payments: paymentsTable},
 		DB:       d.client,
 		Provider: refundsProvider,
 		Timeout:  timeout,
 	})...)
-	od := orders.Deps{Store: d.store, Orders: ordersTable, Outbox: d.cfg.Table("OutboxTable"), Timeout: timeout, Now: d.now}
+	od := ordershttp.Deps{Store: d.store, Orders: ordersTable, Outbox: d.cfg.Table("OutboxTable"), Timeout: timeout, Now: d.now}
 	if d.provider != nil {
 		od.Provider = d.provider
 	}
 	if d.client != nil {
 		od.Reader = orders.NewTable(d.client, ordersTable)
 	}
-	rs = append(rs, orders.Routes(mw, od)...)
+	rs = append(rs, ordershttp.Routes(mw, od)...)
 	return rs
 }
 

@@ -8,5 +8,9 @@
 // record keeps (the scoped key, the canonical request, the creation time) and
 // from the provider's charge, so that a reconciler that learns the outcome of
 // an ambiguous call later rebuilds, byte for byte, the answer the original
-// request would have given.
+// request would have given (Response, used by the handler and the
+// Resolver alike).
+//
+// It serves no HTTP: POST /v1/charges is package chargeshttp's, so that the
+// reconciler links the Resolver without the HTTP layer.
 package charges

@@ -64,12 +64,6 @@ var simulators = map[string]string{
 	"internal/provider/simulator": "provider",
 }
 
-// routeBuilders are the background functions that build the API's routes
-// without serving them: the reconciler takes the resolvers of the External
-// routes from the same route constructors the api function serves
-// (api.Resolvers), and those live in the domains' HTTP packages.
-var routeBuilders = map[string]bool{"reconciler": true}
-
 // goPkgGraph is a package of `go list -deps -json`.
 type goPkgGraph struct {
 	ImportPath string
@@ -174,9 +168,9 @@ func apiAuthorizers(tm *samtemplate.Template) map[string]bool {
 //   - the API's packages (internal/httpapi, crash injection, and every
 //     module package that imports internal/httpapi: the routes) link only
 //     into a function API Gateway routes requests to, and the HTTP adapters
-//     only into a function that answers HTTP; the one background function
-//     that builds the API's routes for their resolvers (routeBuilders) is
-//     the exception;
+//     only into a function that answers HTTP (the reconciler runs the
+//     External routes' resolvers, which their domain packages declare
+//     without the HTTP layer);
 //   - the authorizer's package links only into the function the template's
 //     API names as its authorizer.
 func TestFunctionsLinkOnlyWhatTheyRun(t *testing.T) {
@@ -261,8 +255,6 @@ func TestFunctionsLinkOnlyWhatTheyRun(t *testing.T) {
 			switch {
 			case pkg == module+"/internal/auth" && !authorizers[id]:
 				return "the authorizer's package, but no API names " + id + " as its authorizer"
-			case routeBuilders[folder]:
-				return ""
 			case matches(pkg, api) && !servesAPI(fn):
 				return "the API's HTTP layer, but " + id + " has no Api event"
 			case matches(pkg, adapters) && !servesHTTP(fn):

@@ -15,12 +15,12 @@ import (
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/idempotency/recovery"
-	apifn "github.com/oncehq/once/internal/api"
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/metrics"
 	"github.com/oncehq/once/internal/orders"
 	"github.com/oncehq/once/internal/outbox"
+	"github.com/oncehq/once/internal/reconciler"
 )
 
 // orderBody is a create-order body with the given source and e-mail.
@@ -450,7 +450,7 @@ func TestOrdersConcurrentDuplicates(t *testing.T) {
 // stream image twice (a redelivery) changes nothing.
 func TestOrdersResolver(t *testing.T) {
 	s := newOrderStack(t)
-	resolvers, err := apifn.Resolvers(s.cfg, s.client, app.Options{Now: s.clock.Now})
+	resolvers, err := reconciler.Resolvers(s.cfg, s.client, app.Options{Now: s.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,13 +17,13 @@ import (
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/idempotency/recovery"
-	apifn "github.com/oncehq/once/internal/api"
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
+	"github.com/oncehq/once/internal/reconciler"
 	"github.com/oncehq/once/internal/refunds"
 	"github.com/oncehq/once/internal/worker"
 )
@@ -161,7 +161,7 @@ func (s *stack) refundRecord(t testing.TB, tenant, key string) (idempotency.Reco
 	return dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"]).Get(t.Context(), idempotency.NewKey(tenant, key))
 }
 
-// reconcile runs the reconciler function's Reconciler, with the API's
+// reconcile runs the reconciler function's Reconciler, with its
 // resolvers, on tenant's record for key, as the stream would.
 func (s *stack) reconcile(t testing.TB, tenant, key string) {
 	t.Helper()
@@ -169,7 +169,7 @@ func (s *stack) reconcile(t testing.TB, tenant, key string) {
 	if err != nil || rec.Status != idempotency.StatusUnknown {
 		t.Fatalf("record to reconcile = %s, %v; want UNKNOWN", rec.Status, err)
 	}
-	resolvers, err := apifn.Resolvers(s.cfg, s.client, app.Options{Metrics: s.metrics})
+	resolvers, err := reconciler.Resolvers(s.cfg, s.client, app.Options{Metrics: s.metrics})
 	if err != nil {
 		t.Fatal(err)
 	}

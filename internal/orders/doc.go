@@ -18,9 +18,14 @@
 // A request that dies between two points is resumed from the last one by a
 // retry of the same request (after the lease) or, with no retry, by the
 // reconciler through the route's Resolver (idempotency.ResumeSteps), which
-// runs the same phase code (run): a committed phase is never repeated, and
-// a phase run again repeats only its call out, under the same forward key,
-// which the provider answers with the charge it already made.
+// runs the same phase code (Flow.Run): a committed phase is never repeated,
+// and a phase run again repeats only its call out, under the same forward
+// key, which the provider answers with the charge it already made.
+//
+// It serves no HTTP: its endpoints are package ordershttp's, so that the
+// reconciler, which resumes orders, links neither the HTTP layer nor crash
+// injection (the handler checks fault.AfterProviderCall in the callback it
+// gives Flow.Run; a resumed request has no crash to inject).
 //
 // The order's ID is derived from the scoped key and the request's
 // fingerprint, and every write of the flow is an idempotent upsert: a

@@ -54,9 +54,6 @@ func upsert(table string, item any) (idempotency.Effect, error) {
 	return u, nil
 }
 
-// hold writes the new order o with the reservation.
-func hold(table string, o Order) (idempotency.Effect, error) { return upsert(table, o) }
-
 // charged records the provider's answer on the order: paid with the charge,
 // or failed with the charge and failureCode; at the point charge_created.
 // The order must exist, and hold no other charge: a provider that answered

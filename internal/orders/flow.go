@@ -13,9 +13,16 @@ import (
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/problem"
 	"github.com/oncehq/once/internal/charges"
-	"github.com/oncehq/once/internal/fault"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
+)
+
+// Routes of the orders endpoints (served by package ordershttp):
+// RouteCreate is the route its idempotency records and its Resolver are
+// keyed by.
+const (
+	RouteCreate = "POST /v1/orders"
+	RouteGet    = "GET /v1/orders/{id}"
 )
 
 // Charger charges the payment provider; *provider.Client is one.
@@ -36,35 +43,53 @@ const (
 	dataFailure = "failure" // the decline's code (charge_created)
 )
 
-// flow runs the phases of an order request: the handler and the Resolver
-// share it, so that a resumed request goes through the very code a live one
-// does.
-type flow struct {
-	provider Charger
-	orders   string // the orders table
-	outbox   string // the outbox table
-	timeout  time.Duration
+// Flow runs the phases of an order request: the handler (package
+// ordershttp) and the Resolver share it, so that a resumed request goes
+// through the very code a live one does.
+type Flow struct {
+	// Provider charges orders.
+	Provider Charger
+	// Orders and Outbox are the tables of the orders and of their receipt
+	// jobs.
+	Orders, Outbox string
+	// Timeout bounds one provider call (none but the client's own when
+	// zero; it must be shorter than the lease).
+	Timeout time.Duration
 }
 
-// errDrift: the provider answered with a charge that is not this request's
+// ErrDrift: the provider answered with a charge that is not this request's
 // (another amount or currency under its forwarded key). Nothing the request
 // can answer for: the outcome is left to reconciliation, whose failure on
 // the same charge raises the alarm.
-var errDrift = errors.New("orders: the provider's charge does not match the request")
+var ErrDrift = errors.New("orders: the provider's charge does not match the request")
 
-// run goes through the phases after s.Point() and returns the answer and
+// Start is what a new request of order o reserves its key with
+// (idempotency.BeginAt): the first recovery point, order_created, the data
+// every later phase rebuilds o from (its ID and creation time), and the
+// order's write, committed with the reservation.
+func (f Flow) Start(o Order) (point string, data map[string]string, hold idempotency.Effect, err error) {
+	hold, err = upsert(f.Orders, o)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	return PointOrderCreated, map[string]string{dataOrder: o.ID, dataCreated: strconv.FormatInt(o.Created, 10)}, hold, nil
+}
+
+// Run goes through the phases after s.Point() and returns the answer and
 // the effects of the completion (the finished phase's transaction). Its
-// errors are the provider's (see Charger), errDrift, and Steps.Advance's (a
-// *idempotency.ConflictError: the lease is lost). note, when set, is told
-// how long the provider call took.
-func (f flow) run(ctx context.Context, s *idempotency.Steps, req Request, note func(time.Duration)) (idempotency.Response, []idempotency.Effect, error) {
+// errors are the provider's (see Charger), ErrDrift, and Steps.Advance's (a
+// *idempotency.ConflictError: the lease is lost). called, when set, is
+// called once the provider has answered, with how long the call took: the
+// handler notes the call for the request's log line there, and checks its
+// crash point (fault.AfterProviderCall).
+func (f Flow) Run(ctx context.Context, s *idempotency.Steps, req Request, called func(time.Duration)) (idempotency.Response, []idempotency.Effect, error) {
 	o, err := orderOf(s, req)
 	if err != nil {
 		return idempotency.Response{}, nil, err
 	}
 	switch s.Point() {
 	case PointOrderCreated:
-		answer, effects, done, err := f.charge(ctx, s, o, req, note)
+		answer, effects, done, err := f.charge(ctx, s, o, req, called)
 		if err != nil || done {
 			return answer, effects, err
 		}
@@ -79,19 +104,18 @@ func (f flow) run(ctx context.Context, s *idempotency.Steps, req Request, note f
 // phase's forwarded key, then its answer recorded on the order with the new
 // point. done is set when the request ends without a charge (the provider
 // refused the request itself): its answer is final, with effects.
-func (f flow) charge(ctx context.Context, s *idempotency.Steps, o Order, req Request, note func(time.Duration)) (idempotency.Response, []idempotency.Effect, bool, error) {
+func (f Flow) charge(ctx context.Context, s *idempotency.Steps, o Order, req Request, called func(time.Duration)) (idempotency.Response, []idempotency.Effect, bool, error) {
 	cctx := ctx
-	if f.timeout > 0 {
+	if f.Timeout > 0 {
 		var cancel context.CancelFunc
-		cctx, cancel = context.WithTimeout(ctx, f.timeout)
+		cctx, cancel = context.WithTimeout(ctx, f.Timeout)
 		defer cancel()
 	}
 	start := time.Now()
-	c, err := f.provider.Charge(cctx, s.ForwardKey(PointChargeCreated), providerRequest(req))
-	if note != nil {
-		note(time.Since(start))
+	c, err := f.Provider.Charge(cctx, s.ForwardKey(PointChargeCreated), providerRequest(req))
+	if called != nil {
+		called(time.Since(start))
 	}
-	fault.Check(ctx, fault.AfterProviderCall)
 	var declined *provider.DeclinedError
 	switch {
 	case err == nil:
@@ -99,13 +123,13 @@ func (f flow) charge(ctx context.Context, s *idempotency.Steps, o Order, req Req
 		c = declined.Charge
 	case errors.Is(err, provider.ErrRejected):
 		resp := problemResponse(charges.ErrProviderRejected)
-		return resp, []idempotency.Effect{rejected(f.orders, o, "provider_rejected")}, true, nil
+		return resp, []idempotency.Effect{rejected(f.Orders, o, "provider_rejected")}, true, nil
 	default:
 		return idempotency.Response{}, nil, false, err
 	}
 	if c.Amount != req.Amount || !strings.EqualFold(c.Currency, req.Currency) {
 		return idempotency.Response{}, nil, false, fmt.Errorf("%w: charge %s is of %d %s, the order of %d %s",
-			errDrift, c.ID, c.Amount, c.Currency, req.Amount, req.Currency)
+			ErrDrift, c.ID, c.Amount, c.Currency, req.Amount, req.Currency)
 	}
 	status, data := StatusPaid, map[string]string{dataCharge: c.ID, dataStatus: string(StatusPaid)}
 	switch c.Status {
@@ -113,19 +137,19 @@ func (f flow) charge(ctx context.Context, s *idempotency.Steps, o Order, req Req
 	case provider.StatusFailed:
 		status, data[dataStatus], data[dataFailure] = StatusFailed, string(StatusFailed), c.FailureCode
 	default:
-		return idempotency.Response{}, nil, false, fmt.Errorf("%w: charge %s has status %q", errDrift, c.ID, c.Status)
+		return idempotency.Response{}, nil, false, fmt.Errorf("%w: charge %s has status %q", ErrDrift, c.ID, c.Status)
 	}
-	err = s.Advance(ctx, PointChargeCreated, data, charged(f.orders, o, status, c.ID, data[dataFailure]))
+	err = s.Advance(ctx, PointChargeCreated, data, charged(f.Orders, o, status, c.ID, data[dataFailure]))
 	return idempotency.Response{}, nil, false, err
 }
 
 // finish is the phase finished: the answer to store and the effects stored
 // with it (the order complete and, paid, its receipt job).
-func (f flow) finish(s *idempotency.Steps, o Order) (idempotency.Response, []idempotency.Effect, error) {
+func (f Flow) finish(s *idempotency.Steps, o Order) (idempotency.Response, []idempotency.Effect, error) {
 	data := s.Data()
 	switch Status(data[dataStatus]) {
 	case StatusPaid:
-		job, err := upsert(f.outbox, NewReceiptJob(o, data[dataCharge]))
+		job, err := upsert(f.Outbox, NewReceiptJob(o, data[dataCharge]))
 		if err != nil {
 			return idempotency.Response{}, nil, err
 		}
@@ -133,9 +157,9 @@ func (f flow) finish(s *idempotency.Steps, o Order) (idempotency.Response, []ide
 		if err != nil {
 			return idempotency.Response{}, nil, err
 		}
-		return resp, []idempotency.Effect{finished(f.orders, o, true), job}, nil
+		return resp, []idempotency.Effect{finished(f.Orders, o, true), job}, nil
 	case StatusFailed:
-		return problemResponse(charges.ErrDeclined), []idempotency.Effect{finished(f.orders, o, false)}, nil
+		return problemResponse(charges.ErrDeclined), []idempotency.Effect{finished(f.Orders, o, false)}, nil
 	}
 	return idempotency.Response{}, nil, fmt.Errorf("orders: %w: the charge phase recorded status %q", idempotency.ErrUnresolvable, data[dataStatus])
 }
@@ -186,30 +210,45 @@ func providerRequest(req Request) provider.ChargeRequest {
 	}
 }
 
-// NewResolver returns the Resolver of POST /v1/orders: it resumes the
+// Resolver is the idempotency.Resolver of POST /v1/orders: it resumes the
 // request recorded in an UNKNOWN record (abandoned at a recovery point) with
-// idempotency.ResumeSteps on store, through the phases the handler runs, and
-// returns the answer and the completion's effects. It never releases the
-// key: the order exists from the first point on. A provider that cannot
-// answer now is an error (the reconciler retries).
-func NewResolver(store idempotency.Store, p Charger, orders, outbox string, timeout time.Duration, now func() time.Time) idempotency.Resolver {
-	f := flow{provider: p, orders: orders, outbox: outbox, timeout: timeout}
-	return idempotency.ResolverFunc(func(ctx context.Context, rec idempotency.Record) (idempotency.Resolution, error) {
-		if p == nil || store == nil {
-			return idempotency.Resolution{}, errors.New("orders: no provider or store to resume the order with")
-		}
-		if rec.Point == "" {
-			return idempotency.Resolution{}, fmt.Errorf("orders: %w: record %s has no recovery point", idempotency.ErrUnresolvable, rec.Key.Short())
-		}
-		req, err := Decode(rec.Request)
-		if err != nil {
-			return idempotency.Resolution{}, fmt.Errorf("orders: %w: the recorded request: %w", idempotency.ErrUnresolvable, err)
-		}
-		steps := idempotency.ResumeSteps(store, rec, now)
-		resp, effects, err := f.run(ctx, steps, req, nil)
-		if err != nil {
-			return idempotency.Resolution{}, fmt.Errorf("orders: resume %s at %s: %w", rec.Key.Short(), rec.Point, err)
-		}
-		return idempotency.Resolution{Response: &resp, Effects: effects, Steps: steps, FinalPoint: PointFinished}, nil
-	})
+// idempotency.ResumeSteps, through the phases the handler runs (Flow.Run),
+// and returns the answer and the completion's effects. It never releases
+// the key: the order exists from the first point on.
+type Resolver struct {
+	store idempotency.Store
+	flow  Flow
+	now   func() time.Time
+}
+
+// NewResolver returns the Resolver that resumes requests on store (the
+// idempotency store the middleware writes) through f; now stamps the
+// phases (time.Now when nil).
+func NewResolver(store idempotency.Store, f Flow, now func() time.Time) *Resolver {
+	if now == nil {
+		now = time.Now
+	}
+	return &Resolver{store: store, flow: f, now: now}
+}
+
+// Resolve resumes rec's request. A provider that cannot answer now is an
+// error (the reconciler retries); a record without a recovery point or
+// with a request that does not decode is ErrUnresolvable.
+func (r *Resolver) Resolve(ctx context.Context, rec idempotency.Record) (idempotency.Resolution, error) {
+	if r.flow.Provider == nil || r.store == nil {
+		return idempotency.Resolution{}, errors.New("orders: no provider or store to resume the order with")
+	}
+	if rec.Point == "" {
+		return idempotency.Resolution{}, fmt.Errorf("orders: %w: record %s has no recovery point", idempotency.ErrUnresolvable, rec.Key.Short())
+	}
+	req, err := Decode(rec.Request)
+	if err != nil {
+		return idempotency.Resolution{}, fmt.Errorf("orders: %w: the recorded request: %w", idempotency.ErrUnresolvable, err)
+	}
+	steps := idempotency.ResumeSteps(r.store, rec, r.now)
+	resp, effects, err := r.flow.Run(ctx, steps, req, nil)
+	if err != nil {
+		return idempotency.Resolution{}, fmt.Errorf("orders: resume %s at %s: %w", rec.Key.Short(), rec.Point, err)
+	}
+	return idempotency.Resolution{Response: &resp, Effects: effects, Steps: steps, FinalPoint: PointFinished}, nil
 }

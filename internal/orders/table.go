@@ -3,18 +3,22 @@ package orders
 import (
 	"context"
 	"fmt"
+	"net/http"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/oncehq/once/internal/httpapi"
+	"github.com/oncehq/once/idempotency/problem"
 	"github.com/oncehq/once/internal/payments"
 )
 
-// ErrNotFound: no such order for the tenant (404 not_found).
-var ErrNotFound = fmt.Errorf("orders: order not found: %w", httpapi.ErrNotFound)
+// ErrNotFound: no such order for the tenant (404 not_found, the answer of
+// httpapi.ErrNotFound, declared here so that the reconciler, which resumes
+// orders, links no HTTP package).
+var ErrNotFound = fmt.Errorf("orders: order not found: %w",
+	problem.New(http.StatusNotFound, "not_found", "Not found", "No such resource."))
 
 // Getter is the part of the DynamoDB API that Table uses.
 type Getter interface {

@@ -5,24 +5,28 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/idempotency/recovery"
 	"github.com/oncehq/once/idempotency/stream"
-	"github.com/oncehq/once/internal/api"
 	"github.com/oncehq/once/internal/app"
+	"github.com/oncehq/once/internal/charges"
 	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/orders"
+	"github.com/oncehq/once/internal/provider"
+	"github.com/oncehq/once/internal/refunds"
 )
 
 // Handler returns the reconciler function's stream handler: the public
 // recovery.Reconciler on the idempotency table, through client, with the
-// resolvers of the API's External routes (api.Resolvers). Every External
-// route calls the payment provider, so cfg must name it.
+// resolvers of the API's External routes (Resolvers). Every External route
+// calls the payment provider, so cfg must name it.
 func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (stream.Handler, error) {
 	if cfg.ProviderURL == "" {
 		return nil, fmt.Errorf("reconciler: %s is not set", config.EnvProviderURL)
 	}
 	opts = opts.WithDefaults(cfg)
-	resolvers, err := api.Resolvers(cfg, client, opts)
+	resolvers, err := Resolvers(cfg, client, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -39,4 +43,40 @@ func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (stre
 		return nil, fmt.Errorf("reconciler: %w", err)
 	}
 	return r.Handle, nil
+}
+
+// Resolvers returns the resolver of each of the API's External routes, by
+// route, built from the domain packages with the tables and the provider
+// that internal/api gives the routes themselves (its test holds the two to
+// the same routes and resolvers). Without cfg.ProviderURL the resolvers
+// have no provider and fail to resolve.
+func Resolvers(cfg config.Config, client *dynamodb.Client, opts app.Options) (idempotency.Resolvers, error) {
+	opts = opts.WithDefaults(cfg)
+	// The provider signs its calls with the function's own credentials,
+	// those of its DynamoDB client.
+	o := client.Options()
+	p, err := provider.FromConfig(cfg, o.Credentials, o.Region)
+	if err != nil {
+		return nil, fmt.Errorf("reconciler: %w", err)
+	}
+	var chargesProvider charges.Provider
+	var refundsProvider refunds.Provider
+	var ordersProvider orders.Charger
+	if p != nil { // a nil *provider.Client would not be a nil interface
+		chargesProvider, refundsProvider, ordersProvider = p, p, p
+	}
+	timeout, store := cfg.ProviderTimeout, dynamo.New(client, cfg.Table("IdempotencyTable"))
+	return idempotency.Resolvers{
+		charges.Route: charges.NewResolver(chargesProvider),
+		refunds.RouteCreate: refunds.NewResolver(refunds.Tables{
+			Refunds:  cfg.Table("RefundsTable"),
+			Payments: cfg.Table("PaymentsTable"),
+		}, refundsProvider),
+		orders.RouteCreate: orders.NewResolver(store, orders.Flow{
+			Provider: ordersProvider,
+			Orders:   cfg.Table("OrdersTable"),
+			Outbox:   cfg.Table("OutboxTable"),
+			Timeout:  timeout,
+		}, opts.Now),
+	}, nil
 }

@@ -23,4 +23,7 @@
 // the reconciler, looking the refund up under the forwarded key (Resolver),
 // does one or the other with the same effects and the same answer, byte for
 // byte (Response), as the live request would have.
+//
+// It serves no HTTP: the endpoints are package refundshttp's, so that the
+// reconciler links the Resolver without the HTTP layer.
 package refunds

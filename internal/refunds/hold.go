@@ -26,14 +26,14 @@ type Tables struct {
 // and nothing is written.
 var errStaleHold = errors.New("refunds: the payment already holds an amount for this key")
 
-// holds are the effects written with the reservation of key for req (Begin's
+// Holds are the effects written with the reservation of key for req (Begin's
 // holds): the check that the key has never named a refund, and the hold on
 // the payment. With an amount, the hold takes it from what is left,
 // provided that is enough; without, it takes all that is left, provided
 // something is. Either way only a succeeded payment of the key's tenant has
 // anything left; a failed condition answers as the payment stands (see
 // rejectHold).
-func (t Tables) holds(key idempotency.Key, req Request) []idempotency.Effect {
+func (t Tables) Holds(key idempotency.Key, req Request) []idempotency.Effect {
 	id := ID(key)
 	unused := dynamo.Check{
 		Table:     t.Refunds,
@@ -90,12 +90,12 @@ func rejectHold(key idempotency.Key) func(map[string]types.AttributeValue) error
 	}
 }
 
-// completion is the effects of refund ref made for key: the refund item,
+// Completion is the effects of refund ref made for key: the refund item,
 // and the hold moved into the payment's amount_refunded. The hold must be
 // the refund's amount: anything else means the provider refunded what was
 // not held, and the write fails (a 500; the record stays for the
 // reconciler, whose failure raises the alarm).
-func (t Tables) completion(key idempotency.Key, ref Refund) []idempotency.Effect {
+func (t Tables) Completion(key idempotency.Key, ref Refund) []idempotency.Effect {
 	names := holdNames(key)
 	names["#refunded"] = payments.AttrAmountRefunded
 	return []idempotency.Effect{
@@ -111,9 +111,9 @@ func (t Tables) completion(key idempotency.Key, ref Refund) []idempotency.Effect
 	}
 }
 
-// release is the effect that gives the hold of key on payment back: written
+// Release is the effect that gives the hold of key on payment back: written
 // when provably nothing was refunded.
-func (t Tables) release(key idempotency.Key, payment string) idempotency.Effect {
+func (t Tables) Release(key idempotency.Key, payment string) idempotency.Effect {
 	names := holdNames(key)
 	names["#refundable"] = payments.AttrRefundable
 	return dynamo.Update{

@@ -1,7 +1,6 @@
-package charges
+package chargeshttp
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,106 +11,34 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/memory"
-	"github.com/oncehq/once/idempotency/problem"
+	"github.com/oncehq/once/internal/charges"
 	"github.com/oncehq/once/internal/httpapi"
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/provider"
 )
 
-func TestResponse(t *testing.T) {
+// TestDeclineIsResponse: the live answer to a decline (Answer, rendered by
+// httpapi.WriteError) and the one the Resolver rebuilds (charges.Response)
+// are the same problem, byte for byte.
+func TestDeclineIsResponse(t *testing.T) {
 	key := idempotency.NewKey("acme", "order-1001")
-	id := ID(key, "prch_1")
-	created := time.Unix(1700000000, 999_000_000) // the store keeps milliseconds; created is in seconds
-	rec := func(body string) idempotency.Record {
-		canonical, err := idempotency.Canonical([]byte(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return idempotency.Record{Key: key, Status: idempotency.StatusUnknown, External: true, Request: canonical, CreatedAt: created}
+	canonical, err := idempotency.Canonical([]byte(`{"amount":2500,"currency":"EUR","customer":"cus_42","source":"tok_visa"}`))
+	if err != nil {
+		t.Fatal(err)
 	}
-	succeeded := provider.Charge{ID: "prch_1", Status: provider.StatusSucceeded, Amount: 2500, Currency: "eur", Created: time.Unix(1700000005, 0)}
+	rec := idempotency.Record{Key: key, Status: idempotency.StatusUnknown, External: true, Request: canonical, CreatedAt: time.Unix(1700000000, 0)}
 	declined := provider.Charge{ID: "prch_2", Status: provider.StatusFailed, Amount: 2500, Currency: "eur", FailureCode: "card_declined"}
-	const full = `{"amount":2500,"currency":"EUR","customer":"cus_42","description":"Order <1001>","metadata":{"order":"1001","a":"b"},"source":"tok_visa"}`
-	tests := []struct {
-		name string
-		rec  idempotency.Record
-		c    provider.Charge
-		want idempotency.Response
-	}{
-		{
-			name: "succeeded",
-			rec:  rec(full),
-			c:    succeeded,
-			want: idempotency.Response{Status: http.StatusCreated, Header: map[string]string{"Content-Type": "application/json"}, Body: []byte(
-				`{"id":"` + id + `","object":"charge","amount":2500,"currency":"eur","customer":"cus_42","description":"Order \u003c1001\u003e",` +
-					`"metadata":{"a":"b","order":"1001"},"status":"succeeded","provider_charge_id":"prch_1","created":1700000000}`)},
-		},
-		{
-			name: "succeeded without optional fields",
-			rec:  rec(`{"amount":1,"currency":"usd","customer":"c","source":"tok_visa","description":null}`),
-			c:    provider.Charge{ID: "prch_1", Status: provider.StatusSucceeded, Amount: 1, Currency: "usd"},
-			want: idempotency.Response{Status: http.StatusCreated, Header: map[string]string{"Content-Type": "application/json"}, Body: []byte(
-				`{"id":"` + id + `","object":"charge","amount":1,"currency":"usd","customer":"c","description":null,` +
-					`"metadata":{},"status":"succeeded","provider_charge_id":"prch_1","created":1700000000}`)},
-		},
-		{
-			name: "declined",
-			rec:  rec(full),
-			c:    declined,
-			want: idempotency.Response{Status: http.StatusPaymentRequired, Header: map[string]string{"Content-Type": problem.ContentType}, Body: []byte(
-				`{"type":"https://github.com/oncehq/once/blob/main/README.md#card_declined","title":"Card declined","status":402,` +
-					`"detail":"The payment provider declined the charge; nothing was charged. This answer is final for this Idempotency-Key: to try again, use a new key.",` +
-					`"code":"card_declined"}`)},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := Response(tt.rec, tt.c)
-			if err != nil {
-				t.Fatalf("Response() error = %v", err)
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("Response() mismatch (-want +got):\n%s", diff)
-			}
-		})
-	}
-
-	// The live answer to a decline and the rebuilt one are the same problem.
 	w := httptest.NewRecorder()
 	httpapi.WriteError(w, httptest.NewRequest("POST", "/v1/charges", nil),
-		Answer(&provider.DeclinedError{Code: "card_declined", Message: "Your card was declined.", Charge: declined}))
-	got, _ := Response(rec(full), declined)
+		charges.Answer(&provider.DeclinedError{Code: "card_declined", Message: "Your card was declined.", Charge: declined}))
+	got, err := charges.Response(rec, declined)
+	if err != nil {
+		t.Fatalf("Response() error = %v", err)
+	}
 	if w.Code != got.Status || w.Body.String() != string(got.Body) || w.Header().Get("Content-Type") != got.Header["Content-Type"] {
 		t.Errorf("WriteError(decline) = %d %s, want Response's %d %s", w.Code, w.Body, got.Status, got.Body)
-	}
-}
-
-func TestChargeResponseErrors(t *testing.T) {
-	key := idempotency.NewKey("acme", "k")
-	good := []byte(`{"amount":1,"currency":"usd","customer":"c","source":"tok_visa"}`)
-	ok := provider.Charge{ID: "prch_1", Status: provider.StatusSucceeded, Amount: 1, Currency: "usd"}
-	tests := []struct {
-		name string
-		rec  idempotency.Record
-		c    provider.Charge
-	}{
-		{"unknown charge status", idempotency.Record{Key: key, Request: good, CreatedAt: time.Unix(1, 0)}, provider.Charge{ID: "prch_1", Status: "pending"}},
-		{"no creation time", idempotency.Record{Key: key, Request: good}, ok},
-		{"no request", idempotency.Record{Key: key, CreatedAt: time.Unix(1, 0)}, ok},
-		{"request without source", idempotency.Record{Key: key, Request: []byte(`{"amount":1,"currency":"usd","customer":"c"}`), CreatedAt: time.Unix(1, 0)}, ok},
-		{"another amount", idempotency.Record{Key: key, Request: good, CreatedAt: time.Unix(1, 0)}, provider.Charge{ID: "prch_1", Status: provider.StatusSucceeded, Amount: 2, Currency: "usd"}},
-		{"another currency", idempotency.Record{Key: key, Request: good, CreatedAt: time.Unix(1, 0)}, provider.Charge{ID: "prch_1", Status: provider.StatusSucceeded, Amount: 1, Currency: "eur"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got, err := Response(tt.rec, tt.c); err == nil {
-				t.Errorf("Response() = %+v, nil; want an error", got)
-			}
-		})
 	}
 }
 
@@ -139,7 +66,7 @@ func TestAnswer(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := httptest.NewRecorder()
-			httpapi.WriteError(w, httptest.NewRequest("POST", "/v1/charges", nil), Answer(tt.err))
+			httpapi.WriteError(w, httptest.NewRequest("POST", "/v1/charges", nil), charges.Answer(tt.err))
 			var p map[string]any
 			if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
 				t.Fatal(err)
@@ -213,15 +140,7 @@ func TestCreateChargeWithoutProvider(t *testing.T) {
 	if len(lines) != 5 {
 		t.Fatalf("%d log lines, want 5", len(lines))
 	}
-	if l := lines[0]; l["route"] != Route || l["status"] != 503.0 || l["level"] != "ERROR" || !strings.Contains(fmt.Sprint(l["error"]), "provider_unavailable") {
+	if l := lines[0]; l["route"] != charges.Route || l["status"] != 503.0 || l["level"] != "ERROR" || !strings.Contains(fmt.Sprint(l["error"]), "provider_unavailable") {
 		t.Errorf("log line = %v, want the 503 of POST /v1/charges with its error", l)
-	}
-}
-
-// TestResolverWithoutProvider: the resolver of a route without a provider
-// cannot tell, and says so.
-func TestResolverWithoutProvider(t *testing.T) {
-	if _, err := NewResolver(nil).Resolve(context.Background(), idempotency.Record{}); err == nil {
-		t.Error("Resolve() without a provider = nil error, want one")
 	}
 }

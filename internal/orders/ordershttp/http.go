@@ -1,39 +1,34 @@
-package orders
+package ordershttp
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/internal/charges"
+	"github.com/oncehq/once/internal/fault"
 	"github.com/oncehq/once/internal/httpapi"
+	"github.com/oncehq/once/internal/orders"
 	"github.com/oncehq/once/internal/provider"
 )
 
-// Routes of the orders endpoints.
-const (
-	RouteCreate = "POST /v1/orders"
-	RouteGet    = "GET /v1/orders/{id}"
-)
-
-// Reader reads orders; *Table is one.
+// Reader reads orders; *orders.Table is one.
 type Reader interface {
-	// Get returns tenant's order id, or an error wrapping ErrNotFound or
-	// idempotency.ErrUnavailable.
-	Get(ctx context.Context, tenant, id string) (Order, error)
+	// Get returns tenant's order id, or an error wrapping orders.ErrNotFound
+	// or idempotency.ErrUnavailable.
+	Get(ctx context.Context, tenant, id string) (orders.Order, error)
 }
 
 // Deps are what the orders endpoints need besides the middleware.
 type Deps struct {
 	// Store is the idempotency store the middleware writes, for the
-	// Resolver's ResumeSteps.
+	// Resolver's ResumeSteps (orders.NewResolver).
 	Store idempotency.Store
 	// Provider charges orders; nil answers 503 provider_unavailable.
-	Provider Charger
+	Provider orders.Charger
 	// Orders and Outbox are the tables of the orders and of their receipt
 	// jobs.
 	Orders, Outbox string
@@ -46,22 +41,22 @@ type Deps struct {
 	Now func() time.Time
 }
 
-// Routes returns POST /v1/orders, in External mode with its Resolver
-// (NewResolver), and GET /v1/orders/{id}.
+// Routes returns POST /v1/orders (orders.RouteCreate), in External mode
+// with its Resolver (orders.NewResolver), and GET /v1/orders/{id}.
 func Routes(mw *idempotency.Middleware, d Deps) []httpapi.Route {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
-	h := handlers{flow: flow{provider: d.Provider, orders: d.Orders, outbox: d.Outbox, timeout: d.Timeout}, reader: d.Reader, now: d.Now}
-	var resolver idempotency.Resolver = NewResolver(d.Store, d.Provider, d.Orders, d.Outbox, d.Timeout, d.Now)
+	f := orders.Flow{Provider: d.Provider, Orders: d.Orders, Outbox: d.Outbox, Timeout: d.Timeout}
+	h := handlers{flow: f, reader: d.Reader, now: d.Now}
 	return []httpapi.Route{
-		{Pattern: RouteCreate, Handler: mw.External(RouteCreate, http.HandlerFunc(h.create), resolver)},
-		{Pattern: RouteGet, Handler: http.HandlerFunc(h.get)},
+		{Pattern: orders.RouteCreate, Handler: mw.External(orders.RouteCreate, http.HandlerFunc(h.create), orders.NewResolver(d.Store, f, d.Now))},
+		{Pattern: orders.RouteGet, Handler: http.HandlerFunc(h.get)},
 	}
 }
 
 type handlers struct {
-	flow   flow
+	flow   orders.Flow
 	reader Reader
 	now    func() time.Time
 }
@@ -69,14 +64,14 @@ type handlers struct {
 // create serves POST /v1/orders inside the idempotency middleware.
 func (h handlers) create(w http.ResponseWriter, r *http.Request) {
 	var body []byte
-	req, ok := httpapi.DecodeJSON(w, r, func(b []byte) (Request, error) {
+	req, ok := httpapi.DecodeJSON(w, r, func(b []byte) (orders.Request, error) {
 		body = b
-		return Decode(b)
+		return orders.Decode(b)
 	})
 	if !ok {
 		return
 	}
-	if h.flow.provider == nil {
+	if h.flow.Provider == nil {
 		httpapi.WriteError(w, r, charges.ErrProviderUnavailable)
 		return
 	}
@@ -86,25 +81,27 @@ func (h handlers) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := h.now()
-	o := New(key.Tenant, ID(key, fingerprint), req, now)
-	holdOrder, err := hold(h.flow.orders, o)
+	o := orders.New(key.Tenant, orders.ID(key, fingerprint), req, now)
+	point, data, hold, err := h.flow.Start(o)
 	if err != nil {
 		httpapi.WriteError(w, r, err)
 		return
 	}
 	// A request that resumes an abandoned one gets its call back at the
 	// recorded point, with the recorded order; these are then not written.
-	call, ok := idempotency.BeginAt(w, r, PointOrderCreated,
-		map[string]string{dataOrder: o.ID, dataCreated: strconv.FormatInt(o.Created, 10)}, holdOrder)
+	call, ok := idempotency.BeginAt(w, r, point, data, hold)
 	if !ok {
 		return
 	}
-	resp, effects, err := h.flow.run(r.Context(), call.Steps(), req, func(d time.Duration) { httpapi.NoteCall(r, d) })
+	resp, effects, err := h.flow.Run(r.Context(), call.Steps(), req, func(d time.Duration) {
+		httpapi.NoteCall(r, d)
+		fault.Check(r.Context(), fault.AfterProviderCall)
+	})
 	var conflict *idempotency.ConflictError
 	switch {
 	case errors.As(err, &conflict):
 		return // the lease is lost: the middleware answers from the store
-	case errors.Is(err, provider.ErrOutcomeUnknown), errors.Is(err, errDrift):
+	case errors.Is(err, provider.ErrOutcomeUnknown), errors.Is(err, orders.ErrDrift):
 		// The charge may exist (or exists and is not this request's): the
 		// lease keeps running, and whoever resumes the request after it (a
 		// retry, or the reconciler once the record is abandoned) calls the
@@ -122,7 +119,7 @@ func (h handlers) create(w http.ResponseWriter, r *http.Request) {
 	for _, e := range effects {
 		call.AddEffect(e)
 	}
-	call.Finish(PointFinished)
+	call.Finish(orders.PointFinished)
 	httpapi.WriteResponse(w, resp)
 }
 
@@ -135,7 +132,7 @@ func requestIdentity(r *http.Request, body []byte) (idempotency.Key, string, err
 	if !ok {
 		return idempotency.Key{}, "", errors.New("orders: the request did not come through the idempotency middleware")
 	}
-	fingerprint, err := idempotency.RequestFingerprint(r.Method, RouteCreate, body)
+	fingerprint, err := idempotency.RequestFingerprint(r.Method, orders.RouteCreate, body)
 	if errors.Is(err, idempotency.ErrNumberPrecision) {
 		return idempotency.Key{}, "", idempotency.ErrNumberPrecision
 	}
@@ -154,7 +151,7 @@ func (h handlers) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	if !ValidID(id) || h.reader == nil {
+	if !orders.ValidID(id) || h.reader == nil {
 		httpapi.WriteError(w, r, httpapi.ErrNotFound)
 		return
 	}
