@@ -3,6 +3,7 @@ package functionurl_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -50,6 +51,10 @@ func (f after) RoundTrip(r *http.Request) (*http.Response, error) {
 	f(r)
 	return http.DefaultTransport.RoundTrip(r)
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // replaceBody replaces the signed body with another of the same length.
 func replaceBody(r *http.Request) {
@@ -287,5 +292,36 @@ func TestIAMPayloadLimit(t *testing.T) {
 	got := do(t, &http.Client{Transport: sigv4.NewTransport(nil, local, region, functionurl.Service)}, req)
 	if got.Status != http.StatusRequestEntityTooLarge || invoked.Load() != 0 {
 		t.Errorf("status = %d, invocations %d, want 413 and 0", got.Status, invoked.Load())
+	}
+}
+
+// BenchmarkIAM measures the verification of one signed charge request (the
+// devstack's cost per provider call, beside the caller's signing).
+func BenchmarkIAM(b *testing.B) {
+	body := `{"amount":1500,"currency":"usd","customer":"cus_42","source":"tok_visa"}`
+	var signed *http.Request
+	capture := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		signed = r
+		return nil, errors.New("captured, not sent")
+	})
+	req, _ := http.NewRequest("POST", "http://127.0.0.1:3001/v1/charges", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "once_abc")
+	_, _ = (&http.Client{Transport: sigv4.NewTransport(capture, local, region, functionurl.Service)}).Do(req)
+	if signed == nil {
+		b.Fatal("the request was not signed")
+	}
+	h := &functionurl.IAM{Next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), Credentials: local, Region: region}
+	b.ReportAllocs()
+	for b.Loop() {
+		r := httptest.NewRequest("POST", "/v1/charges", strings.NewReader(body))
+		r.Host = signed.Host
+		r.Header = signed.Header.Clone()
+		r.ContentLength = int64(len(body))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d %s", w.Code, w.Body)
+		}
 	}
 }
