@@ -121,7 +121,7 @@ func frontDoor(ctx context.Context, opts Options, tmpl *samtemplate.Template, ta
 	if err != nil {
 		return err
 	}
-	e := &env{cfg: cfg, client: dbClient, provider: provider.New(cfg.ProviderURL, nil), tenant: tenant}
+	e := &env{cfg: cfg, client: dbClient, provider: provider.New(cfg.ProviderURL, stack.ProviderClient()), tenant: tenant}
 	fd := &door{opts: opts, url: stack.URL(), env: e, runID: runID, http: &http.Client{
 		Timeout:   time.Minute,
 		Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute},

@@ -14,13 +14,15 @@ import (
 )
 
 // emulation lists the module's packages (paths relative to the module) that
-// no function runs: local emulation (API Gateway, event source mappings, SQS,
-// DynamoDB Local, Lambda execution environments, the Streams client of the
-// pollers), test and bench support, the template reader and the operator's
+// no function runs: local emulation (API Gateway, function URLs' IAM
+// authorization, event source mappings, SQS, DynamoDB Local, Lambda
+// execution environments, the Streams client of the pollers), test and bench
+// support, the template reader and the operator's
 // tool. A path ending in "/..." also matches the packages under it.
 var emulation = []string{
 	"cmd/...",
 	"internal/gateway/...",
+	"internal/functionurl/...",
 	"internal/devstack/...",
 	"internal/stream/...",
 	"internal/sqslocal/...",

@@ -97,6 +97,10 @@ type Options struct {
 	// event sources are not polled: a benchmark of the API alone leaves
 	// the worker, which charges every payment, off.
 	StreamsOff []string
+	// WrapProvider, when set, wraps the provider simulator's handler inside
+	// its function URL, after the URL's authorization: what reaches it is
+	// an invocation of the function (a test counts them).
+	WrapProvider func(http.Handler) http.Handler
 }
 
 // Route is an extra route of the api function (Options.Routes).
@@ -119,6 +123,9 @@ type Stack struct {
 	port   int
 	// providerPort is the simulator's port (PROVIDER_PORT).
 	providerPort int
+	// providerAuth is the AuthType of the simulator's function URL, "" when
+	// the stack does not serve it.
+	providerAuth string
 	stateDir     string
 	tmpl         *samtemplate.Template
 	api          api

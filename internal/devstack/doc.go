@@ -6,7 +6,10 @@
 // environments (package lambdaenv: one invocation at a time each, as Lambda
 // runs them) through the Lambda runtime's own JSON path. The gateway is
 // served through gateway.Listener, so that even a request Go's HTTP server
-// refuses itself gets a JSON answer.
+// refuses itself gets a JSON answer. The provider simulator is served as its
+// function URL serves it: with the template's AuthType AWS_IAM, a call not
+// signed with the functions' credentials gets Lambda's 403 (package
+// functionurl), and the functions sign theirs.
 //
 // A Stack is a list of components started in order and stopped in reverse
 // order: a failed start stops what had started, and Close shuts the HTTP

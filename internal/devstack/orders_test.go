@@ -150,7 +150,7 @@ func (s *orderStack) ordersOf(t *testing.T, email string) int {
 // messages counts the messages the mail simulator sent to the address.
 func (s *orderStack) messages(t *testing.T, to string) int {
 	t.Helper()
-	resp, err := http.Get(s.Config().MailURL + "/v1/messages?to=" + url.QueryEscape(to))
+	resp, err := s.ProviderClient().Get(s.Config().MailURL + "/v1/messages?to=" + url.QueryEscape(to))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +364,7 @@ func orderMatrixCase(t *testing.T, s *orderStack, tm *timings, c orderCase, toke
 	if n := s.ordersOf(t, c.email); n != 1 {
 		t.Errorf("orders = %d, want 1", n)
 	}
-	if n := charges(t, s.Config().ProviderURL, c.forwardKey(t)); n != want.charges {
+	if n := charges(t, s.Stack, c.forwardKey(t)); n != want.charges {
 		t.Errorf("provider charges = %d, want %d", n, want.charges)
 	}
 	if want.charges == 1 && o.Charge == "" {

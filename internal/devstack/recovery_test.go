@@ -78,9 +78,9 @@ func forwardKey(t *testing.T, key idempotency.Key, body string) string {
 }
 
 // charges returns how many charges the provider simulator made under key.
-func charges(t *testing.T, providerURL, key string) int {
+func charges(t *testing.T, stack *devstack.Stack, key string) int {
 	t.Helper()
-	resp, err := http.Get(providerURL + "/v1/_test/charges?idempotency_key=" + url.QueryEscape(key))
+	resp, err := stack.ProviderClient().Get(stack.Config().ProviderURL + "/v1/_test/charges?idempotency_key=" + url.QueryEscape(key))
 	if err != nil {
 		t.Fatalf("count charges: %v", err)
 	}
@@ -168,7 +168,6 @@ func crashAndSettle(t *testing.T, base, path, key, fault, body string, crashes b
 // retry gets the same answer.
 func TestRecoveryMatrix(t *testing.T) {
 	stack, out, store := startRecovery(t)
-	cfg := stack.Config()
 
 	type final struct {
 		status  int
@@ -204,7 +203,7 @@ func TestRecoveryMatrix(t *testing.T) {
 				crashAndSettle(t, stack.URL(), "/v1/charges", key, fault, body, crashes, settledAs{want.status, want.code, want.record != ""})
 
 				k := idempotency.NewKey("acme", key)
-				if n := charges(t, cfg.ProviderURL, forwardKey(t, k, body)); n != want.charged {
+				if n := charges(t, stack, forwardKey(t, k, body)); n != want.charged {
 					t.Errorf("provider charges for the key = %d, want %d", n, want.charged)
 				}
 				rec, err := store.Get(t.Context(), k)
@@ -293,7 +292,7 @@ func TestRecoveryWithoutTTL(t *testing.T) {
 	if string(rec.Response.Body) != r.body {
 		t.Errorf("retry body %s, want the recorded %s", r.body, rec.Response.Body)
 	}
-	if n := charges(t, cfg.ProviderURL, forwardKey(t, k, body)); n != 1 {
+	if n := charges(t, stack, forwardKey(t, k, body)); n != 1 {
 		t.Errorf("provider charges = %d, want 1", n)
 	}
 	metrics := lambdatest.CountsAmong(out.String())

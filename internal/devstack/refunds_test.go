@@ -53,7 +53,7 @@ func TestRefundRecoveryMatrix(t *testing.T) {
 	cfg := stack.Config()
 	client := dynamotest.Client(t)
 	table := payments.NewTable(client, cfg.Table("PaymentsTable"))
-	pc := provider.New(cfg.ProviderURL, nil)
+	pc := provider.New(cfg.ProviderURL, stack.ProviderClient())
 
 	type final struct {
 		status   int

@@ -18,7 +18,6 @@ import (
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamoclient"
 	"github.com/oncehq/once/internal/dynamoclient/streamsclient"
-	"github.com/oncehq/once/internal/provider/simulator"
 	"github.com/oncehq/once/internal/queue"
 	"github.com/oncehq/once/internal/receipts"
 	"github.com/oncehq/once/internal/reconciler"
@@ -131,34 +130,6 @@ func (m mapping) filter() func(events.DynamoDBEventRecord) bool {
 		}
 		return samtemplate.MatchAnyDocument(m.filters, doc)
 	}
-}
-
-// startProvider serves the provider simulator (which is the mail API too)
-// on 127.0.0.1:PROVIDER_PORT, unless ONCE_PROVIDER_URL names a provider
-// already; ONCE_MAIL_URL, unless set, is the simulator, or that provider.
-func (s *Stack) startProvider(context.Context) error {
-	if s.cfg.ProviderURL != "" {
-		if s.cfg.MailURL == "" {
-			s.cfg.MailURL = s.cfg.ProviderURL
-		}
-		s.log.Info("devstack: using the provider at ONCE_PROVIDER_URL", "url", s.cfg.ProviderURL, "mail_url", s.cfg.MailURL)
-		return nil
-	}
-	sim := simulator.Handler(s.cfg, s.client, app.Options{Logger: s.log.With("function", "provider")})
-	srv, url, err := s.serve("provider", s.providerPort, sim, nil)
-	if err != nil {
-		return err
-	}
-	s.onStop("provider simulator", func(context.Context) error {
-		// tok_timeout holds its answer for long; do not wait for it.
-		return srv.Close()
-	})
-	s.cfg.ProviderURL = url
-	if s.cfg.MailURL == "" {
-		s.cfg.MailURL = url
-	}
-	s.log.Info("devstack: provider simulator ready", "url", s.cfg.ProviderURL, "mail_url", s.cfg.MailURL, "table", s.cfg.Table("ProviderTable"))
-	return nil
 }
 
 // mappings returns the template's stream mappings that the stack runs, and

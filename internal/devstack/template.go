@@ -13,14 +13,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/functionurl"
 	"github.com/oncehq/once/internal/gateway"
 	"github.com/oncehq/once/internal/samtemplate"
 )
 
 // Logical IDs in template.yaml that the devstack emulates.
 const (
-	apiResource = "Api"
-	apiFunction = "ApiFunction"
+	apiResource      = "Api"
+	apiFunction      = "ApiFunction"
+	providerFunction = "ProviderFunction"
 )
 
 // api is what the devstack takes from the template's AWS::Serverless::Api.
@@ -98,6 +100,28 @@ func apiFromTemplate(tmpl *samtemplate.Template) (api, error) {
 		return a.routes[i].Method < a.routes[j].Method
 	})
 	return a, nil
+}
+
+// functionURLAuthType returns the AuthType of the function URL of the
+// template's function id (FunctionUrlConfig.AuthType): AWS_IAM or NONE.
+func functionURLAuthType(tmpl *samtemplate.Template, id string) (string, error) {
+	fn, ok := tmpl.Functions()[id]
+	if !ok {
+		return "", fmt.Errorf("devstack: template has no function %s", id)
+	}
+	urlConfig, ok := fn.Properties["FunctionUrlConfig"].(map[string]any)
+	if !ok {
+		return "", fmt.Errorf("devstack: %s has no FunctionUrlConfig", id)
+	}
+	authType, err := samtemplate.String(urlConfig["AuthType"], tmpl.ParameterDefaults())
+	if err != nil {
+		return "", fmt.Errorf("devstack: %s FunctionUrlConfig.AuthType: %w", id, err)
+	}
+	switch authType {
+	case functionurl.AuthTypeIAM, functionurl.AuthTypeNone:
+		return authType, nil
+	}
+	return "", fmt.Errorf("devstack: %s FunctionUrlConfig.AuthType %q: want %s or %s", id, authType, functionurl.AuthTypeIAM, functionurl.AuthTypeNone)
 }
 
 // tablesFor returns the template's tables named as cfg says (cfg.Table: the

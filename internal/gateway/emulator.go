@@ -146,7 +146,7 @@ type exchange struct {
 
 // ServeHTTP serves one request as API Gateway would.
 func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	x := &exchange{e: e, w: w, r: r, path: r.URL.EscapedPath(), requestID: newUUID(), start: e.now(), auth: "none"}
+	x := &exchange{e: e, w: w, r: r, path: r.URL.EscapedPath(), requestID: NewRequestID(), start: e.now(), auth: "none"}
 	status, reason := x.serve()
 	e.logger().LogAttrs(r.Context(), slog.LevelInfo, "gateway: request",
 		slog.String("request_id", x.requestID),
@@ -811,8 +811,8 @@ func extendedRequestID() string {
 	return base64.StdEncoding.EncodeToString(b[:])
 }
 
-// newUUID returns a random (version 4) UUID.
-func newUUID() string {
+// NewRequestID returns a random (version 4) UUID, as AWS request IDs are.
+func NewRequestID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	b[6] = b[6]&0x0f | 0x40
@@ -848,7 +848,7 @@ func viaLambda[In, Out any](h lambda.Handler) func(context.Context, In) (Out, er
 		if err != nil {
 			return out, fmt.Errorf("gateway: encode event: %w", err)
 		}
-		ctx = lambdacontext.NewContext(ctx, &lambdacontext.LambdaContext{AwsRequestID: newUUID()})
+		ctx = lambdacontext.NewContext(ctx, &lambdacontext.LambdaContext{AwsRequestID: NewRequestID()})
 		res, err := h.Invoke(ctx, payload)
 		if err != nil {
 			return out, err

@@ -57,7 +57,7 @@ func (c *conn) Write(p []byte) (int, error) {
 		return c.Conn.Write(p)
 	}
 	status, _ := strconv.Atoi(string(m[1]))
-	id := newUUID()
+	id := NewRequestID()
 	body, _ := json.Marshal(map[string]string{"message": http.StatusText(status)})
 	errType := "BadRequestException"
 	if status >= 500 {
