@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/problem"
@@ -112,4 +114,31 @@ func noteError(r *http.Request, err error) {
 		return
 	}
 	slog.Default().ErrorContext(r.Context(), "request failed", slog.String("error", err.Error()))
+}
+
+// ServeGet serves GET .../{id} of one of the tenant's items: 404 for an id
+// that valid refuses, the item read answered as JSON, never cached
+// (Cache-Control: no-store). read answers ErrNotFound, or an error that
+// carries its answer, when the tenant has no such item: another tenant's
+// item does not exist.
+func ServeGet[T any](w http.ResponseWriter, r *http.Request, valid func(id string) bool, read func(ctx context.Context, tenant, id string) (T, error)) {
+	NoteRead(r)
+	tenant, ok := Tenant(r)
+	if !ok {
+		WriteError(w, r, idempotency.ErrNoTenant)
+		return
+	}
+	id := r.PathValue("id")
+	if !valid(id) {
+		WriteError(w, r, ErrNotFound)
+		return
+	}
+	start := time.Now()
+	v, err := read(r.Context(), tenant, id)
+	NoteStoreCall(r, time.Since(start))
+	if err != nil {
+		WriteError(w, r, err)
+		return
+	}
+	WriteJSON(w, r, http.StatusOK, v, func(hd http.Header) { hd.Set("Cache-Control", "no-store") })
 }

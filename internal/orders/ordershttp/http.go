@@ -144,23 +144,8 @@ func requestIdentity(r *http.Request, body []byte) (idempotency.Key, string, err
 
 // get serves GET /v1/orders/{id}: another tenant's order does not exist.
 func (h handlers) get(w http.ResponseWriter, r *http.Request) {
-	httpapi.NoteRead(r)
-	tenant, ok := httpapi.Tenant(r)
-	if !ok {
-		httpapi.WriteError(w, r, idempotency.ErrNoTenant)
-		return
-	}
-	id := r.PathValue("id")
-	if !orders.ValidID(id) || h.reader == nil {
-		httpapi.WriteError(w, r, httpapi.ErrNotFound)
-		return
-	}
-	start := time.Now()
-	o, err := h.reader.Get(r.Context(), tenant, id)
-	httpapi.NoteStoreCall(r, time.Since(start))
-	if err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	httpapi.WriteJSON(w, r, http.StatusOK, o, func(hd http.Header) { hd.Set("Cache-Control", "no-store") })
+	valid := func(id string) bool { return h.reader != nil && orders.ValidID(id) }
+	httpapi.ServeGet(w, r, valid, func(ctx context.Context, tenant, id string) (orders.Order, error) {
+		return h.reader.Get(ctx, tenant, id)
+	})
 }

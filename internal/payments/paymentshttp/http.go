@@ -62,25 +62,7 @@ func (h handlers) create(w http.ResponseWriter, r *http.Request) {
 
 // get serves GET /v1/payments/{id}: another tenant's payment does not exist.
 func (h handlers) get(w http.ResponseWriter, r *http.Request) {
-	httpapi.NoteRead(r)
-	tenant, ok := httpapi.Tenant(r)
-	if !ok {
-		httpapi.WriteError(w, r, idempotency.ErrNoTenant)
-		return
-	}
-	id := r.PathValue("id")
-	if !payments.ValidID(id) {
-		httpapi.WriteError(w, r, httpapi.ErrNotFound)
-		return
-	}
-	start := time.Now()
-	p, err := h.reader.Get(r.Context(), tenant, id)
-	httpapi.NoteStoreCall(r, time.Since(start))
-	if err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	httpapi.WriteJSON(w, r, http.StatusOK, p, func(hd http.Header) { hd.Set("Cache-Control", "no-store") })
+	httpapi.ServeGet(w, r, payments.ValidID, h.reader.Get)
 }
 
 // Effect is the insert of p into table, to commit with the idempotency

@@ -145,24 +145,16 @@ func (h handler) refund(r *http.Request, key string, req provider.RefundRequest)
 
 // get serves GET /v1/refunds/{id}: another tenant's refund does not exist.
 func (h handler) get(w http.ResponseWriter, r *http.Request) {
-	httpapi.NoteRead(r)
-	tenant, ok := httpapi.Tenant(r)
-	if !ok {
-		httpapi.WriteError(w, r, idempotency.ErrNoTenant)
-		return
-	}
-	id := r.PathValue("id")
-	if !refunds.ValidID(id) {
-		httpapi.WriteError(w, r, httpapi.ErrNotFound)
-		return
-	}
-	start := time.Now()
-	out, err := h.cfg.DB.GetItem(r.Context(), &dynamodb.GetItemInput{
+	httpapi.ServeGet(w, r, refunds.ValidID, h.read)
+}
+
+// read is the tenant's refund id, read consistently.
+func (h handler) read(ctx context.Context, tenant, id string) (refunds.Refund, error) {
+	out, err := h.cfg.DB.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      aws.String(h.cfg.Tables.Refunds),
 		Key:            map[string]types.AttributeValue{refunds.KeyAttr: &types.AttributeValueMemberS{Value: refunds.PK(tenant, id)}},
 		ConsistentRead: aws.Bool(true),
 	})
-	httpapi.NoteStoreCall(r, time.Since(start))
 	var ref refunds.Refund
 	switch {
 	case err != nil:
@@ -172,9 +164,5 @@ func (h handler) get(w http.ResponseWriter, r *http.Request) {
 	default:
 		err = attributevalue.UnmarshalMap(out.Item, &ref)
 	}
-	if err != nil {
-		httpapi.WriteError(w, r, err)
-		return
-	}
-	httpapi.WriteJSON(w, r, http.StatusOK, ref, func(hd http.Header) { hd.Set("Cache-Control", "no-store") })
+	return ref, err
 }
