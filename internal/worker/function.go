@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/app"
@@ -55,7 +56,10 @@ func build(ctx context.Context, cfg config.Config, c queue.Clients, opts app.Opt
 		Retries:     retries,
 		RetryWindow: cfg.WorkerRetryWindow,
 		CallTimeout: cfg.ProviderSettle,
-		Now:         opts.Now,
+		// One provider call, and the settle's DynamoDB write with the
+		// SDK's bounded retries.
+		Budget: cfg.ProviderTimeout + 2*time.Second,
+		Now:    opts.Now,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)

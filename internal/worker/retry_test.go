@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"testing"
@@ -42,10 +43,11 @@ func newRetryEnv(t *testing.T) *retryEnv {
 	return e
 }
 
-// worker_ builds a worker on e sending retries to q.
-func (e *retryEnv) worker_(t *testing.T, q worker.Queue) *worker.Worker {
+// worker_ builds a worker on e sending retries to q, its Config changed by
+// each of with.
+func (e *retryEnv) worker_(t *testing.T, q worker.Queue, with ...func(*worker.Config)) *worker.Worker {
 	t.Helper()
-	w, err := worker.New(worker.Config{
+	cfg := worker.Config{
 		Charger:     e.provider,
 		Settler:     e.table,
 		Logger:      slog.New(slog.NewJSONHandler(&e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -60,7 +62,11 @@ func (e *retryEnv) worker_(t *testing.T, q worker.Queue) *worker.Worker {
 			}
 			return e.now
 		},
-	})
+	}
+	for _, f := range with {
+		f(&cfg)
+	}
+	w, err := worker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,6 +149,70 @@ func TestStreamHandsTransientFailuresToRetries(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]int{"WARN retrying": 1}, e.outcomes(t, down.ID)); diff != "" {
 		t.Errorf("logged outcomes of the 503 (-want +got):\n%s", diff)
+	}
+}
+
+// TestStreamDefersWhatTheInvocationCannotFit checks that a payment met with
+// less time left in the invocation than one charge needs is not charged:
+// it goes to the retry queue as nothing charged, and the batch does not
+// fail; with time enough the same payments are charged.
+func TestStreamDefersWhatTheInvocationCannotFit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		left     time.Duration // before the invocation's deadline
+		deferred bool
+	}{
+		{"less than the budget left", 2 * time.Second, true},
+		{"the budget left", time.Minute, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newRetryEnv(t)
+			w := e.worker_(t, queue.New(e.sqs, e.url), func(c *worker.Config) { c.Budget = 10 * time.Second })
+			pays := []payments.Payment{e.pay(t, simulator.TokenVisa), e.pay(t, simulator.TokenVisa), e.pay(t, simulator.TokenVisa)}
+			recs := e.records(t, e.names.ByLogicalID["PaymentsTable"], len(pays))
+			ctx, cancel := context.WithTimeout(t.Context(), tc.left)
+			defer cancel()
+			resp, err := w.Handle(ctx, events.DynamoDBEvent{Records: recs})
+			if err != nil || len(resp.BatchItemFailures) != 0 {
+				t.Fatalf("Handle() = %+v, %v; want no failures", resp, err)
+			}
+			wantStatus, wantCharges, wantCounts := payments.StatusSucceeded, 1, map[string]int{worker.MetricCharged: 3}
+			if tc.deferred {
+				wantStatus, wantCharges, wantCounts = payments.StatusPending, 0, map[string]int{worker.MetricRetried: 3}
+			}
+			for _, p := range pays {
+				if got := e.get(t, p); got.Status != wantStatus {
+					t.Errorf("payment %s = %s, want %s", p.ID, got.Status, wantStatus)
+				}
+				if n := e.charges(t, p); n != wantCharges {
+					t.Errorf("provider charges of %s = %d, want %d", p.ID, n, wantCharges)
+				}
+			}
+			if diff := cmp.Diff(wantCounts, e.counts(t)); diff != "" {
+				t.Errorf("metrics (-want +got):\n%s", diff)
+			}
+			if !tc.deferred {
+				return
+			}
+			var msgs []retryMessage
+			for len(msgs) < len(pays) {
+				more := e.sent(t, 3*time.Second)
+				if len(more) == 0 {
+					break
+				}
+				msgs = append(msgs, more...)
+			}
+			if len(msgs) != len(pays) {
+				t.Fatalf("retries queued = %d, want %d", len(msgs), len(pays))
+			}
+			for _, m := range msgs {
+				if m.Attempt != 1 || !m.Unknown.IsZero() {
+					t.Errorf("retry %+v, want attempt 1, nothing charged", m)
+				}
+			}
+		})
 	}
 }
 

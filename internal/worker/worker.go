@@ -98,6 +98,13 @@ type Config struct {
 	// CallTimeout bounds one provider call: a charge whose outcome was
 	// unknown at t is looked up after t + CallTimeout (DefaultCallTimeout).
 	CallTimeout time.Duration
+	// Budget is the time a payment needs at least in the stream's
+	// invocation: its provider call and its settle. A pending payment met
+	// with less time left before the context's deadline is not charged:
+	// it goes to Retries as a payment nothing charged, so that a batch of
+	// slow calls never runs the invocation past its timeout, which would
+	// fail the whole batch (0: no check).
+	Budget time.Duration
 	// Now returns the current time (time.Now).
 	Now func() time.Time
 }
@@ -114,6 +121,7 @@ type Worker struct {
 	window  time.Duration
 	base    time.Duration
 	call    time.Duration
+	budget  time.Duration
 	now     func() time.Time
 }
 
@@ -136,7 +144,7 @@ func New(cfg Config) (*Worker, error) {
 	}
 	w := &Worker{
 		charger: cfg.Charger, settler: cfg.Settler, log: log, metrics: cfg.Metrics, retries: cfg.Retries,
-		window: cfg.RetryWindow, base: cfg.RetryBase, call: cfg.CallTimeout, now: cfg.Now,
+		window: cfg.RetryWindow, base: cfg.RetryBase, call: cfg.CallTimeout, budget: cfg.Budget, now: cfg.Now,
 	}
 	if w.window <= 0 {
 		w.window = DefaultRetryWindow
@@ -176,7 +184,12 @@ func (w *Worker) record(ctx context.Context, rec events.DynamoDBEventRecord) err
 		return err
 	}
 	log = log.With("tenant", p.Tenant, "payment", p.ID)
-	res, err := w.process(ctx, p)
+	var res result
+	if left, short := w.short(ctx); short {
+		err = fmt.Errorf("worker: %s left in the invocation, under the %s a charge needs: %w", left.Round(time.Millisecond), w.budget, provider.ErrNotCharged)
+	} else {
+		res, err = w.process(ctx, p)
+	}
 	if err != nil && w.retries != nil && transient(err) {
 		// Not in place: the shard moves on, and the payment is retried
 		// from the retry queue after a backoff.
@@ -345,6 +358,17 @@ func errorLevel(err error) slog.Level {
 		return slog.LevelWarn
 	}
 	return slog.LevelError
+}
+
+// short reports whether ctx leaves less than the budget of one payment
+// before its deadline, and how much it leaves.
+func (w *Worker) short(ctx context.Context) (time.Duration, bool) {
+	deadline, ok := ctx.Deadline()
+	if !ok || w.budget <= 0 {
+		return 0, false
+	}
+	left := time.Until(deadline)
+	return left, left < w.budget
 }
 
 // transient reports whether err is an outcome a later attempt is expected to
