@@ -496,12 +496,11 @@ func (s *spyStreams) GetRecords(ctx context.Context, in *dynamodbstreams.GetReco
 	return out, err
 }
 
-func TestPollerExpiredIterator(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	table := e.names.ByLogicalID["PaymentsTable"]
-	spy := &spyStreams{StreamsAPI: e.streams}
-	spy.expireEvery.Store(3)
+// collect runs a poller of table reading through client (batches of
+// batchSize, 0 for the default) until the end of the test, and returns the
+// pks of the records it delivers, in order.
+func (e env) collect(t *testing.T, table string, client StreamsAPI, batchSize int) *list[string] {
+	t.Helper()
 	var seen list[string]
 	opts := e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 		for _, r := range ev.Records {
@@ -509,9 +508,19 @@ func TestPollerExpiredIterator(t *testing.T) {
 		}
 		return events.DynamoDBEventResponse{}, nil
 	})
-	opts.Client = spy
-	opts.BatchSize = 2
+	opts.Client = client
+	opts.BatchSize = batchSize
 	start(t, opts)
+	return &seen
+}
+
+func TestPollerExpiredIterator(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	table := e.names.ByLogicalID["PaymentsTable"]
+	spy := &spyStreams{StreamsAPI: e.streams}
+	spy.expireEvery.Store(3)
+	seen := e.collect(t, table, spy, 2)
 
 	var want []string
 	for i := range 8 {
@@ -555,15 +564,7 @@ func TestPollerStaleIteratorBackoff(t *testing.T) {
 			table := e.names.ByLogicalID["PaymentsTable"]
 			spy := &spyStreams{StreamsAPI: e.streams}
 			tc.inject(spy, true)
-			var seen list[string]
-			opts := e.opts(t, table, func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
-				for _, r := range ev.Records {
-					seen.add(pkOf(r))
-				}
-				return events.DynamoDBEventResponse{}, nil
-			})
-			opts.Client = spy
-			start(t, opts)
+			seen := e.collect(t, table, spy, 0)
 			e.put(t, table, "k0", nil)
 
 			// 1.5s of failed reads: retrying at once, DynamoDB Local
