@@ -77,9 +77,10 @@
 // effects with the record's new point and data, fenced on the lease. A
 // request abandoned between phases stays at its last point; whoever comes
 // first resumes it there: a retry of the same request takes the lease over
-// (after the lease, or at once when the last attempt answered a 5xx), or the
-// reconciler hands the record to the route's Resolver, which resumes it with
-// ResumeSteps. A committed phase is never repeated.
+// (after the lease, or at once when the last attempt answered a 5xx without
+// declaring its outcome unknown, Call.Unknown), or the reconciler hands the
+// record to the route's Resolver, which resumes it with ResumeSteps. A
+// committed phase is never repeated.
 //
 // # States
 //

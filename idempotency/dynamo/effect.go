@@ -10,30 +10,11 @@ import (
 	"github.com/oncehq/once/idempotency"
 )
 
-// The effects the Store commits with a record (idempotency.Effect). Each is
-// one item of the record's TransactWriteItems, written exactly when the
-// record's own transition is: Put, Update and Delete write an item of any
-// table, Check only conditions the transaction on one. Their fields are those
-// of the TransactWriteItems request:
-//
-//   - Condition is a DynamoDB condition expression ("" for none), with
-//     Names (#name -> attribute) and Values (:value -> any Go value,
-//     marshalled with attributevalue.Marshal, or a types.AttributeValue).
-//   - Key is the item's primary key, attribute by attribute, marshalled the
-//     same way.
-//   - Reject, when set, is called when the condition fails, with the item as
-//     it stands (nil when there is none; DynamoDB returns it with
-//     ReturnValuesOnConditionCheckFailure ALL_OLD): its error is the
-//     request's business answer (a problem: the payment is not refundable, a
-//     404 for an item that does not exist) and the middleware stores it when
-//     it is a 4xx. Without Reject a failed condition is a 500.
-//
-// A transaction holds at most 100 items, the record included, and may write
-// an item only once.
-
 // Put writes Item (a struct with dynamodbav tags, a map, or a
 // map[string]types.AttributeValue) into Table, replacing any item with its
-// key unless Condition says otherwise. Insert is the common case.
+// key unless Condition says otherwise. Insert is the common case. Condition,
+// Names, Values and Reject are described under Effects in the package
+// documentation, as are the fields of Update, Delete and Check.
 type Put struct {
 	Table     string
 	Item      any
@@ -45,7 +26,8 @@ type Put struct {
 
 // Update applies the update expression Update ("SET #n = #n + :amount") to
 // the item with Key in Table (creating it when absent, as UpdateItem does,
-// unless Condition forbids that).
+// unless Condition forbids that). Its fields: see Effects in the package
+// documentation.
 type Update struct {
 	Table     string
 	Key       map[string]any
@@ -56,7 +38,8 @@ type Update struct {
 	Reject    func(current map[string]types.AttributeValue) error
 }
 
-// Delete deletes the item with Key from Table.
+// Delete deletes the item with Key from Table. Its fields: see Effects in
+// the package documentation.
 type Delete struct {
 	Table     string
 	Key       map[string]any
@@ -67,7 +50,8 @@ type Delete struct {
 }
 
 // Check conditions the transaction on the item with Key in Table, writing
-// nothing. Condition is required.
+// nothing. Condition is required. Its fields: see Effects in the package
+// documentation.
 type Check struct {
 	Table     string
 	Key       map[string]any
