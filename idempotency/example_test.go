@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -21,7 +22,11 @@ func tenantFromHeader(r *http.Request) (string, bool) {
 }
 
 func post(h http.Handler, tenant, key, body string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest("POST", "/v1/notes", strings.NewReader(body))
+	return postTo(h, "/v1/notes", tenant, key, body)
+}
+
+func postTo(h http.Handler, path, tenant, key, body string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest("POST", path, strings.NewReader(body))
 	r.Header.Set("X-Tenant", tenant)
 	r.Header.Set(idempotency.Header, key)
 	w := httptest.NewRecorder()
@@ -139,4 +144,95 @@ func ExampleRejectedError() {
 	// Output:
 	// 201
 	// 409 409 true
+}
+
+// A multi-step External endpoint: the order is written with the reservation
+// (the recovery point "created"), then charged at another system under the
+// phase's forward key ("charged"), then finished with the answer. The first
+// attempt finds the other system down and answers 503 without declaring its
+// outcome unknown: the record stays at "created" and the lease is given up,
+// so the retry takes the request over there at once, without writing the
+// order again, and charges under the same forward key. The Resolver runs
+// the same phases when the reconciler hands it an abandoned request.
+func ExampleBeginAt() {
+	store := memory.New()
+	mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: tenantFromHeader})
+	if err != nil {
+		panic(err)
+	}
+	down := true
+	charged := map[string]string{} // the other system, idempotent by key
+	charge := func(key string) (string, error) {
+		if down {
+			down = false
+			return "", fmt.Errorf("charge: unavailable")
+		}
+		if _, ok := charged[key]; !ok {
+			charged[key] = fmt.Sprintf("ch_%d", len(charged)+1)
+		}
+		return charged[key], nil
+	}
+	// phases runs what follows s.Point() and returns the answer: the live
+	// handler and the Resolver share it.
+	phases := func(ctx context.Context, s *idempotency.Steps) (idempotency.Response, error) {
+		if s.Point() == "created" {
+			id, err := charge(s.ForwardKey("charged"))
+			if err != nil {
+				return idempotency.Response{}, err
+			}
+			if err := s.Advance(ctx, "charged", map[string]string{"charge": id}); err != nil {
+				return idempotency.Response{}, err // a *ConflictError: another owner took the request over
+			}
+		}
+		d := s.Data()
+		body := fmt.Sprintf(`{"order":%q,"charge":%q}`, d["order"], d["charge"])
+		return idempotency.Response{Status: http.StatusCreated, Header: map[string]string{"Content-Type": "application/json"}, Body: []byte(body)}, nil
+	}
+	resolver := idempotency.ResolverFunc(func(ctx context.Context, rec idempotency.Record) (idempotency.Resolution, error) {
+		s := idempotency.ResumeSteps(store, rec, nil)
+		resp, err := phases(ctx, s)
+		if err != nil {
+			return idempotency.Resolution{}, err
+		}
+		return idempotency.Resolution{Response: &resp, Steps: s, FinalPoint: "finished"}, nil
+	})
+	orders := 0
+	h := mw.External("POST /v1/orders", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, _ := idempotency.KeyOf(r)
+		orders++
+		id := fmt.Sprintf("ord_%d", orders) // drawn anew by every attempt; only the first is written
+		call, ok := idempotency.BeginAt(w, r, "created", map[string]string{"order": id},
+			memory.Insert("orders", key.Tenant+"#"+id, id))
+		if !ok {
+			return
+		}
+		resp, err := phases(r.Context(), call.Steps())
+		var conflict *idempotency.ConflictError
+		switch {
+		case errors.As(err, &conflict):
+			return // the middleware answers from the record's state
+		case err != nil:
+			problem.Write(w, r, problem.New(http.StatusServiceUnavailable, "unavailable", "Unavailable", "Retry later."))
+			return
+		}
+		call.Finish("finished")
+		resp.SetHeader(w.Header())
+		w.WriteHeader(resp.Status)
+		w.Write(resp.Body)
+	}), resolver)
+
+	first := postTo(h, "/v1/orders", "acme", "order-1", `{"amount":100}`)
+	rec, _ := store.Get(context.Background(), idempotency.NewKey("acme", "order-1"))
+	fmt.Println(first.Code, rec.Status, rec.Point)
+	retry := postTo(h, "/v1/orders", "acme", "order-1", `{"amount":100}`)
+	fmt.Println(retry.Code, retry.Body.String())
+	again := postTo(h, "/v1/orders", "acme", "order-1", `{"amount":100}`)
+	fmt.Println(again.Code, again.Header().Get(idempotency.ReplayedHeader))
+	rec, _ = store.Get(context.Background(), idempotency.NewKey("acme", "order-1"))
+	fmt.Println(rec.Status, rec.Point, len(store.Items("orders")), "order,", len(charged), "charge")
+	// Output:
+	// 503 IN_PROGRESS created
+	// 201 {"order":"ord_1","charge":"ch_1"}
+	// 201 true
+	// COMPLETED finished 1 order, 1 charge
 }
