@@ -24,7 +24,7 @@ const DefaultMargin = time.Second
 // its own DelaySeconds (one SendMessage call: the README's recovery function
 // has one). Delivery is at least once, so every consumer is idempotent.
 type Queue interface {
-	// Send enqueues body, to be delivered no earlier than delay (at most
+	// Send enqueues body, to be delivered no earlier than delay (from 0 to
 	// MaxDelay) from now. An error means the message may not have been
 	// sent.
 	Send(ctx context.Context, body string, delay time.Duration) error
