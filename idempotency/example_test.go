@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"time"
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/memory"
@@ -68,6 +69,46 @@ func ExampleMiddleware_Atomic() {
 	// 201 {"id":"note_1"}
 	// 201 {"id":"note_1"} true
 	// 422 idempotency_key_reused
+	// 1 note written
+}
+
+// A Leased endpoint: Begin reserves the key under a lease before the
+// handler does its work, so a duplicate sent meanwhile gets 409 rather than
+// running too; a 5xx releases the key (nothing was done), so a retry runs
+// again, and the answer is stored with the effects when the handler ends.
+func ExampleMiddleware_Leased() {
+	store := memory.New()
+	now := func() time.Time { return time.Unix(1_800_000_000, 0) } // a fixed clock, for the Retry-After
+	mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: tenantFromHeader, Now: now})
+	if err != nil {
+		panic(err)
+	}
+	var h http.Handler
+	failing, duplicate := true, ""
+	h = mw.Leased("POST /v1/notes", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		call, ok := idempotency.Begin(w, r)
+		if !ok {
+			return
+		}
+		if failing { // a dependency is down: nothing done
+			failing = false
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		// The same request, sent again while this one holds the lease.
+		dup := post(h, "acme", "key-1", `{"text":"hello"}`)
+		duplicate = fmt.Sprint(dup.Code, " Retry-After: ", dup.Header().Get("Retry-After"))
+		call.AddEffect(memory.Insert("notes", "note_1", "hello"))
+		w.WriteHeader(http.StatusCreated)
+	}))
+	fmt.Println(post(h, "acme", "key-1", `{"text":"hello"}`).Code)
+	fmt.Println(post(h, "acme", "key-1", `{"text":"hello"}`).Code, "(duplicate meanwhile:", duplicate+")")
+	fmt.Println(post(h, "acme", "key-1", `{"text":"hello"}`).Header().Get(idempotency.ReplayedHeader))
+	fmt.Println(len(store.Items("notes")), "note written")
+	// Output:
+	// 503
+	// 201 (duplicate meanwhile: 409 Retry-After: 30)
+	// true
 	// 1 note written
 }
 
