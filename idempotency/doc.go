@@ -19,7 +19,8 @@
 //
 // A handler wrapped by the Middleware validates its request first (what it
 // answers before Begin is neither stored nor counted as execution: a
-// corrected request with the same key runs), then calls Begin, and from
+// corrected request with the same key runs; a success without Begin is a
+// forgotten Begin, answered 500), then calls Begin, and from
 // there on its answer is the key's answer. A 5xx is never stored, with one
 // exception: an External request whose answer is too large for the store
 // (ErrResponseTooLarge) has called out, so its record is completed with the
