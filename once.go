@@ -26,6 +26,7 @@ package once
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"os"
 
@@ -62,8 +63,20 @@ func DynamoDB(ctx context.Context) (*dynamodb.Client, error) {
 // Middleware returns the idempotency middleware for cfg with its records in
 // the DynamoDB table through client (cfg.Store is replaced), the caller's
 // tenant read from the API Gateway authorizer's context when cfg.Tenant is
-// nil (apigw.Tenant), and a replay cache when cfg.Cache is nil.
+// nil (apigw.Tenant), and a replay cache when cfg.Cache is nil. A nil client
+// or an empty table name (an environment variable not set) is an error, at
+// start-up rather than at every request.
 func Middleware(client *dynamodb.Client, table string, cfg idempotency.Config) (*idempotency.Middleware, error) {
+	var errs []error
+	if client == nil {
+		errs = append(errs, errors.New("once: Middleware: the DynamoDB client is nil"))
+	}
+	if table == "" {
+		errs = append(errs, errors.New("once: Middleware: the idempotency table name is empty"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
 	cfg.Store = dynamo.New(client, table)
 	if cfg.Tenant == nil {
 		cfg.Tenant = apigw.Tenant

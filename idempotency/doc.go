@@ -19,7 +19,8 @@
 //
 // A handler wrapped by the Middleware validates its request first (what it
 // answers before Begin is neither stored nor counted as execution: a
-// corrected request with the same key runs), then calls Begin, and from
+// corrected request with the same key runs; a success without Begin is a
+// forgotten Begin, answered 500), then calls Begin, and from
 // there on its answer is the key's answer. A 5xx is never stored, with one
 // exception: an External request whose answer is too large for the store
 // (ErrResponseTooLarge) has called out, so its record is completed with the
@@ -77,9 +78,10 @@
 // effects with the record's new point and data, fenced on the lease. A
 // request abandoned between phases stays at its last point; whoever comes
 // first resumes it there: a retry of the same request takes the lease over
-// (after the lease, or at once when the last attempt answered a 5xx), or the
-// reconciler hands the record to the route's Resolver, which resumes it with
-// ResumeSteps. A committed phase is never repeated.
+// (after the lease, or at once when the last attempt answered a 5xx without
+// declaring its outcome unknown, Call.Unknown), or the reconciler hands the
+// record to the route's Resolver, which resumes it with ResumeSteps. A
+// committed phase is never repeated.
 //
 // # States
 //

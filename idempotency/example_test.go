@@ -2,10 +2,12 @@ package idempotency_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"time"
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/memory"
@@ -21,7 +23,11 @@ func tenantFromHeader(r *http.Request) (string, bool) {
 }
 
 func post(h http.Handler, tenant, key, body string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest("POST", "/v1/notes", strings.NewReader(body))
+	return postTo(h, "/v1/notes", tenant, key, body)
+}
+
+func postTo(h http.Handler, path, tenant, key, body string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest("POST", path, strings.NewReader(body))
 	r.Header.Set("X-Tenant", tenant)
 	r.Header.Set(idempotency.Header, key)
 	w := httptest.NewRecorder()
@@ -63,6 +69,46 @@ func ExampleMiddleware_Atomic() {
 	// 201 {"id":"note_1"}
 	// 201 {"id":"note_1"} true
 	// 422 idempotency_key_reused
+	// 1 note written
+}
+
+// A Leased endpoint: Begin reserves the key under a lease before the
+// handler does its work, so a duplicate sent meanwhile gets 409 rather than
+// running too; a 5xx releases the key (nothing was done), so a retry runs
+// again, and the answer is stored with the effects when the handler ends.
+func ExampleMiddleware_Leased() {
+	store := memory.New()
+	now := func() time.Time { return time.Unix(1_800_000_000, 0) } // a fixed clock, for the Retry-After
+	mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: tenantFromHeader, Now: now})
+	if err != nil {
+		panic(err)
+	}
+	var h http.Handler
+	failing, duplicate := true, ""
+	h = mw.Leased("POST /v1/notes", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		call, ok := idempotency.Begin(w, r)
+		if !ok {
+			return
+		}
+		if failing { // a dependency is down: nothing done
+			failing = false
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		// The same request, sent again while this one holds the lease.
+		dup := post(h, "acme", "key-1", `{"text":"hello"}`)
+		duplicate = fmt.Sprint(dup.Code, " Retry-After: ", dup.Header().Get("Retry-After"))
+		call.AddEffect(memory.Insert("notes", "note_1", "hello"))
+		w.WriteHeader(http.StatusCreated)
+	}))
+	fmt.Println(post(h, "acme", "key-1", `{"text":"hello"}`).Code)
+	fmt.Println(post(h, "acme", "key-1", `{"text":"hello"}`).Code, "(duplicate meanwhile:", duplicate+")")
+	fmt.Println(post(h, "acme", "key-1", `{"text":"hello"}`).Header().Get(idempotency.ReplayedHeader))
+	fmt.Println(len(store.Items("notes")), "note written")
+	// Output:
+	// 503
+	// 201 (duplicate meanwhile: 409 Retry-After: 30)
+	// true
 	// 1 note written
 }
 
@@ -139,4 +185,95 @@ func ExampleRejectedError() {
 	// Output:
 	// 201
 	// 409 409 true
+}
+
+// A multi-step External endpoint: the order is written with the reservation
+// (the recovery point "created"), then charged at another system under the
+// phase's forward key ("charged"), then finished with the answer. The first
+// attempt finds the other system down and answers 503 without declaring its
+// outcome unknown: the record stays at "created" and the lease is given up,
+// so the retry takes the request over there at once, without writing the
+// order again, and charges under the same forward key. The Resolver runs
+// the same phases when the reconciler hands it an abandoned request.
+func ExampleBeginAt() {
+	store := memory.New()
+	mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: tenantFromHeader})
+	if err != nil {
+		panic(err)
+	}
+	down := true
+	charged := map[string]string{} // the other system, idempotent by key
+	charge := func(key string) (string, error) {
+		if down {
+			down = false
+			return "", fmt.Errorf("charge: unavailable")
+		}
+		if _, ok := charged[key]; !ok {
+			charged[key] = fmt.Sprintf("ch_%d", len(charged)+1)
+		}
+		return charged[key], nil
+	}
+	// phases runs what follows s.Point() and returns the answer: the live
+	// handler and the Resolver share it.
+	phases := func(ctx context.Context, s *idempotency.Steps) (idempotency.Response, error) {
+		if s.Point() == "created" {
+			id, err := charge(s.ForwardKey("charged"))
+			if err != nil {
+				return idempotency.Response{}, err
+			}
+			if err := s.Advance(ctx, "charged", map[string]string{"charge": id}); err != nil {
+				return idempotency.Response{}, err // a *ConflictError: another owner took the request over
+			}
+		}
+		d := s.Data()
+		body := fmt.Sprintf(`{"order":%q,"charge":%q}`, d["order"], d["charge"])
+		return idempotency.Response{Status: http.StatusCreated, Header: map[string]string{"Content-Type": "application/json"}, Body: []byte(body)}, nil
+	}
+	resolver := idempotency.ResolverFunc(func(ctx context.Context, rec idempotency.Record) (idempotency.Resolution, error) {
+		s := idempotency.ResumeSteps(store, rec, nil)
+		resp, err := phases(ctx, s)
+		if err != nil {
+			return idempotency.Resolution{}, err
+		}
+		return idempotency.Resolution{Response: &resp, Steps: s, FinalPoint: "finished"}, nil
+	})
+	orders := 0
+	h := mw.External("POST /v1/orders", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, _ := idempotency.KeyOf(r)
+		orders++
+		id := fmt.Sprintf("ord_%d", orders) // drawn anew by every attempt; only the first is written
+		call, ok := idempotency.BeginAt(w, r, "created", map[string]string{"order": id},
+			memory.Insert("orders", key.Tenant+"#"+id, id))
+		if !ok {
+			return
+		}
+		resp, err := phases(r.Context(), call.Steps())
+		var conflict *idempotency.ConflictError
+		switch {
+		case errors.As(err, &conflict):
+			return // the middleware answers from the record's state
+		case err != nil:
+			problem.Write(w, r, problem.New(http.StatusServiceUnavailable, "unavailable", "Unavailable", "Retry later."))
+			return
+		}
+		call.Finish("finished")
+		resp.SetHeader(w.Header())
+		w.WriteHeader(resp.Status)
+		w.Write(resp.Body)
+	}), resolver)
+
+	first := postTo(h, "/v1/orders", "acme", "order-1", `{"amount":100}`)
+	rec, _ := store.Get(context.Background(), idempotency.NewKey("acme", "order-1"))
+	fmt.Println(first.Code, rec.Status, rec.Point)
+	retry := postTo(h, "/v1/orders", "acme", "order-1", `{"amount":100}`)
+	fmt.Println(retry.Code, retry.Body.String())
+	again := postTo(h, "/v1/orders", "acme", "order-1", `{"amount":100}`)
+	fmt.Println(again.Code, again.Header().Get(idempotency.ReplayedHeader))
+	rec, _ = store.Get(context.Background(), idempotency.NewKey("acme", "order-1"))
+	fmt.Println(rec.Status, rec.Point, len(store.Items("orders")), "order,", len(charged), "charge")
+	// Output:
+	// 503 IN_PROGRESS created
+	// 201 {"order":"ord_1","charge":"ch_1"}
+	// 201 true
+	// COMPLETED finished 1 order, 1 charge
 }

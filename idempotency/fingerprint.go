@@ -22,11 +22,12 @@ import (
 // number whose value is not the value JCS writes for it (I-JSON, RFC 7493
 // §2.2): 9007199254740993 (2^53 + 1) or 0.30000000000000001, but not 1.0,
 // 1e0 or 0.1, which keep their value. Equal documents keep equal canonical
-// forms.
+// forms. A body that is not a JSON document is refused with an error matching
+// ErrBodyInvalid.
 func Canonical(body []byte) ([]byte, error) {
 	out, err := jcs.Transform(body)
 	if err != nil {
-		return nil, fmt.Errorf("idempotency: canonical JSON: %w", err)
+		return nil, fmt.Errorf("idempotency: canonical JSON: %w: %w", ErrBodyInvalid, err)
 	}
 	if !numbersExact(body) {
 		return nil, fmt.Errorf("idempotency: canonical JSON: %w", ErrNumberPrecision)
@@ -49,7 +50,7 @@ func Fingerprint(method, route string, canonicalBody []byte) string {
 // RequestFingerprint is the fingerprint the middleware gives a request to
 // a route without wildcards: Fingerprint of the body's canonical form, an
 // empty body (nothing but whitespace: a POST without one) counting as the
-// empty form.
+// empty form. Its errors are Canonical's (ErrBodyInvalid, ErrNumberPrecision).
 func RequestFingerprint(method, route string, body []byte) (string, error) {
 	return requestFingerprint(method, route, "", body)
 }

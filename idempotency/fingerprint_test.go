@@ -42,10 +42,19 @@ func TestFingerprintUnambiguous(t *testing.T) {
 	}
 }
 
+// TestCanonicalRejectsInvalid: a body that is not a JSON document is refused
+// with an error a caller can tell by errors.Is(err, ErrBodyInvalid), from
+// Canonical as from RequestFingerprint.
 func TestCanonicalRejectsInvalid(t *testing.T) {
 	for _, body := range []string{"", "{", `{"a":}`, "nope"} {
-		if _, err := Canonical([]byte(body)); err == nil {
-			t.Errorf("Canonical(%q) succeeded, want an error", body)
+		if _, err := Canonical([]byte(body)); !errors.Is(err, ErrBodyInvalid) {
+			t.Errorf("Canonical(%q) = %v, want an error matching ErrBodyInvalid", body, err)
+		}
+		if body == "" {
+			continue // an empty body is a request body of its own
+		}
+		if _, err := RequestFingerprint("POST", "POST /v1/x", []byte(body)); !errors.Is(err, ErrBodyInvalid) {
+			t.Errorf("RequestFingerprint(%q) = %v, want an error matching ErrBodyInvalid", body, err)
 		}
 	}
 }

@@ -31,7 +31,7 @@ const (
 	OutcomeMismatch   = "mismatch"    // key reused with another request (422)
 	OutcomeInProgress = "in_progress" // original still running or being reconciled (409)
 	OutcomeStoreError = "store_error" // a store write failed: 503 when unavailable, else 500, nothing (or only a 500) stored
-	OutcomeRejected   = "rejected"    // refused before Begin (validation); nothing stored
+	OutcomeRejected   = "rejected"    // refused before Begin (validation), or a success without Begin (500); nothing stored
 	OutcomeInvalidKey = "invalid_key" // missing or malformed Idempotency-Key
 	OutcomeReleased   = "released"    // 5xx after Begin: reservation released, nothing stored
 	OutcomeUnknown    = "unknown"     // ambiguous outcome: record left UNKNOWN for reconciliation
@@ -177,9 +177,13 @@ func (m *Middleware) External(route string, next http.Handler, resolver Resolver
 // (the path values when a ServeMux routed the request by that very pattern,
 // else the escaped path), so the same key on another resource is a different
 // request too. The body is fingerprinted in its RFC 8785 canonical form; an
-// empty body (a POST without one) is a body of its own, not an error. next must call Begin once it has validated the request
-// and before it has any effect; whatever it writes before Begin is sent as is
-// and not stored. Wrap panics when route is wrapped twice.
+// empty body (a POST without one) is a body of its own, not an error.
+// next must call Begin once it has validated the request and before it has
+// any effect; whatever it writes before Begin is sent as is and not stored,
+// but for a success (a status below 300, or nothing written) without Begin:
+// a forgotten Begin, whose work was done outside the contract, is answered
+// 500 internal_error instead, Observation.Err saying why. Wrap panics when
+// route is wrapped twice.
 func (m *Middleware) Wrap(mode Mode, route string, next http.Handler) http.Handler {
 	if mode == External {
 		panic(fmt.Sprintf("idempotency: wrap External route %q with Middleware.External, which takes its Resolver", route))
@@ -468,7 +472,12 @@ func (c *Call) AddReleaseEffect(e Effect) { c.releaseEffects = append(c.releaseE
 
 // Unknown declares the outcome ambiguous (an external call timed out after it
 // may have taken effect): the record goes to UNKNOWN for reconciliation and the
-// handler's response is sent but not stored. Only External mode.
+// handler's response is sent but not stored. Only External mode. A multi-step
+// request (BeginAt) stays instead IN_PROGRESS at its last recovery point
+// under its running lease, as the call may still land: once the lease has run
+// out, a retry of the request takes it over there, or the lease check
+// (idempotency/recovery) moves it to UNKNOWN for the route's Resolver; a retry
+// within the lease gets 409.
 func (c *Call) Unknown() { c.unknown = true }
 
 // finish stores and sends the response once the handler has returned.
@@ -478,6 +487,16 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 		return
 	}
 	if !c.begun {
+		if status := rec.statusOrOK(); status < 300 {
+			// A success without Begin: the handler did its work outside
+			// the contract (nothing reserved, nothing stored, so a retry
+			// would do it again). A forgotten Begin must not pass for an
+			// idempotent endpoint: answer 500 instead, and say why.
+			c.obs.Err = fmt.Sprintf("idempotency: route %q answered %d without calling Begin", c.route, status)
+			c.decide(OutcomeRejected, c.errorAnswer(r, errors.New(c.obs.Err)))
+			c.answer(w)
+			return
+		}
 		c.obs.Outcome = OutcomeRejected
 		rec.flush(w)
 		return

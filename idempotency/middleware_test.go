@@ -344,3 +344,56 @@ func TestFingerprintCoversWhatTheRouteLeavesOpen(t *testing.T) {
 		})
 	}
 }
+
+// TestSuccessWithoutBegin: a handler that answers a success without calling
+// Begin (a forgotten Begin) did its work outside the contract, so a retry
+// would do it again. It is answered 500 internal_error, with the reason in
+// the Observation, never passed off as the endpoint's answer; an answer
+// before Begin that is not a success (validation) is sent as it is.
+func TestSuccessWithoutBegin(t *testing.T) {
+	tests := []struct {
+		name       string
+		handler    http.HandlerFunc
+		wantStatus int
+		wantErr    bool
+	}{
+		{"201", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }, http.StatusInternalServerError, true},
+		{"204", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }, http.StatusInternalServerError, true},
+		{"body, implicit 200", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{}`)) }, http.StatusInternalServerError, true},
+		{"nothing written", func(w http.ResponseWriter, r *http.Request) {}, http.StatusInternalServerError, true},
+		{"400 validation", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusBadRequest) }, http.StatusBadRequest, false},
+		{"302", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusFound) }, http.StatusFound, false},
+	}
+	for _, mode := range []idempotency.Mode{idempotency.Atomic, idempotency.Leased, idempotency.External} {
+		for _, tt := range tests {
+			t.Run(mode.String()+"/"+tt.name, func(t *testing.T) {
+				store := memory.New()
+				mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: func(*http.Request) (string, bool) { return "acme", true }})
+				if err != nil {
+					t.Fatal(err)
+				}
+				h := wrap(mw, mode, "POST /v1/things", tt.handler)
+				for attempt := range 2 {
+					obs := &idempotency.Observation{}
+					r := httptest.NewRequest("POST", "/v1/things", strings.NewReader(`{}`))
+					r = r.WithContext(idempotency.WithObservation(r.Context(), obs))
+					r.Header.Set(idempotency.Header, "k")
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, r)
+					if w.Code != tt.wantStatus {
+						t.Errorf("attempt %d: status = %d %s, want %d", attempt, w.Code, w.Body, tt.wantStatus)
+					}
+					if got := obs.Err != ""; got != tt.wantErr {
+						t.Errorf("attempt %d: Observation.Err = %q, want one: %v", attempt, obs.Err, tt.wantErr)
+					}
+					if obs.Outcome != idempotency.OutcomeRejected {
+						t.Errorf("attempt %d: Observation.Outcome = %q, want %q", attempt, obs.Outcome, idempotency.OutcomeRejected)
+					}
+				}
+				if _, err := store.Get(t.Context(), idempotency.NewKey("acme", "k")); !errors.Is(err, idempotency.ErrNotFound) {
+					t.Errorf("Get() = %v, want ErrNotFound: nothing stored", err)
+				}
+			})
+		}
+	}
+}

@@ -13,10 +13,16 @@ import (
 // route has none.
 //
 // A Resolver must be safe for concurrent use and must not change the other
-// system: it asks, it does not do.
+// system: it asks, it does not do. The one exception is a Resolver that
+// resumes a multi-step request (rec.Point set, see BeginAt) with
+// ResumeSteps: it runs the phases after rec.Point as the handler would,
+// and so repeats at most the interrupted phase's call out, under the same
+// Steps.ForwardKey, which the other system (idempotent by key) takes as the
+// same operation.
 type Resolver interface {
 	// Resolve returns what became of rec's request at the other system,
-	// looked up by rec.ForwardKey(). It returns an error when the other
+	// looked up by rec.ForwardKey() (for a multi-step request, by the
+	// Steps.ForwardKey of the phase after rec.Point). It returns an error when the other
 	// system cannot tell now (the reconciler retries), and an error wrapping
 	// ErrUnresolvable when it never will (the record stays UNKNOWN for an
 	// operator).

@@ -7,7 +7,9 @@
 // made proxyable, so that a hostile path (an encoded newline, "%zz", a NUL)
 // is the handler's 404, never an adapter error, a 502 or a raw log line.
 //
-// A complete main:
+// A main, in outline (client is a *dynamodb.Client, notes your handler;
+// once.Middleware and once.Start do the same, and the README's "Use once in
+// your own Lambda" has a complete one; see also ExampleNewLambda):
 //
 //	func main() {
 //		mw, _ := idempotency.New(idempotency.Config{Store: dynamo.New(client, table), Tenant: apigw.Tenant})

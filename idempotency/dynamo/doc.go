@@ -30,4 +30,27 @@
 // write instead: when the item DynamoDB returns is exactly the record (or the
 // UNKNOWN state) the call was writing, lease token included, the call
 // succeeds.
+//
+// # Effects
+//
+// The effects the Store commits with a record (idempotency.Effect). Each is
+// one item of the record's TransactWriteItems, written exactly when the
+// record's own transition is: Put, Update and Delete write an item of any
+// table, Check only conditions the transaction on one. Their fields are those
+// of the TransactWriteItems request:
+//
+//   - Condition is a DynamoDB condition expression ("" for none), with
+//     Names (#name -> attribute) and Values (:value -> any Go value,
+//     marshalled with attributevalue.Marshal, or a types.AttributeValue).
+//   - Key is the item's primary key, attribute by attribute, marshalled the
+//     same way.
+//   - Reject, when set, is called when the condition fails, with the item as
+//     it stands (nil when there is none; DynamoDB returns it with
+//     ReturnValuesOnConditionCheckFailure ALL_OLD): its error is the
+//     request's business answer (a problem: the payment is not refundable, a
+//     404 for an item that does not exist) and the middleware stores it when
+//     it is a 4xx. Without Reject a failed condition is a 500.
+//
+// A transaction holds at most 100 items, the record included, and may write
+// an item only once.
 package dynamo

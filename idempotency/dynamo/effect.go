@@ -10,46 +10,44 @@ import (
 	"github.com/oncehq/once/idempotency"
 )
 
-// The effects the Store commits with a record (idempotency.Effect). Each is
-// one item of the record's TransactWriteItems, written exactly when the
-// record's own transition is: Put, Update and Delete write an item of any
-// table, Check only conditions the transaction on one. Their fields are those
-// of the TransactWriteItems request:
-//
-//   - Condition is a DynamoDB condition expression ("" for none), with
-//     Names (#name -> attribute) and Values (:value -> any Go value,
-//     marshalled with attributevalue.Marshal, or a types.AttributeValue).
-//   - Key is the item's primary key, attribute by attribute, marshalled the
-//     same way.
-//   - Reject, when set, is called when the condition fails, with the item as
-//     it stands (nil when there is none; DynamoDB returns it with
-//     ReturnValuesOnConditionCheckFailure ALL_OLD): its error is the
-//     request's business answer (a problem: the payment is not refundable, a
-//     404 for an item that does not exist) and the middleware stores it when
-//     it is a 4xx. Without Reject a failed condition is a 500.
-//
-// A transaction holds at most 100 items, the record included, and may write
-// an item only once.
-
-// Put writes Item (a struct with dynamodbav tags, a map, or a
-// map[string]types.AttributeValue) into Table, replacing any item with its
-// key unless Condition says otherwise. Insert is the common case.
+// Put writes Item into Table, replacing any item with its key unless
+// Condition says otherwise. Insert is the common case. The fields of Put,
+// Update, Delete and Check are those of the TransactWriteItems request (see
+// Effects in the package documentation).
 type Put struct {
-	Table     string
-	Item      any
+	// Table is the table written.
+	Table string
+	// Item is the item: a struct with dynamodbav tags, a map, or a
+	// map[string]types.AttributeValue.
+	Item any
+	// Condition is a DynamoDB condition expression on the item as it
+	// stands ("" for none).
 	Condition string
-	Names     map[string]string
-	Values    map[string]any
-	Reject    func(current map[string]types.AttributeValue) error
+	// Names maps the expressions' #name placeholders to attribute names.
+	Names map[string]string
+	// Values maps the expressions' :value placeholders to values: any Go
+	// value (marshalled with attributevalue.Marshal) or a
+	// types.AttributeValue.
+	Values map[string]any
+	// Reject, when set, is called when Condition fails, with the item as it
+	// stands (nil when there is none): its error is the request's business
+	// answer, stored when it is a 4xx. Without it a failed condition is a
+	// 500.
+	Reject func(current map[string]types.AttributeValue) error
 }
 
 // Update applies the update expression Update ("SET #n = #n + :amount") to
 // the item with Key in Table (creating it when absent, as UpdateItem does,
 // unless Condition forbids that).
 type Update struct {
-	Table     string
-	Key       map[string]any
-	Update    string
+	// Table is the table written.
+	Table string
+	// Key is the item's primary key, attribute by attribute, each value
+	// marshalled as Put's Values are.
+	Key map[string]any
+	// Update is the update expression.
+	Update string
+	// Condition, Names, Values and Reject are as in Put.
 	Condition string
 	Names     map[string]string
 	Values    map[string]any
@@ -58,8 +56,11 @@ type Update struct {
 
 // Delete deletes the item with Key from Table.
 type Delete struct {
-	Table     string
-	Key       map[string]any
+	// Table is the table written.
+	Table string
+	// Key is the item's primary key, as in Update.
+	Key map[string]any
+	// Condition, Names, Values and Reject are as in Put.
 	Condition string
 	Names     map[string]string
 	Values    map[string]any
@@ -67,10 +68,14 @@ type Delete struct {
 }
 
 // Check conditions the transaction on the item with Key in Table, writing
-// nothing. Condition is required.
+// nothing.
 type Check struct {
-	Table     string
-	Key       map[string]any
+	// Table is the table of the item checked.
+	Table string
+	// Key is the item's primary key, as in Update.
+	Key map[string]any
+	// Condition is required; Condition, Names, Values and Reject are as in
+	// Put.
 	Condition string
 	Names     map[string]string
 	Values    map[string]any

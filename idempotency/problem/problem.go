@@ -29,7 +29,11 @@ const ContentType = "application/problem+json"
 
 // DefaultTypeBase is the base of a problem's type URI when the Renderer names
 // none: the code is appended as the fragment, so that each code links to its
-// description.
+// description. It is once's README, which describes once's codes (and its
+// demo API's), not yours: an API with codes of its own renders with a
+// Renderer naming its own TypeBase, in its handlers and as the middleware's
+// idempotency.Config.OnError (Renderer{TypeBase: base}.Write), and documents
+// the middleware's codes there too.
 const DefaultTypeBase = "https://github.com/oncehq/once/blob/main/README.md#"
 
 // Details is the answer to an error.

@@ -21,10 +21,10 @@ const MaxDelay = 15 * time.Minute
 const DefaultMargin = time.Second
 
 // Queue delivers messages later: in AWS an SQS queue, each message sent with
-// its own DelaySeconds (internal/queue in this repository). Delivery is at
-// least once, so every consumer is idempotent.
+// its own DelaySeconds (one SendMessage call: the README's recovery function
+// has one). Delivery is at least once, so every consumer is idempotent.
 type Queue interface {
-	// Send enqueues body, to be delivered no earlier than delay (at most
+	// Send enqueues body, to be delivered no earlier than delay (from 0 to
 	// MaxDelay) from now. An error means the message may not have been
 	// sent.
 	Send(ctx context.Context, body string, delay time.Duration) error

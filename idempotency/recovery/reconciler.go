@@ -128,10 +128,17 @@ func (r *Reconciler) record(ctx context.Context, er events.DynamoDBEventRecord) 
 
 // Reconcile finalises the UNKNOWN record rec with its route's Resolver, as
 // Handle does for a stream record, logging to log (the Reconciler's logger
-// when nil). It returns an error when rec should be tried again.
+// when nil). It returns an error when rec should be tried again. A record in
+// any other state is refused with an error, and nothing is asked or written:
+// an IN_PROGRESS record belongs to the request that holds its lease (or, once
+// the lease has run out, to the Checker, which hands it on as UNKNOWN), and
+// resolving it would race that request.
 func (r *Reconciler) Reconcile(ctx context.Context, log *slog.Logger, rec idempotency.Record) error {
 	if log == nil {
 		log = r.cfg.Logger
+	}
+	if rec.Status != idempotency.StatusUnknown {
+		return fmt.Errorf("recovery: reconcile %s: the record is %s, not %s", rec.Key.Short(), rec.Status, idempotency.StatusUnknown)
 	}
 	resolver, ok := r.cfg.Resolvers[rec.Route]
 	if !ok {

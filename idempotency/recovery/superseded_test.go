@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/memory"
 	"github.com/oncehq/once/idempotency/recovery"
@@ -62,5 +64,50 @@ func TestReconcileSupersededResume(t *testing.T) {
 	}
 	if got, err := store.Get(t.Context(), stale.Key); err != nil || got.Status != idempotency.StatusCompleted || got.Point != "created" {
 		t.Errorf("record = %s at %q, %v; want the COMPLETED record untouched", got.Status, got.Point, err)
+	}
+}
+
+// TestReconcileRefusesLiveRecord: Reconcile handed a record that is not
+// UNKNOWN (an IN_PROGRESS reservation, whose request may still be running
+// under its lease, or a COMPLETED one) refuses it: the Resolver is not asked
+// and the record is left as it is.
+func TestReconcileRefusesLiveRecord(t *testing.T) {
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	for _, status := range []idempotency.Status{idempotency.StatusInProgress, idempotency.StatusCompleted} {
+		t.Run(string(status), func(t *testing.T) {
+			store := memory.New()
+			rec := idempotency.Record{
+				Key: idempotency.NewKey("acme", "live"), Status: status, Route: "POST /v1/transfers",
+				Fingerprint: "fp", External: true, LeaseToken: "lease-1", ExpiresAt: now.Add(time.Hour),
+				Request: []byte(`{}`), Point: "created", CreatedAt: now, UpdatedAt: now,
+			}
+			if status == idempotency.StatusCompleted {
+				rec.LeaseToken = ""
+				rec.Response = &idempotency.Response{Status: http.StatusCreated, Body: []byte(`{}`)}
+			}
+			if err := store.Reserve(t.Context(), rec, nil, now); err != nil {
+				t.Fatal(err)
+			}
+			asked := 0
+			resolver := idempotency.ResolverFunc(func(ctx context.Context, rec idempotency.Record) (idempotency.Resolution, error) {
+				asked++
+				return idempotency.Resolution{Response: &idempotency.Response{Status: http.StatusCreated, Body: []byte(`{"resolved":true}`)}}, nil
+			})
+			r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
+				Store: store, Resolvers: idempotency.Resolvers{rec.Route: resolver}, Settle: time.Second,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Reconcile(t.Context(), nil, rec); err == nil {
+				t.Errorf("Reconcile(%s record) = nil, want an error", status)
+			}
+			if asked != 0 {
+				t.Errorf("resolver asked %d times, want 0", asked)
+			}
+			if got, err := store.Get(t.Context(), rec.Key); err != nil || !cmp.Equal(got, rec) {
+				t.Errorf("record after Reconcile = %+v, %v; want it untouched: %s", got, err, cmp.Diff(rec, got))
+			}
+		})
 	}
 }

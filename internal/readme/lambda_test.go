@@ -69,6 +69,21 @@ func TestUseOnceInYourOwnLambda(t *testing.T) {
 	bin := filepath.Join(dir, "bootstrap")
 	goCmd(t, dir, "build", "-o", bin, ".")
 
+	// The recovery function, beside it, with the resolvers it leaves to the
+	// reader: it builds with nothing but once and the modules once requires.
+	rdir := filepath.Join(dir, "recovery")
+	if err := os.Mkdir(rdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stub := "package main\n\nimport \"github.com/oncehq/once/idempotency\"\n\n" +
+		"func resolvers() idempotency.Resolvers { return idempotency.Resolvers{} }\n"
+	for name, src := range map[string]string{"main.go": block(t, readme, "readme:recovery/main.go"), "resolvers.go": stub} {
+		if err := os.WriteFile(filepath.Join(rdir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	goCmd(t, dir, "build", "-o", filepath.Join(dir, "recovery-bootstrap"), "./recovery")
+
 	// The template entries' tables, in DynamoDB Local.
 	tmpl, err := samtemplate.Parse([]byte(templateYAML))
 	if err != nil {
