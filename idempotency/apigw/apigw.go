@@ -7,13 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/awslabs/aws-lambda-go-api-proxy/core"
-	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
 )
 
 // TenantKey is the authorizer context key that carries the caller's tenant,
@@ -66,7 +66,14 @@ func RequestID(r *http.Request) (string, bool) {
 }
 
 // Lambda serves API Gateway proxy events with an http.Handler, through
-// aws-lambda-go-api-proxy's httpadapter.
+// aws-lambda-go-api-proxy's request and response translation (package core).
+//
+// The handler's response is the one net/http would send: a handler that
+// writes nothing answers 200, the first status written is the status, and a
+// WriteHeader after it (a second one, or one after Write) changes nothing.
+// (The proxy's own response writer takes the last status written, and a
+// handler that writes nothing is an error it prints to stdout, which API
+// Gateway turns into a 502.)
 //
 // The adapter returns a response body as text when it is valid UTF-8 and
 // base64 (isBase64Encoded) otherwise; the API only writes JSON, which is
@@ -83,8 +90,9 @@ func RequestID(r *http.Request) (string, bool) {
 // A Lambda is safe for concurrent use (Lambda Managed Instances run several
 // invocations per execution environment).
 type Lambda struct {
-	v1 *httpadapter.HandlerAdapter
-	v2 *httpadapter.HandlerAdapterV2
+	h  http.Handler
+	v1 core.RequestAccessor
+	v2 core.RequestAccessorV2
 	// Crashed, if set, recognises a panic value as a crash to answer as API
 	// Gateway answers for a crashed function (500 CrashBody) instead of
 	// letting it go on (crash injection in tests).
@@ -93,7 +101,7 @@ type Lambda struct {
 
 // NewLambda returns a Lambda serving h.
 func NewLambda(h http.Handler) *Lambda {
-	return &Lambda{v1: httpadapter.New(h), v2: httpadapter.NewV2(h)}
+	return &Lambda{h: h}
 }
 
 // NewLambdaHandler returns a function that serves REST API (payload 1.0) and
@@ -203,16 +211,21 @@ func (l *Lambda) ProxyV1(ctx context.Context, ev events.APIGatewayProxyRequest) 
 			}, nil
 		}
 	}()
-	return l.v1.ProxyWithContext(ctx, ev)
+	req, err := l.v1.EventToRequestWithContext(ctx, ev)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, fmt.Errorf("gateway: REST API event to request: %w", err)
+	}
+	return serveProxy(l.h, req, core.NewProxyResponseWriter())
 }
 
 // ProxyV2 serves an HTTP API proxy event (payload 2.0), recovering a crash
 // as ProxyV1 does.
 //
-// The adapter splits every header value but a few singletons on commas (API
-// Gateway joins repeated headers with commas in payload 2.0), so an
-// Idempotency-Key holding a comma reaches the handler as two values and is
-// refused as repeated.
+// The proxy splits every header value but a few singletons on commas (API
+// Gateway joins repeated headers with commas in payload 2.0), except, here,
+// a comma inside a quoted string: an Idempotency-Key sent twice, or a bare
+// one holding a comma (a,b), reaches the handler as two values and is
+// refused as repeated; an sf-string holding a comma ("a,b") as one.
 //
 // Paths are made proxyable as in ProxyV1. An HTTP API hands over rawPath
 // already decoded ("API Gateway decodes URL-encoded request parameters
@@ -243,7 +256,95 @@ func (l *Lambda) ProxyV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 			}, nil
 		}
 	}()
-	return l.v2.ProxyWithContext(ctx, ev)
+	req, err := l.v2.EventToRequestWithContext(ctx, ev)
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{}, fmt.Errorf("gateway: HTTP API event to request: %w", err)
+	}
+	resplitQuoted(req.Header, ev.Headers)
+	return serveProxy(l.h, req, core.NewProxyResponseWriterV2())
+}
+
+// proxyWriter is the proxy's response writer of one payload version.
+type proxyWriter[R any] interface {
+	http.ResponseWriter
+	GetProxyResponse() (R, error)
+}
+
+// serveProxy runs h on req with w held to net/http's rules (see Lambda), so that
+// the proxy's writer always has one status, and returns w's proxy response.
+func serveProxy[R any](h http.Handler, req *http.Request, w proxyWriter[R]) (R, error) {
+	sw := &statusWriter{ResponseWriter: w}
+	h.ServeHTTP(sw, req)
+	if !sw.wrote {
+		sw.WriteHeader(http.StatusOK)
+	}
+	resp, err := w.GetProxyResponse()
+	if err != nil {
+		return resp, fmt.Errorf("gateway: proxy response: %w", err)
+	}
+	return resp, nil
+}
+
+// statusWriter passes the first final status on, as net/http does, and
+// drops the rest.
+type statusWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	if w.wrote || status >= 100 && status < 200 && status != http.StatusSwitchingProtocols {
+		return // informational statuses are never the proxy response's
+	}
+	w.wrote = true
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap returns the proxy's writer, for http.ResponseController.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// resplitQuoted undoes, in h, the proxy's split of an HTTP API header value
+// on a comma inside a quoted string: the proxy splits every header but a few
+// singletons on every comma (API Gateway joins a repeated header's values
+// with commas in payload 2.0), which cuts an sf-string Idempotency-Key such
+// as "a,b", or an entity tag, in two. A value holding a quote is split again
+// on the commas outside quoted strings only (RFC 9110, section 5.6.1); a
+// header the proxy kept whole is left alone.
+func resplitQuoted(h http.Header, headers map[string]string) {
+	for k, v := range headers {
+		key := textproto.CanonicalMIMEHeaderKey(k)
+		if !strings.Contains(v, `"`) || key == "Cookie" || len(h[key]) < 2 {
+			continue
+		}
+		h[key] = splitList(v)
+	}
+}
+
+// splitList splits a header field value on the commas outside quoted
+// strings (where a backslash escapes the next character), trimming spaces
+// and tabs from each element.
+func splitList(v string) []string {
+	var out []string
+	start, quoted := 0, false
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case quoted && c == '\\':
+			i++
+		case c == '"':
+			quoted = !quoted
+		case !quoted && c == ',':
+			out = append(out, strings.Trim(v[start:i], " \t"))
+			start = i + 1
+		}
+	}
+	return append(out, strings.Trim(v[start:], " \t"))
 }
 
 // aws-lambda-go-api-proxy's EventToRequest turns an event into a request

@@ -8,12 +8,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncehq/once/idempotency"
 )
 
 // echo answers with what the handler saw of the request.
@@ -149,12 +152,6 @@ func TestHeaders(t *testing.T) {
 			t.Errorf("keys (-want +got):\n%s", diff)
 		}
 	})
-	t.Run("v2 comma-joined header splits", func(t *testing.T) {
-		seen := invoke(t, echo, v2Event(map[string]any{"tenant": "acme"}, map[string]string{"idempotency-key": "a,b"}, "{}"))
-		if diff := cmp.Diff([]any{"a", "b"}, seen["keys"]); diff != "" {
-			t.Errorf("keys (-want +got):\n%s", diff)
-		}
-	})
 	t.Run("base64 request body", func(t *testing.T) {
 		ev := v1Event(map[string]any{"tenant": "acme"}, nil, base64.StdEncoding.EncodeToString([]byte(`{"a":1}`)))
 		ev.IsBase64Encoded = true
@@ -162,6 +159,123 @@ func TestHeaders(t *testing.T) {
 			t.Errorf("body = %q, want the decoded body", seen["body"])
 		}
 	})
+}
+
+// TestV2CommaJoinedHeaders checks how an HTTP API's header values (payload
+// 2.0: a repeated header's values joined with commas) reach the handler: one
+// value per comma outside a quoted string, so that an sf-string key holding
+// a comma is one key and a key sent twice is two.
+func TestV2CommaJoinedHeaders(t *testing.T) {
+	tests := []struct {
+		name    string
+		value   string // the event's idempotency-key
+		want    []string
+		wantKey string // idempotency.ParseKey of what the handler saw; "" for an error
+	}{
+		{"bare key", "k-1", []string{"k-1"}, "k-1"},
+		{"sf-string key", `"k-1"`, []string{`"k-1"`}, "k-1"},
+		{"sf-string key holding a comma", `"a,b"`, []string{`"a,b"`}, "a,b"},
+		{"sf-string key holding an escaped quote and a comma", `"a\",b"`, []string{`"a\",b"`}, `a",b`},
+		{"bare key sent twice", "a,b", []string{"a", "b"}, ""},
+		{"sf-string key sent twice", `"a", "b"`, []string{`"a"`, `"b"`}, ""},
+		{"sf-string keys holding commas sent twice", `"a,b","c,d"`, []string{`"a,b"`, `"c,d"`}, ""},
+		{"unterminated quote", `"a,b`, []string{`"a,b`}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			seen := invoke(t, echo, v2Event(map[string]any{"tenant": "acme"}, map[string]string{"idempotency-key": tt.value}, "{}"))
+			var got []string
+			for _, v := range seen["keys"].([]any) {
+				got = append(got, v.(string))
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Idempotency-Key values (-want +got):\n%s", diff)
+			}
+			key, err := idempotency.ParseKey(got)
+			if tt.wantKey == "" && err == nil || tt.wantKey != "" && key != tt.wantKey {
+				t.Errorf("ParseKey(%q) = %q, %v; want %q", got, key, err, tt.wantKey)
+			}
+		})
+	}
+	t.Run("other headers", func(t *testing.T) {
+		var got http.Header
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = r.Header.Clone() })
+		ev := v2Event(nil, map[string]string{
+			"if-match":   `"x,y", "z"`,
+			"accept":     "application/json, text/plain",
+			"user-agent": `client "a,b"`,
+		}, "{}")
+		ev.Cookies = []string{"s=1", `t="u,v"`}
+		if _, err := NewLambda(h).ProxyV2(t.Context(), ev); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string][]string{
+			"If-Match":   {`"x,y"`, `"z"`},
+			"Accept":     {"application/json", "text/plain"},
+			"User-Agent": {`client "a,b"`},
+			"Cookie":     {"s=1", `t="u,v"`},
+		}
+		for k, w := range want {
+			if diff := cmp.Diff(w, got.Values(k)); diff != "" {
+				t.Errorf("%s (-want +got):\n%s", k, diff)
+			}
+		}
+	})
+}
+
+// TestResponseAsNetHTTP checks that a handler's response goes out through
+// both payload versions with the status and body net/http gives it: a
+// handler that writes nothing answers 200 (not an error of the proxy, which
+// API Gateway would answer 502), and the first status written stays.
+func TestResponseAsNetHTTP(t *testing.T) {
+	tests := []struct {
+		name       string
+		h          http.HandlerFunc
+		wantStatus int
+		wantBody   string
+	}{
+		{"writes nothing", func(http.ResponseWriter, *http.Request) {}, 200, ""},
+		{"only a header", func(w http.ResponseWriter, _ *http.Request) { w.Header().Set("X-A", "1") }, 200, ""},
+		{"body without a status", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "{}") }, 200, "{}"},
+		{"status twice", func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusCreated)
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = io.WriteString(w, "{}")
+		}, 201, "{}"},
+		{"status after the body", func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, "{}")
+			w.WriteHeader(http.StatusInternalServerError)
+		}, 200, "{}"},
+		{"early hints first", func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusEarlyHints)
+			w.WriteHeader(http.StatusAccepted)
+		}, 202, ""},
+		{"no content", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }, 204, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(tt.h)
+			defer srv.Close()
+			res, err := srv.Client().Post(srv.URL+"/v1/payments", "application/json", strings.NewReader("{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != tt.wantStatus || string(body) != tt.wantBody {
+				t.Fatalf("net/http answered %d %q, want %d %q", res.StatusCode, body, tt.wantStatus, tt.wantBody)
+			}
+			l := NewLambda(tt.h)
+			r1, err := l.ProxyV1(t.Context(), v1Event(nil, nil, "{}"))
+			if err != nil || r1.StatusCode != tt.wantStatus || r1.Body != tt.wantBody {
+				t.Errorf("ProxyV1 = %d %q, %v; want %d %q, nil", r1.StatusCode, r1.Body, err, tt.wantStatus, tt.wantBody)
+			}
+			r2, err := l.ProxyV2(t.Context(), v2Event(nil, nil, "{}"))
+			if err != nil || r2.StatusCode != tt.wantStatus || r2.Body != tt.wantBody {
+				t.Errorf("ProxyV2 = %d %q, %v; want %d %q, nil", r2.StatusCode, r2.Body, err, tt.wantStatus, tt.wantBody)
+			}
+		})
+	}
 }
 
 func TestResponseBodies(t *testing.T) {
