@@ -227,6 +227,12 @@ func (l *Lambda) ProxyV1(ctx context.Context, ev events.APIGatewayProxyRequest) 
 // one holding a comma (a,b), reaches the handler as two values and is
 // refused as repeated; an sf-string holding a comma ("a,b") as one.
 //
+// On an HTTP API's own endpoint ({api-id}.execute-api.{region}.amazonaws.com),
+// a stage other than $default is the first segment of rawPath: it is
+// removed, so that the handler sees the path as a REST API's event gives it
+// (without the stage), whichever stage serves it. A custom domain's path and
+// a function URL's (stage $default) are left as they are.
+//
 // Paths are made proxyable as in ProxyV1. An HTTP API hands over rawPath
 // already decoded ("API Gateway decodes URL-encoded request parameters
 // before passing them to the backend integration", HTTP API routes guide),
@@ -241,7 +247,7 @@ func (l *Lambda) ProxyV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 	if ev.RawPath == "" {
 		ev.RawPath = ev.RequestContext.HTTP.Path
 	}
-	ev.RawPath = proxyablePath(ev.RawPath)
+	ev.RawPath = proxyablePath(stripStage(ev.RawPath, ev.RequestContext.Stage, ev.RequestContext.DomainName))
 	ev.RawQueryString = escapeURLPart(ev.RawQueryString, queryByte)
 	ev.RequestContext.DomainName = proxyableHost(ev.RequestContext.DomainName)
 	defer func() {
@@ -262,6 +268,22 @@ func (l *Lambda) ProxyV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 	}
 	resplitQuoted(req.Header, ev.Headers)
 	return serveProxy(l.h, req, core.NewProxyResponseWriterV2())
+}
+
+// stripStage returns an HTTP API's path without its first segment when that
+// is the named stage of an execute-api endpoint (see ProxyV2).
+func stripStage(path, stage, domain string) string {
+	if stage == "" || stage == "$default" || !strings.Contains(domain, ".execute-api.") {
+		return path
+	}
+	rest, ok := strings.CutPrefix(path, "/"+stage)
+	switch {
+	case !ok || rest != "" && rest[0] != '/':
+		return path
+	case rest == "":
+		return "/"
+	}
+	return rest
 }
 
 // proxyWriter is the proxy's response writer of one payload version.

@@ -433,6 +433,37 @@ func TestHostileURLParts(t *testing.T) {
 	})
 }
 
+// TestV2StagePrefix checks that the handler sees an HTTP API's path without
+// the named stage that the execute-api endpoint puts in rawPath and
+// requestContext.http.path (/dev/v1/payments for stage dev), and any other
+// path as it is.
+func TestV2StagePrefix(t *testing.T) {
+	const apiDomain = "r3pmxmplak.execute-api.us-east-1.amazonaws.com"
+	tests := []struct {
+		name, stage, domain, path string
+		wantPath                  string
+	}{
+		{"named stage", "dev", apiDomain, "/dev/v1/payments", "/v1/payments"},
+		{"named stage, root", "dev", apiDomain, "/dev", "/"},
+		{"named stage, root with a slash", "dev", apiDomain, "/dev/", "/"},
+		{"default stage", "$default", apiDomain, "/dev/v1/payments", "/dev/v1/payments"},
+		{"a segment that starts with the stage", "dev", apiDomain, "/devices/1", "/devices/1"},
+		{"a path without the stage", "dev", apiDomain, "/v1/payments", "/v1/payments"},
+		{"custom domain", "prod", "api.example.com", "/prod/v1/payments", "/prod/v1/payments"},
+		{"function URL", "$default", "abcdefg.lambda-url.us-east-1.on.aws", "/v1/payments", "/v1/payments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ev := v2Event(nil, nil, "{}")
+			ev.RawPath, ev.RequestContext.HTTP.Path = tt.path, tt.path
+			ev.RequestContext.Stage, ev.RequestContext.DomainName = tt.stage, tt.domain
+			if seen := invoke(t, echo, ev); seen["path"] != tt.wantPath {
+				t.Errorf("handler saw path %q, want %q", seen["path"], tt.wantPath)
+			}
+		})
+	}
+}
+
 // TestMalformedEvents checks what no API Gateway sends: an error, before the
 // proxy sees (and prints) anything.
 func TestMalformedEvents(t *testing.T) {
