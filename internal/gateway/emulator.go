@@ -35,6 +35,15 @@ const (
 	DefaultIntegrationTimeout = 29 * time.Second
 	// MaxPayload is the largest request body a REST API accepts (10 MB).
 	MaxPayload = 10 << 20
+	// MaxInvokePayload bounds the event of a synchronous Lambda invocation:
+	// "Request must be smaller than 6291456 bytes for the InvokeFunction
+	// operation" (RequestEntityTooLargeException). A body under MaxPayload
+	// can make an event over it; API Gateway then answers 413 without the
+	// function having run.
+	MaxInvokePayload = 6 << 20
+	// maxInvokeResponse is the largest answer of a synchronous invocation
+	// (6 MB and 100 bytes); a larger one is a function error (502).
+	maxInvokeResponse = 6<<20 + 100
 
 	DefaultStage     = "prod"
 	DefaultRegion    = "us-east-1"
@@ -52,7 +61,13 @@ const (
 	bodyTimeout        = `{"message": "Endpoint request timed out"}`
 	bodyMissingToken   = `{"message":"Missing Authentication Token"}`
 	bodyTooLarge       = `{"message":"Request Too Long"}`
+	bodyInvokeTooLarge = `{"message": "Request Too Long"}`
 )
+
+// ErrInvokePayloadTooLarge is Lambda's refusal of an event over
+// MaxInvokePayload, as LambdaProxy returns it: the emulator answers it as API
+// Gateway does, 413 {"message": "Request Too Long"} (BadRequestException).
+var ErrInvokePayloadTooLarge = errors.New("gateway: the event is over Lambda's invocation payload limit")
 
 // AuthorizeFunc is a REQUEST Lambda authorizer.
 type AuthorizeFunc func(context.Context, events.APIGatewayCustomAuthorizerRequestTypeRequest) (events.APIGatewayCustomAuthorizerResponse, error)
@@ -83,8 +98,9 @@ type Route struct {
 // call it ("Unauthorized" error: 401, any other error or a malformed result:
 // 500) and evaluate its policy against the method ARN (403 unless allowed);
 // build the proxy event, with the authorizer's context and principalId in
-// requestContext.authorizer; invoke the function (an error: 502; no answer
-// within the integration timeout: 504); and write its response back.
+// requestContext.authorizer; invoke the function (an event Lambda refuses as
+// over its payload limit, ErrInvokePayloadTooLarge: 413; an error: 502; no
+// answer within the integration timeout: 504); and write its response back.
 //
 // As on AWS, a client that hangs up does not cancel the invocation: the
 // function's context ends only at its deadline. Wait waits for invocations
@@ -415,6 +431,9 @@ func (x *exchange) invoke(ev events.APIGatewayProxyRequest) (int, string) {
 	case res = <-done:
 	case <-timer.C:
 		return x.fail(http.StatusGatewayTimeout, "", bodyTimeout, "integration timeout")
+	}
+	if errors.Is(res.err, ErrInvokePayloadTooLarge) {
+		return x.fail(http.StatusRequestEntityTooLarge, "BadRequestException", bodyInvokeTooLarge, "event over Lambda's payload limit")
 	}
 	if res.err != nil {
 		return x.fail(http.StatusBadGateway, "", bodyBadGateway, "function error: "+res.err.Error())
@@ -822,8 +841,10 @@ func NewRequestID() string {
 }
 
 // LambdaProxy returns an InvokeFunc that runs h as the Lambda service runs a
-// function: the event is marshalled to JSON, h is invoked with a Lambda
-// context (a fresh AwsRequestID), and its JSON result unmarshalled.
+// function: the event is marshalled to JSON (one of MaxInvokePayload bytes
+// or more is ErrInvokePayloadTooLarge, and h is not invoked), h is invoked
+// with a Lambda context (a fresh AwsRequestID), and its JSON result (an
+// error when over Lambda's response limit) unmarshalled.
 //
 // The emulator invokes h from many goroutines at once, and each result must
 // be its own: pass a *lambdaenv.Function, which runs the fn a function's main
@@ -848,10 +869,16 @@ func viaLambda[In, Out any](h lambda.Handler) func(context.Context, In) (Out, er
 		if err != nil {
 			return out, fmt.Errorf("gateway: encode event: %w", err)
 		}
+		if len(payload) >= MaxInvokePayload {
+			return out, fmt.Errorf("%w: %d bytes", ErrInvokePayloadTooLarge, len(payload))
+		}
 		ctx = lambdacontext.NewContext(ctx, &lambdacontext.LambdaContext{AwsRequestID: NewRequestID()})
 		res, err := h.Invoke(ctx, payload)
 		if err != nil {
 			return out, err
+		}
+		if len(res) > maxInvokeResponse {
+			return out, fmt.Errorf("gateway: the function's answer of %d bytes is over Lambda's response payload limit", len(res))
 		}
 		if err := json.Unmarshal(res, &out); err != nil {
 			return out, fmt.Errorf("gateway: decode function result: %w", err)

@@ -716,6 +716,49 @@ func TestEmulatorPayloadTooLarge(t *testing.T) {
 	}
 }
 
+// TestEmulatorLambdaPayloadLimits checks the limits a body meets on its way
+// through API Gateway to a Lambda function invoked as the Lambda service
+// invokes it: API Gateway's 10 MB on the body, Lambda's 6 MB on the event
+// (API Gateway's 413 {"message": "Request Too Long"}, BadRequestException,
+// the function not run) and on the function's answer (a function error:
+// 502).
+func TestEmulatorLambdaPayloadLimits(t *testing.T) {
+	tests := []struct {
+		name        string
+		body        int // bytes of request body
+		answer      int // bytes of the function's response body
+		wantStatus  int
+		wantBody    string
+		wantErrType string
+		wantInvoked int32
+	}{
+		{"event under Lambda's limit", gateway.MaxInvokePayload - 64<<10, 2, 201, "", "", 1},
+		{"event over Lambda's limit", gateway.MaxInvokePayload, 2, 413, `{"message": "Request Too Long"}`, "BadRequestException", 0},
+		{"body over API Gateway's limit", gateway.MaxPayload + 1, 2, 413, `{"message":"Request Too Long"}`, "RequestTooLongException", 0},
+		{"answer over Lambda's limit", 2, 6<<20 + 101, 502, `{"message": "Internal server error"}`, "", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var invoked atomic.Int32
+			fn := lambda.NewHandler(func(ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+				invoked.Add(1)
+				return events.APIGatewayProxyResponse{StatusCode: 201, Body: strings.Repeat("x", tt.answer)}, nil
+			})
+			srv, _ := serve(t, &fakes{}, func(e *gateway.Emulator) { e.Invoke = gateway.LambdaProxy(fn) })
+			r := do(t, "POST", srv.URL+"/v1/payments", strings.Repeat("a", tt.body), bearer)
+			if r.status != tt.wantStatus || tt.wantBody != "" && r.body != tt.wantBody {
+				t.Errorf("POST of %d bytes = %d %.40q, want %d %q", tt.body, r.status, r.body, tt.wantStatus, tt.wantBody)
+			}
+			if got := r.header.Get("X-Amzn-Errortype"); got != tt.wantErrType {
+				t.Errorf("x-amzn-ErrorType = %q, want %q", got, tt.wantErrType)
+			}
+			if n := invoked.Load(); n != tt.wantInvoked {
+				t.Errorf("function invoked %d times, want %d", n, tt.wantInvoked)
+			}
+		})
+	}
+}
+
 func TestEmulatorNoAuthorizer(t *testing.T) {
 	f := &fakes{}
 	srv, _ := serve(t, f, func(e *gateway.Emulator) { e.Authorize, e.Routes = nil, nil })
