@@ -161,7 +161,7 @@ func (l *Lambda) serve(ctx context.Context, payload []byte) (any, error) {
 	} else {
 		var ev restEvent
 		if json.Unmarshal(payload, &ev) == nil && ev.Version != "2.0" {
-			return l.ProxyV1(ctx, ev.APIGatewayProxyRequest)
+			return l.ProxyV1(ctx, httpAPIv1(ev.Version, ev.APIGatewayProxyRequest))
 		}
 	}
 	var probe struct {
@@ -181,10 +181,23 @@ func (l *Lambda) serve(ctx context.Context, payload []byte) (any, error) {
 	if err := json.Unmarshal(payload, &ev); err != nil {
 		return nil, fmt.Errorf("gateway: decode REST API event: %w", err)
 	}
-	return l.ProxyV1(ctx, ev)
+	return l.ProxyV1(ctx, httpAPIv1(probe.Version, ev))
 }
 
-// ProxyV1 serves a REST API proxy event (payload 1.0). A panic that Crashed
+// httpAPIv1 returns a payload 1.0 event as ProxyV1 serves it, given its
+// "version" field: a REST API's event has none and its path never holds the
+// stage; an HTTP API's ("1.0") has its named stage in the path on the
+// execute-api endpoint, removed as ProxyV2 removes it from rawPath.
+func httpAPIv1(version string, ev events.APIGatewayProxyRequest) events.APIGatewayProxyRequest {
+	if version == "1.0" {
+		ev.Path = stripStage(ev.Path, ev.RequestContext.Stage, ev.RequestContext.DomainName)
+	}
+	return ev
+}
+
+// ProxyV1 serves a REST API proxy event (payload 1.0), its path as it is
+// (Invoke also takes an HTTP API's named stage off the path of a payload 1.0
+// event, which only its "version" field tells from a REST API's). A panic that Crashed
 // recognises is answered as API Gateway answers for a crashed function; any
 // other panic goes on.
 //

@@ -435,8 +435,8 @@ func TestHostileURLParts(t *testing.T) {
 
 // TestV2StagePrefix checks that the handler sees an HTTP API's path without
 // the named stage that the execute-api endpoint puts in rawPath and
-// requestContext.http.path (/dev/v1/payments for stage dev), and any other
-// path as it is.
+// requestContext.http.path (/dev/v1/payments for stage dev), or in the path
+// of its payload 1.0, and any other path as it is.
 func TestV2StagePrefix(t *testing.T) {
 	const apiDomain = "r3pmxmplak.execute-api.us-east-1.amazonaws.com"
 	tests := []struct {
@@ -458,9 +458,24 @@ func TestV2StagePrefix(t *testing.T) {
 			ev.RawPath, ev.RequestContext.HTTP.Path = tt.path, tt.path
 			ev.RequestContext.Stage, ev.RequestContext.DomainName = tt.stage, tt.domain
 			if seen := invoke(t, echo, ev); seen["path"] != tt.wantPath {
-				t.Errorf("handler saw path %q, want %q", seen["path"], tt.wantPath)
+				t.Errorf("2.0: handler saw path %q, want %q", seen["path"], tt.wantPath)
 			}
 		})
+		t.Run(tt.name+", HTTP API payload 1.0", func(t *testing.T) {
+			ev := restEvent{Version: "1.0", APIGatewayProxyRequest: v1Event(nil, nil, "{}")}
+			ev.Path, ev.RequestContext.Path = tt.path, tt.path
+			ev.RequestContext.Stage, ev.RequestContext.DomainName = tt.stage, tt.domain
+			if seen := invoke(t, echo, ev); seen["path"] != tt.wantPath {
+				t.Errorf("1.0: handler saw path %q, want %q", seen["path"], tt.wantPath)
+			}
+		})
+	}
+	// A REST API's path never holds the stage, even one named as its first
+	// segment: stage v1, resource /v1/payments.
+	ev := v1Event(nil, nil, "{}")
+	ev.RequestContext.Stage, ev.RequestContext.DomainName = "v1", apiDomain
+	if seen := invoke(t, echo, ev); seen["path"] != "/v1/payments" {
+		t.Errorf("REST API: handler saw path %q, want /v1/payments", seen["path"])
 	}
 }
 
@@ -568,7 +583,7 @@ func invokeTwoDecodes(l *Lambda, payload []byte) ([]byte, error) {
 		if err := json.Unmarshal(payload, &ev); err != nil {
 			return nil, fmt.Errorf("gateway: decode REST API event: %w", err)
 		}
-		resp, err = l.ProxyV1(context.Background(), ev)
+		resp, err = l.ProxyV1(context.Background(), httpAPIv1(probe.Version, ev))
 	}
 	if err != nil {
 		return nil, err
