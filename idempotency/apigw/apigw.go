@@ -78,7 +78,9 @@ func RequestID(r *http.Request) (string, bool) {
 // The adapter returns a response body as text when it is valid UTF-8 and
 // base64 (isBase64Encoded) otherwise; the API only writes JSON, which is
 // UTF-8, and the response of a replay is the stored bytes, so a replay goes out
-// exactly as the original did.
+// exactly as the original did. (A REST API sends a base64 body on decoded only
+// when the request's Accept matches one of its binaryMediaTypes; otherwise
+// the client gets the base64 text.)
 //
 // A Lambda is a lambda.Handler (package github.com/aws/aws-lambda-go/lambda):
 // pass it to lambda.Start, which then hands it each event's bytes as they

@@ -20,7 +20,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
@@ -119,6 +118,14 @@ type Emulator struct {
 	// and Host header whatever Host the client sent, as API Gateway routes
 	// by its own domain (default <APIID>.execute-api.<Region>.amazonaws.com).
 	DomainName string
+	// BinaryMediaTypes is the REST API's binaryMediaTypes ("image/png",
+	// "image/*", "*/*"). A request body whose Content-Type matches one goes to
+	// the function base64-encoded (isBase64Encoded), any other as text; a
+	// function's base64 body (isBase64Encoded) is decoded when the first
+	// media type of the request's Accept header matches one, and otherwise
+	// goes out as the base64 text it is. None, as in template.yaml, makes
+	// every body text.
+	BinaryMediaTypes []string
 	// AuthorizerTTL is how long an authorizer's result is cached per
 	// Authorization value. Zero means DefaultAuthorizerTTL; a negative value
 	// disables the cache (AuthorizerResultTtlInSeconds: 0).
@@ -261,14 +268,36 @@ func (x *exchange) event(body []byte) events.APIGatewayProxyRequest {
 		},
 	}
 	if len(body) > 0 {
-		if isText(r.Header.Get("Content-Type"), body) {
-			ev.Body = string(body)
-		} else {
+		if e.binary(r.Header.Get("Content-Type")) {
 			ev.Body = base64.StdEncoding.EncodeToString(body)
 			ev.IsBase64Encoded = true
+		} else {
+			ev.Body = string(body)
 		}
 	}
 	return ev
+}
+
+// binary reports whether a media type (a Content-Type or Accept value, of
+// which the first element counts) is one of BinaryMediaTypes, which may end
+// in a wildcard.
+func (e *Emulator) binary(header string) bool {
+	if len(e.BinaryMediaTypes) == 0 || header == "" {
+		return false
+	}
+	first, _, _ := strings.Cut(header, ",")
+	mt, _, err := mime.ParseMediaType(first)
+	if err != nil {
+		return false
+	}
+	typ, _, _ := strings.Cut(mt, "/")
+	for _, b := range e.BinaryMediaTypes {
+		b = strings.ToLower(b)
+		if b == mt || b == "*/*" || b == typ+"/*" {
+			return true
+		}
+	}
+	return false
 }
 
 // headers returns the request's headers as API Gateway passes them: every
@@ -450,13 +479,15 @@ var hopHeaders = map[string]bool{
 
 // respond writes the function's response as API Gateway does: headers merged
 // from headers and multiValueHeaders (multiValueHeaders win), body decoded
-// from base64 when isBase64Encoded, Content-Type application/json by default.
+// from base64 when isBase64Encoded and the request accepts a binary media
+// type (else sent as the base64 text), Content-Type application/json by
+// default.
 func (x *exchange) respond(resp events.APIGatewayProxyResponse) (int, string) {
 	if resp.StatusCode < 100 || resp.StatusCode > 599 {
 		return x.fail(http.StatusBadGateway, "", bodyBadGateway, fmt.Sprintf("malformed proxy response: statusCode %d", resp.StatusCode))
 	}
 	body := []byte(resp.Body)
-	if resp.IsBase64Encoded {
+	if resp.IsBase64Encoded && x.e.binary(x.r.Header.Get("Accept")) {
 		b, err := base64.StdEncoding.DecodeString(resp.Body)
 		if err != nil {
 			return x.fail(http.StatusBadGateway, "", bodyBadGateway, "malformed proxy response: body is not base64")
@@ -776,30 +807,6 @@ func or(s, def string) string {
 		return s
 	}
 	return def
-}
-
-// isText reports whether a body goes into the event as text: a textual media
-// type (or none) and valid UTF-8. Anything else is base64-encoded.
-func isText(contentType string, body []byte) bool {
-	if !utf8.Valid(body) {
-		return false
-	}
-	if contentType == "" {
-		return true
-	}
-	mt, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return false
-	}
-	switch {
-	case strings.HasPrefix(mt, "text/"),
-		mt == "application/json", strings.HasSuffix(mt, "+json"),
-		mt == "application/xml", strings.HasSuffix(mt, "+xml"),
-		mt == "application/x-www-form-urlencoded",
-		mt == "application/javascript", mt == "application/graphql":
-		return true
-	}
-	return false
 }
 
 func sourceIP(r *http.Request) string {
