@@ -20,9 +20,16 @@ import (
 // for Tenant.
 const TenantKey = "tenant"
 
-// CrashBody is what API Gateway answers, with status 500, when the function
-// behind it crashed.
+// CrashBody is what an HTTP API (payload 2.0) answers, with status 500, when
+// the function behind it crashed.
 const CrashBody = `{"message":"Internal Server Error"}`
+
+// RESTCrashBody is what a REST API (payload 1.0) answers, with status 502,
+// when the function behind it crashed: "If the function runs but returns an
+// error [...] API Gateway returns a 502", body {"message": "Internal server
+// error"} (Lambda developer guide, "Handling Lambda errors with an API
+// Gateway API").
+const RESTCrashBody = `{"message": "Internal server error"}`
 
 // Tenant returns the caller's tenant from the authorizer context of the
 // request's API Gateway event: requestContext.authorizer.tenant for a REST API
@@ -96,8 +103,9 @@ type Lambda struct {
 	v1 core.RequestAccessor
 	v2 core.RequestAccessorV2
 	// Crashed, if set, recognises a panic value as a crash to answer as API
-	// Gateway answers for a crashed function (500 CrashBody) instead of
-	// letting it go on (crash injection in tests).
+	// Gateway answers for a crashed function (a REST API: 502 RESTCrashBody;
+	// an HTTP API: 500 CrashBody) instead of letting it go on (crash
+	// injection in tests).
 	Crashed func(v any) bool
 }
 
@@ -219,10 +227,10 @@ func (l *Lambda) ProxyV1(ctx context.Context, ev events.APIGatewayProxyRequest) 
 				panic(v)
 			}
 			resp, err = events.APIGatewayProxyResponse{
-				StatusCode:        http.StatusInternalServerError,
+				StatusCode:        http.StatusBadGateway,
 				Headers:           map[string]string{"Content-Type": "application/json"},
 				MultiValueHeaders: map[string][]string{"Content-Type": {"application/json"}},
-				Body:              CrashBody,
+				Body:              RESTCrashBody,
 			}, nil
 		}
 	}()

@@ -325,27 +325,42 @@ func TestResponseBodies(t *testing.T) {
 // crash is the panic value the tests' Lambda recognises as a crash.
 type crash struct{}
 
+// TestCrash checks that a crash the Lambda recognises is answered as API
+// Gateway answers for a crashed function: a REST API with 502 {"message":
+// "Internal server error"}, an HTTP API with 500 {"message":"Internal Server
+// Error"}.
 func TestCrash(t *testing.T) {
 	crashing := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(crash{}) })
 	l := NewLambda(crashing)
 	l.Crashed = func(v any) bool { _, ok := v.(crash); return ok }
-	for _, ev := range []any{v1Event(nil, nil, ""), v2Event(nil, nil, "")} {
-		payload, _ := json.Marshal(ev)
-		out, err := l.Invoke(t.Context(), payload)
-		if err != nil {
-			t.Fatalf("handler error = %v, want a 500 response", err)
-		}
-		var resp struct {
-			StatusCode int               `json:"statusCode"`
-			Headers    map[string]string `json:"headers"`
-			Body       string            `json:"body"`
-		}
-		if err := json.Unmarshal(out, &resp); err != nil {
-			t.Fatal(err)
-		}
-		if resp.StatusCode != 500 || resp.Body != `{"message":"Internal Server Error"}` || resp.Headers["Content-Type"] != "application/json" {
-			t.Errorf("crash response = %s, want 500 application/json {\"message\":\"Internal Server Error\"}", out)
-		}
+	tests := []struct {
+		name       string
+		event      any
+		wantStatus int
+		wantBody   string
+	}{
+		{"REST API", v1Event(nil, nil, ""), 502, `{"message": "Internal server error"}`},
+		{"HTTP API", v2Event(nil, nil, ""), 500, `{"message":"Internal Server Error"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			payload, _ := json.Marshal(tt.event)
+			out, err := l.Invoke(t.Context(), payload)
+			if err != nil {
+				t.Fatalf("handler error = %v, want a %d response", err, tt.wantStatus)
+			}
+			var resp struct {
+				StatusCode int               `json:"statusCode"`
+				Headers    map[string]string `json:"headers"`
+				Body       string            `json:"body"`
+			}
+			if err := json.Unmarshal(out, &resp); err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != tt.wantStatus || resp.Body != tt.wantBody || resp.Headers["Content-Type"] != "application/json" {
+				t.Errorf("crash response = %s, want %d application/json %s", out, tt.wantStatus, tt.wantBody)
+			}
+		})
 	}
 }
 
