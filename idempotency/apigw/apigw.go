@@ -7,22 +7,29 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/awslabs/aws-lambda-go-api-proxy/core"
-	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
 )
 
 // TenantKey is the authorizer context key that carries the caller's tenant,
 // for Tenant.
 const TenantKey = "tenant"
 
-// CrashBody is what API Gateway answers, with status 500, when the function
-// behind it crashed.
+// CrashBody is what an HTTP API (payload 2.0) answers, with status 500, when
+// the function behind it crashed.
 const CrashBody = `{"message":"Internal Server Error"}`
+
+// RESTCrashBody is what a REST API (payload 1.0) answers, with status 502,
+// when the function behind it crashed: "If the function runs but returns an
+// error [...] API Gateway returns a 502", body {"message": "Internal server
+// error"} (Lambda developer guide, "Handling Lambda errors with an API
+// Gateway API").
+const RESTCrashBody = `{"message": "Internal server error"}`
 
 // Tenant returns the caller's tenant from the authorizer context of the
 // request's API Gateway event: requestContext.authorizer.tenant for a REST API
@@ -66,12 +73,21 @@ func RequestID(r *http.Request) (string, bool) {
 }
 
 // Lambda serves API Gateway proxy events with an http.Handler, through
-// aws-lambda-go-api-proxy's httpadapter.
+// aws-lambda-go-api-proxy's request and response translation (package core).
+//
+// The handler's response is the one net/http would send: a handler that
+// writes nothing answers 200, the first status written is the status, and a
+// WriteHeader after it (a second one, or one after Write) changes nothing.
+// (The proxy's own response writer takes the last status written, and a
+// handler that writes nothing is an error it prints to stdout, which API
+// Gateway turns into a 502.)
 //
 // The adapter returns a response body as text when it is valid UTF-8 and
 // base64 (isBase64Encoded) otherwise; the API only writes JSON, which is
 // UTF-8, and the response of a replay is the stored bytes, so a replay goes out
-// exactly as the original did.
+// exactly as the original did. (A REST API sends a base64 body on decoded only
+// when the request's Accept matches one of its binaryMediaTypes; otherwise
+// the client gets the base64 text.)
 //
 // A Lambda is a lambda.Handler (package github.com/aws/aws-lambda-go/lambda):
 // pass it to lambda.Start, which then hands it each event's bytes as they
@@ -83,17 +99,19 @@ func RequestID(r *http.Request) (string, bool) {
 // A Lambda is safe for concurrent use (Lambda Managed Instances run several
 // invocations per execution environment).
 type Lambda struct {
-	v1 *httpadapter.HandlerAdapter
-	v2 *httpadapter.HandlerAdapterV2
+	h  http.Handler
+	v1 core.RequestAccessor
+	v2 core.RequestAccessorV2
 	// Crashed, if set, recognises a panic value as a crash to answer as API
-	// Gateway answers for a crashed function (500 CrashBody) instead of
-	// letting it go on (crash injection in tests).
+	// Gateway answers for a crashed function (a REST API: 502 RESTCrashBody;
+	// an HTTP API: 500 CrashBody) instead of letting it go on (crash
+	// injection in tests).
 	Crashed func(v any) bool
 }
 
 // NewLambda returns a Lambda serving h.
 func NewLambda(h http.Handler) *Lambda {
-	return &Lambda{v1: httpadapter.New(h), v2: httpadapter.NewV2(h)}
+	return &Lambda{h: h}
 }
 
 // NewLambdaHandler returns a function that serves REST API (payload 1.0) and
@@ -153,7 +171,7 @@ func (l *Lambda) serve(ctx context.Context, payload []byte) (any, error) {
 	} else {
 		var ev restEvent
 		if json.Unmarshal(payload, &ev) == nil && ev.Version != "2.0" {
-			return l.ProxyV1(ctx, ev.APIGatewayProxyRequest)
+			return l.ProxyV1(ctx, httpAPIv1(ev.Version, ev.APIGatewayProxyRequest))
 		}
 	}
 	var probe struct {
@@ -173,10 +191,23 @@ func (l *Lambda) serve(ctx context.Context, payload []byte) (any, error) {
 	if err := json.Unmarshal(payload, &ev); err != nil {
 		return nil, fmt.Errorf("gateway: decode REST API event: %w", err)
 	}
-	return l.ProxyV1(ctx, ev)
+	return l.ProxyV1(ctx, httpAPIv1(probe.Version, ev))
 }
 
-// ProxyV1 serves a REST API proxy event (payload 1.0). A panic that Crashed
+// httpAPIv1 returns a payload 1.0 event as ProxyV1 serves it, given its
+// "version" field: a REST API's event has none and its path never holds the
+// stage; an HTTP API's ("1.0") has its named stage in the path on the
+// execute-api endpoint, removed as ProxyV2 removes it from rawPath.
+func httpAPIv1(version string, ev events.APIGatewayProxyRequest) events.APIGatewayProxyRequest {
+	if version == "1.0" {
+		ev.Path = stripStage(ev.Path, ev.RequestContext.Stage, ev.RequestContext.DomainName)
+	}
+	return ev
+}
+
+// ProxyV1 serves a REST API proxy event (payload 1.0), its path as it is
+// (Invoke also takes an HTTP API's named stage off the path of a payload 1.0
+// event, which only its "version" field tells from a REST API's). A panic that Crashed
 // recognises is answered as API Gateway answers for a crashed function; any
 // other panic goes on.
 //
@@ -196,23 +227,34 @@ func (l *Lambda) ProxyV1(ctx context.Context, ev events.APIGatewayProxyRequest) 
 				panic(v)
 			}
 			resp, err = events.APIGatewayProxyResponse{
-				StatusCode:        http.StatusInternalServerError,
+				StatusCode:        http.StatusBadGateway,
 				Headers:           map[string]string{"Content-Type": "application/json"},
 				MultiValueHeaders: map[string][]string{"Content-Type": {"application/json"}},
-				Body:              CrashBody,
+				Body:              RESTCrashBody,
 			}, nil
 		}
 	}()
-	return l.v1.ProxyWithContext(ctx, ev)
+	req, err := l.v1.EventToRequestWithContext(ctx, ev)
+	if err != nil {
+		return events.APIGatewayProxyResponse{}, fmt.Errorf("gateway: REST API event to request: %w", err)
+	}
+	return serveProxy(l.h, req, core.NewProxyResponseWriter())
 }
 
 // ProxyV2 serves an HTTP API proxy event (payload 2.0), recovering a crash
 // as ProxyV1 does.
 //
-// The adapter splits every header value but a few singletons on commas (API
-// Gateway joins repeated headers with commas in payload 2.0), so an
-// Idempotency-Key holding a comma reaches the handler as two values and is
-// refused as repeated.
+// The proxy splits every header value but a few singletons on commas (API
+// Gateway joins repeated headers with commas in payload 2.0), except, here,
+// a comma inside a quoted string: an Idempotency-Key sent twice, or a bare
+// one holding a comma (a,b), reaches the handler as two values and is
+// refused as repeated; an sf-string holding a comma ("a,b") as one.
+//
+// On an HTTP API's own endpoint ({api-id}.execute-api.{region}.amazonaws.com),
+// a stage other than $default is the first segment of rawPath: it is
+// removed, so that the handler sees the path as a REST API's event gives it
+// (without the stage), whichever stage serves it. A custom domain's path and
+// a function URL's (stage $default) are left as they are.
 //
 // Paths are made proxyable as in ProxyV1. An HTTP API hands over rawPath
 // already decoded ("API Gateway decodes URL-encoded request parameters
@@ -228,7 +270,7 @@ func (l *Lambda) ProxyV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 	if ev.RawPath == "" {
 		ev.RawPath = ev.RequestContext.HTTP.Path
 	}
-	ev.RawPath = proxyablePath(ev.RawPath)
+	ev.RawPath = proxyablePath(stripStage(ev.RawPath, ev.RequestContext.Stage, ev.RequestContext.DomainName))
 	ev.RawQueryString = escapeURLPart(ev.RawQueryString, queryByte)
 	ev.RequestContext.DomainName = proxyableHost(ev.RequestContext.DomainName)
 	defer func() {
@@ -243,7 +285,111 @@ func (l *Lambda) ProxyV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 			}, nil
 		}
 	}()
-	return l.v2.ProxyWithContext(ctx, ev)
+	req, err := l.v2.EventToRequestWithContext(ctx, ev)
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{}, fmt.Errorf("gateway: HTTP API event to request: %w", err)
+	}
+	resplitQuoted(req.Header, ev.Headers)
+	return serveProxy(l.h, req, core.NewProxyResponseWriterV2())
+}
+
+// stripStage returns an HTTP API's path without its first segment when that
+// is the named stage of an execute-api endpoint (see ProxyV2).
+func stripStage(path, stage, domain string) string {
+	if stage == "" || stage == "$default" || !strings.Contains(domain, ".execute-api.") {
+		return path
+	}
+	rest, ok := strings.CutPrefix(path, "/"+stage)
+	switch {
+	case !ok || rest != "" && rest[0] != '/':
+		return path
+	case rest == "":
+		return "/"
+	}
+	return rest
+}
+
+// proxyWriter is the proxy's response writer of one payload version.
+type proxyWriter[R any] interface {
+	http.ResponseWriter
+	GetProxyResponse() (R, error)
+}
+
+// serveProxy runs h on req with w held to net/http's rules (see Lambda), so that
+// the proxy's writer always has one status, and returns w's proxy response.
+func serveProxy[R any](h http.Handler, req *http.Request, w proxyWriter[R]) (R, error) {
+	sw := &statusWriter{ResponseWriter: w}
+	h.ServeHTTP(sw, req)
+	if !sw.wrote {
+		sw.WriteHeader(http.StatusOK)
+	}
+	resp, err := w.GetProxyResponse()
+	if err != nil {
+		return resp, fmt.Errorf("gateway: proxy response: %w", err)
+	}
+	return resp, nil
+}
+
+// statusWriter passes the first final status on, as net/http does, and
+// drops the rest.
+type statusWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	if w.wrote || status >= 100 && status < 200 && status != http.StatusSwitchingProtocols {
+		return // informational statuses are never the proxy response's
+	}
+	w.wrote = true
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap returns the proxy's writer, for http.ResponseController.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// resplitQuoted undoes, in h, the proxy's split of an HTTP API header value
+// on a comma inside a quoted string: the proxy splits every header but a few
+// singletons on every comma (API Gateway joins a repeated header's values
+// with commas in payload 2.0), which cuts an sf-string Idempotency-Key such
+// as "a,b", or an entity tag, in two. A value holding a quote is split again
+// on the commas outside quoted strings only (RFC 9110, section 5.6.1); a
+// header the proxy kept whole is left alone.
+func resplitQuoted(h http.Header, headers map[string]string) {
+	for k, v := range headers {
+		key := textproto.CanonicalMIMEHeaderKey(k)
+		if !strings.Contains(v, `"`) || key == "Cookie" || len(h[key]) < 2 {
+			continue
+		}
+		h[key] = splitList(v)
+	}
+}
+
+// splitList splits a header field value on the commas outside quoted
+// strings (where a backslash escapes the next character), trimming spaces
+// and tabs from each element.
+func splitList(v string) []string {
+	var out []string
+	start, quoted := 0, false
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case quoted && c == '\\':
+			i++
+		case c == '"':
+			quoted = !quoted
+		case !quoted && c == ',':
+			out = append(out, strings.Trim(v[start:i], " \t"))
+			start = i + 1
+		}
+	}
+	return append(out, strings.Trim(v[start:], " \t"))
 }
 
 // aws-lambda-go-api-proxy's EventToRequest turns an event into a request

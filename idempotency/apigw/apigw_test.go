@@ -8,12 +8,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncehq/once/idempotency"
 )
 
 // echo answers with what the handler saw of the request.
@@ -149,12 +152,6 @@ func TestHeaders(t *testing.T) {
 			t.Errorf("keys (-want +got):\n%s", diff)
 		}
 	})
-	t.Run("v2 comma-joined header splits", func(t *testing.T) {
-		seen := invoke(t, echo, v2Event(map[string]any{"tenant": "acme"}, map[string]string{"idempotency-key": "a,b"}, "{}"))
-		if diff := cmp.Diff([]any{"a", "b"}, seen["keys"]); diff != "" {
-			t.Errorf("keys (-want +got):\n%s", diff)
-		}
-	})
 	t.Run("base64 request body", func(t *testing.T) {
 		ev := v1Event(map[string]any{"tenant": "acme"}, nil, base64.StdEncoding.EncodeToString([]byte(`{"a":1}`)))
 		ev.IsBase64Encoded = true
@@ -162,6 +159,123 @@ func TestHeaders(t *testing.T) {
 			t.Errorf("body = %q, want the decoded body", seen["body"])
 		}
 	})
+}
+
+// TestV2CommaJoinedHeaders checks how an HTTP API's header values (payload
+// 2.0: a repeated header's values joined with commas) reach the handler: one
+// value per comma outside a quoted string, so that an sf-string key holding
+// a comma is one key and a key sent twice is two.
+func TestV2CommaJoinedHeaders(t *testing.T) {
+	tests := []struct {
+		name    string
+		value   string // the event's idempotency-key
+		want    []string
+		wantKey string // idempotency.ParseKey of what the handler saw; "" for an error
+	}{
+		{"bare key", "k-1", []string{"k-1"}, "k-1"},
+		{"sf-string key", `"k-1"`, []string{`"k-1"`}, "k-1"},
+		{"sf-string key holding a comma", `"a,b"`, []string{`"a,b"`}, "a,b"},
+		{"sf-string key holding an escaped quote and a comma", `"a\",b"`, []string{`"a\",b"`}, `a",b`},
+		{"bare key sent twice", "a,b", []string{"a", "b"}, ""},
+		{"sf-string key sent twice", `"a", "b"`, []string{`"a"`, `"b"`}, ""},
+		{"sf-string keys holding commas sent twice", `"a,b","c,d"`, []string{`"a,b"`, `"c,d"`}, ""},
+		{"unterminated quote", `"a,b`, []string{`"a,b`}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			seen := invoke(t, echo, v2Event(map[string]any{"tenant": "acme"}, map[string]string{"idempotency-key": tt.value}, "{}"))
+			var got []string
+			for _, v := range seen["keys"].([]any) {
+				got = append(got, v.(string))
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Idempotency-Key values (-want +got):\n%s", diff)
+			}
+			key, err := idempotency.ParseKey(got)
+			if tt.wantKey == "" && err == nil || tt.wantKey != "" && key != tt.wantKey {
+				t.Errorf("ParseKey(%q) = %q, %v; want %q", got, key, err, tt.wantKey)
+			}
+		})
+	}
+	t.Run("other headers", func(t *testing.T) {
+		var got http.Header
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = r.Header.Clone() })
+		ev := v2Event(nil, map[string]string{
+			"if-match":   `"x,y", "z"`,
+			"accept":     "application/json, text/plain",
+			"user-agent": `client "a,b"`,
+		}, "{}")
+		ev.Cookies = []string{"s=1", `t="u,v"`}
+		if _, err := NewLambda(h).ProxyV2(t.Context(), ev); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string][]string{
+			"If-Match":   {`"x,y"`, `"z"`},
+			"Accept":     {"application/json", "text/plain"},
+			"User-Agent": {`client "a,b"`},
+			"Cookie":     {"s=1", `t="u,v"`},
+		}
+		for k, w := range want {
+			if diff := cmp.Diff(w, got.Values(k)); diff != "" {
+				t.Errorf("%s (-want +got):\n%s", k, diff)
+			}
+		}
+	})
+}
+
+// TestResponseAsNetHTTP checks that a handler's response goes out through
+// both payload versions with the status and body net/http gives it: a
+// handler that writes nothing answers 200 (not an error of the proxy, which
+// API Gateway would answer 502), and the first status written stays.
+func TestResponseAsNetHTTP(t *testing.T) {
+	tests := []struct {
+		name       string
+		h          http.HandlerFunc
+		wantStatus int
+		wantBody   string
+	}{
+		{"writes nothing", func(http.ResponseWriter, *http.Request) {}, 200, ""},
+		{"only a header", func(w http.ResponseWriter, _ *http.Request) { w.Header().Set("X-A", "1") }, 200, ""},
+		{"body without a status", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "{}") }, 200, "{}"},
+		{"status twice", func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusCreated)
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = io.WriteString(w, "{}")
+		}, 201, "{}"},
+		{"status after the body", func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, "{}")
+			w.WriteHeader(http.StatusInternalServerError)
+		}, 200, "{}"},
+		{"early hints first", func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusEarlyHints)
+			w.WriteHeader(http.StatusAccepted)
+		}, 202, ""},
+		{"no content", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }, 204, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(tt.h)
+			defer srv.Close()
+			res, err := srv.Client().Post(srv.URL+"/v1/payments", "application/json", strings.NewReader("{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != tt.wantStatus || string(body) != tt.wantBody {
+				t.Fatalf("net/http answered %d %q, want %d %q", res.StatusCode, body, tt.wantStatus, tt.wantBody)
+			}
+			l := NewLambda(tt.h)
+			r1, err := l.ProxyV1(t.Context(), v1Event(nil, nil, "{}"))
+			if err != nil || r1.StatusCode != tt.wantStatus || r1.Body != tt.wantBody {
+				t.Errorf("ProxyV1 = %d %q, %v; want %d %q, nil", r1.StatusCode, r1.Body, err, tt.wantStatus, tt.wantBody)
+			}
+			r2, err := l.ProxyV2(t.Context(), v2Event(nil, nil, "{}"))
+			if err != nil || r2.StatusCode != tt.wantStatus || r2.Body != tt.wantBody {
+				t.Errorf("ProxyV2 = %d %q, %v; want %d %q, nil", r2.StatusCode, r2.Body, err, tt.wantStatus, tt.wantBody)
+			}
+		})
+	}
 }
 
 func TestResponseBodies(t *testing.T) {
@@ -211,27 +325,42 @@ func TestResponseBodies(t *testing.T) {
 // crash is the panic value the tests' Lambda recognises as a crash.
 type crash struct{}
 
+// TestCrash checks that a crash the Lambda recognises is answered as API
+// Gateway answers for a crashed function: a REST API with 502 {"message":
+// "Internal server error"}, an HTTP API with 500 {"message":"Internal Server
+// Error"}.
 func TestCrash(t *testing.T) {
 	crashing := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(crash{}) })
 	l := NewLambda(crashing)
 	l.Crashed = func(v any) bool { _, ok := v.(crash); return ok }
-	for _, ev := range []any{v1Event(nil, nil, ""), v2Event(nil, nil, "")} {
-		payload, _ := json.Marshal(ev)
-		out, err := l.Invoke(t.Context(), payload)
-		if err != nil {
-			t.Fatalf("handler error = %v, want a 500 response", err)
-		}
-		var resp struct {
-			StatusCode int               `json:"statusCode"`
-			Headers    map[string]string `json:"headers"`
-			Body       string            `json:"body"`
-		}
-		if err := json.Unmarshal(out, &resp); err != nil {
-			t.Fatal(err)
-		}
-		if resp.StatusCode != 500 || resp.Body != `{"message":"Internal Server Error"}` || resp.Headers["Content-Type"] != "application/json" {
-			t.Errorf("crash response = %s, want 500 application/json {\"message\":\"Internal Server Error\"}", out)
-		}
+	tests := []struct {
+		name       string
+		event      any
+		wantStatus int
+		wantBody   string
+	}{
+		{"REST API", v1Event(nil, nil, ""), 502, `{"message": "Internal server error"}`},
+		{"HTTP API", v2Event(nil, nil, ""), 500, `{"message":"Internal Server Error"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			payload, _ := json.Marshal(tt.event)
+			out, err := l.Invoke(t.Context(), payload)
+			if err != nil {
+				t.Fatalf("handler error = %v, want a %d response", err, tt.wantStatus)
+			}
+			var resp struct {
+				StatusCode int               `json:"statusCode"`
+				Headers    map[string]string `json:"headers"`
+				Body       string            `json:"body"`
+			}
+			if err := json.Unmarshal(out, &resp); err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != tt.wantStatus || resp.Body != tt.wantBody || resp.Headers["Content-Type"] != "application/json" {
+				t.Errorf("crash response = %s, want %d application/json %s", out, tt.wantStatus, tt.wantBody)
+			}
+		})
 	}
 }
 
@@ -317,6 +446,52 @@ func TestHostileURLParts(t *testing.T) {
 			t.Errorf("handler saw path %q, want requestContext.http.path", seen["path"])
 		}
 	})
+}
+
+// TestV2StagePrefix checks that the handler sees an HTTP API's path without
+// the named stage that the execute-api endpoint puts in rawPath and
+// requestContext.http.path (/dev/v1/payments for stage dev), or in the path
+// of its payload 1.0, and any other path as it is.
+func TestV2StagePrefix(t *testing.T) {
+	const apiDomain = "r3pmxmplak.execute-api.us-east-1.amazonaws.com"
+	tests := []struct {
+		name, stage, domain, path string
+		wantPath                  string
+	}{
+		{"named stage", "dev", apiDomain, "/dev/v1/payments", "/v1/payments"},
+		{"named stage, root", "dev", apiDomain, "/dev", "/"},
+		{"named stage, root with a slash", "dev", apiDomain, "/dev/", "/"},
+		{"default stage", "$default", apiDomain, "/dev/v1/payments", "/dev/v1/payments"},
+		{"a segment that starts with the stage", "dev", apiDomain, "/devices/1", "/devices/1"},
+		{"a path without the stage", "dev", apiDomain, "/v1/payments", "/v1/payments"},
+		{"custom domain", "prod", "api.example.com", "/prod/v1/payments", "/prod/v1/payments"},
+		{"function URL", "$default", "abcdefg.lambda-url.us-east-1.on.aws", "/v1/payments", "/v1/payments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ev := v2Event(nil, nil, "{}")
+			ev.RawPath, ev.RequestContext.HTTP.Path = tt.path, tt.path
+			ev.RequestContext.Stage, ev.RequestContext.DomainName = tt.stage, tt.domain
+			if seen := invoke(t, echo, ev); seen["path"] != tt.wantPath {
+				t.Errorf("2.0: handler saw path %q, want %q", seen["path"], tt.wantPath)
+			}
+		})
+		t.Run(tt.name+", HTTP API payload 1.0", func(t *testing.T) {
+			ev := restEvent{Version: "1.0", APIGatewayProxyRequest: v1Event(nil, nil, "{}")}
+			ev.Path, ev.RequestContext.Path = tt.path, tt.path
+			ev.RequestContext.Stage, ev.RequestContext.DomainName = tt.stage, tt.domain
+			if seen := invoke(t, echo, ev); seen["path"] != tt.wantPath {
+				t.Errorf("1.0: handler saw path %q, want %q", seen["path"], tt.wantPath)
+			}
+		})
+	}
+	// A REST API's path never holds the stage, even one named as its first
+	// segment: stage v1, resource /v1/payments.
+	ev := v1Event(nil, nil, "{}")
+	ev.RequestContext.Stage, ev.RequestContext.DomainName = "v1", apiDomain
+	if seen := invoke(t, echo, ev); seen["path"] != "/v1/payments" {
+		t.Errorf("REST API: handler saw path %q, want /v1/payments", seen["path"])
+	}
 }
 
 // TestMalformedEvents checks what no API Gateway sends: an error, before the
@@ -423,7 +598,7 @@ func invokeTwoDecodes(l *Lambda, payload []byte) ([]byte, error) {
 		if err := json.Unmarshal(payload, &ev); err != nil {
 			return nil, fmt.Errorf("gateway: decode REST API event: %w", err)
 		}
-		resp, err = l.ProxyV1(context.Background(), ev)
+		resp, err = l.ProxyV1(context.Background(), httpAPIv1(probe.Version, ev))
 	}
 	if err != nil {
 		return nil, err

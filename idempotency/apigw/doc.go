@@ -3,9 +3,11 @@
 // reads the caller's tenant from the authorizer's context (never from the
 // request), and Lambda turns REST API (payload 1.0), HTTP API and function
 // URL (payload 2.0) proxy events into requests through
-// aws-lambda-go-api-proxy, with every path and host API Gateway can send
-// made proxyable, so that a hostile path (an encoded newline, "%zz", a NUL)
-// is the handler's 404, never an adapter error, a 502 or a raw log line.
+// aws-lambda-go-api-proxy, an HTTP API's named stage taken off the path, and
+// every path and host API Gateway can send made proxyable, so that a hostile
+// path (an encoded newline, "%zz", a NUL) is the handler's 404, never an
+// adapter error, a 502 or a raw log line. The handler's response goes out
+// with the status net/http would send.
 //
 // A main, in outline (client is a *dynamodb.Client, notes your handler;
 // once.Middleware and once.Start do the same, and the README's "Use once in

@@ -410,13 +410,14 @@ func (s *Stack) startGateway(context.Context) error {
 		routes = append(routes, gateway.Route{Method: rt.Method, Resource: rt.Resource})
 	}
 	s.emulator = &gateway.Emulator{
-		Authorize:     gateway.LambdaAuthorizer(authorizer),
-		Invoke:        gateway.LambdaProxy(api),
-		Routes:        routes,
-		Stage:         s.api.stage,
-		Region:        s.cfg.Region,
-		AuthorizerTTL: s.api.authorizerTTL,
-		Logger:        s.log.With("component", "gateway"),
+		Authorize:        gateway.LambdaAuthorizer(authorizer),
+		Invoke:           gateway.LambdaProxy(api),
+		Routes:           routes,
+		Stage:            s.api.stage,
+		Region:           s.cfg.Region,
+		AuthorizerTTL:    s.api.authorizerTTL,
+		BinaryMediaTypes: s.api.binaryMediaTypes,
+		Logger:           s.log.With("component", "gateway"),
 	}
 
 	// Requests Go's server refuses itself get API Gateway's JSON shape too.

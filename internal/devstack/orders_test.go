@@ -181,7 +181,7 @@ var outcomes = map[string]outcome{
 	"tok_timeout": {status: http.StatusCreated, order: orders.StatusPaid, charges: 1, receipts: 1},
 }
 
-// firstAnswer is the status the first request gets: API Gateway's 500 when
+// firstAnswer is the status the first request gets: API Gateway's 502 when
 // the fault point is reached, else the token's own first answer.
 func firstAnswer(token, fault string) int {
 	own := map[string]int{"tok_visa": 201, "tok_chargeDeclined": 402, "tok_unavailable": 503, "tok_timeout": 504}[token]
@@ -189,12 +189,12 @@ func firstAnswer(token, fault string) int {
 	case "":
 		return own
 	case "after-order-created", "after-provider-call":
-		return http.StatusInternalServerError
+		return http.StatusBadGateway
 	}
 	// after-charge-created and after-finished are reached only once the
 	// provider answered.
 	if token == "tok_visa" || token == "tok_chargeDeclined" {
-		return http.StatusInternalServerError
+		return http.StatusBadGateway
 	}
 	return own
 }
@@ -267,7 +267,7 @@ func TestOrdersMatrix(t *testing.T) {
 // left names what the first request left behind: a crash at its point, or
 // an answer that is not final (a 504).
 func left(first response, fault string) string {
-	if first.status == http.StatusInternalServerError {
+	if first.status == http.StatusBadGateway {
 		return "crash " + fault
 	}
 	return fmt.Sprintf("%d answer", first.status)
@@ -294,7 +294,7 @@ func orderMatrixCase(t *testing.T, s *orderStack, tm *timings, c orderCase, toke
 	default:
 		t.Fatalf("first answer with Once-Fault %q = %d %s, want %d", fault, first.status, first.body, got)
 	}
-	if first.status == http.StatusInternalServerError && first.body != `{"message":"Internal Server Error"}` {
+	if first.status == http.StatusBadGateway && first.body != `{"message": "Internal server error"}` {
 		t.Errorf("crash answer = %s, want API Gateway's", first.body)
 	}
 

@@ -60,13 +60,13 @@ func TestReadmeExamples(t *testing.T) {
 		// refund, the refund as another tenant.
 		{"201", "201r", "400", "201", "200", "200", "404"},
 		// the crash after the provider call, and the retry within the lease.
-		{"500", "409"},
+		{"502", "409"},
 		// orders: tok_visa, its replay (the third, for the id, is silent),
 		// GET, another tenant's GET, tok_chargeDeclined.
 		{"201", "201r", "200", "404", "402"},
 		// orders: the crash after finished and its replay; the crash after
 		// charge_created and the retry within the lease.
-		{"500", "201r", "500", "409"},
+		{"502", "201r", "502", "409"},
 	}
 	if len(blocks) != len(want) {
 		t.Fatalf("README Try it has %d sh blocks, the test knows %d: update the test with the README", len(blocks), len(want))

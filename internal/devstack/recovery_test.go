@@ -93,10 +93,11 @@ func charges(t *testing.T, stack *devstack.Stack, key string) int {
 }
 
 // settled reports whether r is an answer a retry can end on: anything but
-// "in progress" (409), a crash (500) and an unknown outcome (504).
+// "in progress" (409), a crash (API Gateway's 502) and an unknown outcome
+// (504).
 func settled(r response) bool {
 	switch r.status {
-	case http.StatusConflict, http.StatusInternalServerError, http.StatusGatewayTimeout:
+	case http.StatusConflict, http.StatusBadGateway, http.StatusGatewayTimeout:
 		return false
 	}
 	return true
@@ -134,10 +135,10 @@ type settledAs struct {
 func crashAndSettle(t *testing.T, base, path, key, fault, body string, crashes bool, want settledAs) {
 	t.Helper()
 	first := send(t, base, path, key, fault, body)
-	if crashes && (first.status != http.StatusInternalServerError || first.body != `{"message":"Internal Server Error"}`) {
-		t.Errorf("first answer with Once-Fault: %s = %d %s, want API Gateway's 500", fault, first.status, first.body)
+	if crashes && (first.status != http.StatusBadGateway || first.body != `{"message": "Internal server error"}`) {
+		t.Errorf("first answer with Once-Fault: %s = %d %s, want API Gateway's 502", fault, first.status, first.body)
 	}
-	if !crashes && first.status == http.StatusInternalServerError {
+	if !crashes && first.status == http.StatusBadGateway {
 		t.Errorf("first answer with Once-Fault: %q = %d %s, want no crash", fault, first.status, first.body)
 	}
 	got := retryUntilSettled(t, base, path, key, body, 45*time.Second)
@@ -256,8 +257,8 @@ func TestRecoveryWithoutTTL(t *testing.T) {
 	}
 	key := fmt.Sprintf("no-ttl-%d", time.Now().UnixNano())
 	body := `{"amount": 4200, "currency": "EUR", "customer": "cus_7", "source": "tok_visa"}`
-	if r := send(t, stack.URL(), "/v1/charges", key, "after-provider-call", body); r.status != http.StatusInternalServerError {
-		t.Fatalf("crash = %d %s, want 500", r.status, r.body)
+	if r := send(t, stack.URL(), "/v1/charges", key, "after-provider-call", body); r.status != http.StatusBadGateway {
+		t.Fatalf("crash = %d %s, want 502", r.status, r.body)
 	}
 	crashed := time.Now()
 	k := idempotency.NewKey("acme", key)

@@ -27,13 +27,14 @@ const (
 
 // api is what the devstack takes from the template's AWS::Serverless::Api.
 type api struct {
-	stage         string
-	routes        []gateway.Route
-	authorizerTTL time.Duration // gateway.Emulator's convention: <0 disables
+	stage            string
+	routes           []gateway.Route
+	authorizerTTL    time.Duration // gateway.Emulator's convention: <0 disables
+	binaryMediaTypes []string
 }
 
-// apiFromTemplate reads the stage, the authorizer cache TTL and the api
-// function's routes.
+// apiFromTemplate reads the stage, the binary media types, the authorizer
+// cache TTL and the api function's routes.
 func apiFromTemplate(tmpl *samtemplate.Template) (api, error) {
 	vars := tmpl.ParameterDefaults()
 	var a api
@@ -46,6 +47,15 @@ func apiFromTemplate(tmpl *samtemplate.Template) (api, error) {
 		return api{}, fmt.Errorf("devstack: %s StageName: %w", apiResource, err)
 	}
 	a.stage = stage
+	types, _ := r.Properties["BinaryMediaTypes"].([]any)
+	for _, v := range types {
+		t, err := samtemplate.String(v, vars)
+		if err != nil {
+			return api{}, fmt.Errorf("devstack: %s BinaryMediaTypes: %w", apiResource, err)
+		}
+		// SAM writes the slash of a media type as ~1.
+		a.binaryMediaTypes = append(a.binaryMediaTypes, strings.ReplaceAll(t, "~1", "/"))
+	}
 
 	authProps, _ := r.Properties["Auth"].(map[string]any)
 	name, _ := authProps["DefaultAuthorizer"].(string)

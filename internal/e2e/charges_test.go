@@ -507,8 +507,8 @@ func TestChargesFaultInjection(t *testing.T) {
 		t.Run(tt.point, func(t *testing.T) {
 			key := "charge-crash-" + tt.point
 			r := s.charge(t, key, chargeBody("tok_visa"), map[string][]string{"Once-Fault": {tt.point}})
-			if r.status != http.StatusInternalServerError || string(r.body) != `{"message":"Internal Server Error"}` {
-				t.Fatalf("crashed POST = %d %s, want API Gateway's 500", r.status, r.body)
+			if r.status != http.StatusBadGateway || string(r.body) != `{"message": "Internal server error"}` {
+				t.Fatalf("crashed POST = %d %s, want API Gateway's 502", r.status, r.body)
 			}
 			rec, err := s.record(t, key)
 			wantStatus(t, key, rec, err, tt.wantStatus)

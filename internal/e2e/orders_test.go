@@ -329,8 +329,8 @@ func TestOrdersCrashPoints(t *testing.T) {
 			key := "order-crash-" + tt.fault
 			s.calls.take()
 			r := s.order(t, "acme", key, body, map[string][]string{"Once-Fault": {tt.fault}})
-			if r.status != http.StatusInternalServerError || string(r.body) != `{"message":"Internal Server Error"}` {
-				t.Fatalf("crashed POST = %d %s, want API Gateway's 500", r.status, r.body)
+			if r.status != http.StatusBadGateway || string(r.body) != `{"message": "Internal server error"}` {
+				t.Fatalf("crashed POST = %d %s, want API Gateway's 502", r.status, r.body)
 			}
 			ops, n := s.calls.take()
 			t.Logf("%s: %d DynamoDB calls before the crash: %v", tt.fault, n, ops)
@@ -466,8 +466,8 @@ func TestOrdersResolver(t *testing.T) {
 	for _, fault := range []string{"after-order-created", "after-provider-call", "after-charge-created"} {
 		t.Run(fault, func(t *testing.T) {
 			key := "order-resolve-" + fault
-			if r := s.order(t, "acme", key, body, map[string][]string{"Once-Fault": {fault}}); r.status != http.StatusInternalServerError {
-				t.Fatalf("crashed POST = %d %s, want 500", r.status, r.body)
+			if r := s.order(t, "acme", key, body, map[string][]string{"Once-Fault": {fault}}); r.status != http.StatusBadGateway {
+				t.Fatalf("crashed POST = %d %s, want 502", r.status, r.body)
 			}
 			// What the sweeper does once TTL has deleted the abandoned
 			// reservation: the record is back, UNKNOWN, under a new lease.

@@ -258,9 +258,9 @@ func TestFaultInjection(t *testing.T) {
 		t.Run(point, func(t *testing.T) {
 			key := "crash-" + point
 			r := s.do(t, request{tenant: "acme", keys: []string{key}, body: body1001, header: map[string][]string{"Once-Fault": {point}}})
-			if r.status != http.StatusInternalServerError || string(r.body) != `{"message":"Internal Server Error"}` ||
+			if r.status != http.StatusBadGateway || string(r.body) != `{"message": "Internal server error"}` ||
 				r.header.Get("Content-Type") != "application/json" {
-				t.Fatalf("crashed POST = %d %v %s, want API Gateway's 500", r.status, r.header, r.body)
+				t.Fatalf("crashed POST = %d %v %s, want API Gateway's 502", r.status, r.header, r.body)
 			}
 			again := s.do(t, request{tenant: "acme", keys: []string{key}, body: body1001})
 			if again.status != http.StatusCreated || again.header.Get("Idempotent-Replayed") != "true" {

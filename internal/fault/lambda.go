@@ -10,7 +10,7 @@ import (
 
 // NewLambda returns the handler to pass to lambda.Start for h: the public
 // apigw adapter, which also answers an injected crash (Crash) as API Gateway
-// answers for a crashed function (500 apigw.CrashBody).
+// answers for a crashed function (a REST API: 502 apigw.RESTCrashBody).
 func NewLambda(h http.Handler) *apigw.Lambda {
 	l := apigw.NewLambda(h)
 	l.Crashed = func(v any) bool {

@@ -20,7 +20,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
@@ -35,6 +34,15 @@ const (
 	DefaultIntegrationTimeout = 29 * time.Second
 	// MaxPayload is the largest request body a REST API accepts (10 MB).
 	MaxPayload = 10 << 20
+	// MaxInvokePayload bounds the event of a synchronous Lambda invocation:
+	// "Request must be smaller than 6291456 bytes for the InvokeFunction
+	// operation" (RequestEntityTooLargeException). A body under MaxPayload
+	// can make an event over it; API Gateway then answers 413 without the
+	// function having run.
+	MaxInvokePayload = 6 << 20
+	// maxInvokeResponse is the largest answer of a synchronous invocation
+	// (6 MB and 100 bytes); a larger one is a function error (502).
+	maxInvokeResponse = 6<<20 + 100
 
 	DefaultStage     = "prod"
 	DefaultRegion    = "us-east-1"
@@ -52,7 +60,13 @@ const (
 	bodyTimeout        = `{"message": "Endpoint request timed out"}`
 	bodyMissingToken   = `{"message":"Missing Authentication Token"}`
 	bodyTooLarge       = `{"message":"Request Too Long"}`
+	bodyInvokeTooLarge = `{"message": "Request Too Long"}`
 )
+
+// ErrInvokePayloadTooLarge is Lambda's refusal of an event over
+// MaxInvokePayload, as LambdaProxy returns it: the emulator answers it as API
+// Gateway does, 413 {"message": "Request Too Long"} (BadRequestException).
+var ErrInvokePayloadTooLarge = errors.New("gateway: the event is over Lambda's invocation payload limit")
 
 // AuthorizeFunc is a REQUEST Lambda authorizer.
 type AuthorizeFunc func(context.Context, events.APIGatewayCustomAuthorizerRequestTypeRequest) (events.APIGatewayCustomAuthorizerResponse, error)
@@ -83,8 +97,9 @@ type Route struct {
 // call it ("Unauthorized" error: 401, any other error or a malformed result:
 // 500) and evaluate its policy against the method ARN (403 unless allowed);
 // build the proxy event, with the authorizer's context and principalId in
-// requestContext.authorizer; invoke the function (an error: 502; no answer
-// within the integration timeout: 504); and write its response back.
+// requestContext.authorizer; invoke the function (an event Lambda refuses as
+// over its payload limit, ErrInvokePayloadTooLarge: 413; an error: 502; no
+// answer within the integration timeout: 504); and write its response back.
 //
 // As on AWS, a client that hangs up does not cancel the invocation: the
 // function's context ends only at its deadline. Wait waits for invocations
@@ -103,6 +118,14 @@ type Emulator struct {
 	// and Host header whatever Host the client sent, as API Gateway routes
 	// by its own domain (default <APIID>.execute-api.<Region>.amazonaws.com).
 	DomainName string
+	// BinaryMediaTypes is the REST API's binaryMediaTypes ("image/png",
+	// "image/*", "*/*"). A request body whose Content-Type matches one goes to
+	// the function base64-encoded (isBase64Encoded), any other as text; a
+	// function's base64 body (isBase64Encoded) is decoded when the first
+	// media type of the request's Accept header matches one, and otherwise
+	// goes out as the base64 text it is. None, as in template.yaml, makes
+	// every body text.
+	BinaryMediaTypes []string
 	// AuthorizerTTL is how long an authorizer's result is cached per
 	// Authorization value. Zero means DefaultAuthorizerTTL; a negative value
 	// disables the cache (AuthorizerResultTtlInSeconds: 0).
@@ -245,14 +268,36 @@ func (x *exchange) event(body []byte) events.APIGatewayProxyRequest {
 		},
 	}
 	if len(body) > 0 {
-		if isText(r.Header.Get("Content-Type"), body) {
-			ev.Body = string(body)
-		} else {
+		if e.binary(r.Header.Get("Content-Type")) {
 			ev.Body = base64.StdEncoding.EncodeToString(body)
 			ev.IsBase64Encoded = true
+		} else {
+			ev.Body = string(body)
 		}
 	}
 	return ev
+}
+
+// binary reports whether a media type (a Content-Type or Accept value, of
+// which the first element counts) is one of BinaryMediaTypes, which may end
+// in a wildcard.
+func (e *Emulator) binary(header string) bool {
+	if len(e.BinaryMediaTypes) == 0 || header == "" {
+		return false
+	}
+	first, _, _ := strings.Cut(header, ",")
+	mt, _, err := mime.ParseMediaType(first)
+	if err != nil {
+		return false
+	}
+	typ, _, _ := strings.Cut(mt, "/")
+	for _, b := range e.BinaryMediaTypes {
+		b = strings.ToLower(b)
+		if b == mt || b == "*/*" || b == typ+"/*" {
+			return true
+		}
+	}
+	return false
 }
 
 // headers returns the request's headers as API Gateway passes them: every
@@ -416,6 +461,9 @@ func (x *exchange) invoke(ev events.APIGatewayProxyRequest) (int, string) {
 	case <-timer.C:
 		return x.fail(http.StatusGatewayTimeout, "", bodyTimeout, "integration timeout")
 	}
+	if errors.Is(res.err, ErrInvokePayloadTooLarge) {
+		return x.fail(http.StatusRequestEntityTooLarge, "BadRequestException", bodyInvokeTooLarge, "event over Lambda's payload limit")
+	}
 	if res.err != nil {
 		return x.fail(http.StatusBadGateway, "", bodyBadGateway, "function error: "+res.err.Error())
 	}
@@ -431,13 +479,15 @@ var hopHeaders = map[string]bool{
 
 // respond writes the function's response as API Gateway does: headers merged
 // from headers and multiValueHeaders (multiValueHeaders win), body decoded
-// from base64 when isBase64Encoded, Content-Type application/json by default.
+// from base64 when isBase64Encoded and the request accepts a binary media
+// type (else sent as the base64 text), Content-Type application/json by
+// default.
 func (x *exchange) respond(resp events.APIGatewayProxyResponse) (int, string) {
 	if resp.StatusCode < 100 || resp.StatusCode > 599 {
 		return x.fail(http.StatusBadGateway, "", bodyBadGateway, fmt.Sprintf("malformed proxy response: statusCode %d", resp.StatusCode))
 	}
 	body := []byte(resp.Body)
-	if resp.IsBase64Encoded {
+	if resp.IsBase64Encoded && x.e.binary(x.r.Header.Get("Accept")) {
 		b, err := base64.StdEncoding.DecodeString(resp.Body)
 		if err != nil {
 			return x.fail(http.StatusBadGateway, "", bodyBadGateway, "malformed proxy response: body is not base64")
@@ -759,30 +809,6 @@ func or(s, def string) string {
 	return def
 }
 
-// isText reports whether a body goes into the event as text: a textual media
-// type (or none) and valid UTF-8. Anything else is base64-encoded.
-func isText(contentType string, body []byte) bool {
-	if !utf8.Valid(body) {
-		return false
-	}
-	if contentType == "" {
-		return true
-	}
-	mt, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return false
-	}
-	switch {
-	case strings.HasPrefix(mt, "text/"),
-		mt == "application/json", strings.HasSuffix(mt, "+json"),
-		mt == "application/xml", strings.HasSuffix(mt, "+xml"),
-		mt == "application/x-www-form-urlencoded",
-		mt == "application/javascript", mt == "application/graphql":
-		return true
-	}
-	return false
-}
-
 func sourceIP(r *http.Request) string {
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		return host
@@ -822,8 +848,10 @@ func NewRequestID() string {
 }
 
 // LambdaProxy returns an InvokeFunc that runs h as the Lambda service runs a
-// function: the event is marshalled to JSON, h is invoked with a Lambda
-// context (a fresh AwsRequestID), and its JSON result unmarshalled.
+// function: the event is marshalled to JSON (one of MaxInvokePayload bytes
+// or more is ErrInvokePayloadTooLarge, and h is not invoked), h is invoked
+// with a Lambda context (a fresh AwsRequestID), and its JSON result (an
+// error when over Lambda's response limit) unmarshalled.
 //
 // The emulator invokes h from many goroutines at once, and each result must
 // be its own: pass a *lambdaenv.Function, which runs the fn a function's main
@@ -848,10 +876,16 @@ func viaLambda[In, Out any](h lambda.Handler) func(context.Context, In) (Out, er
 		if err != nil {
 			return out, fmt.Errorf("gateway: encode event: %w", err)
 		}
+		if len(payload) >= MaxInvokePayload {
+			return out, fmt.Errorf("%w: %d bytes", ErrInvokePayloadTooLarge, len(payload))
+		}
 		ctx = lambdacontext.NewContext(ctx, &lambdacontext.LambdaContext{AwsRequestID: NewRequestID()})
 		res, err := h.Invoke(ctx, payload)
 		if err != nil {
 			return out, err
+		}
+		if len(res) > maxInvokeResponse {
+			return out, fmt.Errorf("gateway: the function's answer of %d bytes is over Lambda's response payload limit", len(res))
 		}
 		if err := json.Unmarshal(res, &out); err != nil {
 			return out, fmt.Errorf("gateway: decode function result: %w", err)

@@ -602,11 +602,6 @@ func TestEmulatorResponse(t *testing.T) {
 			wantHeader: map[string][]string{"Content-Type": {"application/json"}, "Retry-After": {"1"}},
 		},
 		{
-			name:       "base64 body",
-			resp:       events.APIGatewayProxyResponse{StatusCode: 200, Headers: map[string]string{"Content-Type": "application/octet-stream"}, Body: base64.StdEncoding.EncodeToString([]byte{0, 1, 0xff}), IsBase64Encoded: true},
-			wantStatus: 200, wantBody: string([]byte{0, 1, 0xff}),
-		},
-		{
 			name:       "no body",
 			resp:       events.APIGatewayProxyResponse{StatusCode: 204},
 			wantStatus: 204, wantBody: "",
@@ -619,11 +614,6 @@ func TestEmulatorResponse(t *testing.T) {
 		{
 			name:       "no status code",
 			resp:       events.APIGatewayProxyResponse{Body: "{}"},
-			wantStatus: 502, wantBody: `{"message": "Internal server error"}`,
-		},
-		{
-			name:       "bad base64",
-			resp:       events.APIGatewayProxyResponse{StatusCode: 200, Body: "!!", IsBase64Encoded: true},
 			wantStatus: 502, wantBody: `{"message": "Internal server error"}`,
 		},
 	}
@@ -657,26 +647,32 @@ func TestEmulatorFunctionPanic(t *testing.T) {
 	}
 }
 
+// TestEmulatorBinaryBody checks the request body's way into the event as a
+// REST API takes it: base64-encoded when its Content-Type matches one of the
+// API's binaryMediaTypes, as text otherwise (with none, as template.yaml
+// has, always).
 func TestEmulatorBinaryBody(t *testing.T) {
-	bin := []byte{0x89, 'P', 'N', 'G', 0, 0xff}
+	bin := []byte{0x89, 'P', 'N', 'G', 0, 1}
+	binaryTypes := []string{"image/*", "application/octet-stream"}
 	tests := []struct {
 		name, contentType string
+		binaryTypes       []string
 		body              []byte
 		wantBase64        bool
 	}{
-		{"json", "application/json; charset=utf-8", []byte(`{"a":"é"}`), false},
-		{"problem json", "application/problem+json", []byte(`{}`), false},
-		{"text", "text/plain", []byte("hi"), false},
-		{"form", "application/x-www-form-urlencoded", []byte("a=1"), false},
-		{"no type", "", []byte("hi"), false},
-		{"png", "image/png", bin, true},
-		{"octet text", "application/octet-stream", []byte("hi"), true},
-		{"json not utf-8", "application/json", []byte{'"', 0xff, '"'}, true},
+		{"json, no binary types", "application/json; charset=utf-8", nil, []byte(`{"a":"é"}`), false},
+		{"png, no binary types", "image/png", nil, bin, false},
+		{"octet-stream, no binary types", "application/octet-stream", nil, []byte("hi"), false},
+		{"json, binary types", "application/json", binaryTypes, []byte(`{}`), false},
+		{"no type, binary types", "", binaryTypes, []byte("hi"), false},
+		{"png by wildcard", "image/png", binaryTypes, bin, true},
+		{"octet-stream with parameters", "Application/Octet-Stream; x=1", binaryTypes, []byte("hi"), true},
+		{"json under */*", "application/json", []string{"*/*"}, []byte(`{}`), true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := &fakes{}
-			srv, _ := serve(t, f, func(e *gateway.Emulator) { e.Authorize = nil })
+			srv, _ := serve(t, f, func(e *gateway.Emulator) { e.Authorize, e.BinaryMediaTypes = nil, tt.binaryTypes })
 			req, _ := http.NewRequestWithContext(t.Context(), "POST", srv.URL+"/v1/payments", bytes.NewReader(tt.body))
 			if tt.contentType != "" {
 				req.Header.Set("Content-Type", tt.contentType)
@@ -704,15 +700,86 @@ func TestEmulatorBinaryBody(t *testing.T) {
 	}
 }
 
-func TestEmulatorPayloadTooLarge(t *testing.T) {
-	f := &fakes{}
-	srv, _ := serve(t, f, nil)
-	r := do(t, "POST", srv.URL+"/v1/payments", strings.Repeat("a", gateway.MaxPayload+1), bearer)
-	if r.status != 413 {
-		t.Errorf("POST of %d bytes = %d %s, want 413", gateway.MaxPayload+1, r.status, r.body)
+// TestEmulatorBinaryResponse checks a function's base64 body
+// (isBase64Encoded) on its way out of a REST API: decoded when the first
+// media type the request accepts matches one of binaryMediaTypes, sent as
+// the base64 text otherwise.
+func TestEmulatorBinaryResponse(t *testing.T) {
+	raw := []byte{0, 1, 0xff}
+	encoded := base64.StdEncoding.EncodeToString(raw)
+	binaryTypes := []string{"image/png", "application/octet-stream"}
+	tests := []struct {
+		name        string
+		binaryTypes []string
+		accept      string
+		body        string
+		wantStatus  int
+		wantBody    string
+	}{
+		{"no binary types", nil, "application/octet-stream", encoded, 200, encoded},
+		{"accepted binary type", binaryTypes, "application/octet-stream", encoded, 200, string(raw)},
+		{"binary type accepted second", binaryTypes, "application/json, image/png", encoded, 200, encoded},
+		{"no Accept", binaryTypes, "", encoded, 200, encoded},
+		{"not base64, not decoded", nil, "", "!!", 200, "!!"},
+		{"not base64, to decode", binaryTypes, "image/png", "!!", 502, `{"message": "Internal server error"}`},
 	}
-	if n := len(f.invoked()); n != 0 {
-		t.Errorf("function invoked %d times, want 0", n)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &fakes{invoke: func(context.Context, events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+				return events.APIGatewayProxyResponse{StatusCode: 200, Headers: map[string]string{"Content-Type": "image/png"}, Body: tt.body, IsBase64Encoded: true}, nil
+			}}
+			srv, _ := serve(t, f, func(e *gateway.Emulator) { e.BinaryMediaTypes = tt.binaryTypes })
+			header := map[string]string{"Authorization": bearer["Authorization"]}
+			if tt.accept != "" {
+				header["Accept"] = tt.accept
+			}
+			if r := do(t, "POST", srv.URL+"/v1/payments", `{}`, header); r.status != tt.wantStatus || r.body != tt.wantBody {
+				t.Errorf("POST = %d %q, want %d %q", r.status, r.body, tt.wantStatus, tt.wantBody)
+			}
+		})
+	}
+}
+
+// TestEmulatorLambdaPayloadLimits checks the limits a body meets on its way
+// through API Gateway to a Lambda function invoked as the Lambda service
+// invokes it: API Gateway's 10 MB on the body, Lambda's 6 MB on the event
+// (API Gateway's 413 {"message": "Request Too Long"}, BadRequestException,
+// the function not run) and on the function's answer (a function error:
+// 502).
+func TestEmulatorLambdaPayloadLimits(t *testing.T) {
+	tests := []struct {
+		name        string
+		body        int // bytes of request body
+		answer      int // bytes of the function's response body
+		wantStatus  int
+		wantBody    string
+		wantErrType string
+		wantInvoked int32
+	}{
+		{"event under Lambda's limit", gateway.MaxInvokePayload - 64<<10, 2, 201, "", "", 1},
+		{"event over Lambda's limit", gateway.MaxInvokePayload, 2, 413, `{"message": "Request Too Long"}`, "BadRequestException", 0},
+		{"body over API Gateway's limit", gateway.MaxPayload + 1, 2, 413, `{"message":"Request Too Long"}`, "RequestTooLongException", 0},
+		{"answer over Lambda's limit", 2, 6<<20 + 101, 502, `{"message": "Internal server error"}`, "", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var invoked atomic.Int32
+			fn := lambda.NewHandler(func(ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+				invoked.Add(1)
+				return events.APIGatewayProxyResponse{StatusCode: 201, Body: strings.Repeat("x", tt.answer)}, nil
+			})
+			srv, _ := serve(t, &fakes{}, func(e *gateway.Emulator) { e.Invoke = gateway.LambdaProxy(fn) })
+			r := do(t, "POST", srv.URL+"/v1/payments", strings.Repeat("a", tt.body), bearer)
+			if r.status != tt.wantStatus || tt.wantBody != "" && r.body != tt.wantBody {
+				t.Errorf("POST of %d bytes = %d %.40q, want %d %q", tt.body, r.status, r.body, tt.wantStatus, tt.wantBody)
+			}
+			if got := r.header.Get("X-Amzn-Errortype"); got != tt.wantErrType {
+				t.Errorf("x-amzn-ErrorType = %q, want %q", got, tt.wantErrType)
+			}
+			if n := invoked.Load(); n != tt.wantInvoked {
+				t.Errorf("function invoked %d times, want %d", n, tt.wantInvoked)
+			}
+		})
 	}
 }
 

@@ -162,7 +162,7 @@ func (o *op) kind(lease time.Duration) string {
 	case o.code == "idempotency_key_reused":
 		s += "reused"
 	}
-	if o.fault != "" && o.status == http.StatusInternalServerError {
+	if o.fault != "" && o.status == http.StatusBadGateway {
 		s += "crash"
 	}
 	if time.Duration(o.ret-o.call) >= lease {
