@@ -1,6 +1,7 @@
 package idempotency_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -159,5 +160,80 @@ func TestCacheConcurrent(t *testing.T) {
 	wg.Wait()
 	if got := len(store.Items("x")); got != keys {
 		t.Errorf("%d effects, want %d", got, keys)
+	}
+}
+
+// failingStore is a memory store whose completing writes (Commit and
+// Complete) fail as an unreachable DynamoDB does, while failing is set.
+type failingStore struct {
+	*memory.Store
+	failing bool
+}
+
+func (s *failingStore) Commit(ctx context.Context, rec idempotency.Record, effects []idempotency.Effect, now time.Time) error {
+	if s.failing {
+		return fmt.Errorf("failing store: commit: %w", idempotency.ErrUnavailable)
+	}
+	return s.Store.Commit(ctx, rec, effects, now)
+}
+
+func (s *failingStore) Complete(ctx context.Context, rec idempotency.Record, lease string, effects []idempotency.Effect) error {
+	if s.failing {
+		return fmt.Errorf("failing store: complete: %w", idempotency.ErrUnavailable)
+	}
+	return s.Store.Complete(ctx, rec, lease, effects)
+}
+
+// TestCacheHoldsOnlyStoredAnswers: an answer whose completing write failed
+// (503) never enters the cache, so that a retry is not answered from memory
+// with a record the store does not have: it executes again (Atomic), or
+// meets the reservation (Leased).
+func TestCacheHoldsOnlyStoredAnswers(t *testing.T) {
+	tests := []struct {
+		mode       idempotency.Mode
+		wantRetry  int
+		wantExecs  int
+		wantCached int
+	}{
+		{idempotency.Atomic, http.StatusOK, 2, 1},
+		{idempotency.Leased, http.StatusConflict, 1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.mode), func(t *testing.T) {
+			store := &failingStore{Store: memory.New(), failing: true}
+			cache := idempotency.NewCache(100, 1<<20)
+			mw, err := idempotency.New(idempotency.Config{Store: store, Cache: cache, Tenant: func(*http.Request) (string, bool) { return "acme", true }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			execs := 0
+			h := mw.Wrap(tt.mode, "POST /v1/x", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if _, ok := idempotency.Begin(w, r); ok {
+					execs++
+					fmt.Fprintf(w, "answer %d", execs)
+				}
+			}))
+			send := func() *httptest.ResponseRecorder {
+				r := httptest.NewRequest("POST", "/v1/x", strings.NewReader(`{}`))
+				r.Header.Set(idempotency.Header, "k")
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				return w
+			}
+			if w := send(); w.Code != http.StatusServiceUnavailable {
+				t.Fatalf("first request, its write failing: %d %q, want 503", w.Code, w.Body)
+			}
+			if got := cache.Len(); got != 0 {
+				t.Fatalf("after a failed write: %d cached, want 0", got)
+			}
+			store.failing = false
+			w := send()
+			if w.Code != tt.wantRetry || w.Header().Get(idempotency.ReplayedHeader) != "" {
+				t.Errorf("retry: %d %q (%s: %q), want %d, not a replay", w.Code, w.Body, idempotency.ReplayedHeader, w.Header().Get(idempotency.ReplayedHeader), tt.wantRetry)
+			}
+			if execs != tt.wantExecs || cache.Len() != tt.wantCached {
+				t.Errorf("after the retry: %d executions, %d cached; want %d, %d", execs, cache.Len(), tt.wantExecs, tt.wantCached)
+			}
+		})
 	}
 }
