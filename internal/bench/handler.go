@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"runtime"
 	"strings"
 	"sync"
@@ -419,14 +420,14 @@ func (r *endpointRun) concurrent(ctx context.Context, groups int) error {
 	return nil
 }
 
-// crashFirst sends req to the crashing instance, to crash at point: API
-// Gateway's 500.
+// crashFirst sends req to the crashing instance, to crash at point: the
+// REST API's 502 for a crashed function.
 func (r *endpointRun) crashFirst(ctx context.Context, req request, point string) error {
 	a, err := call(ctx, r.crash, r.event(req, req.body, point))
 	if err != nil {
 		return err
 	}
-	if a.status != 500 {
+	if a.status != http.StatusBadGateway {
 		return fmt.Errorf("bench: %s: a request crashing at %s answered %d %.300s", r.e.name, point, a.status, a.body)
 	}
 	return nil
