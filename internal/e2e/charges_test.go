@@ -20,9 +20,10 @@ import (
 	"github.com/oncehq/once/internal/payments"
 )
 
-// chargeTimeout is the provider timeout of the charge tests: longer than the
-// simulator's tok_slow delay (300ms), far shorter than its tok_timeout hold.
-const chargeTimeout = 800 * time.Millisecond
+// chargeTimeout is the provider timeout of the charge tests: well longer than the
+// simulator's tok_slow delay (300ms), so that a slow charge still answers on a
+// loaded machine, and far shorter than its tok_timeout hold (10s).
+const chargeTimeout = 1500 * time.Millisecond
 
 // chargeBody is a create-charge body with the given source.
 func chargeBody(source string) string {
