@@ -16,13 +16,28 @@
 // forwarding them (throttling, 500), forwards them and drops the answer (an
 // ambiguous write: it landed, the caller sees an error), or holds them for
 // up to a little more than a lease (a zombie: its lease runs out while it is
-// still running). Stream calls and the other tables (the API keys, the
-// provider simulator's own) pass untouched.
+// still running). It also delivers some writes fenced on a lease token
+// (completions, releases, recovery points, UNKNOWN) late, at the worst
+// moment for a write that is not fenced: once another request has taken
+// their key, or after 8s, whether or not their caller still waits (a write
+// already sent can land after its client gave up), while their retries
+// wait until they have landed (a partition that heals). Stream calls and
+// the other tables (the API keys, the provider simulator's own) pass
+// untouched.
+//
+// Two profiles of workload share all this. Mixed plans every endpoint,
+// source and fault point. Handover plans every key as charges whose first
+// body the provider refuses (nothing happens, so recovery releases the key)
+// and whose second it charges, and delivers half the fenced writes late:
+// the interleaving lease fencing exists for, a key handed on while a
+// request that held it may still write, which mixed histories reach rarely
+// (once's recovery completes a key whenever anything happened, so a key
+// changes hands only after a request that provably did nothing).
 //
 // Several clients then send requests over real HTTP, as users do (Bearer API
 // keys of several tenants, Idempotency-Key, JSON bodies with their keys in a
 // random order): a few keys per tenant, the same key value in every tenant,
-// two or three request variants per key (another body, or another endpoint),
+// one to three request variants per key (another body, or another endpoint),
 // every idempotent endpoint of the endpoint table (endpoints_test.go:
 // payments, charges, refunds and orders), the provider simulator's source
 // tokens (charged, declined, unavailable, timeout, slow, unknown to it, and
@@ -35,7 +50,10 @@
 // is too small for all of them, so that refunds of different keys race
 // for what is left and some are refused (400 amount_exceeds_refundable,
 // which the hold must answer before the provider would refuse). Each
-// request's call and return are recorded on one monotonic clock. Every body
+// request's call and return are recorded on one monotonic clock; a request
+// that failed counts as running until a late write of its landed (the
+// proxy knows the variant of the record a write puts), and one whose
+// client saw no answer at all until the end. Every body
 // carries its tenant, key and variant in its metadata, which the payments,
 // orders and refunds and the provider keep, so that effects are counted per
 // variant without knowing how once derives its identifiers.
@@ -136,9 +154,11 @@
 //
 // # Running it
 //
-//   - `make test` runs one bounded history (TestModelCheck, a random seed,
-//     about 500 requests over 12s, 8 clients, 3 tenants, 5 keys each);
-//   - `make check CHECK_TIME=5m` runs fresh seeds until the time is up;
+//   - `make test` runs one bounded history of each profile (TestModelCheck,
+//     a random seed, 8 clients, 3 tenants, 12s of history: about 500
+//     requests on 5 keys per tenant for mixed, 200-400 on 3 for handover);
+//   - `make check CHECK_TIME=5m` runs fresh seeds until the time is up, the
+//     profiles in turn (MODELCHECK_PROFILE=mixed or handover keeps to one);
 //   - MODELCHECK_SEED=n replays seed n (the same choices and fault schedule;
 //     the interleaving is the machine's);
 //   - TestPlantedUnfencedCompletion proves that the checker catches a

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,11 +36,30 @@ const (
 	// envTTL=on turns DynamoDB Local's TTL on in the random runs (see
 	// runConfig.ttl).
 	envTTL = "MODELCHECK_TTL"
+	// envProfile restricts the random runs to one profile (see profiles).
+	envProfile = "MODELCHECK_PROFILE"
 )
 
+// profiles are the workloads of the random runs: mixed (every endpoint,
+// source and fault point) and handover (see runConfig.handover).
+var profiles = []string{"mixed", "handover"}
+
+// profileConfig is the bounded run of a profile.
+func profileConfig(seed uint64, profile string) runConfig {
+	cfg := boundedConfig(seed)
+	cfg.ttl = os.Getenv(envTTL) == "on"
+	if profile == "handover" {
+		// Fewer keys, each in use longer: the key must still draw
+		// requests once recovery has released it. Half the lease-fenced
+		// writes land late.
+		cfg.handover, cfg.keysPerTenant, cfg.late = true, 3, 0.5
+	}
+	return cfg
+}
+
 // TestModelCheck runs random concurrent histories against the devstack and
-// checks them (see the package documentation): one bounded run, or fresh
-// seeds for MODELCHECK_TIME.
+// checks them (see the package documentation): one bounded run of each
+// profile, or fresh seeds for MODELCHECK_TIME, the profiles in turn.
 func TestModelCheck(t *testing.T) {
 	seed := seedFromEnv(t)
 	budget := time.Duration(0)
@@ -50,13 +70,17 @@ func TestModelCheck(t *testing.T) {
 		}
 		budget = d
 	}
-	config := func(seed uint64) runConfig {
-		cfg := boundedConfig(seed)
-		cfg.ttl = os.Getenv(envTTL) == "on"
-		return cfg
+	chosen := profiles
+	if v := os.Getenv(envProfile); v != "" {
+		if !slices.Contains(profiles, v) {
+			t.Fatalf("%s=%q: not one of %v", envProfile, v, profiles)
+		}
+		chosen = []string{v}
 	}
 	if budget == 0 {
-		checkRun(t, config(seed))
+		for _, pr := range chosen {
+			t.Run(pr, func(t *testing.T) { checkRun(t, profileConfig(seed, pr)) })
+		}
 		return
 	}
 	deadline := time.Now().Add(budget)
@@ -67,7 +91,8 @@ func TestModelCheck(t *testing.T) {
 	runs, failed := 0, 0
 	for s := seed; time.Now().Before(deadline); s++ {
 		runs++
-		if !t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) { checkRun(t, config(s)) }) {
+		pr := chosen[s%uint64(len(chosen))]
+		if !t.Run(fmt.Sprintf("seed=%d/%s", s, pr), func(t *testing.T) { checkRun(t, profileConfig(s, pr)) }) {
 			failed++
 		}
 	}
@@ -105,12 +130,20 @@ func checkRun(t *testing.T, cfg runConfig) {
 	if err := c.setup(t.Context()); err != nil {
 		t.Fatalf("modelcheck: seed %d: %v", cfg.seed, err)
 	}
-	// Delays around the lease make zombies; they stay under the SDK's 2s
-	// attempt timeout.
-	c.px.arm(cfg.history, cfg.outages, cfg.outageRate, cfg.background, cfg.lease/3, min(cfg.lease+400*time.Millisecond, 1800*time.Millisecond))
+	c.px.arm(schedule{
+		span: cfg.history, outages: cfg.outages, rate: cfg.outageRate, background: cfg.background,
+		// Delays around the lease make zombies; they stay under the SDK's
+		// 2s attempt timeout.
+		minDelay: cfg.lease / 3, maxDelay: min(cfg.lease+400*time.Millisecond, 1800*time.Millisecond),
+		// Late writes land once another request has taken their key (a
+		// check a second after the lease, recovery.DefaultMargin, then the
+		// reconciler's settle at the earliest), or after 8s, which can be
+		// after the request that sent one has answered.
+		late: cfg.late, minLate: cfg.lease, maxLate: 8 * time.Second,
+	})
 	c.runClients(t.Context())
 	res := c.finish(t.Context())
-	if res.faults[faultThrottle]+res.faults[faultError]+res.faults[faultDrop]+res.faults[faultDelay] == 0 {
+	if res.faults[faultThrottle]+res.faults[faultError]+res.faults[faultDrop]+res.faults[faultDelay]+res.faults[faultLate] == 0 {
 		res.violations = append(res.violations, "the proxy injected no store fault: is it still in the stack's path?")
 	}
 	if !res.ok() {

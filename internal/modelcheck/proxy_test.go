@@ -3,6 +3,8 @@ package modelcheck
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -64,17 +66,29 @@ var plants = map[string]plant{
 type faultKind uint8
 
 const (
-	faultNone     faultKind = iota
-	faultThrottle           // answered 400 ThrottlingException, not forwarded
-	faultError              // answered 500 InternalServerError, not forwarded
-	faultDrop               // forwarded, then answered 500: the write may have landed
-	faultDelay              // held, then forwarded
-	faultGated              // held by a gate of a crafted schedule
+	faultNone        faultKind = iota
+	faultThrottle              // answered 400 ThrottlingException, not forwarded
+	faultError                 // answered 500 InternalServerError, not forwarded
+	faultDrop                  // forwarded, then answered 500: the write may have landed
+	faultDelay                 // held, then forwarded
+	faultGated                 // held by a gate of a crafted schedule
+	faultLate                  // a lease-fenced write held past its lease and applied whether or not its caller still waits
+	faultPartitioned           // a retry of a late write, held until the late one has landed
 )
 
 func (k faultKind) String() string {
-	return [...]string{"none", "throttle", "error", "drop answer", "delay", "gate"}[k]
+	return [...]string{"none", "throttle", "error", "drop answer", "delay", "gate", "late", "partitioned retry"}[k]
 }
+
+// fenceClause is the part of idempotency/dynamo's lease conditions that a
+// late write is chosen by: every write fenced on a lease token (completion,
+// release, recovery point, UNKNOWN) carries it.
+const fenceClause = "#lease = :lease"
+
+// reserveClause starts the condition of a write that takes a key
+// (idempotency/dynamo's reclaimCondition: a reservation or an Atomic
+// commit).
+const reserveClause = "attribute_not_exists(#pk)"
 
 // window is an outage: from..to after arming, rate of eligible calls fail.
 type window struct {
@@ -133,15 +147,21 @@ type dynamoProxy struct {
 	srv    *http.Server
 	url    string
 
-	mu         sync.Mutex
-	rng        *rand.Rand
-	armedAt    time.Time // zero: no random faults
-	windows    []window
-	background float64
-	minDelay   time.Duration
-	maxDelay   time.Duration
-	gates      []*gate
-	events     []proxyEvent
+	mu      sync.Mutex
+	rng     *rand.Rand
+	armedAt time.Time // zero: no random faults
+	windows []window
+	sched   schedule
+	gates   []*gate
+	events  []proxyEvent
+	// partitions are the late writes not landed yet, by the SHA-256 of
+	// their body (an SDK retry sends the same bytes): closed once landed.
+	partitions map[[sha256.Size]byte]chan struct{}
+	inFlight   sync.WaitGroup // late writes not landed yet
+	// taken has, for each item a late write waits on, a channel closed
+	// (and replaced) when a write takes the item.
+	taken    map[string]chan struct{}
+	landings []landing // late writes that succeeded
 
 	plant   atomic.Pointer[plant]
 	planted atomic.Int32 // conditions rewritten
@@ -160,6 +180,9 @@ func startProxy(target string, seed uint64, clock func() int64) (*dynamoProxy, e
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
 		url:    "http://" + ln.Addr().String(),
 		rng:    rand.New(rand.NewPCG(seed, 0x5ca1ab1e)),
+
+		partitions: map[[sha256.Size]byte]chan struct{}{},
+		taken:      map[string]chan struct{}{},
 	}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = p.srv.Serve(ln) }()
@@ -182,21 +205,36 @@ func (p *dynamoProxy) faultTables(names ...string) {
 	}
 }
 
-// arm starts the fault schedule: outages windows of 200-900ms within span,
-// failing rate of the eligible calls, and background of them outside any
-// window (dropped answers and delays only). Delays last from minDelay to
-// maxDelay.
-func (p *dynamoProxy) arm(span time.Duration, outages int, rate, background float64, minDelay, maxDelay time.Duration) {
+// schedule is a random fault schedule.
+type schedule struct {
+	span    time.Duration // the outages fall within it
+	outages int           // windows of 200-900ms
+	rate    float64       // share of the eligible calls that fail in a window
+	// background is the share of eligible calls dropped or delayed
+	// outside any window; delays last from minDelay to maxDelay.
+	background         float64
+	minDelay, maxDelay time.Duration
+	// late is the share of lease-fenced writes (fenceClause) that land
+	// late, at the worst moment for a write that is not fenced: once
+	// another request has taken their item (reserveClause) after minLate,
+	// or at maxLate. They are applied whether or not their caller still
+	// waits, as a write already sent can be, while their retries wait until
+	// they have landed (a partition that heals).
+	late             float64
+	minLate, maxLate time.Duration
+}
+
+// arm starts the fault schedule s.
+func (p *dynamoProxy) arm(s schedule) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.windows = nil
-	for range outages {
+	for range s.outages {
 		length := time.Duration(200+p.rng.IntN(700)) * time.Millisecond
-		from := time.Duration(p.rng.Int64N(int64(max(span-length, 1))))
-		p.windows = append(p.windows, window{from: from, to: from + length, rate: rate})
+		from := time.Duration(p.rng.Int64N(int64(max(s.span-length, 1))))
+		p.windows = append(p.windows, window{from: from, to: from + length, rate: s.rate})
 	}
-	p.background = background
-	p.minDelay, p.maxDelay = minDelay, maxDelay
+	p.sched = s
 	p.armedAt = time.Now()
 }
 
@@ -237,7 +275,7 @@ func (p *dynamoProxy) decide() (faultKind, time.Duration) {
 	}
 	since := time.Since(p.armedAt)
 	delay := func() time.Duration {
-		return p.minDelay + time.Duration(p.rng.Int64N(int64(max(p.maxDelay-p.minDelay, 1))))
+		return p.sched.minDelay + time.Duration(p.rng.Int64N(int64(max(p.sched.maxDelay-p.sched.minDelay, 1))))
 	}
 	for _, w := range p.windows {
 		if since < w.from || since >= w.to || p.rng.Float64() >= w.rate {
@@ -254,7 +292,7 @@ func (p *dynamoProxy) decide() (faultKind, time.Duration) {
 			return faultDelay, delay()
 		}
 	}
-	if p.rng.Float64() < p.background {
+	if p.rng.Float64() < p.sched.background {
 		if p.rng.IntN(2) == 0 {
 			return faultDrop, 0
 		}
@@ -290,9 +328,27 @@ func (p *dynamoProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !p.hold(r, op, req, pk, body) {
 		return // the caller hung up while held
 	}
+	if landed := p.partitioned(body); landed != nil {
+		p.note(proxyEvent{kind: faultPartitioned, op: op, pk: pk})
+		select {
+		case <-landed:
+		case <-r.Context().Done():
+			return
+		}
+		p.forward(w, r, body)
+		return
+	}
 	if !p.eligible(req) {
 		p.forward(w, r, body)
 		return
+	}
+	if d, ok := p.decideLate(req); ok {
+		p.note(proxyEvent{kind: faultLate, op: op, pk: pk, delay: d})
+		p.late(w, r, body, pk, d)
+		return
+	}
+	if pk != "" && conditioned(req, reserveClause, strings.HasPrefix) {
+		w = &takeWatch{ResponseWriter: w, took: func() { p.took(pk) }}
 	}
 	kind, delay := p.decide()
 	if kind != faultNone {
@@ -321,6 +377,210 @@ func (p *dynamoProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		p.forward(w, r, body)
 	}
+}
+
+// takeWatch calls took when the write it answers succeeded.
+type takeWatch struct {
+	http.ResponseWriter
+	took func()
+}
+
+func (t *takeWatch) WriteHeader(status int) {
+	if status == http.StatusOK {
+		t.took()
+	}
+	t.ResponseWriter.WriteHeader(status)
+}
+
+// took tells the late writes waiting on item pk that it was taken.
+func (p *dynamoProxy) took(pk string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ch, ok := p.taken[pk]; ok {
+		close(ch)
+		delete(p.taken, pk)
+	}
+}
+
+// takenChan is closed when item pk is next taken.
+func (p *dynamoProxy) takenChan(pk string) chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ch, ok := p.taken[pk]
+	if !ok {
+		ch = make(chan struct{})
+		p.taken[pk] = ch
+	}
+	return ch
+}
+
+// decideLate draws whether a lease-fenced write lands late, and when at the
+// latest.
+func (p *dynamoProxy) decideLate(req map[string]any) (time.Duration, bool) {
+	if !conditioned(req, fenceClause, strings.Contains) {
+		return 0, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.armedAt.IsZero() || p.sched.late <= 0 || p.rng.Float64() >= p.sched.late {
+		return 0, false
+	}
+	return p.sched.minLate + time.Duration(p.rng.Int64N(int64(max(p.sched.maxLate-p.sched.minLate, 1)))), true
+}
+
+// partitioned returns the channel of the late write body retries, nil when
+// there is none in flight.
+func (p *dynamoProxy) partitioned(body []byte) chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.partitions[sha256.Sum256(body)]
+}
+
+// late applies the call once item pk is taken after the schedule's minLate,
+// or after d, whether or not its caller still waits, and answers the caller
+// if it does. Its retries wait until it has landed (partitioned), then go
+// through.
+func (p *dynamoProxy) late(w http.ResponseWriter, r *http.Request, body []byte, pk string, d time.Duration) {
+	sum := sha256.Sum256(body)
+	landed := make(chan struct{})
+	p.mu.Lock()
+	p.partitions[sum] = landed
+	p.mu.Unlock()
+	type answer struct {
+		status int
+		header http.Header
+		body   []byte
+		err    error
+	}
+	done := make(chan answer, 1)
+	sent, sentAt := r.Clone(context.WithoutCancel(r.Context())), p.clock()
+	p.inFlight.Add(1)
+	go func() {
+		defer p.inFlight.Done()
+		t := time.NewTimer(d)
+		defer t.Stop()
+		p.mu.Lock()
+		wait := p.sched.minLate
+		p.mu.Unlock()
+		select {
+		case <-time.After(wait):
+			select {
+			case <-t.C:
+			case <-p.takenChan(pk):
+			}
+		case <-t.C:
+		}
+		var a answer
+		resp, err := p.roundTrip(sent, body)
+		if err == nil && resp.StatusCode == http.StatusOK {
+			p.landed(landing{pk: pk, sent: sentAt, at: p.clock(), variant: writtenVariant(body)})
+		}
+		if err == nil {
+			a.status, a.header = resp.StatusCode, resp.Header
+			a.body, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		a.err = err
+		p.mu.Lock()
+		delete(p.partitions, sum)
+		p.mu.Unlock()
+		close(landed)
+		done <- a
+	}()
+	select {
+	case <-r.Context().Done():
+	case a := <-done:
+		if a.err != nil {
+			http.Error(w, "proxy: "+a.err.Error(), http.StatusBadGateway)
+			return
+		}
+		for k, vs := range a.header {
+			w.Header()[k] = vs
+		}
+		w.WriteHeader(a.status)
+		_, _ = w.Write(a.body)
+	}
+}
+
+// landing is a late write that succeeded.
+type landing struct {
+	pk       string
+	sent, at int64 // the checker's clock
+	variant  int   // of the record it wrote (its stored request's tag); -1 when none
+}
+
+func (p *dynamoProxy) landed(l landing) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.landings = append(p.landings, l)
+}
+
+// lateLandings returns the late writes that succeeded on item pk.
+func (p *dynamoProxy) lateLandings(pk string) []landing {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []landing
+	for _, l := range p.landings {
+		if l.pk == pk {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// writtenVariant is the variant of the record a write puts (its own item,
+// or its transaction's first put), read from the tag of its stored request;
+// -1 when it puts none or the request carries no tag.
+func writtenVariant(body []byte) int {
+	var req struct {
+		Item          map[string]map[string]any
+		TransactItems []struct {
+			Put *struct{ Item map[string]map[string]any }
+		}
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return -1
+	}
+	item := req.Item
+	for _, ti := range req.TransactItems {
+		if item == nil && ti.Put != nil {
+			item = ti.Put.Item
+		}
+	}
+	b64, _ := item["request"]["B"].(string)
+	raw, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return -1
+	}
+	if tg, ok := tagInJSON(raw); ok {
+		return tg.variant
+	}
+	return -1
+}
+
+// landLate waits until every late write has landed.
+func (p *dynamoProxy) landLate() { p.inFlight.Wait() }
+
+// conditioned reports whether match(condition, clause) holds for the
+// condition of a write or of an item of its transaction.
+func conditioned(req map[string]any, clause string, match func(s, substr string) bool) bool {
+	has := func(m map[string]any) bool {
+		c, _ := m["ConditionExpression"].(string)
+		return match(c, clause)
+	}
+	if has(req) {
+		return true
+	}
+	items, _ := req["TransactItems"].([]any)
+	for _, it := range items {
+		m, _ := it.(map[string]any)
+		for _, action := range m {
+			if a, ok := action.(map[string]any); ok && has(a) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // hold waits at the gates that match the call; false when the caller hung

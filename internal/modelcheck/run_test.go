@@ -48,6 +48,13 @@ type runConfig struct {
 	outages         int           // store outage windows during the history
 	outageRate      float64       // share of eligible calls that fail in an outage
 	background      float64       // share of eligible calls dropped or delayed outside outages
+	late            float64       // share of lease-fenced writes that land late (schedule.late)
+	// handover plans every key as charges whose first body the provider
+	// refuses (nothing happens, so recovery releases the key) and whose
+	// other bodies it charges: the interleavings where a key changes hands
+	// while a request that had it may still write, which lease fencing is
+	// for.
+	handover bool
 	// ttl turns DynamoDB Local's TTL on. Off, as on AWS (where TTL takes
 	// days), abandoned reservations are recovered by the checker only; on,
 	// DynamoDB Local deletes them within seconds and the sweeper's backstop
@@ -79,6 +86,7 @@ func boundedConfig(seed uint64) runConfig {
 		outages:         4,
 		outageRate:      0.6,
 		background:      0.04,
+		late:            0.3,
 		// A recovery check that failed (a store fault) comes back 60s
 		// later, as the CheckQueue's visibility timeout says.
 		quiet:        90 * time.Second,
@@ -332,14 +340,23 @@ func (c *checker) plan(r *mrand.Rand) {
 		for _, tenant := range c.cfg.tenants {
 			first := endpoints[r.IntN(len(endpoints))]
 			n := 1 + r.IntN(c.cfg.maxVariants)
+			if c.cfg.handover {
+				first = endpoints[slices.IndexFunc(endpoints, func(ep *endpoint) bool { return ep.name == "charges" })]
+				n = 2
+			}
 			specs := make([]variantSpec, 0, n)
 			for i := range n {
 				ep := first
-				if i > 0 && r.Float64() < c.cfg.otherEndpoint {
+				if i > 0 && r.Float64() < c.cfg.otherEndpoint && !c.cfg.handover {
 					ep = endpoints[r.IntN(len(endpoints))]
 				}
 				// Amounts differ per variant: no two share a fingerprint.
-				specs = append(specs, variantSpec{ep: ep, body: ep.body(r, int64(1000+100*i+r.IntN(100)))})
+				amount := int64(1000 + 100*i + r.IntN(100))
+				body := ep.body(r, amount)
+				if c.cfg.handover {
+					body = baseBody(r, amount, map[bool]string{true: tokUnknown, false: tokVisa}[i == 0])
+				}
+				specs = append(specs, variantSpec{ep: ep, body: body})
 			}
 			p := c.addPartition(tenant, key, specs...)
 			p.from, p.to = time.Duration(k)*step, time.Duration(k+2)*step
@@ -727,6 +744,7 @@ func (r *result) String() string {
 // and checks the history and the invariants.
 func (c *checker) finish(ctx context.Context) *result {
 	c.px.disarm()
+	c.px.landLate()
 	res := &result{seed: c.cfg.seed, faults: map[faultKind]int{}, answers: map[string]int{}, endpoints: map[string]int{}}
 	for _, e := range c.px.faultEvents() {
 		res.faults[e.kind]++
@@ -896,11 +914,21 @@ func (c *checker) auditLane() int           { return 2*c.cfg.clients + 2 }
 func (c *checker) history(p *partition, ops []*op, f *finalRead) []porcupineOp {
 	var h []porcupineOp
 	end := f.at - 1
+	late := c.px.lateLandings(p.pk)
 	for id, o := range ops {
 		va := p.variants[o.variant]
 		ret := o.ret
 		if o.err != nil {
 			ret = max(ret, end) // its effect may land any time before quiet
+		}
+		if o.class == classFailed {
+			// A write of its, sent while it ran, may have landed after it
+			// answered.
+			for _, l := range late {
+				if l.variant == o.variant && l.sent >= o.call && l.sent <= o.ret {
+					ret = max(ret, l.at+1)
+				}
+			}
 		}
 		in := opInput{
 			kind:     kindRequest,
