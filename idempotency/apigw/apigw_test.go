@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -517,7 +518,8 @@ func TestMalformedEvents(t *testing.T) {
 // hosts, queries, methods, header values and bodies to the adapter: it
 // never panics, never answers an error for an event API Gateway can send
 // (an HTTP token method, a well-formed body), and the handler always gets
-// the tenant from the authorizer and the body byte for byte.
+// the tenant from the authorizer, the body byte for byte, the method and
+// the Idempotency-Key.
 func FuzzEvent(f *testing.F) {
 	f.Add(true, "POST", "/v1/payments/%25zz", "api.example.com", "a=1&b=%zz", "k-1", `{"a":1}`, false)
 	f.Add(false, "GET", "/v1/payments/x\n{\"msg\":\"forged\"}", "a%zz", "", "\x00", "", false)
@@ -566,14 +568,38 @@ func FuzzEvent(f *testing.F) {
 		if err := json.Unmarshal(b, &got); err != nil {
 			t.Fatalf("handler answer %q: %v", b, err)
 		}
-		var want strings.Builder // as JSON carries text: one U+FFFD per invalid byte
-		for _, r := range string(decoded) {
-			want.WriteRune(r)
-		}
-		if got["tenant"] != "acme" || got["body"] != want.String() {
+		if got["tenant"] != "acme" || got["body"] != jsonText(string(decoded)) {
 			t.Fatalf("event %s: the handler saw tenant %v body %q, want acme and %q", payload, got["tenant"], got["body"], decoded)
 		}
+		// The method arrives as sent, upper-cased (as aws-lambda-go-api-proxy
+		// does for both versions).
+		if wantMethod := strings.ToUpper(method); got["method"] != wantMethod {
+			t.Fatalf("event %s: the handler saw method %q, want %q", payload, got["method"], wantMethod)
+		}
+		// The key arrives as sent: a REST API's multi-value header as it is,
+		// an HTTP API's (one comma-joined value) as the one value it is
+		// when it holds no comma.
+		var keys []string
+		sent, _ := got["keys"].([]any)
+		for _, k := range sent {
+			keys = append(keys, k.(string))
+		}
+		switch wantKey := jsonText(key); {
+		case !v2 && !slices.Equal(keys, []string{wantKey}):
+			t.Fatalf("event %s: the handler saw Idempotency-Key %q, want [%q]", payload, keys, wantKey)
+		case v2 && !strings.Contains(key, ",") && !slices.Equal(keys, []string{strings.Trim(wantKey, " \t")}):
+			t.Fatalf("event %s: the handler saw Idempotency-Key %q, want [%q]", payload, keys, strings.Trim(wantKey, " \t"))
+		}
 	})
+}
+
+// jsonText is s as JSON carries text: one U+FFFD per invalid byte.
+func jsonText(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // invokeTwoDecodes is Invoke as it was before it decoded an event once: the

@@ -421,6 +421,19 @@ func TestLargeAnswerItems(t *testing.T) {
 			if gz != tt.wantGzip || chunks != tt.wantChunks {
 				t.Errorf("item: gzip %v, %d chunks; want %v, %d", gz, chunks, tt.wantGzip, tt.wantChunks)
 			}
+			// The chunk items retire with their record: its TTL, both forms.
+			stored := chunkItems(t, client, names.ByLogicalID["IdempotencyTable"], k)
+			if len(stored) != tt.wantChunks {
+				t.Errorf("%d chunk items in the table, want %d", len(stored), tt.wantChunks)
+			}
+			for _, c := range stored {
+				for _, attr := range []string{dynamo.AttrExpiresAt, dynamo.AttrExpiresAtMS} {
+					want, got := attrText(item[attr]), attrText(c[attr])
+					if want == "" || got != want {
+						t.Errorf("chunk %v: %s = %q, want the record's %q", attrText(c[dynamo.AttrPK]), attr, got, want)
+					}
+				}
+			}
 			got, err := store.Get(ctx, k)
 			if err != nil || !bytes.Equal(got.Response.Body, tt.body) {
 				t.Errorf("Get() body %d bytes, %v; want the %d bytes stored", len(got.Response.Body), err, len(tt.body))
@@ -438,6 +451,39 @@ func TestLargeAnswerItems(t *testing.T) {
 			t.Errorf("Get() = %v, want ErrNotFound", err)
 		}
 	})
+}
+
+// chunkItems returns the items of table beside k's record: those whose key
+// starts with the record's and is not it.
+func chunkItems(t *testing.T, client *dynamodb.Client, table string, k idempotency.Key) []map[string]types.AttributeValue {
+	t.Helper()
+	var items []map[string]types.AttributeValue
+	p := dynamodb.NewScanPaginator(client, &dynamodb.ScanInput{
+		TableName:                 aws.String(table),
+		ConsistentRead:            aws.Bool(true),
+		FilterExpression:          aws.String("begins_with(#pk, :pk) AND #pk <> :record"),
+		ExpressionAttributeNames:  map[string]string{"#pk": dynamo.AttrPK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: k.ID()}, ":record": &types.AttributeValueMemberS{Value: k.ID()}},
+	})
+	for p.HasMorePages() {
+		out, err := p.NextPage(t.Context())
+		if err != nil {
+			t.Fatalf("Scan(%s): %v", table, err)
+		}
+		items = append(items, out.Items...)
+	}
+	return items
+}
+
+// attrText is the text of a number or string attribute, "" for anything else.
+func attrText(v types.AttributeValue) string {
+	switch v := v.(type) {
+	case *types.AttributeValueMemberN:
+		return v.Value
+	case *types.AttributeValueMemberS:
+		return v.Value
+	}
+	return ""
 }
 
 // TestLargeAnswersThroughMiddleware: a 1 MB answer of an Atomic route is
