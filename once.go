@@ -22,6 +22,7 @@
 //   - idempotency/recovery, idempotency/stream: the stream- and
 //     queue-triggered functions that leave no key stuck (sweeper,
 //     reconciler, scheduled lease checks).
+//   - idempotency/recovery/sqsqueue: the lease checks' queue on SQS.
 package once
 
 import (
