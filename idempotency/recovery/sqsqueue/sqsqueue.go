@@ -80,15 +80,17 @@ func DelaySeconds(delay time.Duration) int32 {
 // SDK does (AWS_REGION, the function's role), with bounded retries (3
 // attempts), a 5s timeout per attempt, and the SDK's log lines written as
 // structured lines of slog's default logger. SQS_ENDPOINT, when set, points
-// it at a local SQS (LocalStack, ElasticMQ) with dummy credentials, or at an
-// AWS endpoint (a VPC endpoint) with the function's own.
+// it at a local SQS (LocalStack, ElasticMQ) with dummy credentials (and
+// us-east-1 without AWS_REGION), or at an AWS endpoint (a VPC endpoint) with
+// the usual ones. An SQS_ENDPOINT that is not an absolute http(s) URL, or no
+// region at all, is an error naming the variables.
 func NewClient(ctx context.Context) (*sqs.Client, error) {
-	endpoint := os.Getenv("SQS_ENDPOINT")
+	endpoint, region := os.Getenv("SQS_ENDPOINT"), os.Getenv("AWS_REGION")
 	cfg, err := dynamoclient.Config(ctx, dynamoclient.Options{
-		Endpoint: endpoint, Region: os.Getenv("AWS_REGION"), Timeout: 5 * time.Second, MaxBackoff: time.Second,
+		Endpoint: endpoint, Region: region, Timeout: 5 * time.Second, MaxBackoff: time.Second,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("sqsqueue: SQS_ENDPOINT, AWS_REGION: %w", err)
+		return nil, fmt.Errorf("sqsqueue: SQS client (SQS_ENDPOINT=%q, AWS_REGION=%q): %w", endpoint, region, err)
 	}
 	return sqs.NewFromConfig(cfg, func(o *sqs.Options) {
 		if endpoint != "" {

@@ -210,6 +210,8 @@ func TestNewClient(t *testing.T) {
 		want           string // what the error names; empty: no error
 	}{
 		{"the local endpoint", endpoint, ""},
+		{"no scheme", strings.TrimPrefix(endpoint, "http://"), `SQS_ENDPOINT="` + strings.TrimPrefix(endpoint, "http://") + `"`},
+		{"not a URL", "::", `SQS_ENDPOINT="::"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
