@@ -50,7 +50,10 @@ const (
 
 // DynamoDB returns a DynamoDB client configured from the environment as the
 // AWS SDK does (AWS_REGION, the function's role), with bounded retries and
-// timeouts so that a request fails in time rather than outlive its lease.
+// timeouts so that a request fails in time rather than outlive its lease,
+// and the SDK's own log lines (rare warnings) written as structured lines:
+// to slog's default logger when the program has set one, else as JSON on
+// stderr.
 // DYNAMODB_ENDPOINT, when set, points it at DynamoDB Local or LocalStack,
 // with dummy credentials (and us-east-1 without AWS_REGION), or at an AWS
 // endpoint (a host under amazonaws.com, api.aws, ...: a VPC or FIPS

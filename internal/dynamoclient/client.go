@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -116,15 +118,30 @@ func isAWS(host string) bool {
 }
 
 // sdkLog writes the SDK's own log lines (a warning such as a response body
-// it could not discard after a connection broke) as structured lines of
-// slog's default logger, at their level: the SDK's default logger would
-// print unstructured lines to stderr.
+// it could not discard after a connection broke) as structured lines, at
+// their level, to sdkLogger: the SDK's default logger would print
+// unstructured lines to stderr.
 func sdkLog(c logging.Classification, format string, v ...any) {
 	level := slog.LevelWarn
 	if c == logging.Debug {
 		level = slog.LevelDebug
 	}
-	slog.Default().Log(context.Background(), level, "aws sdk", "detail", fmt.Sprintf(format, v...))
+	sdkLogger().Log(context.Background(), level, "aws sdk", "detail", fmt.Sprintf(format, v...))
+}
+
+// stderr is where the SDK's lines go when the program has not set slog's
+// default logger.
+var stderr io.Writer = os.Stderr
+
+// sdkLogger is slog's default logger once the program has set one (the
+// functions set a JSON one; a library user sets theirs), else a JSON logger
+// on stderr: slog's built-in default writes text lines through package log.
+func sdkLogger() *slog.Logger {
+	l := slog.Default()
+	if fmt.Sprintf("%T", l.Handler()) == "*slog.defaultHandler" {
+		return slog.New(slog.NewJSONHandler(stderr, nil))
+	}
+	return l
 }
 
 // keepIdleConns lets the pool keep as many idle connections to the one

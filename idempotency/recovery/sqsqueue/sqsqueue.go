@@ -78,8 +78,9 @@ func DelaySeconds(delay time.Duration) int32 {
 
 // NewClient returns an SQS client configured from the environment as the AWS
 // SDK does (AWS_REGION, the function's role), with bounded retries (3
-// attempts), a 5s timeout per attempt, and the SDK's log lines written as
-// structured lines of slog's default logger. SQS_ENDPOINT, when set, points
+// attempts), a 5s timeout per attempt, and the SDK's own log lines (rare
+// warnings) written as structured lines: to slog's default logger when the
+// program has set one, else as JSON on stderr. SQS_ENDPOINT, when set, points
 // it at a local SQS (LocalStack, ElasticMQ) with dummy credentials (and
 // us-east-1 without AWS_REGION), or at an AWS endpoint (a VPC endpoint) with
 // the usual ones. An SQS_ENDPOINT that is not an absolute http(s) URL, or no
