@@ -22,11 +22,13 @@
 //   - idempotency/recovery, idempotency/stream: the stream- and
 //     queue-triggered functions that leave no key stuck (sweeper,
 //     reconciler, scheduled lease checks).
+//   - idempotency/recovery/sqsqueue: the lease checks' queue on SQS.
 package once
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 
@@ -48,14 +50,20 @@ const (
 
 // DynamoDB returns a DynamoDB client configured from the environment as the
 // AWS SDK does (AWS_REGION, the function's role), with bounded retries and
-// timeouts so that a request fails in time rather than outlive its lease.
+// timeouts so that a request fails in time rather than outlive its lease,
+// and the SDK's own log lines (rare warnings) written as structured lines:
+// to slog's default logger when the program has set one, else as JSON on
+// stderr.
 // DYNAMODB_ENDPOINT, when set, points it at DynamoDB Local or LocalStack,
-// with dummy credentials.
+// with dummy credentials (and us-east-1 without AWS_REGION), or at an AWS
+// endpoint (a host under amazonaws.com, api.aws, ...: a VPC or FIPS
+// endpoint) with the usual ones. A DYNAMODB_ENDPOINT that is not an absolute
+// http(s) URL, or no region at all, is an error naming the variables.
 func DynamoDB(ctx context.Context) (*dynamodb.Client, error) {
-	endpoint := os.Getenv("DYNAMODB_ENDPOINT")
-	cfg, err := dynamoclient.Config(ctx, dynamoclient.Options{Endpoint: endpoint, Region: os.Getenv("AWS_REGION")})
+	endpoint, region := os.Getenv("DYNAMODB_ENDPOINT"), os.Getenv("AWS_REGION")
+	cfg, err := dynamoclient.Config(ctx, dynamoclient.Options{Endpoint: endpoint, Region: region})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("once: DynamoDB client (DYNAMODB_ENDPOINT=%q, AWS_REGION=%q): %w", endpoint, region, err)
 	}
 	return dynamoclient.New(cfg, endpoint), nil
 }

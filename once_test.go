@@ -1,6 +1,7 @@
 package once_test
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -42,6 +43,45 @@ func TestMiddlewareConfig(t *testing.T) {
 			for _, want := range tt.wantErr {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("Middleware() = %q, want it to name %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+// TestDynamoDBEnvironment: a DYNAMODB_ENDPOINT that is not an endpoint, or
+// no region, fails DynamoDB at start-up with an error that names the
+// variables and the cause; DynamoDB Local's endpoint works without a region.
+func TestDynamoDBEnvironment(t *testing.T) {
+	tests := []struct {
+		name, endpoint, region string
+		wantErr                []string // empty: no error
+	}{
+		{"DynamoDB Local", "http://127.0.0.1:8000", "", nil},
+		{"AWS", "", "eu-west-1", nil},
+		{"an endpoint without its scheme", "localhost:8000", "", []string{`DYNAMODB_ENDPOINT="localhost:8000"`, "not an absolute http(s) URL"}},
+		{"no region", "", "", []string{`AWS_REGION=""`, "no AWS region"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("DYNAMODB_ENDPOINT", tt.endpoint)
+			t.Setenv("AWS_REGION", tt.region)
+			t.Setenv("AWS_DEFAULT_REGION", "")
+			t.Setenv("AWS_PROFILE", "")
+			t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "config"))
+			_, err := once.DynamoDB(t.Context())
+			if len(tt.wantErr) == 0 {
+				if err != nil {
+					t.Errorf("DynamoDB() = %v, want a client", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("DynamoDB() = nil error, want one naming %q", tt.wantErr)
+			}
+			for _, s := range tt.wantErr {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("DynamoDB() = %q, want it to name %q", err, s)
 				}
 			}
 		})

@@ -53,7 +53,9 @@
 // UNKNOWN and the reconciler (idempotency/recovery) asks the route's
 // Resolver what happened, completing the record with the answer the request
 // would have had, or releasing the key when nothing happened. An External
-// route cannot be wired without its Resolver.
+// route cannot be wired without its Resolver, and no route can be wired
+// under a name that is not a "METHOD /path" ServeMux pattern or is wrapped
+// already (see Middleware.Wrap): both panic at start-up.
 //
 // # Effects
 //

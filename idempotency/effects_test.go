@@ -254,6 +254,79 @@ func TestWiring(t *testing.T) {
 	mustPanic("holds in Leased mode", func() { leased.ServeHTTP(httptest.NewRecorder(), r) })
 }
 
+// TestRoutes: a route that cannot name an endpoint, or names one wrapped
+// already, panics when it is wrapped, saying which and why; none of the
+// handlers is ever served.
+func TestRoutes(t *testing.T) {
+	h := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("a handler was served") })
+	tests := []struct {
+		name   string
+		before []string                         // routes wrapped first
+		wrap   func(mw *idempotency.Middleware) // what is checked
+		want   string                           // in the panic; empty: no panic
+	}{
+		{name: "a route", wrap: func(mw *idempotency.Middleware) { mw.Atomic("POST /v1/notes", h) }},
+		{name: "a route with a wildcard", wrap: func(mw *idempotency.Middleware) { mw.Leased("POST /v1/notes/{id}/copy", h) }},
+		{name: "a route without a method", wrap: func(mw *idempotency.Middleware) { mw.Atomic("/v1/notes", h) }},
+		{name: "a more specific route beside a wildcard", before: []string{"POST /v1/notes/{id}"},
+			wrap: func(mw *idempotency.Middleware) { mw.Atomic("POST /v1/notes/new", h) }},
+		{name: "empty", wrap: func(mw *idempotency.Middleware) { mw.Atomic("", h) },
+			want: "idempotency: the route is empty"},
+		{name: "two spaces", wrap: func(mw *idempotency.Middleware) { mw.Atomic("POST  /v1/notes", h) },
+			want: `route "POST  /v1/notes": write it with single spaces`},
+		{name: "a trailing blank", wrap: func(mw *idempotency.Middleware) { mw.Leased("POST /v1/notes ", h) },
+			want: `route "POST /v1/notes ": write it with single spaces`},
+		{name: "a tab", wrap: func(mw *idempotency.Middleware) { mw.Atomic("POST\t/v1/notes", h) },
+			want: `route "POST\t/v1/notes": write it with single spaces`},
+		{name: "no slash (a host to ServeMux)", wrap: func(mw *idempotency.Middleware) { mw.Atomic("POST v1/notes", h) },
+			want: `route "POST v1/notes": want "METHOD /path"`},
+		{name: "a method alone", wrap: func(mw *idempotency.Middleware) { mw.Atomic("POST", h) },
+			want: `route "POST": want "METHOD /path"`},
+		{name: "three words", wrap: func(mw *idempotency.Middleware) { mw.Atomic("POST /v1/notes now", h) },
+			want: `route "POST /v1/notes now": want "METHOD /path"`},
+		{name: "not a pattern", wrap: func(mw *idempotency.Middleware) { mw.External("POST /v1/notes/{id", h, nothingFound()) },
+			want: `route "POST /v1/notes/{id": parsing`},
+		{name: "wrapped twice", before: []string{"POST /v1/notes"}, wrap: func(mw *idempotency.Middleware) { mw.Leased("POST /v1/notes", h) },
+			want: `route "POST /v1/notes" is wrapped twice`},
+		{name: "wrapped twice, External", before: []string{"POST /v1/notes"}, wrap: func(mw *idempotency.Middleware) { mw.External("POST /v1/notes", h, nothingFound()) },
+			want: `route "POST /v1/notes" is wrapped twice`},
+		{name: "the same requests under another wildcard name", before: []string{"POST /v1/notes/{id}"},
+			wrap: func(mw *idempotency.Middleware) { mw.Atomic("POST /v1/notes/{note}", h) },
+			want: `route "POST /v1/notes/{note}": conflicts with a route wrapped before: POST /v1/notes/{note} matches the same requests as POST /v1/notes/{id}`},
+		{name: "a nil handler", wrap: func(mw *idempotency.Middleware) { mw.Atomic("POST /v1/notes", nil) },
+			want: `route "POST /v1/notes": the handler is nil`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mw, err := idempotency.New(idempotency.Config{Store: memory.New(), Tenant: func(*http.Request) (string, bool) { return "acme", true }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range tt.before {
+				mw.Atomic(r, h)
+			}
+			got := func() (msg string) {
+				defer func() {
+					if v := recover(); v != nil {
+						msg = fmt.Sprint(v)
+					}
+				}()
+				tt.wrap(mw)
+				return ""
+			}()
+			switch {
+			case tt.want == "" && got != "":
+				t.Errorf("wrapping panicked with %q, want no panic", got)
+			case tt.want != "" && !strings.Contains(got, tt.want):
+				t.Errorf("wrapping panicked with %q, want %q", got, tt.want)
+			}
+			if routes := mw.Routes(); tt.want != "" && len(routes) != len(tt.before) {
+				t.Errorf("Routes() = %v after the refused route, want only %v", routes, tt.before)
+			}
+		})
+	}
+}
+
 // TestExternalCompletionRejected: in External mode the call out has
 // happened when the completion's effects are rejected, so the rejection's
 // business answer (a 4xx about the effect) is not this request's outcome:

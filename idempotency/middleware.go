@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,6 +95,7 @@ type Middleware struct {
 
 	mu        sync.Mutex
 	routes    map[string]Mode
+	patterns  *http.ServeMux // the routes, as patterns: ServeMux checks them
 	resolvers Resolvers
 }
 
@@ -133,12 +135,13 @@ func New(cfg Config) (*Middleware, error) {
 	if cfg.Hook == nil {
 		cfg.Hook = func(context.Context, string) {}
 	}
-	return &Middleware{cfg: cfg, routes: map[string]Mode{}, resolvers: Resolvers{}}, nil
+	return &Middleware{cfg: cfg, routes: map[string]Mode{}, patterns: http.NewServeMux(), resolvers: Resolvers{}}, nil
 }
 
 // Atomic makes next idempotent in Atomic mode: its effects are DynamoDB
 // writes (Call.AddEffect) committed in one transaction with the stored
-// answer, so every outcome costs one store round trip.
+// answer, so every outcome costs one store round trip. It checks route as
+// Wrap does.
 func (m *Middleware) Atomic(route string, next http.Handler) http.Handler {
 	return m.Wrap(Atomic, route, next)
 }
@@ -146,7 +149,7 @@ func (m *Middleware) Atomic(route string, next http.Handler) http.Handler {
 // Leased makes next idempotent in Leased mode: Begin reserves the key under a
 // lease, and the answer and the effects are stored fenced on the lease token.
 // An abandoned reservation is released, so next must have no effect outside
-// its effects.
+// its effects. It checks route as Wrap does.
 func (m *Middleware) Leased(route string, next http.Handler) http.Handler {
 	return m.Wrap(Leased, route, next)
 }
@@ -157,7 +160,7 @@ func (m *Middleware) Leased(route string, next http.Handler) http.Handler {
 // is abandoned goes to UNKNOWN, and the reconciler asks resolver what
 // happened instead of executing again. It panics when resolver is nil: an
 // External route without a way to reconcile it must fail at start-up, not
-// when its first request times out.
+// when its first request times out. It checks route as Wrap does.
 func (m *Middleware) External(route string, next http.Handler, resolver Resolver) http.Handler {
 	if resolver == nil {
 		panic(fmt.Sprintf("idempotency: External route %q needs a Resolver", route))
@@ -182,8 +185,17 @@ func (m *Middleware) External(route string, next http.Handler, resolver Resolver
 // any effect; whatever it writes before Begin is sent as is and not stored,
 // but for a success (a status below 300, or nothing written) without Begin:
 // a forgotten Begin, whose work was done outside the contract, is answered
-// 500 internal_error instead, Observation.Err saying why. Wrap panics when
-// route is wrapped twice.
+// 500 internal_error instead, Observation.Err saying why.
+//
+// Wrap, as Atomic, Leased and External, checks route when it is called, at
+// start-up, and panics as ServeMux.Handle does, the message naming the route
+// and what is wrong with it: empty; not a ServeMux pattern of the form
+// "METHOD /path" or "/path" (no host); not written with single spaces
+// ("POST  /v1/notes", a trailing blank: the route is the records' and the
+// resolvers' name for the endpoint, so it has one spelling); wrapped before;
+// or in conflict with a route wrapped before (matching the same requests, as
+// "POST /v1/notes/{id}" and "POST /v1/notes/{note}" do). A nil next panics
+// too.
 func (m *Middleware) Wrap(mode Mode, route string, next http.Handler) http.Handler {
 	if mode == External {
 		panic(fmt.Sprintf("idempotency: wrap External route %q with Middleware.External, which takes its Resolver", route))
@@ -209,13 +221,12 @@ func (m *Middleware) wrap(mode Mode, route string, next http.Handler) http.Handl
 	if mode != Atomic && mode != Leased && mode != External {
 		panic(fmt.Sprintf("idempotency: route %q: invalid mode %d", route, mode))
 	}
-	m.mu.Lock()
-	if _, dup := m.routes[route]; dup {
-		m.mu.Unlock()
-		panic(fmt.Sprintf("idempotency: route %q is wrapped twice", route))
+	if next == nil {
+		panic(fmt.Sprintf("idempotency: route %q: the handler is nil", route))
 	}
-	m.routes[route] = mode
-	m.mu.Unlock()
+	if err := m.addRoute(mode, route); err != nil {
+		panic(err.Error())
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		obs := observationFrom(r.Context())
 		obs.Route = route
@@ -249,6 +260,46 @@ func (m *Middleware) wrap(mode Mode, route string, next http.Handler) http.Handl
 		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), callKey{}, c)))
 		c.finish(w, r, rec)
 	})
+}
+
+// addRoute records route under mode, or says why it cannot be one.
+func (m *Middleware) addRoute(mode Mode, route string) error {
+	switch {
+	case route == "":
+		return errors.New(`idempotency: the route is empty: name the endpoint as its ServeMux pattern, "POST /v1/notes"`)
+	case route != strings.Join(strings.Fields(route), " "):
+		return fmt.Errorf(`idempotency: route %q: write it with single spaces and no blanks around it, as "POST /v1/notes"`, route)
+	}
+	if f := strings.Fields(route); len(f) > 2 || !strings.HasPrefix(f[len(f)-1], "/") {
+		return fmt.Errorf(`idempotency: route %q: want "METHOD /path" or "/path", as "POST /v1/notes"`, route)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, dup := m.routes[route]; dup {
+		return fmt.Errorf("idempotency: route %q is wrapped twice", route)
+	}
+	if err := handle(m.patterns, route); err != nil {
+		return fmt.Errorf("idempotency: route %q: %w", route, err)
+	}
+	m.routes[route] = mode
+	return nil
+}
+
+// handle registers pattern on mux, returning as an error what ServeMux.Handle
+// panics with: a pattern it cannot parse, or one that conflicts with a
+// pattern registered before.
+func handle(mux *http.ServeMux, pattern string) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			msg := fmt.Sprint(v)
+			if i := strings.LastIndexByte(msg, '\n'); i >= 0 { // a conflict: its last line says with what
+				msg = "conflicts with a route wrapped before: " + msg[i+1:]
+			}
+			err = errors.New(msg)
+		}
+	}()
+	mux.Handle(pattern, http.NotFoundHandler())
+	return nil
 }
 
 // Call is one request's passage through the middleware, returned by Begin.

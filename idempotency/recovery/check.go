@@ -21,8 +21,8 @@ const MaxDelay = 15 * time.Minute
 const DefaultMargin = time.Second
 
 // Queue delivers messages later: in AWS an SQS queue, each message sent with
-// its own DelaySeconds (one SendMessage call: the README's recovery function
-// has one). Delivery is at least once, so every consumer is idempotent.
+// its own DelaySeconds (one SendMessage call; package sqsqueue is one).
+// Delivery is at least once, so every consumer is idempotent.
 type Queue interface {
 	// Send enqueues body, to be delivered no earlier than delay (from 0 to
 	// MaxDelay) from now. An error means the message may not have been

@@ -16,10 +16,10 @@ import (
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/idempotency/recovery"
+	"github.com/oncehq/once/idempotency/recovery/sqsqueue"
 	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/metrics"
-	"github.com/oncehq/once/internal/queue"
 	"github.com/oncehq/once/internal/sqstest"
 )
 
@@ -28,14 +28,14 @@ type checkEnv struct {
 	sweepEnv
 	sqs *sqs.Client
 	url string
-	q   *queue.Queue
+	q   *sqsqueue.Queue
 }
 
 func newCheckEnv(t *testing.T) checkEnv {
 	t.Helper()
 	c := sqstest.Client(t, sqstest.Endpoint(t))
 	url := sqstest.Queue(t, c, "check", nil)
-	return checkEnv{sweepEnv: newSweepEnv(t), sqs: c, url: url, q: queue.New(c, url)}
+	return checkEnv{sweepEnv: newSweepEnv(t), sqs: c, url: url, q: sqstest.Sender(t, c, url)}
 }
 
 // checks receives the checks on the queue, waiting up to wait for the first.
@@ -187,7 +187,7 @@ func TestSchedulerFailures(t *testing.T) {
 		from  int // the first failed record
 	}{
 		{"undecodable image", e.q, 1},
-		{"queue unavailable", queue.New(e.sqs, e.url+"-missing"), 0},
+		{"queue unavailable", sqstest.Sender(t, e.sqs, e.url+"-missing"), 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newCheckHarness(t)

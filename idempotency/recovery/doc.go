@@ -9,8 +9,11 @@
 // The Scheduler, the Sweeper and the Reconciler are Lambda handlers for the
 // idempotency table's stream, the Checker for an SQS queue (see the Handle
 // methods). They take the store (the Scheduler a Queue instead, the Checker
-// both) and an optional Counter for metrics, and are idempotent, as streams
-// and queues deliver at least once.
+// both), an optional Counter for metrics and an optional *slog.Logger (one
+// line per record recovered and per failure; without one they log nothing,
+// and never write through slog's default logger or package log: give them a
+// JSON one, as the README's recovery function does), and are idempotent, as
+// streams and queues deliver at least once.
 //
 // # Scheduler and Checker
 //

@@ -2,9 +2,14 @@ package dynamoclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -33,7 +38,13 @@ type Options struct {
 }
 
 // Config loads the AWS configuration for opts. Against a local endpoint it
-// uses static dummy credentials, so nothing needs an AWS account.
+// uses static dummy credentials, so nothing needs an AWS account; against an
+// endpoint of AWS itself (a host under one of awsDomains: a VPC, FIPS or
+// dual-stack endpoint) the usual credentials (the function's role), as
+// without an endpoint, since AWS refuses dummy ones ("The security token
+// included in the request is invalid"). An endpoint that is not an
+// absolute http(s) URL, and no region at all (AWS_REGION unset outside
+// Lambda, no endpoint), are errors here rather than at the first call.
 func Config(ctx context.Context, opts Options) (aws.Config, error) {
 	if opts.MaxAttempts <= 0 {
 		opts.MaxAttempts = 3
@@ -59,29 +70,78 @@ func Config(ctx context.Context, opts Options) (aws.Config, error) {
 		loaders = append(loaders, config.WithRegion(opts.Region))
 	}
 	if opts.Endpoint != "" {
+		u, err := url.Parse(opts.Endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return aws.Config{}, fmt.Errorf("dynamoclient: endpoint %q is not an absolute http(s) URL (such as http://localhost:8000)", opts.Endpoint)
+		}
 		if opts.Region == "" {
 			loaders = append(loaders, config.WithRegion("us-east-1"))
 		}
-		loaders = append(loaders, config.WithCredentialsProvider(
-			credentials.NewStaticCredentialsProvider("local", "local", "")))
+		if !isAWS(u.Hostname()) {
+			loaders = append(loaders, config.WithCredentialsProvider(
+				credentials.NewStaticCredentialsProvider("local", "local", "")))
+		}
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, loaders...)
 	if err != nil {
 		return aws.Config{}, fmt.Errorf("dynamoclient: load AWS config: %w", err)
 	}
+	if cfg.Region == "" {
+		return aws.Config{}, errors.New("dynamoclient: no AWS region: set AWS_REGION (Lambda sets it), or an endpoint")
+	}
 	return cfg, nil
 }
 
+// awsDomains are the DNS suffixes of AWS's own endpoints, in every partition
+// (the dnsSuffix and dualStackDnsSuffix of each partition in the SDK's
+// internal/endpoints/awsrulesfn/partitions.json, v1.48.0).
+var awsDomains = []string{
+	"amazonaws.com", "api.aws",
+	"amazonaws.com.cn", "api.amazonwebservices.com.cn",
+	"amazonaws.eu", "api.amazonwebservices.eu",
+	"c2s.ic.gov", "api.aws.ic.gov",
+	"sc2s.sgov.gov", "api.aws.scloud",
+	"cloud.adc-e.uk", "api.cloud-aws.adc-e.uk",
+	"csp.hci.ic.gov", "api.aws.hci.ic.gov",
+}
+
+// isAWS reports whether host is an AWS endpoint's: one of awsDomains or
+// under one.
+func isAWS(host string) bool {
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	for _, d := range awsDomains {
+		if host == d || strings.HasSuffix(host, "."+d) {
+			return true
+		}
+	}
+	return false
+}
+
 // sdkLog writes the SDK's own log lines (a warning such as a response body
-// it could not discard after a connection broke) as structured lines of
-// slog's default logger, at their level: the SDK's default logger would
-// print unstructured lines to stderr.
+// it could not discard after a connection broke) as structured lines, at
+// their level, to sdkLogger: the SDK's default logger would print
+// unstructured lines to stderr.
 func sdkLog(c logging.Classification, format string, v ...any) {
 	level := slog.LevelWarn
 	if c == logging.Debug {
 		level = slog.LevelDebug
 	}
-	slog.Default().Log(context.Background(), level, "aws sdk", "detail", fmt.Sprintf(format, v...))
+	sdkLogger().Log(context.Background(), level, "aws sdk", "detail", fmt.Sprintf(format, v...))
+}
+
+// stderr is where the SDK's lines go when the program has not set slog's
+// default logger.
+var stderr io.Writer = os.Stderr
+
+// sdkLogger is slog's default logger once the program has set one (the
+// functions set a JSON one; a library user sets theirs), else a JSON logger
+// on stderr: slog's built-in default writes text lines through package log.
+func sdkLogger() *slog.Logger {
+	l := slog.Default()
+	if fmt.Sprintf("%T", l.Handler()) == "*slog.defaultHandler" {
+		return slog.New(slog.NewJSONHandler(stderr, nil))
+	}
+	return l
 }
 
 // keepIdleConns lets the pool keep as many idle connections to the one
@@ -94,15 +154,16 @@ func keepIdleConns(t *http.Transport) {
 	t.MaxIdleConnsPerHost = t.MaxIdleConns
 }
 
-// New returns a DynamoDB client for cfg. With an endpoint override it turns off
-// the CRC32 response check: DynamoDB Local sends a checksum of 0 on error
-// responses, which the SDK would otherwise log as a warning on every
-// conditional-check failure.
+// New returns a DynamoDB client for cfg. With the endpoint of an emulator it
+// turns off the CRC32 response check: DynamoDB Local sends a checksum of 0 on
+// error responses, which the SDK would otherwise log as a warning on every
+// conditional-check failure. An AWS endpoint keeps it.
 func New(cfg aws.Config, endpoint string) *dynamodb.Client {
 	return dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
 		if endpoint != "" {
 			o.BaseEndpoint = aws.String(endpoint)
-			o.DisableValidateResponseChecksum = true
+			u, err := url.Parse(endpoint)
+			o.DisableValidateResponseChecksum = err != nil || !isAWS(u.Hostname())
 		}
 	})
 }

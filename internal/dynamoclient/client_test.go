@@ -2,8 +2,11 @@ package dynamoclient_test
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"log/slog"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/aws/smithy-go/logging"
@@ -46,5 +49,62 @@ func TestSDKLogsAreStructured(t *testing.T) {
 				t.Errorf("line %d %s = %v, want %v", i, k, got[i][k], v)
 			}
 		}
+	}
+}
+
+// TestConfigEndpoint: an emulator's endpoint gets dummy credentials, an AWS
+// endpoint the usual ones (AWS refuses dummy ones with "The security token
+// included in the request is invalid"), and what is not an endpoint, or no
+// region at all, is an error that says so before any call.
+func TestConfigEndpoint(t *testing.T) {
+	tests := []struct {
+		name, endpoint, region string
+		wantKey                string // the access key the calls are signed with
+		wantErr                string // in the error; empty: none
+	}{
+		{name: "DynamoDB Local", endpoint: "http://127.0.0.1:8000", wantKey: "local"},
+		{name: "LocalStack by name", endpoint: "http://localstack:4566", wantKey: "local"},
+		{name: "localhost", endpoint: "http://localhost:8000", region: "eu-west-1", wantKey: "local"},
+		{name: "a look-alike", endpoint: "https://dynamodb.amazonaws.com.example.net", wantKey: "local"},
+		{name: "AWS's regional endpoint", endpoint: "https://dynamodb.us-east-1.amazonaws.com", region: "us-east-1", wantKey: "AKIDFROMENV"},
+		{name: "AWS, upper case, trailing dot", endpoint: "https://DynamoDB.us-east-1.AmazonAWS.com.", wantKey: "AKIDFROMENV"},
+		{name: "a VPC endpoint", endpoint: "https://vpce-0a1b2c3d-abcdefgh.dynamodb.eu-west-1.vpce.amazonaws.com", region: "eu-west-1", wantKey: "AKIDFROMENV"},
+		{name: "dual-stack", endpoint: "https://dynamodb.us-east-1.api.aws", wantKey: "AKIDFROMENV"},
+		{name: "China", endpoint: "https://dynamodb.cn-north-1.amazonaws.com.cn", region: "cn-north-1", wantKey: "AKIDFROMENV"},
+		{name: "AWS without an endpoint", region: "us-east-1", wantKey: "AKIDFROMENV"},
+		{name: "no scheme", endpoint: "localhost:8000", wantErr: `endpoint "localhost:8000" is not an absolute http(s) URL`},
+		{name: "another scheme", endpoint: "tcp://localhost:8000", wantErr: `endpoint "tcp://localhost:8000" is not an absolute http(s) URL`},
+		{name: "not a URL", endpoint: "::", wantErr: `endpoint "::" is not an absolute http(s) URL`},
+		{name: "no region, no endpoint", wantErr: "no AWS region: set AWS_REGION"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// The environment of a function (credentials from the role,
+			// in variables), and no shared configuration to fall back on.
+			t.Setenv("AWS_ACCESS_KEY_ID", "AKIDFROMENV")
+			t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+			t.Setenv("AWS_REGION", "")
+			t.Setenv("AWS_DEFAULT_REGION", "")
+			t.Setenv("AWS_PROFILE", "")
+			t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "config"))
+			t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "credentials"))
+			cfg, err := dynamoclient.Config(t.Context(), dynamoclient.Options{Endpoint: tt.endpoint, Region: tt.region})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("Config(%q) = %v, want an error saying %q", tt.endpoint, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Config(%q) = %v", tt.endpoint, err)
+			}
+			creds, err := cfg.Credentials.Retrieve(t.Context())
+			if err != nil || creds.AccessKeyID != tt.wantKey {
+				t.Errorf("Config(%q) signs with %q, %v; want %q", tt.endpoint, creds.AccessKeyID, err, tt.wantKey)
+			}
+			if want := cmp.Or(tt.region, "us-east-1"); cfg.Region != want {
+				t.Errorf("Config(%q).Region = %q, want %q", tt.endpoint, cfg.Region, want)
+			}
+		})
 	}
 }

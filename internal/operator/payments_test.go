@@ -23,7 +23,6 @@ import (
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/provider/simulator"
-	"github.com/oncehq/once/internal/queue"
 	"github.com/oncehq/once/internal/sqsmapping"
 	"github.com/oncehq/once/internal/sqstest"
 	"github.com/oncehq/once/internal/worker"
@@ -215,7 +214,7 @@ func (e *env) retrier(t *testing.T) *retrier {
 func (r *retrier) run(t *testing.T) {
 	t.Helper()
 	w, err := worker.New(worker.Config{
-		Charger: r.provider, Settler: r.table, Retries: queue.New(r.e.sqs, r.url),
+		Charger: r.provider, Settler: r.table, Retries: sqstest.Sender(t, r.e.sqs, r.url),
 		RetryWindow: config.DefaultWorkerRetryWindow, CallTimeout: callTimeout,
 	})
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/url"
 	"strings"
 	"time"
@@ -13,58 +12,18 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/oncehq/once/idempotency/recovery/sqsqueue"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamoclient"
 )
 
 // MaxDelay is SQS's limit on a message's DelaySeconds.
-const MaxDelay = 15 * time.Minute
-
-// SendAPI is the part of the SQS client a Queue uses; *sqs.Client
-// implements it.
-type SendAPI interface {
-	SendMessage(ctx context.Context, in *sqs.SendMessageInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
-}
+const MaxDelay = sqsqueue.MaxDelay
 
 // URLAPI is the part of the SQS client Resolve uses; *sqs.Client implements
 // it.
 type URLAPI interface {
 	GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
-}
-
-// Queue sends messages to one SQS queue. It is safe for concurrent use.
-type Queue struct {
-	api SendAPI
-	url string
-}
-
-// New returns the queue at url, reached through api.
-func New(api SendAPI, url string) *Queue {
-	return &Queue{api: api, url: url}
-}
-
-// URL is the queue's URL.
-func (q *Queue) URL() string { return q.url }
-
-// Send sends body, to be delivered no earlier than delay from now: SQS's
-// DelaySeconds, delay rounded up to whole seconds and capped at MaxDelay.
-func (q *Queue) Send(ctx context.Context, body string, delay time.Duration) error {
-	_, err := q.api.SendMessage(ctx, &sqs.SendMessageInput{
-		QueueUrl:     aws.String(q.url),
-		MessageBody:  aws.String(body),
-		DelaySeconds: DelaySeconds(delay),
-	})
-	if err != nil {
-		return fmt.Errorf("queue: send: %w", err)
-	}
-	return nil
-}
-
-// DelaySeconds is delay as SQS takes it: whole seconds, rounded up, from 0
-// to 900.
-func DelaySeconds(delay time.Duration) int32 {
-	s := math.Ceil(min(max(delay, 0), MaxDelay).Seconds())
-	return int32(s)
 }
 
 // IsURL reports whether v is a queue URL rather than a queue name.

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/oncehq/once/idempotency/recovery/sqsqueue"
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
 )
@@ -62,11 +63,16 @@ func Start[H any](ctx context.Context, getenv func(string) string, build Builder
 }
 
 // Open returns the queue cfgValue names (a name or a URL) through c.SQS,
-// resolving a name once, at start.
-func Open(ctx context.Context, c Clients, cfgValue, env string) (*Queue, error) {
+// resolving a name once, at start: the library's sqsqueue.Queue, which
+// sends each message with its own delay.
+func Open(ctx context.Context, c Clients, cfgValue, env string) (*sqsqueue.Queue, error) {
 	url, err := Resolve(ctx, c.SQS, cfgValue)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", env, err)
 	}
-	return New(c.SQS, url), nil
+	q, err := sqsqueue.New(c.SQS, url)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", env, err)
+	}
+	return q, nil
 }

@@ -107,21 +107,6 @@ func TestStartRefuses(t *testing.T) {
 	}
 }
 
-func TestDelaySeconds(t *testing.T) {
-	for _, tt := range []struct {
-		in   string
-		want int32
-	}{{"-1s", 0}, {"0s", 0}, {"1ms", 1}, {"1s", 1}, {"1.5s", 2}, {"14m59.1s", 900}, {"15m", 900}, {"1h", 900}} {
-		d, err := time.ParseDuration(tt.in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := queue.DelaySeconds(d); got != tt.want {
-			t.Errorf("DelaySeconds(%s) = %d, want %d", tt.in, got, tt.want)
-		}
-	}
-}
-
 // TestBackoff checks the delays of retries: doubling from base, capped at
 // MaxDelay, each between half of that and all of it.
 func TestBackoff(t *testing.T) {

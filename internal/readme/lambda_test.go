@@ -2,6 +2,7 @@ package readme
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,9 +16,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/recovery"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/samtemplate"
+	"github.com/oncehq/once/internal/sqstest"
 )
 
 // block returns the fenced code block that follows marker in the README.
@@ -82,7 +87,8 @@ func TestUseOnceInYourOwnLambda(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	goCmd(t, dir, "build", "-o", filepath.Join(dir, "recovery-bootstrap"), "./recovery")
+	rbin := filepath.Join(dir, "recovery-bootstrap")
+	goCmd(t, dir, "build", "-o", rbin, "./recovery")
 
 	// The template entries' tables, in DynamoDB Local.
 	tmpl, err := samtemplate.Parse([]byte(templateYAML))
@@ -198,5 +204,83 @@ func TestUseOnceInYourOwnLambda(t *testing.T) {
 	}
 	if len(out.Items) != 3 {
 		t.Errorf("%d notes written, want 3 (acme's two, globex's one)", len(out.Items))
+	}
+
+	recoveryCheck(t, rbin, env, names["IdempotencyTable"])
+}
+
+// recoveryCheck runs the README's recovery function as the checker: without
+// its queue it does not start, saying why; with it, under a Lambda Runtime
+// API, it releases an abandoned reservation, sends on the check of one whose
+// lease runs for another hour (delayed by SQS's longest delay), and logs
+// JSON lines only.
+func recoveryCheck(t *testing.T, bin string, env []string, table string) {
+	env = append(env, "RECOVERY_ROLE=check", "IDEMPOTENCY_TABLE="+table, "PATH="+os.Getenv("PATH"))
+	cmd := exec.Command(bin)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `queue URL ""`) {
+		t.Errorf("the recovery function without CHECK_QUEUE_URL = %v, %q; want it to stop naming the empty queue URL", err, out)
+	}
+
+	sqsEndpoint := sqstest.Endpoint(t)
+	sq := sqstest.Client(t, sqsEndpoint)
+	queueURL := sqstest.Queue(t, sq, "checks", nil)
+	store := dynamo.New(dynamotest.Client(t), table)
+	now := time.Now()
+	reserve := func(raw string, deadline time.Time) idempotency.Record {
+		t.Helper()
+		rec := idempotency.Record{
+			Key: idempotency.NewKey("acme", raw), Status: idempotency.StatusInProgress, Route: "POST /v1/notes",
+			Fingerprint: "f1", LeaseToken: idempotency.NewToken(), ExpiresAt: deadline, CreatedAt: now, UpdatedAt: now,
+		}
+		if err := store.Reserve(t.Context(), rec, nil, now); err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	abandoned, running := reserve("abandoned", now.Add(-time.Second)), reserve("running", now.Add(time.Hour))
+
+	rt := lambdatest.NewRuntimeAPI(t)
+	cmd = exec.Command(bin)
+	cmd.Env = append(env, "AWS_LAMBDA_RUNTIME_API="+rt.Addr(), "SQS_ENDPOINT="+sqsEndpoint, "CHECK_QUEUE_URL="+queueURL)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		for line := range strings.Lines(stderr.String()) {
+			if !json.Valid([]byte(line)) {
+				t.Errorf("the recovery function logged %q, want JSON lines only", line)
+			}
+		}
+		if !strings.Contains(stderr.String(), `"msg":"abandoned reservation released"`) {
+			t.Errorf("the recovery function's log = %q, want the release logged", stderr.String())
+		}
+	}()
+	ev := events.SQSEvent{Records: []events.SQSMessage{
+		{MessageId: "m1", Body: recovery.NewCheck(abandoned).Encode()},
+		{MessageId: "m2", Body: recovery.NewCheck(running).Encode()},
+	}}
+	payload, _ := json.Marshal(ev)
+	res, err := rt.Invoke(t.Context(), payload)
+	if err != nil {
+		t.Fatalf("invoke the checker: %v", err)
+	}
+	var resp events.SQSEventResponse
+	if err := json.Unmarshal(res, &resp); err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Errorf("the checker answered %s, %v; want no batch item failures", res, err)
+	}
+	if _, err := store.Get(t.Context(), abandoned.Key); !errors.Is(err, idempotency.ErrNotFound) {
+		t.Errorf("the abandoned reservation: Get() = %v, want ErrNotFound (released)", err)
+	}
+	if got, err := store.Get(t.Context(), running.Key); err != nil || got.LeaseToken != running.LeaseToken {
+		t.Errorf("the running reservation: Get() = %+v, %v; want it untouched", got, err)
+	}
+	if visible, inFlight, delayed := sqstest.Counts(t, sq, queueURL); visible != "0" || inFlight != "0" || delayed != "1" {
+		t.Errorf("check queue: %s visible, %s in flight, %s delayed; want the running one's check sent on, delayed", visible, inFlight, delayed)
 	}
 }

@@ -64,7 +64,7 @@ type DB interface {
 }
 
 // Queue delivers a message later: in AWS an SQS queue, each message sent
-// with its own DelaySeconds (*queue.Queue).
+// with its own DelaySeconds (*sqsqueue.Queue).
 type Queue interface {
 	// Send enqueues body, to be delivered no earlier than delay (at most
 	// 15 minutes) from now.

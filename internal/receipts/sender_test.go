@@ -80,8 +80,8 @@ func (e *env) sender(t *testing.T, ordersTable string, maxAttempts int) *receipt
 	s, err := receipts.New(receipts.Config{
 		DB: e.db, Outbox: e.names.ByLogicalID["OutboxTable"], Orders: ordersTable,
 		Mail:        mail.New(e.mailURL, &http.Client{Timeout: 2 * time.Second}),
-		Retries:     queue.New(e.sqs, e.retries),
-		DeadLetters: queue.New(e.sqs, e.dead),
+		Retries:     sqstest.Sender(t, e.sqs, e.retries),
+		DeadLetters: sqstest.Sender(t, e.sqs, e.dead),
 		MaxAttempts: maxAttempts,
 		Logger:      slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Metrics:     metrics.New(e.metrics, "once", map[string]string{"Service": "receipts"}),
@@ -505,7 +505,7 @@ func TestCrashWindow(t *testing.T) {
 	s := e.sender(t, e.names.ByLogicalID["OrdersTable"], 3)
 	lost, err := receipts.New(receipts.Config{
 		DB: e.db, Outbox: e.names.ByLogicalID["OutboxTable"], Orders: e.names.ByLogicalID["OrdersTable"],
-		Mail: lostAnswer{mail.New(e.mailURL, nil)}, Retries: queue.New(e.sqs, e.retries), Now: e.clock, ClaimFor: 5 * time.Second,
+		Mail: lostAnswer{mail.New(e.mailURL, nil)}, Retries: sqstest.Sender(t, e.sqs, e.retries), Now: e.clock, ClaimFor: 5 * time.Second,
 		Logger: slog.New(slog.NewJSONHandler(e.logs, nil)),
 	})
 	if err != nil {
@@ -775,7 +775,7 @@ func TestRetryQueueDown(t *testing.T) {
 	e := newEnv(t)
 	s, err := receipts.New(receipts.Config{
 		DB: e.db, Outbox: e.names.ByLogicalID["OutboxTable"], Orders: e.names.ByLogicalID["OrdersTable"], Mail: mail.New(e.mailURL, nil),
-		Retries: queue.New(e.sqs, e.retries+"-missing"), Now: e.clock,
+		Retries: sqstest.Sender(t, e.sqs, e.retries+"-missing"), Now: e.clock,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/oncehq/once/idempotency/recovery/sqsqueue"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/queue"
 	"github.com/oncehq/once/internal/sqslocal"
@@ -45,6 +46,17 @@ func Queue(t testing.TB, c *sqs.Client, name string, attrs map[string]string) st
 		t.Fatalf("CreateQueue(%s): %v", name, err)
 	}
 	return aws.ToString(out.QueueUrl)
+}
+
+// Sender returns the library's queue (sqsqueue.Queue, what the functions
+// send through) at url, reached through c.
+func Sender(t testing.TB, c *sqs.Client, url string) *sqsqueue.Queue {
+	t.Helper()
+	q, err := sqsqueue.New(c, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
 }
 
 // ARN returns the ARN of the queue at url.

@@ -31,7 +31,7 @@ const (
 )
 
 // Queue delivers a retry later: in AWS the worker's retry queue, an SQS
-// queue, each message sent with its own DelaySeconds (*queue.Queue).
+// queue, each message sent with its own DelaySeconds (*sqsqueue.Queue).
 type Queue interface {
 	// Send enqueues body, to be delivered no earlier than delay (at most
 	// MaxRetryDelay) from now.

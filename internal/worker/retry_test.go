@@ -17,7 +17,6 @@ import (
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/provider/simulator"
-	"github.com/oncehq/once/internal/queue"
 	"github.com/oncehq/once/internal/sqstest"
 	"github.com/oncehq/once/internal/worker"
 )
@@ -39,7 +38,7 @@ func newRetryEnv(t *testing.T) *retryEnv {
 	e := &retryEnv{env: newEnv(t)}
 	e.sqs = sqstest.Client(t, sqstest.Endpoint(t))
 	e.url = sqstest.Queue(t, e.sqs, "retries", nil)
-	e.w = e.worker_(t, queue.New(e.sqs, e.url))
+	e.w = e.worker_(t, sqstest.Sender(t, e.sqs, e.url))
 	return e
 }
 
@@ -169,7 +168,7 @@ func TestStreamDefersWhatTheInvocationCannotFit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newRetryEnv(t)
-			w := e.worker_(t, queue.New(e.sqs, e.url), func(c *worker.Config) { c.Budget = 10 * time.Second })
+			w := e.worker_(t, sqstest.Sender(t, e.sqs, e.url), func(c *worker.Config) { c.Budget = 10 * time.Second })
 			pays := []payments.Payment{e.pay(t, simulator.TokenVisa), e.pay(t, simulator.TokenVisa), e.pay(t, simulator.TokenVisa)}
 			recs := e.records(t, e.names.ByLogicalID["PaymentsTable"], len(pays))
 			ctx, cancel := context.WithTimeout(t.Context(), tc.left)
@@ -221,7 +220,7 @@ func TestStreamDefersWhatTheInvocationCannotFit(t *testing.T) {
 func TestStreamFailsWhenRetriesCannotBeSent(t *testing.T) {
 	t.Parallel()
 	e := newRetryEnv(t)
-	w := e.worker_(t, queue.New(e.sqs, e.url+"-missing"))
+	w := e.worker_(t, sqstest.Sender(t, e.sqs, e.url+"-missing"))
 	e.pay(t, simulator.TokenUnavailable)
 	recs := e.records(t, e.names.ByLogicalID["PaymentsTable"], 1)
 	resp, err := w.Handle(t.Context(), events.DynamoDBEvent{Records: recs})
