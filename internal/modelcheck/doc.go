@@ -51,9 +51,9 @@
 // for what is left and some are refused (400 amount_exceeds_refundable,
 // which the hold must answer before the provider would refuse). Each
 // request's call and return are recorded on one monotonic clock; a request
-// that failed counts as running until a late write of its landed (the
-// proxy knows the variant of the record a write puts), and one whose
-// client saw no answer at all until the end. Every body
+// counts as running until a late write of its variant sent while it ran
+// has landed (the proxy knows the variant of the record a write puts), and
+// one whose client saw no answer at all until the end. Every body
 // carries its tenant, key and variant in its metadata, which the payments,
 // orders and refunds and the provider keep, so that effects are counted per
 // variant without knowing how once derives its identifiers.

@@ -50,9 +50,9 @@ func profileConfig(seed uint64, profile string) runConfig {
 	cfg.ttl = os.Getenv(envTTL) == "on"
 	if profile == "handover" {
 		// Fewer keys, each in use longer: the key must still draw
-		// requests once recovery has released it. Half the lease-fenced
-		// writes land late.
-		cfg.handover, cfg.keysPerTenant, cfg.late = true, 3, 0.5
+		// requests once recovery has released it, of either body alike.
+		// Half the lease-fenced writes land late.
+		cfg.handover, cfg.keysPerTenant, cfg.spread, cfg.late = true, 3, 1, 0.5
 	}
 	return cfg
 }
@@ -137,9 +137,10 @@ func checkRun(t *testing.T, cfg runConfig) {
 		minDelay: cfg.lease / 3, maxDelay: min(cfg.lease+400*time.Millisecond, 1800*time.Millisecond),
 		// Late writes land once another request has taken their key (a
 		// check a second after the lease, recovery.DefaultMargin, then the
-		// reconciler's settle at the earliest), or after 8s, which can be
-		// after the request that sent one has answered.
-		late: cfg.late, minLate: cfg.lease, maxLate: 8 * time.Second,
+		// reconciler's settle at the earliest; seconds more when the
+		// stream pollers idle), or else after 5.6-12s, which can be after
+		// the request that sent one has answered.
+		late: cfg.late, takenAfter: cfg.lease, minLate: cfg.lease + 5*time.Second, maxLate: 12 * time.Second,
 	})
 	c.runClients(t.Context())
 	res := c.finish(t.Context())

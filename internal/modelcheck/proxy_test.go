@@ -158,9 +158,9 @@ type dynamoProxy struct {
 	// their body (an SDK retry sends the same bytes): closed once landed.
 	partitions map[[sha256.Size]byte]chan struct{}
 	inFlight   sync.WaitGroup // late writes not landed yet
-	// taken has, for each item a late write waits on, a channel closed
-	// (and replaced) when a write takes the item.
-	taken    map[string]chan struct{}
+	// waiters are the late writes waiting for their item to be taken by
+	// another body, by item.
+	waiters  map[string][]waiter
 	landings []landing // late writes that succeeded
 
 	plant   atomic.Pointer[plant]
@@ -182,7 +182,7 @@ func startProxy(target string, seed uint64, clock func() int64) (*dynamoProxy, e
 		rng:    rand.New(rand.NewPCG(seed, 0x5ca1ab1e)),
 
 		partitions: map[[sha256.Size]byte]chan struct{}{},
-		taken:      map[string]chan struct{}{},
+		waiters:    map[string][]waiter{},
 	}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = p.srv.Serve(ln) }()
@@ -214,14 +214,16 @@ type schedule struct {
 	// outside any window; delays last from minDelay to maxDelay.
 	background         float64
 	minDelay, maxDelay time.Duration
-	// late is the share of lease-fenced writes (fenceClause) that land
-	// late, at the worst moment for a write that is not fenced: once
-	// another request has taken their item (reserveClause) after minLate,
-	// or at maxLate. They are applied whether or not their caller still
-	// waits, as a write already sent can be, while their retries wait until
-	// they have landed (a partition that heals).
-	late             float64
-	minLate, maxLate time.Duration
+	// late is the share of lease-fenced completions (fenceClause, a record
+	// put), and a fifth of it the share of the other lease-fenced writes
+	// (release, UNKNOWN, recovery point), that land late, at the worst moment for a write that is not fenced: once
+	// another request has taken their item (reserveClause) after
+	// takenAfter, or else after minLate to maxLate. They are applied
+	// whether or not their caller still waits, as a write already sent can
+	// be, while their retries wait until they have landed (a partition
+	// that heals).
+	late                         float64
+	takenAfter, minLate, maxLate time.Duration
 }
 
 // arm starts the fault schedule s.
@@ -342,13 +344,13 @@ func (p *dynamoProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.forward(w, r, body)
 		return
 	}
-	if d, ok := p.decideLate(req); ok {
+	if d, ok := p.decideLate(req, body); ok {
 		p.note(proxyEvent{kind: faultLate, op: op, pk: pk, delay: d})
 		p.late(w, r, body, pk, d)
 		return
 	}
 	if pk != "" && conditioned(req, reserveClause, strings.HasPrefix) {
-		w = &takeWatch{ResponseWriter: w, took: func() { p.took(pk) }}
+		w = &takeWatch{ResponseWriter: w, took: func() { p.took(pk, writtenVariant(body)) }}
 	}
 	kind, delay := p.decide()
 	if kind != faultNone {
@@ -392,37 +394,56 @@ func (t *takeWatch) WriteHeader(status int) {
 	t.ResponseWriter.WriteHeader(status)
 }
 
-// took tells the late writes waiting on item pk that it was taken.
-func (p *dynamoProxy) took(pk string) {
+// waiter is a late write waiting for its item to be taken by another body.
+type waiter struct {
+	variant int // the body the late write puts; -1 when unknown
+	taken   chan struct{}
+}
+
+// took tells the late writes waiting on item pk that a request of variant
+// (-1: unknown) took it: those of another variant, or of an unknown one, go.
+func (p *dynamoProxy) took(pk string, variant int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if ch, ok := p.taken[pk]; ok {
-		close(ch)
-		delete(p.taken, pk)
+	kept := p.waiters[pk][:0]
+	for _, w := range p.waiters[pk] {
+		if w.variant < 0 || variant < 0 || w.variant != variant {
+			close(w.taken)
+			continue
+		}
+		kept = append(kept, w)
+	}
+	p.waiters[pk] = kept
+	if len(kept) == 0 {
+		delete(p.waiters, pk)
 	}
 }
 
-// takenChan is closed when item pk is next taken.
-func (p *dynamoProxy) takenChan(pk string) chan struct{} {
+// takenBy returns a channel closed when item pk is next taken by a request
+// of another variant than variant (see took).
+func (p *dynamoProxy) takenBy(pk string, variant int) chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ch, ok := p.taken[pk]
-	if !ok {
-		ch = make(chan struct{})
-		p.taken[pk] = ch
-	}
+	ch := make(chan struct{})
+	p.waiters[pk] = append(p.waiters[pk], waiter{variant: variant, taken: ch})
 	return ch
 }
 
 // decideLate draws whether a lease-fenced write lands late, and when at the
 // latest.
-func (p *dynamoProxy) decideLate(req map[string]any) (time.Duration, bool) {
+func (p *dynamoProxy) decideLate(req map[string]any, body []byte) (time.Duration, bool) {
 	if !conditioned(req, fenceClause, strings.Contains) {
 		return 0, false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.armedAt.IsZero() || p.sched.late <= 0 || p.rng.Float64() >= p.sched.late {
+	rate := p.sched.late
+	if writtenVariant(body) < 0 {
+		// Not a completion: a release or an UNKNOWN held back would hold
+		// back the handing on too.
+		rate /= 5
+	}
+	if p.armedAt.IsZero() || p.rng.Float64() >= rate {
 		return 0, false
 	}
 	return p.sched.minLate + time.Duration(p.rng.Int64N(int64(max(p.sched.maxLate-p.sched.minLate, 1)))), true
@@ -436,8 +457,8 @@ func (p *dynamoProxy) partitioned(body []byte) chan struct{} {
 	return p.partitions[sha256.Sum256(body)]
 }
 
-// late applies the call once item pk is taken after the schedule's minLate,
-// or after d, whether or not its caller still waits, and answers the caller
+// late applies the call once item pk is taken by another body after the
+// schedule's takenAfter, or else after d, whether or not its caller still waits, and answers the caller
 // if it does. Its retries wait until it has landed (partitioned), then go
 // through.
 func (p *dynamoProxy) late(w http.ResponseWriter, r *http.Request, body []byte, pk string, d time.Duration) {
@@ -460,13 +481,13 @@ func (p *dynamoProxy) late(w http.ResponseWriter, r *http.Request, body []byte, 
 		t := time.NewTimer(d)
 		defer t.Stop()
 		p.mu.Lock()
-		wait := p.sched.minLate
+		wait := p.sched.takenAfter
 		p.mu.Unlock()
 		select {
 		case <-time.After(wait):
 			select {
 			case <-t.C:
-			case <-p.takenChan(pk):
+			case <-p.takenBy(pk, writtenVariant(body)):
 			}
 		case <-t.C:
 		}

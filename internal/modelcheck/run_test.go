@@ -45,6 +45,7 @@ type runConfig struct {
 	providerSettle  time.Duration // ONCE_PROVIDER_SETTLE; the provider timeout when zero
 	faultRate       float64       // share of requests with a Once-Fault header
 	retryRate       float64       // chance that a client retries after 409 or 5xx
+	spread          float64       // chance that a request draws its variant at random rather than sending the first
 	outages         int           // store outage windows during the history
 	outageRate      float64       // share of eligible calls that fail in an outage
 	background      float64       // share of eligible calls dropped or delayed outside outages
@@ -83,6 +84,7 @@ func boundedConfig(seed uint64) runConfig {
 		providerTimeout: 400 * time.Millisecond,
 		faultRate:       0.15,
 		retryRate:       0.6,
+		spread:          0.4,
 		outages:         4,
 		outageRate:      0.6,
 		background:      0.04,
@@ -511,7 +513,7 @@ func (c *checker) runClients(ctx context.Context) {
 				ps := active()
 				p := ps[r.IntN(len(ps))]
 				v := 0
-				if r.Float64() < 0.4 {
+				if r.Float64() < c.cfg.spread {
 					v = r.IntN(len(p.variants))
 				}
 				fault := ""
@@ -921,13 +923,11 @@ func (c *checker) history(p *partition, ops []*op, f *finalRead) []porcupineOp {
 		if o.err != nil {
 			ret = max(ret, end) // its effect may land any time before quiet
 		}
-		if o.class == classFailed {
-			// A write of its, sent while it ran, may have landed after it
-			// answered.
-			for _, l := range late {
-				if l.variant == o.variant && l.sent >= o.call && l.sent <= o.ret {
-					ret = max(ret, l.at+1)
-				}
+		// A write of its variant sent while it ran may be its own, landed
+		// after it answered (its answer unstored, or a 5xx).
+		for _, l := range late {
+			if l.variant == o.variant && l.sent >= o.call && l.sent <= o.ret {
+				ret = max(ret, l.at+1)
 			}
 		}
 		in := opInput{
