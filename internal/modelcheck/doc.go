@@ -17,18 +17,18 @@
 // ambiguous write: it landed, the caller sees an error), or holds them for
 // up to a little more than a lease (a zombie: its lease runs out while it is
 // still running). It also delivers some writes fenced on a lease token
-// (completions, releases, recovery points, UNKNOWN) late, at the worst
-// moment for a write that is not fenced: once another request has taken
-// their key, or after 8s, whether or not their caller still waits (a write
-// already sent can land after its client gave up), while their retries
-// wait until they have landed (a partition that heals). Stream calls and
-// the other tables (the API keys, the provider simulator's own) pass
-// untouched.
+// late (completions, and a fifth as many releases, recovery points and
+// UNKNOWN writes), at the worst moment for a write that is not fenced: once
+// a request of another body has taken their key, or else after 5.6-12s,
+// whether or not their caller still waits (a write already sent can land
+// after its client gave up), while their retries wait until they have
+// landed (a partition that heals). Stream calls and the other tables (the
+// API keys, the provider simulator's own) pass untouched.
 //
 // Two profiles of workload share all this. Mixed plans every endpoint,
 // source and fault point. Handover plans every key as charges whose first
 // body the provider refuses (nothing happens, so recovery releases the key)
-// and whose second it charges, and delivers half the fenced writes late:
+// and whose second it charges, and delivers half the completions late:
 // the interleaving lease fencing exists for, a key handed on while a
 // request that held it may still write, which mixed histories reach rarely
 // (once's recovery completes a key whenever anything happened, so a key

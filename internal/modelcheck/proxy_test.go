@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,7 +73,7 @@ const (
 	faultDrop                  // forwarded, then answered 500: the write may have landed
 	faultDelay                 // held, then forwarded
 	faultGated                 // held by a gate of a crafted schedule
-	faultLate                  // a lease-fenced write held past its lease and applied whether or not its caller still waits
+	faultLate                  // a lease-fenced write held until another body takes its key (schedule.late)
 	faultPartitioned           // a retry of a late write, held until the late one has landed
 )
 
@@ -216,12 +217,12 @@ type schedule struct {
 	minDelay, maxDelay time.Duration
 	// late is the share of lease-fenced completions (fenceClause, a record
 	// put), and a fifth of it the share of the other lease-fenced writes
-	// (release, UNKNOWN, recovery point), that land late, at the worst moment for a write that is not fenced: once
-	// another request has taken their item (reserveClause) after
-	// takenAfter, or else after minLate to maxLate. They are applied
-	// whether or not their caller still waits, as a write already sent can
-	// be, while their retries wait until they have landed (a partition
-	// that heals).
+	// (release, UNKNOWN, recovery point), that land late, at the worst
+	// moment for a write that is not fenced: once a request of another
+	// body has taken their item (reserveClause) after takenAfter, or else
+	// after minLate to maxLate. They are applied whether or not their
+	// caller still waits, as a write already sent can be, while their
+	// retries wait until they have landed (a partition that heals).
 	late                         float64
 	takenAfter, minLate, maxLate time.Duration
 }
@@ -429,6 +430,17 @@ func (p *dynamoProxy) takenBy(pk string, variant int) chan struct{} {
 	return ch
 }
 
+// forget drops the waiter of channel taken from item pk, if it still
+// waits.
+func (p *dynamoProxy) forget(pk string, taken chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.waiters[pk] = slices.DeleteFunc(p.waiters[pk], func(w waiter) bool { return w.taken == taken })
+	if len(p.waiters[pk]) == 0 {
+		delete(p.waiters, pk)
+	}
+}
+
 // decideLate draws whether a lease-fenced write lands late, and when at the
 // latest.
 func (p *dynamoProxy) decideLate(req map[string]any, body []byte) (time.Duration, bool) {
@@ -458,9 +470,9 @@ func (p *dynamoProxy) partitioned(body []byte) chan struct{} {
 }
 
 // late applies the call once item pk is taken by another body after the
-// schedule's takenAfter, or else after d, whether or not its caller still waits, and answers the caller
-// if it does. Its retries wait until it has landed (partitioned), then go
-// through.
+// schedule's takenAfter, or else after d, whether or not its caller still
+// waits, and answers the caller if it does. Its retries wait until it has
+// landed (partitioned), then go through.
 func (p *dynamoProxy) late(w http.ResponseWriter, r *http.Request, body []byte, pk string, d time.Duration) {
 	sum := sha256.Sum256(body)
 	landed := make(chan struct{})
@@ -485,9 +497,11 @@ func (p *dynamoProxy) late(w http.ResponseWriter, r *http.Request, body []byte, 
 		p.mu.Unlock()
 		select {
 		case <-time.After(wait):
+			taken := p.takenBy(pk, writtenVariant(body))
 			select {
 			case <-t.C:
-			case <-p.takenBy(pk, writtenVariant(body)):
+				p.forget(pk, taken)
+			case <-taken:
 			}
 		case <-t.C:
 		}
