@@ -436,7 +436,12 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 func TestPlantedRefundOverHold(t *testing.T) {
 	plantedAndFenced(t, func(t *testing.T, planted bool) {
 		ctx := t.Context()
-		c := newChecker(t, scenarioConfig(seedFromEnv(t)))
+		// A sequential schedule: nothing depends on a lease running out,
+		// so the provider has all the time a loaded machine may take (the
+		// first refund got 504 at load 8 with the scenarios' 200ms).
+		cfg := scenarioConfig(seedFromEnv(t))
+		cfg.lease, cfg.providerTimeout = 10*time.Second, 5*time.Second
+		c := newChecker(t, cfg)
 		if planted {
 			pl := plants["refund-over-hold"]
 			c.px.plant.Store(&pl)
