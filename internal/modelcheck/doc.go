@@ -155,8 +155,8 @@
 // # Running it
 //
 //   - `make test` runs one bounded history of each profile (TestModelCheck,
-//     a random seed, 8 clients, 3 tenants, 12s of history: about 500
-//     requests on 5 keys per tenant for mixed, 200-400 on 3 for handover);
+//     a random seed, 8 clients, 3 tenants, 12s of history: 250-600
+//     requests on 5 keys per tenant for mixed, 150-500 on 3 for handover);
 //   - `make check CHECK_TIME=5m` runs fresh seeds until the time is up, the
 //     profiles in turn (MODELCHECK_PROFILE=mixed or handover keeps to one);
 //   - MODELCHECK_SEED=n replays seed n (the same choices and fault schedule;
