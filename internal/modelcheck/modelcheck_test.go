@@ -51,7 +51,7 @@ func profileConfig(seed uint64, profile string) runConfig {
 	if profile == "handover" {
 		// Fewer keys, each in use longer: the key must still draw
 		// requests once recovery has released it, of either body alike.
-		// Half the lease-fenced writes land late.
+		// Half the completions land late.
 		cfg.handover, cfg.keysPerTenant, cfg.spread, cfg.late = true, 3, 1, 0.5
 	}
 	return cfg

@@ -49,7 +49,7 @@ type runConfig struct {
 	outages         int           // store outage windows during the history
 	outageRate      float64       // share of eligible calls that fail in an outage
 	background      float64       // share of eligible calls dropped or delayed outside outages
-	late            float64       // share of lease-fenced writes that land late (schedule.late)
+	late            float64       // share of completions that land late, a fifth of it of the other fenced writes (schedule.late)
 	// handover plans every key as charges whose first body the provider
 	// refuses (nothing happens, so recovery releases the key) and whose
 	// other bodies it charges: the interleavings where a key changes hands
