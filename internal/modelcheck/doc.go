@@ -25,8 +25,10 @@
 // landed (a partition that heals). Stream calls and the other tables (the
 // API keys, the provider simulator's own) pass untouched.
 //
-// Two profiles of workload share all this. Mixed plans every endpoint,
-// source and fault point. Handover plans every key as charges whose first
+// Three profiles of workload share all this. Mixed plans every endpoint,
+// source and fault point. Refunds plans every key as a refund of the
+// tenant's one payment, so that every key races the others for what is
+// left of it. Handover plans every key as charges whose first
 // body the provider refuses (nothing happens, so recovery releases the key)
 // and whose second it charges, and delivers half the completions late:
 // the interleaving lease fencing exists for, a key handed on while a
@@ -156,9 +158,11 @@
 //
 //   - `make test` runs one bounded history of each profile (TestModelCheck,
 //     a random seed, 8 clients, 3 tenants, 12s of history: 250-600
-//     requests on 5 keys per tenant for mixed, 150-500 on 3 for handover);
+//     requests on 5 keys per tenant for mixed and refunds, 150-500 on 3 for
+//     handover);
 //   - `make check CHECK_TIME=5m` runs fresh seeds until the time is up, the
-//     profiles in turn (MODELCHECK_PROFILE=mixed or handover keeps to one);
+//     profiles in turn (MODELCHECK_PROFILE=mixed, handover or refunds keeps
+//     to one);
 //   - MODELCHECK_SEED=n replays seed n (the same choices and fault schedule;
 //     the interleaving is the machine's);
 //   - TestPlantedUnfencedCompletion proves that the checker catches a

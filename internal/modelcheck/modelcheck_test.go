@@ -41,18 +41,24 @@ const (
 )
 
 // profiles are the workloads of the random runs: mixed (every endpoint,
-// source and fault point) and handover (see runConfig.handover).
-var profiles = []string{"mixed", "handover"}
+// source and fault point), handover (see runConfig.handover) and refunds
+// (see runConfig.only).
+var profiles = []string{"mixed", "handover", "refunds"}
 
 // profileConfig is the bounded run of a profile.
 func profileConfig(seed uint64, profile string) runConfig {
 	cfg := boundedConfig(seed)
 	cfg.ttl = os.Getenv(envTTL) == "on"
-	if profile == "handover" {
+	switch profile {
+	case "handover":
 		// Fewer keys, each in use longer: the key must still draw
 		// requests once recovery has released it, of either body alike.
 		// Half the completions land late.
 		cfg.handover, cfg.keysPerTenant, cfg.spread, cfg.late = true, 3, 1, 0.5
+	case "refunds":
+		// Every key races the tenant's other keys for what is left of
+		// one payment.
+		cfg.only = "refunds"
 	}
 	return cfg
 }

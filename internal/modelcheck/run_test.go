@@ -56,6 +56,10 @@ type runConfig struct {
 	// while a request that had it may still write, which lease fencing is
 	// for.
 	handover bool
+	// only, when set, plans every key on the endpoint of that name, with
+	// one to maxVariants bodies of its own (refunds: every key a refund of
+	// the tenant's one payment, which cannot cover them all).
+	only string
 	// ttl turns DynamoDB Local's TTL on. Off, as on AWS (where TTL takes
 	// days), abandoned reservations are recovered by the checker only; on,
 	// DynamoDB Local deletes them within seconds and the sweeper's backstop
@@ -346,10 +350,13 @@ func (c *checker) plan(r *mrand.Rand) {
 				first = endpoints[slices.IndexFunc(endpoints, func(ep *endpoint) bool { return ep.name == "charges" })]
 				n = 2
 			}
+			if c.cfg.only != "" {
+				first = endpoints[slices.IndexFunc(endpoints, func(ep *endpoint) bool { return ep.name == c.cfg.only })]
+			}
 			specs := make([]variantSpec, 0, n)
 			for i := range n {
 				ep := first
-				if i > 0 && r.Float64() < c.cfg.otherEndpoint && !c.cfg.handover {
+				if i > 0 && r.Float64() < c.cfg.otherEndpoint && !c.cfg.handover && c.cfg.only == "" {
 					ep = endpoints[r.IntN(len(endpoints))]
 				}
 				// Amounts differ per variant: no two share a fingerprint.
