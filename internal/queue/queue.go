@@ -14,7 +14,7 @@ import (
 
 	"github.com/oncehq/once/idempotency/recovery/sqsqueue"
 	"github.com/oncehq/once/internal/config"
-	"github.com/oncehq/once/internal/dynamoclient"
+	"github.com/oncehq/once/internal/sqsclient"
 )
 
 // MaxDelay is SQS's limit on a message's DelaySeconds.
@@ -70,15 +70,9 @@ func Client(ctx context.Context, cfg config.Config, opts ClientOptions) (*sqs.Cl
 	if opts.Timeout <= 0 {
 		opts.Timeout = 5 * time.Second
 	}
-	awsCfg, err := dynamoclient.Config(ctx, dynamoclient.Options{
-		Endpoint: cfg.SQSEndpoint, Region: cfg.Region, Timeout: opts.Timeout, MaxBackoff: time.Second,
-	})
+	c, err := sqsclient.New(ctx, cfg.SQSEndpoint, cfg.Region, opts.Timeout)
 	if err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
 	}
-	return sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
-		if cfg.SQSEndpoint != "" {
-			o.BaseEndpoint = aws.String(cfg.SQSEndpoint)
-		}
-	}), nil
+	return c, nil
 }

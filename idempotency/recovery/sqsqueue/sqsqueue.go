@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/oncehq/once/internal/dynamoclient"
+	"github.com/oncehq/once/internal/sqsclient"
 )
 
 // MaxDelay is SQS's limit on a message's DelaySeconds, 15 minutes; it is
@@ -87,15 +87,9 @@ func DelaySeconds(delay time.Duration) int32 {
 // region at all, is an error naming the variables.
 func NewClient(ctx context.Context) (*sqs.Client, error) {
 	endpoint, region := os.Getenv("SQS_ENDPOINT"), os.Getenv("AWS_REGION")
-	cfg, err := dynamoclient.Config(ctx, dynamoclient.Options{
-		Endpoint: endpoint, Region: region, Timeout: 5 * time.Second, MaxBackoff: time.Second,
-	})
+	c, err := sqsclient.New(ctx, endpoint, region, 5*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("sqsqueue: SQS client (SQS_ENDPOINT=%q, AWS_REGION=%q): %w", endpoint, region, err)
 	}
-	return sqs.NewFromConfig(cfg, func(o *sqs.Options) {
-		if endpoint != "" {
-			o.BaseEndpoint = aws.String(endpoint)
-		}
-	}), nil
+	return c, nil
 }
