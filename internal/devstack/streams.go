@@ -9,9 +9,11 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 
 	"github.com/oncehq/once/internal/app"
@@ -149,6 +151,24 @@ func (s *Stack) mappings() (on, off []mapping, err error) {
 	return on, off, nil
 }
 
+// streamReadTimeout bounds each attempt of the pollers' stream calls. A
+// GetRecords of up to stream.MaxBatchSize records with both images, after a
+// burst, can take DynamoDB Local (one SQLite thread) more than the 2 s the
+// functions allow a call: an attempt cut short is work DynamoDB Local
+// still finishes, then redoes for the retry, and the SDK logs a warning
+// for the connection it drops.
+const streamReadTimeout = 15 * time.Second
+
+// streamsClient is the pollers' DynamoDB Streams client: the functions'
+// configuration, with streamReadTimeout per attempt.
+func streamsClient(ctx context.Context, endpoint, region string) (*dynamodbstreams.Client, error) {
+	cfg, err := dynamoclient.Config(ctx, dynamoclient.Options{Endpoint: endpoint, Region: region, Timeout: streamReadTimeout})
+	if err != nil {
+		return nil, err
+	}
+	return streamsclient.New(cfg, endpoint), nil
+}
+
 // startStreams runs one Poller per DynamoDB event of the template, invoking
 // the functions in process the way Lambda's event source mappings do:
 // filtered, batched, with partial batch failures, bisection and bounded
@@ -162,11 +182,10 @@ func (s *Stack) startStreams(ctx context.Context) error {
 	for _, m := range off {
 		s.log.Info("devstack: stream mapping off", "function", m.function)
 	}
-	awsCfg, err := dynamoclient.Config(ctx, dynamoclient.Options{Endpoint: s.cfg.DynamoDBEndpoint, Region: s.cfg.Region})
+	streams, err := streamsClient(ctx, s.cfg.DynamoDBEndpoint, s.cfg.Region)
 	if err != nil {
 		return err
 	}
-	streams := streamsclient.New(awsCfg, s.cfg.DynamoDBEndpoint)
 	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	stop := func(context.Context) error {
