@@ -245,6 +245,22 @@ func TestWiring(t *testing.T) {
 	if _, err := idempotency.New(idempotency.Config{}); err == nil || !strings.Contains(err.Error(), "Store") || !strings.Contains(err.Error(), "Tenant") {
 		t.Errorf("New(Config{}) = %v, want an error naming Store and Tenant", err)
 	}
+	tenant := func(*http.Request) (string, bool) { return "acme", true }
+	for _, tt := range []struct {
+		retention, lease time.Duration
+		wantErr          error
+	}{
+		{time.Minute, 2 * time.Minute, idempotency.ErrRetentionShort},
+		{time.Second, 0, idempotency.ErrRetentionShort},    // the default lease
+		{0, 25 * time.Hour, idempotency.ErrRetentionShort}, // the default retention
+		{time.Minute, time.Minute, nil},
+		{0, 0, nil},
+	} {
+		_, err := idempotency.New(idempotency.Config{Store: memory.New(), Tenant: tenant, Retention: tt.retention, Lease: tt.lease})
+		if !errors.Is(err, tt.wantErr) {
+			t.Errorf("New(Retention %v, Lease %v) = %v, want %v", tt.retention, tt.lease, err, tt.wantErr)
+		}
+	}
 
 	leased := mw.Leased("POST /v1/e", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		idempotency.Begin(w, r, take(1))

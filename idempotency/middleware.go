@@ -49,6 +49,12 @@ const (
 	DefaultUnknownRedrive    = time.Minute
 )
 
+// ErrRetentionShort is New's error for a Config whose Retention (after
+// defaults) is shorter than its Lease: a record would expire, and count as
+// absent, before a client told to wait out the lease (409 with Retry-After)
+// retries, and the retry would run the request again.
+var ErrRetentionShort = errors.New("idempotency: Config.Retention is shorter than Config.Lease")
+
 // Config configures a Middleware. Store and Tenant are required.
 type Config struct {
 	// Store persists records.
@@ -63,7 +69,9 @@ type Config struct {
 	// unexpected error. The default is problem.Write, which answers each as
 	// its problem (application/problem+json).
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
-	// Retention is how long a completed record is kept (DefaultRetention).
+	// Retention is how long a completed (or UNKNOWN) record is kept
+	// (DefaultRetention); at least Lease (ErrRetentionShort). A deployment
+	// with a reconciler keeps it above the reconciler's retries too.
 	Retention time.Duration
 	// Lease is how long a reservation is held before it counts as abandoned
 	// (DefaultLease). It must exceed the longest a handler can run.
@@ -119,6 +127,9 @@ func New(cfg Config) (*Middleware, error) {
 	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = DefaultLease
+	}
+	if cfg.Retention < cfg.Lease {
+		return nil, fmt.Errorf("%w: %v < %v", ErrRetentionShort, cfg.Retention, cfg.Lease)
 	}
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = DefaultMaxBody

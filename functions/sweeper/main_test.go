@@ -17,6 +17,14 @@ func TestStartupFailureIsJSON(t *testing.T) {
 	lambdatest.CheckStartupFailure(t, map[string]string{"ONCE_RETENTION": "forever"}, "ONCE_RETENTION")
 }
 
+// TestRetentionFloor: a retention under config.MinRetention keeps the
+// sweeper from starting, with a reason that names the variable and the
+// floor; so does one under a long lease.
+func TestRetentionFloor(t *testing.T) {
+	lambdatest.CheckStartupFailure(t, map[string]string{"ONCE_RETENTION": "30m"}, `ONCE_RETENTION="30m0s": must be at least 1h0m0s`)
+	lambdatest.CheckStartupFailure(t, map[string]string{"ONCE_RETENTION": "2h", "ONCE_LEASE": "3h"}, `ONCE_RETENTION="2h0m0s": must be at least 3h0m0s`)
+}
+
 // TestManagedInstancesConcurrency runs main as Lambda Managed Instances run
 // it, several invocations at once in one process, and checks that each
 // batch's response names its own failed records (here, an IN_PROGRESS record's removal whose image is no record).

@@ -6,11 +6,13 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -296,7 +298,8 @@ var storeOps = []struct {
 }
 
 // unreachable returns a Store whose endpoint is a closed local port, with the
-// SDK retries every function uses.
+// SDK retries every function uses. Nothing may rely on how long its calls
+// take: the port may be taken again meanwhile.
 func unreachable(t *testing.T) *dynamo.Store {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -312,18 +315,77 @@ func unreachable(t *testing.T) *dynamo.Store {
 	return dynamo.New(dynamoclient.New(cfg, endpoint), "once-idempotency")
 }
 
+// failing are the ways DynamoDB can fail every attempt of a call: a local
+// server answers (or does not) as each says, after counting the request.
+var failing = []struct {
+	name   string
+	answer func(w http.ResponseWriter, r *http.Request)
+}{
+	{"no answer", func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // until the client's attempt times out
+	}},
+	{"connection reset", func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			panic(err)
+		}
+		conn.(*net.TCPConn).SetLinger(0)
+		conn.Close()
+	}},
+	{"500", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprint(w, `{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"Internal server error"}`)
+	}},
+	{"throttled", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"Rate of requests exceeds the allowed throughput."}`)
+	}},
+}
+
+// TestUnreachable checks that a store whose every attempt fails answers
+// ErrUnavailable once the SDK has made exactly the attempts the functions'
+// client allows (dynamoclient.DefaultMaxAttempts), never more: with the
+// bounds on each attempt and on the backoff (dynamoclient's
+// TestRetryBounds), a call ends within dynamoclient.CallBound. The calls of
+// one way of failing run at once, each on a server of its own.
 func TestUnreachable(t *testing.T) {
-	s := unreachable(t)
-	for _, op := range storeOps {
-		t.Run(op.name, func(t *testing.T) {
-			start := time.Now()
-			err := op.call(t.Context(), s)
-			if !errors.Is(err, idempotency.ErrUnavailable) {
-				t.Errorf("%s = %v, want ErrUnavailable", op.name, err)
+	for _, f := range failing {
+		t.Run(f.name, func(t *testing.T) {
+			t.Parallel()
+			var wg sync.WaitGroup
+			for _, op := range storeOps {
+				var attempts atomic.Int32
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					attempts.Add(1)
+					// Read the request whole, as DynamoDB does: the server
+					// then notices the client hanging up.
+					if _, err := io.Copy(io.Discard, r.Body); err != nil {
+						return
+					}
+					f.answer(w, r)
+				}))
+				t.Cleanup(srv.Close)
+				cfg, err := dynamoclient.Config(t.Context(), dynamoclient.Options{Endpoint: srv.URL})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := dynamo.New(dynamoclient.New(cfg, srv.URL), "once-idempotency")
+				wg.Go(func() {
+					// Only so that a call the bounds fail to end cannot hang the
+					// test: it then fails, its attempts cut short.
+					ctx, cancel := context.WithTimeout(t.Context(), 4*dynamoclient.CallBound(dynamoclient.Options{}))
+					defer cancel()
+					if err := op.call(ctx, s); !errors.Is(err, idempotency.ErrUnavailable) {
+						t.Errorf("%s = %v, want ErrUnavailable", op.name, err)
+					}
+					if got, want := int(attempts.Load()), dynamoclient.DefaultMaxAttempts; got != want {
+						t.Errorf("%s made %d attempts, want %d", op.name, got, want)
+					}
+				})
 			}
-			if d := time.Since(start); d > 3*time.Second {
-				t.Errorf("%s took %v, want at most 3s", op.name, d)
-			}
+			wg.Wait()
 		})
 	}
 }

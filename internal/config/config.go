@@ -58,6 +58,16 @@ const (
 	DefaultWorkerRetryWindow = 6 * time.Hour
 	DefaultRetention         = 24 * time.Hour
 	DefaultLease             = 30 * time.Second
+	// MinRetention is the least ONCE_RETENTION (which must also be at least
+	// ONCE_LEASE). A record moved to UNKNOWN is kept for the retention from
+	// then on, and must outlive the reconciler's retries: its stream mapping
+	// retries a change for up to an hour (MaximumRecordAgeInSeconds, 3600,
+	// in template.yaml; internal/deploytest holds every mapping of the
+	// idempotency table's stream to it), and the reconciler cannot prove
+	// "not charged" before ONCE_PROVIDER_SETTLE has passed. Expired sooner,
+	// the record counts as absent: a retry would run the request again
+	// while its first outcome is still being resolved.
+	MinRetention = time.Hour
 	// DefaultProviderTimeout bounds one call to the payment provider. It is
 	// well under DefaultLease, so a request that times out still holds its
 	// lease when it records the ambiguous outcome.
@@ -99,7 +109,8 @@ type Config struct {
 	// getenv reads the tables' variables (Table); nil reads nothing, so
 	// that every table has its default name.
 	getenv func(string) string
-	// Retention is how long a completed idempotency record is kept.
+	// Retention is how long a completed (or UNKNOWN) idempotency record is
+	// kept: at least MinRetention and at least Lease.
 	Retention time.Duration
 	// Lease is how long a reservation is held before it counts as abandoned.
 	Lease time.Duration
@@ -242,6 +253,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.Lease > 0 && c.ProviderTimeout > 0 && c.ProviderTimeout >= c.Lease {
 		bad(EnvProviderTimeout, c.ProviderTimeout.String(), "must be shorter than "+EnvLease+" ("+c.Lease.String()+"), or a timed-out request would lose its lease before recording the unknown outcome")
+	}
+	if floor := max(MinRetention, c.Lease); c.Retention > 0 && c.Retention < floor {
+		bad(EnvRetention, c.Retention.String(), "must be at least "+floor.String()+", the longer of "+MinRetention.String()+
+			" (the reconciler's retries of an UNKNOWN record) and "+EnvLease+" ("+c.Lease.String()+
+			"): a record expired sooner counts as absent, and a retry would run its request again")
 	}
 	if c.Region == "" && (c.DynamoDBEndpoint != "" || c.SQSEndpoint != "") {
 		c.Region = DefaultLocalRegion

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/google/go-cmp/cmp"
@@ -160,11 +161,13 @@ func TestEnvironmentCoversCode(t *testing.T) {
 		}
 		// config.FromEnv checks some variables against others, whatever
 		// the function uses: a function that reads one needs the other
-		// too, or a valid deployment fails at init.
+		// too, either way round, or a valid deployment fails at init.
 		for _, c := range crossChecks {
-			if _, ok := reads[c.checked]; ok {
-				if _, ok := reads[c.against]; !ok {
-					reads[c.against] = "config.FromEnv checks " + c.checked + " against it"
+			for _, pair := range [][2]string{{c.checked, c.against}, {c.against, c.checked}} {
+				if _, ok := reads[pair[0]]; ok {
+					if _, ok := reads[pair[1]]; !ok {
+						reads[pair[1]] = "config.FromEnv checks " + c.checked + " and " + c.against + " against each other"
+					}
 				}
 			}
 		}
@@ -224,6 +227,7 @@ var crossChecks = []struct {
 	bad, good string
 }{
 	{checked: config.EnvProviderTimeout, against: config.EnvLease, bad: config.DefaultLease.String(), good: (2 * config.DefaultLease).String()},
+	{checked: config.EnvLease, against: config.EnvRetention, bad: (config.DefaultRetention + time.Hour).String(), good: (2 * config.DefaultRetention).String()},
 }
 
 // TestCrossChecks checks crossChecks against config.FromEnv: each checked
@@ -269,6 +273,8 @@ func TestConfigAcceptsTemplate(t *testing.T) {
 		{}, // the defaults
 		{"ProviderTimeout": "30s", "Lease": "45s"},
 		{"ProviderTimeout": "50s", "Lease": "2m", "ProviderSettle": "1m"},
+		{"Retention": config.MinRetention.String()},
+		{"Lease": "25h", "Retention": "48h"}, // a lease over the default retention
 	}
 	for _, deploy := range []bool{true, false} {
 		for _, level := range levels {

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/samtemplate"
 )
 
@@ -113,6 +114,12 @@ func TestStreamMappings(t *testing.T) {
 		}
 		if n, ok := p["MaximumRecordAgeInSeconds"].(int); !ok || n < 60 || n > 604800 {
 			t.Errorf("%s MaximumRecordAgeInSeconds = %v, want 60-604800", id, p["MaximumRecordAgeInSeconds"])
+		}
+		// A record of the idempotency table lives at least
+		// config.MinRetention once UNKNOWN: no change of it may be retried
+		// after that (the record could be gone, or reclaimed by a retry).
+		if n, ok := p["MaximumRecordAgeInSeconds"].(int); ok && want.table == "IdempotencyTable" && time.Duration(n)*time.Second > config.MinRetention {
+			t.Errorf("%s MaximumRecordAgeInSeconds = %d, want at most config.MinRetention (%v)", id, n, config.MinRetention)
 		}
 		onFailure := mapOf(mapOf(p["DestinationConfig"])["OnFailure"])
 		dlq := samtemplate.FunctionFolder(id)

@@ -198,6 +198,21 @@ func TestSAMConfig(t *testing.T) {
 	if build["cached"] != true || build["parallel"] != true {
 		t.Errorf("[default.build.parameters] = %v, want cached and parallel", build)
 	}
+	// Every build runs the Makefile in the repository (SAM CLI's
+	// --build-in-source, which its makefile workflow supports): without
+	// it, SAM copies the whole CodeUri, .cache/ included, per function.
+	for _, env := range sortedKeys(c.Envs) {
+		for _, cmd := range []string{"build", "sync"} {
+			if _, ok := c.Envs[env][cmd]; ok && c.Parameters(env, cmd)["build_in_source"] != true {
+				t.Errorf("[%s.%s.parameters] build_in_source = %v, want true", env, cmd, c.Parameters(env, cmd)["build_in_source"])
+			}
+		}
+	}
+	for id, fn := range template(t).Functions() {
+		if fn.BuildTarget() == "" {
+			t.Errorf("%s is not built by the Makefile (Metadata: {BuildMethod: makefile}): build_in_source would not apply to it", id)
+		}
+	}
 	deploy := c.Parameters("default", "deploy")
 	for k, v := range map[string]any{"capabilities": "CAPABILITY_IAM", "confirm_changeset": true, "resolve_s3": true} {
 		if deploy[k] != v {

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/dynamoclient"
 	"github.com/oncehq/once/internal/samtemplate"
 )
 
@@ -78,6 +79,12 @@ func TestParameters(t *testing.T) {
 	apiTimeout := time.Duration(template(t).Functions()["ApiFunction"].Properties["Timeout"].(int)) * time.Second
 	if lease <= apiTimeout || lease <= 29*time.Second {
 		t.Errorf("Lease default %v must exceed ApiFunction Timeout %v and API Gateway's 29s", lease, apiTimeout)
+	}
+	// A DynamoDB call that cannot be served fails, its bounded retries spent,
+	// before the api's invocation times out: the client gets 503
+	// store_unavailable, never the gateway's 5xx of a timed-out function.
+	if bound := dynamoclient.CallBound(dynamoclient.Options{}); bound >= apiTimeout {
+		t.Errorf("dynamoclient.CallBound(defaults) = %v, want less than ApiFunction Timeout %v", bound, apiTimeout)
 	}
 	// ApplicationLogLevel follows LogLevel down to DEBUG but never filters
 	// above INFO: Lambda files lines without a "level" (the EMF metric lines)

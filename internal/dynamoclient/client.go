@@ -21,6 +21,16 @@ import (
 	"github.com/aws/smithy-go/logging"
 )
 
+// The defaults of Options.
+const (
+	// DefaultMaxAttempts is Options.MaxAttempts when unset.
+	DefaultMaxAttempts = 3
+	// DefaultMaxBackoff is Options.MaxBackoff when unset.
+	DefaultMaxBackoff = 200 * time.Millisecond
+	// DefaultTimeout is Options.Timeout when unset.
+	DefaultTimeout = 2 * time.Second
+)
+
 // Options configures the clients.
 type Options struct {
 	// Endpoint overrides the AWS endpoint (DynamoDB Local, LocalStack); empty
@@ -29,12 +39,37 @@ type Options struct {
 	// Region is the AWS region; with an Endpoint and no region, us-east-1.
 	Region string
 	// MaxAttempts bounds the SDK's attempts per call, the first included
-	// (default 3).
+	// (DefaultMaxAttempts, 3).
 	MaxAttempts int
-	// MaxBackoff caps the delay between attempts (default 200ms).
+	// MaxBackoff caps the delay between attempts (DefaultMaxBackoff, 200ms).
 	MaxBackoff time.Duration
-	// Timeout bounds each HTTP attempt (default 2s).
+	// Timeout bounds each HTTP attempt (DefaultTimeout, 2s).
 	Timeout time.Duration
+}
+
+// withDefaults fills in the unset options.
+func (o Options) withDefaults() Options {
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = DefaultMaxBackoff
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	return o
+}
+
+// CallBound is the longest one call of a client built with opts can take to
+// fail when DynamoDB does not answer: every attempt running out its Timeout,
+// with the longest backoff between them. With the defaults, 6.4s: an
+// unreachable store is answered (503 store_unavailable) within the api
+// function's timeout. An attempt refused or answered with an error at once
+// costs only the backoffs (0.4s by default).
+func CallBound(opts Options) time.Duration {
+	opts = opts.withDefaults()
+	return time.Duration(opts.MaxAttempts)*opts.Timeout + time.Duration(opts.MaxAttempts-1)*opts.MaxBackoff
 }
 
 // Config loads the AWS configuration for opts. Against a local endpoint it
@@ -46,15 +81,7 @@ type Options struct {
 // absolute http(s) URL, and no region at all (AWS_REGION unset outside
 // Lambda, no endpoint), are errors here rather than at the first call.
 func Config(ctx context.Context, opts Options) (aws.Config, error) {
-	if opts.MaxAttempts <= 0 {
-		opts.MaxAttempts = 3
-	}
-	if opts.MaxBackoff <= 0 {
-		opts.MaxBackoff = 200 * time.Millisecond
-	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = 2 * time.Second
-	}
+	opts = opts.withDefaults()
 	loaders := []func(*config.LoadOptions) error{
 		config.WithRetryer(func() aws.Retryer {
 			return retry.NewStandard(func(o *retry.StandardOptions) {

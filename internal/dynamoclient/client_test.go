@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/logging"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/oncehq/once/internal/dynamoclient"
 )
@@ -106,5 +111,80 @@ func TestConfigEndpoint(t *testing.T) {
 				t.Errorf("Config(%q).Region = %q, want %q", tt.endpoint, cfg.Region, want)
 			}
 		})
+	}
+}
+
+// TestRetryBounds: the configuration's retryer makes at most MaxAttempts
+// attempts, never waits longer than MaxBackoff between two (in the SDK's
+// legacy retry mode and in its 2026 one alike), and each attempt is bounded
+// by Timeout; so a call that fails fails within CallBound.
+func TestRetryBounds(t *testing.T) {
+	tests := []struct {
+		name string
+		opts dynamoclient.Options
+		want dynamoclient.Options // with the defaults filled in
+	}{
+		{"defaults", dynamoclient.Options{}, dynamoclient.Options{
+			MaxAttempts: dynamoclient.DefaultMaxAttempts, MaxBackoff: dynamoclient.DefaultMaxBackoff, Timeout: dynamoclient.DefaultTimeout,
+		}},
+		{"set", dynamoclient.Options{MaxAttempts: 5, MaxBackoff: 3 * time.Second, Timeout: 10 * time.Second},
+			dynamoclient.Options{MaxAttempts: 5, MaxBackoff: 3 * time.Second, Timeout: 10 * time.Second}},
+	}
+	for _, mode := range []string{"", "true"} {
+		for _, tt := range tests {
+			t.Run(tt.name+"/AWS_NEW_RETRIES_2026="+mode, func(t *testing.T) {
+				t.Setenv("AWS_NEW_RETRIES_2026", mode)
+				opts := tt.opts
+				opts.Endpoint = "http://127.0.0.1:1"
+				cfg, err := dynamoclient.Config(t.Context(), opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := cfg.Retryer()
+				if got := r.MaxAttempts(); got != tt.want.MaxAttempts {
+					t.Errorf("MaxAttempts() = %d, want %d", got, tt.want.MaxAttempts)
+				}
+				timeout := cfg.HTTPClient.(*awshttp.BuildableClient).GetTimeout()
+				if timeout != tt.want.Timeout {
+					t.Errorf("HTTP client timeout = %v, want %v", timeout, tt.want.Timeout)
+				}
+				// The delays are random (full jitter in the 2026 mode):
+				// sample each retry's many times, for every kind of error.
+				errs := []error{
+					&smithyhttp.RequestSendError{Err: errors.New("connection reset")},
+					&smithy.GenericAPIError{Code: "ThrottlingException"},
+					&smithy.GenericAPIError{Code: "InternalServerError"},
+				}
+				var longest time.Duration
+				for attempt := 1; attempt < r.MaxAttempts(); attempt++ {
+					slowest := time.Duration(0)
+					for _, e := range errs {
+						for range 200 {
+							d, err := r.RetryDelay(attempt, e)
+							if err != nil {
+								t.Fatalf("RetryDelay(%d, %v) = %v", attempt, e, err)
+							}
+							if d < 0 || d > tt.want.MaxBackoff {
+								t.Fatalf("RetryDelay(%d, %v) = %v, want within [0, %v]", attempt, e, d, tt.want.MaxBackoff)
+							}
+							slowest = max(slowest, d)
+						}
+					}
+					longest += slowest
+				}
+				bound := time.Duration(r.MaxAttempts())*timeout + longest
+				if got := dynamoclient.CallBound(tt.opts); bound > got {
+					t.Errorf("the slowest failing call sampled takes %v, more than CallBound = %v", bound, got)
+				}
+			})
+		}
+	}
+}
+
+// TestCallBound: the defaults' bound, which the README and the api function's
+// timeout rely on.
+func TestCallBound(t *testing.T) {
+	if got, want := dynamoclient.CallBound(dynamoclient.Options{}), 6400*time.Millisecond; got != want {
+		t.Errorf("CallBound(defaults) = %v, want %v", got, want)
 	}
 }

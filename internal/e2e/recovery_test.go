@@ -71,15 +71,16 @@ func TestSameKeyOtherRoute(t *testing.T) {
 	}
 }
 
-// TestRetention moves the clock past a 1s retention: the key executes anew
-// although DynamoDB's TTL has not deleted the record.
+// TestRetention moves the clock past the retention, as short as the
+// middleware takes (the lease): the key executes anew although DynamoDB's
+// TTL has not deleted the record.
 func TestRetention(t *testing.T) {
-	s := newStack(t, withConfig(func(c *config.Config) { c.Retention = time.Second }))
+	s := newStack(t, withConfig(func(c *config.Config) { c.Retention = c.Lease }))
 	first := s.do(t, request{tenant: "acme", keys: []string{"short-lived"}, body: body1001})
 	if first.status != http.StatusCreated {
 		t.Fatalf("POST = %d %s, want 201", first.status, first.body)
 	}
-	s.clock.Advance(900 * time.Millisecond)
+	s.clock.Advance(s.cfg.Retention - 100*time.Millisecond)
 	if r := s.do(t, request{tenant: "acme", keys: []string{"short-lived"}, body: body1001}); r.header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("POST within the retention = %d %s, want a replay", r.status, r.body)
 	}
