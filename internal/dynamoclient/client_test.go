@@ -6,12 +6,18 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/logging"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -186,5 +192,35 @@ func TestRetryBounds(t *testing.T) {
 func TestCallBound(t *testing.T) {
 	if got, want := dynamoclient.CallBound(dynamoclient.Options{}), 6400*time.Millisecond; got != want {
 		t.Errorf("CallBound(defaults) = %v, want %v", got, want)
+	}
+}
+
+// TestMaxAttemptsFromEnvironment: AWS_MAX_ATTEMPTS does not raise the
+// attempts of a call (the SDK loads it only when no retryer is configured,
+// and would then wrap each client's retryer with its count): a DynamoDB
+// that fails every attempt gets DefaultMaxAttempts of them.
+func TestMaxAttemptsFromEnvironment(t *testing.T) {
+	t.Setenv("AWS_MAX_ATTEMPTS", "7")
+	var attempts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		attempts.Add(1)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		w.WriteHeader(http.StatusInternalServerError)
+		w.Write([]byte(`{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"Internal server error"}`))
+	}))
+	defer srv.Close()
+	cfg, err := dynamoclient.Config(t.Context(), dynamoclient.Options{Endpoint: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = dynamoclient.New(cfg, srv.URL).GetItem(t.Context(), &dynamodb.GetItemInput{
+		TableName: aws.String("t"),
+		Key:       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "k"}},
+	})
+	if err == nil {
+		t.Fatal("GetItem succeeded against a DynamoDB that answers 500")
+	}
+	if got := int(attempts.Load()); got != dynamoclient.DefaultMaxAttempts {
+		t.Errorf("GetItem made %d attempts with AWS_MAX_ATTEMPTS=7, want %d", got, dynamoclient.DefaultMaxAttempts)
 	}
 }
