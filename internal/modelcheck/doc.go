@@ -25,10 +25,26 @@
 // landed (a partition that heals). Stream calls and the other tables (the
 // API keys, the provider simulator's own) pass untouched.
 //
-// Three profiles of workload share all this. Mixed plans every endpoint,
+// Five profiles of workload share all this. Mixed plans every endpoint,
 // source and fault point. Refunds plans every key as a refund of the
 // tenant's one payment, so that every key races the others for what is
-// left of it. Handover plans every key as charges whose first
+// left of it. Settling does too, but the payment is still pending when the
+// history starts (a source the provider charges at once, or slowly: the
+// worker's call times out and the retrier settles it a second or more
+// later), the tenant's keys start one after the other and stay in use to
+// the end, and a second worker of the run's own, writing through the
+// proxy, gets every payment's INSERT stream record again from a poller of
+// its own, 0.5-6s later (an at-least-once delivery racing the first and
+// the refunds holding on the payment it settled): a refund that finds its
+// payment pending gets 400 payment_not_refundable, stored, which is legal
+// only for a request sent before the payment was first settled (the proxy
+// notes when). Orders plans every key as an order (a second body, if any,
+// refused 422) sent once, in most cases with a crash after a recovery point
+// or after the provider call, otherwise dying of its source (slow, down for
+// a while, never answering in time), then, about when its lease runs out,
+// retried by two or three clients at once, each on a lane of its own, that
+// race to take the abandoned request over and resume it, with half the
+// completions and a tenth of the recovery points late. Handover plans every key as charges whose first
 // body the provider refuses (nothing happens, so recovery releases the key)
 // and whose second it charges, and delivers half the completions late:
 // the interleaving lease fencing exists for, a key handed on while a
@@ -159,10 +175,11 @@
 //   - `make test` runs one bounded history of each profile (TestModelCheck,
 //     a random seed, 8 clients, 3 tenants, 12s of history: 250-600
 //     requests on 5 keys per tenant for mixed and refunds, 150-500 on 3 for
-//     handover);
+//     handover; 8s of history for orders, 60-80 requests on 3 keys per
+//     tenant, and settling, about 300 on 4);
 //   - `make check CHECK_TIME=5m` runs fresh seeds until the time is up, the
-//     profiles in turn (MODELCHECK_PROFILE=mixed, handover or refunds keeps
-//     to one);
+//     profiles in turn (MODELCHECK_PROFILE=mixed, handover, refunds,
+//     orders or settling keeps to one);
 //   - MODELCHECK_SEED=n replays seed n (the same choices and fault schedule;
 //     the interleaving is the machine's);
 //   - TestPlantedUnfencedCompletion proves that the checker catches a

@@ -41,9 +41,10 @@ const (
 )
 
 // profiles are the workloads of the random runs: mixed (every endpoint,
-// source and fault point), handover (see runConfig.handover) and refunds
-// (see runConfig.only).
-var profiles = []string{"mixed", "handover", "refunds"}
+// source and fault point), handover (see runConfig.handover), refunds
+// (see runConfig.only), orders (see runConfig.bursts) and settling (see
+// runConfig.settling).
+var profiles = []string{"mixed", "handover", "refunds", "orders", "settling"}
 
 // profileConfig is the bounded run of a profile.
 func profileConfig(seed uint64, profile string) runConfig {
@@ -59,6 +60,16 @@ func profileConfig(seed uint64, profile string) runConfig {
 		// Every key races the tenant's other keys for what is left of
 		// one payment.
 		cfg.only = "refunds"
+	case "orders":
+		// Every key an order resumed by retries racing each other; a
+		// shorter history (one round per key), half the completions and a
+		// tenth of the recovery points late.
+		cfg.only, cfg.bursts, cfg.keysPerTenant, cfg.history, cfg.late = "orders", true, 3, 8*time.Second, 0.5
+		cfg.clients = burstLanes * len(cfg.tenants) * cfg.keysPerTenant
+	case "settling":
+		// Every key a refund of the tenant's one payment, still pending
+		// when the history starts; a shorter history.
+		cfg.only, cfg.settling, cfg.keysPerTenant, cfg.history = "refunds", true, 4, 8*time.Second
 	}
 	return cfg
 }
@@ -148,7 +159,17 @@ func checkRun(t *testing.T, cfg runConfig) {
 		// the request that sent one has answered.
 		late: cfg.late, takenAfter: cfg.lease, minLate: cfg.lease + 5*time.Second, maxLate: 12 * time.Second,
 	})
-	c.runClients(t.Context())
+	if cfg.settling {
+		stop := c.redeliver(t)
+		from := c.now()
+		c.runClients(t.Context())
+		stop()
+		t.Logf("modelcheck: payments settled %v after the history started, rewritten conditions %d", c.px.settledSince(from), c.px.planted.Load())
+	} else if cfg.bursts {
+		c.runBursts(t.Context())
+	} else {
+		c.runClients(t.Context())
+	}
 	res := c.finish(t.Context())
 	if res.faults[faultThrottle]+res.faults[faultError]+res.faults[faultDrop]+res.faults[faultDelay]+res.faults[faultLate] == 0 {
 		res.violations = append(res.violations, "the proxy injected no store fault: is it still in the stack's path?")

@@ -33,9 +33,19 @@ var dataPlane = map[string]bool{
 // A plant is a bug the proxy plants in once by rewriting a condition of the
 // writes that carry it into another that uses the same expression names and
 // values (DynamoDB rejects unused ones) but means something else. It applies
-// to PutItem and to the puts and updates of TransactWriteItems.
+// to PutItem and to the puts and updates of TransactWriteItems, or to the
+// operations it names.
 type plant struct {
 	from, to string
+	ops      []string // the operations it rewrites; PutItem and TransactWriteItems when nil
+}
+
+// applies reports whether pl rewrites calls of op.
+func (pl *plant) applies(op string) bool {
+	if pl.ops == nil {
+		return op == "PutItem" || op == "TransactWriteItems"
+	}
+	return slices.Contains(pl.ops, op)
 }
 
 // plants, by name.
@@ -61,7 +71,30 @@ var plants = map[string]plant{
 		from: "#status = :succeeded AND #refundable >= :amount AND attribute_not_exists(#holds.#key)",
 		to:   "#status = :succeeded AND (#refundable >= :amount OR :amount = :amount) AND attribute_not_exists(#holds.#key)",
 	},
+	// A phase of a multi-step request (idempotency/dynamo's Advance: a
+	// takeover, a recovery point, a pause) is written without its lease
+	// token's condition, fenced on its recovery point only: a request that
+	// lost its lease still moves the record on, and two retries that both
+	// read the abandoned lease both take it over.
+	"unfenced-advance": {
+		from: "#lease = :lease AND #status <> :completed AND #point = :from",
+		to:   "(#lease = :lease OR :lease = :lease) AND #status <> :completed AND #point = :from",
+		ops:  []string{"UpdateItem", "TransactWriteItems"},
+	},
+	// The worker's settlement (payments.Table.Settle) no longer checks that
+	// the payment is still pending: a redelivered or retried record of a
+	// payment settled already settles it again, and resets what is left to
+	// refund, the holds of the refunds in flight and the amount refunded.
+	"resettle": {
+		from: "#status = :pending",
+		to:   "(#status = :pending OR :pending = :pending)",
+		ops:  []string{"UpdateItem"},
+	},
 }
+
+// settleCondition is the condition of the worker's settlement of a payment
+// (payments.Table.Settle).
+const settleCondition = "#status = :pending"
 
 // faultKind is what the proxy does to a call.
 type faultKind uint8
@@ -164,8 +197,44 @@ type dynamoProxy struct {
 	waiters  map[string][]waiter
 	landings []landing // late writes that succeeded
 
+	// settled is when each payment (by pk) was first settled: the first
+	// settlement (settleCondition) that succeeded.
+	settled map[string]int64
+
 	plant   atomic.Pointer[plant]
 	planted atomic.Int32 // conditions rewritten
+}
+
+// settledNow notes that payment pk has been settled, unless it was
+// before.
+func (p *dynamoProxy) settledNow(pk string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.settled[pk]; !ok {
+		p.settled[pk] = p.clock()
+	}
+}
+
+// settledSince returns how long after from (the checker's clock) each
+// payment settled so far was first settled.
+func (p *dynamoProxy) settledSince(from int64) []time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []time.Duration
+	for _, at := range p.settled {
+		out = append(out, time.Duration(at-from).Round(100*time.Millisecond))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// settledAt returns when payment pk was first settled; false when it has
+// not been.
+func (p *dynamoProxy) settledAt(pk string) (int64, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at, ok := p.settled[pk]
+	return at, ok
 }
 
 // startProxy serves a proxy to target on a free port of 127.0.0.1.
@@ -184,6 +253,7 @@ func startProxy(target string, seed uint64, clock func() int64) (*dynamoProxy, e
 
 		partitions: map[[sha256.Size]byte]chan struct{}{},
 		waiters:    map[string][]waiter{},
+		settled:    map[string]int64{},
 	}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = p.srv.Serve(ln) }()
@@ -323,7 +393,8 @@ func (p *dynamoProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.forward(w, r, body)
 		return
 	}
-	if pl := p.plant.Load(); pl != nil && (op == "PutItem" || op == "TransactWriteItems") && pl.rewrite(req) {
+	settle := op == "UpdateItem" && conditioned(req, settleCondition, strings.HasPrefix)
+	if pl := p.plant.Load(); pl != nil && pl.applies(op) && pl.rewrite(req) {
 		p.planted.Add(1)
 		body, _ = json.Marshal(req)
 	}
@@ -352,6 +423,9 @@ func (p *dynamoProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if pk != "" && conditioned(req, reserveClause, strings.HasPrefix) {
 		w = &takeWatch{ResponseWriter: w, took: func() { p.took(pk, writtenVariant(body)) }}
+	}
+	if settle {
+		w = &takeWatch{ResponseWriter: w, took: func() { p.settledNow(pk) }}
 	}
 	kind, delay := p.decide()
 	if kind != faultNone {

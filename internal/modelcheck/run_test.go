@@ -60,6 +60,18 @@ type runConfig struct {
 	// one to maxVariants bodies of its own (refunds: every key a refund of
 	// the tenant's one payment, which cannot cover them all).
 	only string
+	// settling leaves the refunds' payments pending when the history
+	// starts (refunds race the worker's settlement of their payment, and
+	// each other), every key in use from its step to the end, and delivers every
+	// payment's stream record a second time, at a random moment, to a
+	// second worker (an at-least-once delivery racing the first).
+	settling bool
+	// bursts plans every key as a round of an order whose first request
+	// dies mid-way (a crash after a recovery point, or a provider that
+	// does not answer in time), then two or three retries at once right
+	// after its lease, racing to take it over and resume it (see
+	// runBursts), instead of the clients' random requests.
+	bursts bool
 	// ttl turns DynamoDB Local's TTL on. Off, as on AWS (where TTL takes
 	// days), abandoned reservations are recovered by the checker only; on,
 	// DynamoDB Local deletes them within seconds and the sweeper's backstop
@@ -353,6 +365,10 @@ func (c *checker) plan(r *mrand.Rand) {
 			if c.cfg.only != "" {
 				first = endpoints[slices.IndexFunc(endpoints, func(ep *endpoint) bool { return ep.name == c.cfg.only })]
 			}
+			if c.cfg.bursts {
+				// Mostly one body: a second one only refused (422).
+				n = 1 + r.IntN(2)
+			}
 			specs := make([]variantSpec, 0, n)
 			for i := range n {
 				ep := first
@@ -369,6 +385,12 @@ func (c *checker) plan(r *mrand.Rand) {
 			}
 			p := c.addPartition(tenant, key, specs...)
 			p.from, p.to = time.Duration(k)*step, time.Duration(k+2)*step
+			if c.cfg.settling {
+				// Every key in use from its step to the end: the first
+				// ones race the settlement, the later ones its second
+				// delivery.
+				p.to = c.cfg.history
+			}
 		}
 	}
 }
@@ -829,6 +851,10 @@ func (c *checker) invariants(p *partition, ops []*op, f *finalRead) []string {
 		switch {
 		case o.err != nil:
 			bad("%s: %v", o.label(), o.err)
+		case o.class == classFinal && c.cfg.settling && o.code == codeNotRefundable && p.variants[o.variant].ep.name == "refunds":
+			if v := c.notRefundable(p, o); v != "" {
+				bad("%s", v)
+			}
 		case o.class == classFinal && !p.variants[o.variant].ep.expects(o.status, o.code):
 			what := o.code
 			if what == "" {
