@@ -179,11 +179,14 @@ func checkRun(t *testing.T, cfg runConfig) {
 		c.runClients(t.Context())
 	}
 	res := c.finish(t.Context())
+	if tk := c.takeovers(); tk.tries > 0 {
+		t.Logf("modelcheck: %v", tk)
+	}
 	if res.faults[faultThrottle]+res.faults[faultError]+res.faults[faultDrop]+res.faults[faultDelay]+res.faults[faultLate] == 0 {
 		res.violations = append(res.violations, "the proxy injected no store fault: is it still in the stack's path?")
 	}
 	if !res.ok() {
-		t.Fatalf("modelcheck: %v (the proxy rewrote %d conditions)", res, c.px.planted.Load())
+		t.Fatalf("modelcheck: %v (the plant rewrote %d conditions or keys)", res, c.px.planted.Load())
 	}
 	t.Logf("modelcheck: %v; %v in all", res, time.Since(start).Round(100*time.Millisecond))
 }

@@ -34,15 +34,21 @@ var dataPlane = map[string]bool{
 // writes that carry it into another that uses the same expression names and
 // values (DynamoDB rejects unused ones) but means something else. It applies
 // to PutItem and to the puts and updates of TransactWriteItems, or to the
-// operations it names.
+// operations it names. A plant with ownerKey rewrites no condition: it
+// changes the forwarded keys of the orders' charges at the provider instead
+// (see ownerKeys).
 type plant struct {
 	from, to string
 	ops      []string // the operations it rewrites; PutItem and TransactWriteItems when nil
+	ownerKey bool
 }
 
 // applies reports whether pl rewrites calls of op.
 func (pl *plant) applies(op string) bool {
-	if pl.ops == nil {
+	switch {
+	case pl.from == "":
+		return false
+	case pl.ops == nil:
 		return op == "PutItem" || op == "TransactWriteItems"
 	}
 	return slices.Contains(pl.ops, op)
@@ -71,16 +77,6 @@ var plants = map[string]plant{
 		from: "#status = :succeeded AND #refundable >= :amount AND attribute_not_exists(#holds.#key)",
 		to:   "#status = :succeeded AND (#refundable >= :amount OR :amount = :amount) AND attribute_not_exists(#holds.#key)",
 	},
-	// A phase of a multi-step request (idempotency/dynamo's Advance: a
-	// takeover, a recovery point, a pause) is written without its lease
-	// token's condition, fenced on its recovery point only: a request that
-	// lost its lease still moves the record on, and two retries that both
-	// read the abandoned lease both take it over.
-	"unfenced-advance": {
-		from: "#lease = :lease AND #status <> :completed AND #point = :from",
-		to:   "(#lease = :lease OR :lease = :lease) AND #status <> :completed AND #point = :from",
-		ops:  []string{"UpdateItem", "TransactWriteItems"},
-	},
 	// The worker's settlement (payments.Table.Settle) no longer checks that
 	// the payment is still pending: a redelivered or retried record of a
 	// payment settled already settles it again, and resets what is left to
@@ -90,6 +86,14 @@ var plants = map[string]plant{
 		to:   "(#status = :pending OR :pending = :pending)",
 		ops:  []string{"UpdateItem"},
 	},
+	// An order's charge is forwarded to the provider under a key derived
+	// from its request's lease token as well (Steps.ForwardKey with the
+	// token in it): stable within one owner's attempt, another key after
+	// every takeover, so a phase resumed by a retry or the reconciler
+	// after its provider call is a second charge. (A recovery point or
+	// takeover written without its lease condition is no plant: see the
+	// package documentation.)
+	"owner-forward-key": {ownerKey: true},
 }
 
 // settleCondition is the condition of the worker's settlement of a payment
@@ -201,8 +205,15 @@ type dynamoProxy struct {
 	// settlement (settleCondition) that succeeded.
 	settled map[string]int64
 
+	// records is the item (pk) of the idempotency record of each
+	// request's tag, noted from the writes that put it.
+	records map[tag]string
+	// takeovers are the takeovers of abandoned multi-step requests, by
+	// item (see takeoverOf).
+	takeovers map[string]*takeoverLog
+
 	plant   atomic.Pointer[plant]
-	planted atomic.Int32 // conditions rewritten
+	planted atomic.Int32 // conditions (or forwarded keys) rewritten
 }
 
 // settledNow notes that payment pk has been settled, unless it was
@@ -254,6 +265,8 @@ func startProxy(target string, seed uint64, clock func() int64) (*dynamoProxy, e
 		partitions: map[[sha256.Size]byte]chan struct{}{},
 		waiters:    map[string][]waiter{},
 		settled:    map[string]int64{},
+		records:    map[tag]string{},
+		takeovers:  map[string]*takeoverLog{},
 	}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = p.srv.Serve(ln) }()
@@ -399,6 +412,15 @@ func (p *dynamoProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body, _ = json.Marshal(req)
 	}
 	pk := itemKey(req)
+	if pk != "" && (op == "PutItem" || op == "TransactWriteItems") {
+		if tg, ok := writtenTag(body); ok {
+			p.noteRecord(tg, pk)
+		}
+	}
+	if old, lease, ok := takeoverOf(op, req); ok && pk != "" {
+		p.tryTakeover(pk, old, lease)
+		w = &takeWatch{ResponseWriter: w, took: func() { p.tookOver(pk, old) }}
+	}
 	if !p.hold(r, op, req, pk, body) {
 		return // the caller hung up while held
 	}
@@ -641,6 +663,15 @@ func (p *dynamoProxy) lateLandings(pk string) []landing {
 // or its transaction's first put), read from the tag of its stored request;
 // -1 when it puts none or the request carries no tag.
 func writtenVariant(body []byte) int {
+	if tg, ok := writtenTag(body); ok {
+		return tg.variant
+	}
+	return -1
+}
+
+// writtenTag is the tag of the request of the record a write puts (see
+// writtenVariant); false when it puts none or the request carries no tag.
+func writtenTag(body []byte) (tag, bool) {
 	var req struct {
 		Item          map[string]map[string]any
 		TransactItems []struct {
@@ -648,7 +679,7 @@ func writtenVariant(body []byte) int {
 		}
 	}
 	if json.Unmarshal(body, &req) != nil {
-		return -1
+		return tag{}, false
 	}
 	item := req.Item
 	for _, ti := range req.TransactItems {
@@ -659,12 +690,9 @@ func writtenVariant(body []byte) int {
 	b64, _ := item["request"]["B"].(string)
 	raw, err := base64.StdEncoding.DecodeString(b64)
 	if err != nil {
-		return -1
+		return tag{}, false
 	}
-	if tg, ok := tagInJSON(raw); ok {
-		return tg.variant
-	}
-	return -1
+	return tagInJSON(raw)
 }
 
 // landLate waits until every late write has landed.

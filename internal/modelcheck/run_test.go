@@ -284,6 +284,7 @@ func newChecker(t *testing.T, cfg runConfig) *checker {
 		Output:       c.out,
 		TemplatePath: dynamotest.TemplatePath(t),
 		StateDir:     t.TempDir(),
+		WrapProvider: c.ownerKeys,
 	})
 	if err != nil {
 		t.Fatalf("devstack.Start = %v", err)
@@ -574,8 +575,8 @@ const quietFor = 4 * time.Second
 // is pending and no endpoint has work left in the background (receipts to
 // send), for quietFor, or the bound passes; it returns what is still
 // pending then.
-func (c *checker) waitQuiet(ctx context.Context) []string {
-	deadline := time.Now().Add(c.cfg.quiet)
+func (c *checker) waitQuiet(ctx context.Context, bound time.Duration) []string {
+	deadline := time.Now().Add(bound)
 	var since time.Time // nothing pending since
 	for {
 		pending, err := c.pending(ctx)
@@ -780,11 +781,17 @@ func (c *checker) finish(ctx context.Context) *result {
 	for _, e := range c.px.faultEvents() {
 		res.faults[e.kind]++
 	}
+	quiet := c.cfg.quiet
+	if c.answersBad() {
+		// The run fails already: it need not wait as long for what is
+		// still pending (stuck keys then read as stuck sooner).
+		quiet = min(quiet, failedQuiet)
+	}
 	quietFrom := time.Now()
-	stuck := c.waitQuiet(ctx)
+	stuck := c.waitQuiet(ctx, quiet)
 	res.quiet = time.Since(quietFrom)
 	for _, s := range stuck {
-		res.violations = append(res.violations, fmt.Sprintf("not quiet %v after the last request: %s", c.cfg.quiet, s))
+		res.violations = append(res.violations, fmt.Sprintf("not quiet %v after the last request: %s", quiet, s))
 	}
 	reads, err := c.readFinal(ctx)
 	if err != nil {
@@ -841,8 +848,33 @@ func (c *checker) finish(ctx context.Context) *result {
 	return res
 }
 
-// invariants checks what is stated directly rather than through the model.
-func (c *checker) invariants(p *partition, ops []*op, f *finalRead) []string {
+// failedQuiet bounds the wait for quiet of a run whose answers have
+// already broken the contract (see answersBad).
+const failedQuiet = 15 * time.Second
+
+// answersBad reports whether an answer of the history breaks the contract
+// on its own (answerViolations): the run fails whatever the wait for quiet
+// finds.
+func (c *checker) answersBad() bool {
+	c.mu.Lock()
+	ops := slices.Clone(c.ops)
+	c.mu.Unlock()
+	byPart := map[*partition][]*op{}
+	for _, o := range ops {
+		byPart[o.part] = append(byPart[o.part], o)
+	}
+	for p, ops := range byPart {
+		if len(c.answerViolations(p, ops)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// answerViolations checks each answer of ops, requests of key p, on its
+// own: a transport error, an answer that is not one of its endpoint's, or
+// one that carries another request's tags.
+func (c *checker) answerViolations(p *partition, ops []*op) []string {
 	var out []string
 	bad := func(format string, args ...any) {
 		out = append(out, p.String()+": "+fmt.Sprintf(format, args...))
@@ -867,6 +899,16 @@ func (c *checker) invariants(p *partition, ops []*op, f *finalRead) []string {
 			}
 		}
 	}
+	return out
+}
+
+// invariants checks what is stated directly rather than through the model.
+func (c *checker) invariants(p *partition, ops []*op, f *finalRead) []string {
+	var out []string
+	bad := func(format string, args ...any) {
+		out = append(out, p.String()+": "+fmt.Sprintf(format, args...))
+	}
+	out = append(out, c.answerViolations(p, ops)...)
 	var effected []int
 	for v, n := range f.effects {
 		if n > 1 {
