@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -225,4 +226,44 @@ func (c *checker) leaseOfCharge(ctx context.Context, body []byte) string {
 		return ""
 	}
 	return lease.Value
+}
+
+// TestTakeoverOf checks which Advance calls the proxy counts as takeovers.
+func TestTakeoverOf(t *testing.T) {
+	update := func(from, point, lease, newLease, expires, now string) map[string]any {
+		values := map[string]any{
+			":point": map[string]any{"S": point}, ":lease": map[string]any{"S": lease},
+			":new_lease":  map[string]any{"S": newLease},
+			":expires_ms": map[string]any{"N": expires}, ":now": map[string]any{"N": now},
+		}
+		if from != "" {
+			values[":from"] = map[string]any{"S": from}
+		}
+		return map[string]any{"ExpressionAttributeValues": values}
+	}
+	tests := []struct {
+		name string
+		op   string
+		req  map[string]any
+		want bool
+	}{
+		{"takeover", "UpdateItem", update("order_created", "order_created", "old", "new", "2000", "1000"), true},
+		{"pause: the new lease has run out", "UpdateItem", update("order_created", "order_created", "old", "new", "1000", "1000"), false},
+		{"a phase under its own lease", "UpdateItem", update("order_created", "charge_created", "old", "old", "2000", "1000"), false},
+		{"a phase that keeps its point", "UpdateItem", update("order_created", "order_created", "old", "old", "2000", "1000"), false},
+		{"the first point", "UpdateItem", update("", "order_created", "old", "new", "2000", "1000"), false},
+		{"a phase with effects", "TransactWriteItems", update("order_created", "order_created", "old", "new", "2000", "1000"), false},
+		{"no values", "UpdateItem", map[string]any{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			old, lease, got := takeoverOf(tt.op, tt.req)
+			if got != tt.want {
+				t.Fatalf("takeoverOf = %q, %q, %v; want %v", old, lease, got, tt.want)
+			}
+			if got && (old != "old" || lease != "new") {
+				t.Errorf("takeoverOf = %q, %q; want old, new", old, lease)
+			}
+		})
+	}
 }
