@@ -181,7 +181,9 @@
 //   - `make test` runs one bounded history of each profile but orders
 //     (TestModelCheck, a random seed, 8 clients, 3 tenants, 12s of
 //     history: 250-600 requests on 5 keys per tenant for mixed and
-//     refunds, 150-500 on 3 for handover; 8s for settling, about 300 on 4);
+//     refunds, 150-500 on 3 for handover; 8s for settling, about 300 on 4;
+//     under -race on a loaded 2-core machine mixed takes 21-25s, handover
+//     24-30s, refunds 27-30s, settling 17-19s, about 97s in all);
 //     a bounded orders run (8s of history, 60-80 requests on 3 keys per
 //     tenant, about 30s in all) is MODELCHECK_PROFILE=orders;
 //   - `make check CHECK_TIME=5m` runs fresh seeds until the time is up, the
@@ -208,21 +210,22 @@
 // seeds failed:
 //
 //   - resettle (the worker's settlement not conditioned on the payment
-//     still pending): settling 7 run, 5 caught (answers 422
+//     still pending): settling 9 seeds, 7 caught (answers 422
 //     provider_rejected once a second settlement reset what the refunds
 //     held, refunds stuck UNKNOWN, histories not linearizable); mixed 5
-//     run, none caught;
+//     seeds, none caught. A failing run whose answers gave it away takes
+//     20-35s, one that only leaves keys stuck 100-105s;
 //   - owner-forward-key (an order's charge forwarded under a key that
-//     changes with its lease token, so with every takeover): orders 7 run,
-//     7 caught, mixed 5 run, 5 caught, by the orders audit (two to eight
-//     provider charges for one paid order: a retry or the reconciler that
-//     resumed the phase after a provider call that crashed, timed out or
-//     was slow charged again).
+//     changes with its lease token, so with every takeover): orders 7
+//     seeds, 7 caught, mixed 5 seeds, 5 caught, by the orders audit (two
+//     to eight provider charges for one paid order: a retry or the
+//     reconciler that resumed the phase after a provider call that
+//     crashed, timed out or was slow charged again).
 //
-// Unplanted, orders and settling passed every seed run (orders 11,
-// settling 8). An orders run has a takeover on 3-8 of its 9 keys, two
-// requests or more in flight at it on 2-8, and two retries or more racing
-// to take one lease over on 2-6.
+// Unplanted, orders and settling passed every seed run (orders 12
+// seeds, settling 14). An unplanted orders run has a takeover on 3-8 of
+// its 9 keys, two requests or more in flight at one on 3-8, and two
+// retries or more racing to take one lease over on 2-7.
 //
 // A recovery point or takeover written without its lease condition
 // (Advance fenced on its recovery point only) is no plant: it was caught
