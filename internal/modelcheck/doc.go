@@ -25,10 +25,31 @@
 // landed (a partition that heals). Stream calls and the other tables (the
 // API keys, the provider simulator's own) pass untouched.
 //
-// Three profiles of workload share all this. Mixed plans every endpoint,
+// Five profiles of workload share all this. Mixed plans every endpoint,
 // source and fault point. Refunds plans every key as a refund of the
 // tenant's one payment, so that every key races the others for what is
-// left of it. Handover plans every key as charges whose first
+// left of it. Settling does too, but the payment is still pending when the
+// history starts (a source the provider charges at once, or slowly: the
+// worker's call times out and the retrier settles it a second or more
+// later), the tenant's keys start one after the other and stay in use to
+// the end, and a second worker of the run's own, writing through the
+// proxy, gets every payment's INSERT stream record again from a poller of
+// its own, 0.5-6s later (an at-least-once delivery racing the first and
+// the refunds holding on the payment it settled): a refund that finds its
+// payment pending gets 400 payment_not_refundable, stored, which is legal
+// only for a request sent before the payment was first settled (the proxy
+// notes when). Orders plans every key as an order (a second body, if any,
+// refused 422) sent once, in most cases with a crash after a recovery point
+// or after the provider call, otherwise dying of its source (slow, down for
+// a while, never answering in time), then, about when its lease runs out,
+// retried by two or three clients at once, each on a lane of its own, that
+// race to take the abandoned request over and resume it, with half the
+// completions and a tenth of the recovery points late. The proxy notes the
+// takeovers (an Advance that keeps the recovery point under a new, running
+// lease token, fenced on the abandoned one) and the run logs how many keys
+// saw one won with two requests or more in flight, saw two requests or
+// more race to take one lease over, and saw two win it (never, fenced).
+// Handover plans every key as charges whose first
 // body the provider refuses (nothing happens, so recovery releases the key)
 // and whose second it charges, and delivers half the completions late:
 // the interleaving lease fencing exists for, a key handed on while a
@@ -61,7 +82,8 @@
 // variant without knowing how once derives its identifiers.
 //
 // Once the clients are done and the proxy has stopped injecting faults, the
-// run waits (bounded) until the system is quiet: no idempotency record
+// run waits (90s at most; 15s when an answer has broken the contract
+// already, as the run fails anyway) until the system is quiet: no idempotency record
 // IN_PROGRESS or UNKNOWN, no payment pending and no receipt job unsent,
 // which takes the checker (a recovery check a second after each lease), the
 // reconciler, the worker and the receipts function for reservations,
@@ -156,20 +178,24 @@
 //
 // # Running it
 //
-//   - `make test` runs one bounded history of each profile (TestModelCheck,
-//     a random seed, 8 clients, 3 tenants, 12s of history: 250-600
-//     requests on 5 keys per tenant for mixed and refunds, 150-500 on 3 for
-//     handover);
+//   - `make test` runs one bounded history of each profile but orders
+//     (TestModelCheck, a random seed, 8 clients, 3 tenants, 12s of
+//     history: 250-600 requests on 5 keys per tenant for mixed and
+//     refunds, 150-500 on 3 for handover; 8s for settling, about 300 on 4;
+//     under -race on a loaded 2-core machine mixed takes 21-25s, handover
+//     24-30s, refunds 27-30s, settling 17-19s, about 97s in all);
+//     a bounded orders run (8s of history, 60-80 requests on 3 keys per
+//     tenant, about 30s in all) is MODELCHECK_PROFILE=orders;
 //   - `make check CHECK_TIME=5m` runs fresh seeds until the time is up, the
-//     profiles in turn (MODELCHECK_PROFILE=mixed, handover or refunds keeps
-//     to one);
+//     profiles in turn (MODELCHECK_PROFILE=mixed, handover, refunds,
+//     orders or settling keeps to one);
 //   - MODELCHECK_SEED=n replays seed n (the same choices and fault schedule;
 //     the interleaving is the machine's);
 //   - TestPlantedUnfencedCompletion proves that the checker catches a
 //     completion that is not fenced on its lease token (the proxy rewrites
 //     the condition), on a crafted schedule, and passes the same schedule
-//     unplanted; MODELCHECK_PLANT=<name> puts a plant (see plants) into the
-//     random runs, to measure what they catch;
+//     unplanted; MODELCHECK_PLANT=<name> puts a plant (see plants and
+//     below) into the random runs, to measure what they catch;
 //   - TestAbandonedChargeKeepsItsKey and TestLateProviderWriteAfterRelease
 //     are the regression tests of two double charges the check found (an
 //     abandoned External reservation deleted by TTL before it was
@@ -177,6 +203,41 @@
 //     client gave up on), on crafted schedules;
 //   - MODELCHECK_TTL=on runs with DynamoDB Local's TTL on;
 //   - MODELCHECK_OUT sets where failures write their files.
+//
+// # What the plants of the newer profiles catch
+//
+// Measured on a loaded 2-core machine, one seed at a time, as seeds run and
+// seeds failed:
+//
+//   - resettle (the worker's settlement not conditioned on the payment
+//     still pending): settling 9 seeds, 7 caught (answers 422
+//     provider_rejected once a second settlement reset what the refunds
+//     held, refunds stuck UNKNOWN, histories not linearizable); mixed 5
+//     seeds, none caught. A failing run whose answers gave it away takes
+//     20-35s, one that only leaves keys stuck 100-105s;
+//   - owner-forward-key (an order's charge forwarded under a key that
+//     changes with its lease token, so with every takeover): orders 7
+//     seeds, 7 caught, mixed 5 seeds, 5 caught, by the orders audit (two
+//     to eight provider charges for one paid order: a retry or the
+//     reconciler that resumed the phase after a provider call that
+//     crashed, timed out or was slow charged again).
+//
+// Unplanted, orders and settling passed every seed run (orders 12
+// seeds, settling 14). An unplanted orders run has a takeover on 3-8 of
+// its 9 keys, two requests or more in flight at one on 3-8, and two
+// retries or more racing to take one lease over on 2-7.
+//
+// A recovery point or takeover written without its lease condition
+// (Advance fenced on its recovery point only) is no plant: it was caught
+// in none of 9 orders and 4 mixed seeds, although in 3 of those orders
+// runs two retries won the same abandoned lease on 2-6 keys. It cannot be
+// seen: every Advance is also fenced on the point it goes on from, and
+// writes its own lease token, so one owner per phase goes on and the
+// completion (fenced on the token) is that owner's; the phases are
+// idempotent upserts, the provider dedupes a phase's call by its
+// forwarded key (the request's fingerprint and the phase), and the answer
+// is rebuilt from what the phases recorded, so a second owner can only
+// repeat, byte for byte, what the first did.
 //
 // # Adding an endpoint
 //

@@ -41,9 +41,14 @@ const (
 )
 
 // profiles are the workloads of the random runs: mixed (every endpoint,
-// source and fault point), handover (see runConfig.handover) and refunds
-// (see runConfig.only).
-var profiles = []string{"mixed", "handover", "refunds"}
+// source and fault point), handover (see runConfig.handover), refunds
+// (see runConfig.only), orders (see runConfig.bursts) and settling (see
+// runConfig.settling).
+var profiles = []string{"mixed", "handover", "refunds", "orders", "settling"}
+
+// bounded are the profiles of the bounded run (`make test`): orders, whose
+// retries wait for leases and slow providers, would add half a minute.
+var bounded = []string{"mixed", "handover", "refunds", "settling"}
 
 // profileConfig is the bounded run of a profile.
 func profileConfig(seed uint64, profile string) runConfig {
@@ -59,13 +64,24 @@ func profileConfig(seed uint64, profile string) runConfig {
 		// Every key races the tenant's other keys for what is left of
 		// one payment.
 		cfg.only = "refunds"
+	case "orders":
+		// Every key an order resumed by retries racing each other; a
+		// shorter history (one round per key), half the completions and a
+		// tenth of the recovery points late.
+		cfg.only, cfg.bursts, cfg.keysPerTenant, cfg.history, cfg.late = "orders", true, 3, 8*time.Second, 0.5
+		cfg.clients = burstLanes * len(cfg.tenants) * cfg.keysPerTenant
+	case "settling":
+		// Every key a refund of the tenant's one payment, still pending
+		// when the history starts; a shorter history.
+		cfg.only, cfg.settling, cfg.keysPerTenant, cfg.history = "refunds", true, 4, 8*time.Second
 	}
 	return cfg
 }
 
 // TestModelCheck runs random concurrent histories against the devstack and
 // checks them (see the package documentation): one bounded run of each
-// profile, or fresh seeds for MODELCHECK_TIME, the profiles in turn.
+// profile but orders (see bounded), or fresh seeds for MODELCHECK_TIME, the
+// profiles in turn.
 func TestModelCheck(t *testing.T) {
 	seed := seedFromEnv(t)
 	budget := time.Duration(0)
@@ -84,6 +100,9 @@ func TestModelCheck(t *testing.T) {
 		chosen = []string{v}
 	}
 	if budget == 0 {
+		if os.Getenv(envProfile) == "" {
+			chosen = bounded
+		}
 		for _, pr := range chosen {
 			t.Run(pr, func(t *testing.T) { checkRun(t, profileConfig(seed, pr)) })
 		}
@@ -148,13 +167,26 @@ func checkRun(t *testing.T, cfg runConfig) {
 		// the request that sent one has answered.
 		late: cfg.late, takenAfter: cfg.lease, minLate: cfg.lease + 5*time.Second, maxLate: 12 * time.Second,
 	})
-	c.runClients(t.Context())
+	if cfg.settling {
+		stop := c.redeliver(t)
+		from := c.now()
+		c.runClients(t.Context())
+		stop()
+		t.Logf("modelcheck: payments settled %v after the history started, rewritten conditions %d", c.px.settledSince(from), c.px.planted.Load())
+	} else if cfg.bursts {
+		c.runBursts(t.Context())
+	} else {
+		c.runClients(t.Context())
+	}
 	res := c.finish(t.Context())
+	if tk := c.takeovers(); tk.tries > 0 {
+		t.Logf("modelcheck: %v", tk)
+	}
 	if res.faults[faultThrottle]+res.faults[faultError]+res.faults[faultDrop]+res.faults[faultDelay]+res.faults[faultLate] == 0 {
 		res.violations = append(res.violations, "the proxy injected no store fault: is it still in the stack's path?")
 	}
 	if !res.ok() {
-		t.Fatalf("modelcheck: %v (the proxy rewrote %d conditions)", res, c.px.planted.Load())
+		t.Fatalf("modelcheck: %v (the plant rewrote %d conditions or keys)", res, c.px.planted.Load())
 	}
 	t.Logf("modelcheck: %v; %v in all", res, time.Since(start).Round(100*time.Millisecond))
 }

@@ -5,7 +5,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	mrand "math/rand/v2"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -162,4 +165,72 @@ func auditOrders(ctx context.Context, s systems, run string) ([]string, error) {
 
 func compareTags(a, b tag) int {
 	return cmp.Or(cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.key, b.key), cmp.Compare(a.variant, b.variant))
+}
+
+// burstLanes are the porcupine lanes (clients) of one key in runBursts:
+// its first request, then up to three retries at once.
+const burstLanes = 4
+
+// runBursts sends, for every key once its time has come, an order request
+// that dies mid-way: most with a crash after a recovery point or after the
+// provider call, the others on their own when the provider is slow, down
+// for a while or never answers in time (the variant's source). Once its
+// lease has about run out (a little before or after), two or three retries
+// at once race to take the abandoned request over and resume it, each
+// retrying after 409 or 5xx a few times; one in six sends the key's other
+// body, if it has one. Every sender is a lane of its own (burstLanes per
+// key).
+func (c *checker) runBursts(ctx context.Context) {
+	start := time.Now()
+	sleep := func(d time.Duration) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+	var wg sync.WaitGroup
+	for _, p := range c.parts {
+		r := mrand.New(mrand.NewPCG(c.cfg.seed, 0xb0057+uint64(p.index)))
+		lane := burstLanes * p.index
+		first := ""
+		if r.Float64() < 0.8 {
+			first = orderFaults[r.IntN(len(orderFaults))]
+		}
+		wait := time.Duration(r.Int64N(int64(c.cfg.history/4))) + p.from - time.Since(start)
+		retries := 2 + r.IntN(2)
+		seeds := make([]uint64, retries)
+		for i := range seeds {
+			seeds[i] = r.Uint64()
+		}
+		after := c.cfg.lease + time.Duration(r.IntN(400)-100)*time.Millisecond
+		wg.Go(func() {
+			sleep(max(wait, 0))
+			if ctx.Err() != nil {
+				return
+			}
+			c.send(ctx, lane, p, 0, first, r)
+			sleep(after)
+			var retriers sync.WaitGroup
+			for i, s := range seeds {
+				retriers.Go(func() {
+					r := mrand.New(mrand.NewPCG(s, 1))
+					v := 0
+					if len(p.variants) > 1 && r.IntN(6) == 0 {
+						v = 1 + r.IntN(len(p.variants)-1)
+					}
+					for range 5 {
+						if o := c.send(ctx, lane+1+i, p, v, "", r); o.class != classInProgress && o.class != classFailed {
+							return
+						}
+						sleep(time.Duration(100+r.IntN(400)) * time.Millisecond)
+						if ctx.Err() != nil {
+							return
+						}
+					}
+				})
+			}
+			retriers.Wait()
+		})
+	}
+	wg.Wait()
 }

@@ -33,9 +33,25 @@ var dataPlane = map[string]bool{
 // A plant is a bug the proxy plants in once by rewriting a condition of the
 // writes that carry it into another that uses the same expression names and
 // values (DynamoDB rejects unused ones) but means something else. It applies
-// to PutItem and to the puts and updates of TransactWriteItems.
+// to PutItem and to the puts and updates of TransactWriteItems, or to the
+// operations it names. A plant with ownerKey rewrites no condition: it
+// changes the forwarded keys of the orders' charges at the provider instead
+// (see ownerKeys).
 type plant struct {
 	from, to string
+	ops      []string // the operations it rewrites; PutItem and TransactWriteItems when nil
+	ownerKey bool
+}
+
+// applies reports whether pl rewrites calls of op.
+func (pl *plant) applies(op string) bool {
+	switch {
+	case pl.from == "":
+		return false
+	case pl.ops == nil:
+		return op == "PutItem" || op == "TransactWriteItems"
+	}
+	return slices.Contains(pl.ops, op)
 }
 
 // plants, by name.
@@ -61,7 +77,28 @@ var plants = map[string]plant{
 		from: "#status = :succeeded AND #refundable >= :amount AND attribute_not_exists(#holds.#key)",
 		to:   "#status = :succeeded AND (#refundable >= :amount OR :amount = :amount) AND attribute_not_exists(#holds.#key)",
 	},
+	// The worker's settlement (payments.Table.Settle) no longer checks that
+	// the payment is still pending: a redelivered or retried record of a
+	// payment settled already settles it again, and resets what is left to
+	// refund, the holds of the refunds in flight and the amount refunded.
+	"resettle": {
+		from: "#status = :pending",
+		to:   "(#status = :pending OR :pending = :pending)",
+		ops:  []string{"UpdateItem"},
+	},
+	// An order's charge is forwarded to the provider under a key derived
+	// from its request's lease token as well (Steps.ForwardKey with the
+	// token in it): stable within one owner's attempt, another key after
+	// every takeover, so a phase resumed by a retry or the reconciler
+	// after its provider call is a second charge. (A recovery point or
+	// takeover written without its lease condition is no plant: see the
+	// package documentation.)
+	"owner-forward-key": {ownerKey: true},
 }
+
+// settleCondition is the condition of the worker's settlement of a payment
+// (payments.Table.Settle).
+const settleCondition = "#status = :pending"
 
 // faultKind is what the proxy does to a call.
 type faultKind uint8
@@ -164,8 +201,51 @@ type dynamoProxy struct {
 	waiters  map[string][]waiter
 	landings []landing // late writes that succeeded
 
+	// settled is when each payment (by pk) was first settled: the first
+	// settlement (settleCondition) that succeeded.
+	settled map[string]int64
+
+	// records is the item (pk) of the idempotency record of each
+	// request's tag, noted from the writes that put it.
+	records map[tag]string
+	// takeovers are the takeovers of abandoned multi-step requests, by
+	// item (see takeoverOf).
+	takeovers map[string]*takeoverLog
+
 	plant   atomic.Pointer[plant]
-	planted atomic.Int32 // conditions rewritten
+	planted atomic.Int32 // conditions (or forwarded keys) rewritten
+}
+
+// settledNow notes that payment pk has been settled, unless it was
+// before.
+func (p *dynamoProxy) settledNow(pk string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.settled[pk]; !ok {
+		p.settled[pk] = p.clock()
+	}
+}
+
+// settledSince returns how long after from (the checker's clock) each
+// payment settled so far was first settled.
+func (p *dynamoProxy) settledSince(from int64) []time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []time.Duration
+	for _, at := range p.settled {
+		out = append(out, time.Duration(at-from).Round(100*time.Millisecond))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// settledAt returns when payment pk was first settled; false when it has
+// not been.
+func (p *dynamoProxy) settledAt(pk string) (int64, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at, ok := p.settled[pk]
+	return at, ok
 }
 
 // startProxy serves a proxy to target on a free port of 127.0.0.1.
@@ -184,6 +264,9 @@ func startProxy(target string, seed uint64, clock func() int64) (*dynamoProxy, e
 
 		partitions: map[[sha256.Size]byte]chan struct{}{},
 		waiters:    map[string][]waiter{},
+		settled:    map[string]int64{},
+		records:    map[tag]string{},
+		takeovers:  map[string]*takeoverLog{},
 	}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = p.srv.Serve(ln) }()
@@ -323,11 +406,21 @@ func (p *dynamoProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.forward(w, r, body)
 		return
 	}
-	if pl := p.plant.Load(); pl != nil && (op == "PutItem" || op == "TransactWriteItems") && pl.rewrite(req) {
+	settle := op == "UpdateItem" && conditioned(req, settleCondition, strings.HasPrefix)
+	if pl := p.plant.Load(); pl != nil && pl.applies(op) && pl.rewrite(req) {
 		p.planted.Add(1)
 		body, _ = json.Marshal(req)
 	}
 	pk := itemKey(req)
+	if pk != "" && (op == "PutItem" || op == "TransactWriteItems") {
+		if tg, ok := writtenTag(body); ok {
+			p.noteRecord(tg, pk)
+		}
+	}
+	if old, lease, ok := takeoverOf(op, req); ok && pk != "" {
+		p.tryTakeover(pk, old, lease)
+		w = &takeWatch{ResponseWriter: w, took: func() { p.tookOver(pk, old) }}
+	}
 	if !p.hold(r, op, req, pk, body) {
 		return // the caller hung up while held
 	}
@@ -352,6 +445,9 @@ func (p *dynamoProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if pk != "" && conditioned(req, reserveClause, strings.HasPrefix) {
 		w = &takeWatch{ResponseWriter: w, took: func() { p.took(pk, writtenVariant(body)) }}
+	}
+	if settle {
+		w = &takeWatch{ResponseWriter: w, took: func() { p.settledNow(pk) }}
 	}
 	kind, delay := p.decide()
 	if kind != faultNone {
@@ -567,6 +663,15 @@ func (p *dynamoProxy) lateLandings(pk string) []landing {
 // or its transaction's first put), read from the tag of its stored request;
 // -1 when it puts none or the request carries no tag.
 func writtenVariant(body []byte) int {
+	if tg, ok := writtenTag(body); ok {
+		return tg.variant
+	}
+	return -1
+}
+
+// writtenTag is the tag of the request of the record a write puts (see
+// writtenVariant); false when it puts none or the request carries no tag.
+func writtenTag(body []byte) (tag, bool) {
 	var req struct {
 		Item          map[string]map[string]any
 		TransactItems []struct {
@@ -574,7 +679,7 @@ func writtenVariant(body []byte) int {
 		}
 	}
 	if json.Unmarshal(body, &req) != nil {
-		return -1
+		return tag{}, false
 	}
 	item := req.Item
 	for _, ti := range req.TransactItems {
@@ -585,12 +690,9 @@ func writtenVariant(body []byte) int {
 	b64, _ := item["request"]["B"].(string)
 	raw, err := base64.StdEncoding.DecodeString(b64)
 	if err != nil {
-		return -1
+		return tag{}, false
 	}
-	if tg, ok := tagInJSON(raw); ok {
-		return tg.variant
-	}
-	return -1
+	return tagInJSON(raw)
 }
 
 // landLate waits until every late write has landed.

@@ -38,7 +38,11 @@ func paymentsToRefund(ctx context.Context, c *checker, vs []planned) error {
 		g, ok := byTenant[pv.tenant]
 		if !ok {
 			source, _ := pv.v.body["payment"].(string)
-			if source == "" {
+			switch {
+			case source != "":
+			case c.cfg.settling:
+				source = settlingSources.pick(r)
+			default:
 				source = refundSources.pick(r)
 			}
 			g = group{pv.tenant, source}
@@ -68,6 +72,16 @@ func paymentsToRefund(ctx context.Context, c *checker, vs []planned) error {
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
+	}
+	if c.cfg.settling {
+		// The refunds race the worker's settlement: they may find their
+		// payment pending.
+		for i, g := range groups {
+			for _, v := range byGroup[g] {
+				v.body["payment"] = ids[i]
+			}
+		}
+		return nil
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for i, g := range groups {

@@ -60,6 +60,18 @@ type runConfig struct {
 	// one to maxVariants bodies of its own (refunds: every key a refund of
 	// the tenant's one payment, which cannot cover them all).
 	only string
+	// settling leaves the refunds' payments pending when the history
+	// starts (refunds race the worker's settlement of their payment, and
+	// each other), every key in use from its step to the end, and delivers every
+	// payment's stream record a second time, at a random moment, to a
+	// second worker (an at-least-once delivery racing the first).
+	settling bool
+	// bursts plans every key as a round of an order whose first request
+	// dies mid-way (a crash after a recovery point, or a provider that
+	// does not answer in time), then two or three retries at once right
+	// after its lease, racing to take it over and resume it (see
+	// runBursts), instead of the clients' random requests.
+	bursts bool
 	// ttl turns DynamoDB Local's TTL on. Off, as on AWS (where TTL takes
 	// days), abandoned reservations are recovered by the checker only; on,
 	// DynamoDB Local deletes them within seconds and the sweeper's backstop
@@ -272,6 +284,7 @@ func newChecker(t *testing.T, cfg runConfig) *checker {
 		Output:       c.out,
 		TemplatePath: dynamotest.TemplatePath(t),
 		StateDir:     t.TempDir(),
+		WrapProvider: c.ownerKeys,
 	})
 	if err != nil {
 		t.Fatalf("devstack.Start = %v", err)
@@ -353,6 +366,10 @@ func (c *checker) plan(r *mrand.Rand) {
 			if c.cfg.only != "" {
 				first = endpoints[slices.IndexFunc(endpoints, func(ep *endpoint) bool { return ep.name == c.cfg.only })]
 			}
+			if c.cfg.bursts {
+				// Mostly one body: a second one only refused (422).
+				n = 1 + r.IntN(2)
+			}
 			specs := make([]variantSpec, 0, n)
 			for i := range n {
 				ep := first
@@ -369,6 +386,12 @@ func (c *checker) plan(r *mrand.Rand) {
 			}
 			p := c.addPartition(tenant, key, specs...)
 			p.from, p.to = time.Duration(k)*step, time.Duration(k+2)*step
+			if c.cfg.settling {
+				// Every key in use from its step to the end: the first
+				// ones race the settlement, the later ones its second
+				// delivery.
+				p.to = c.cfg.history
+			}
 		}
 	}
 }
@@ -552,8 +575,8 @@ const quietFor = 4 * time.Second
 // is pending and no endpoint has work left in the background (receipts to
 // send), for quietFor, or the bound passes; it returns what is still
 // pending then.
-func (c *checker) waitQuiet(ctx context.Context) []string {
-	deadline := time.Now().Add(c.cfg.quiet)
+func (c *checker) waitQuiet(ctx context.Context, bound time.Duration) []string {
+	deadline := time.Now().Add(bound)
 	var since time.Time // nothing pending since
 	for {
 		pending, err := c.pending(ctx)
@@ -758,11 +781,17 @@ func (c *checker) finish(ctx context.Context) *result {
 	for _, e := range c.px.faultEvents() {
 		res.faults[e.kind]++
 	}
+	quiet := c.cfg.quiet
+	if c.answersBad() {
+		// The run fails already: it need not wait as long for what is
+		// still pending (stuck keys then read as stuck sooner).
+		quiet = min(quiet, failedQuiet)
+	}
 	quietFrom := time.Now()
-	stuck := c.waitQuiet(ctx)
+	stuck := c.waitQuiet(ctx, quiet)
 	res.quiet = time.Since(quietFrom)
 	for _, s := range stuck {
-		res.violations = append(res.violations, fmt.Sprintf("not quiet %v after the last request: %s", c.cfg.quiet, s))
+		res.violations = append(res.violations, fmt.Sprintf("not quiet %v after the last request: %s", quiet, s))
 	}
 	reads, err := c.readFinal(ctx)
 	if err != nil {
@@ -819,8 +848,33 @@ func (c *checker) finish(ctx context.Context) *result {
 	return res
 }
 
-// invariants checks what is stated directly rather than through the model.
-func (c *checker) invariants(p *partition, ops []*op, f *finalRead) []string {
+// failedQuiet bounds the wait for quiet of a run whose answers have
+// already broken the contract (see answersBad).
+const failedQuiet = 15 * time.Second
+
+// answersBad reports whether an answer of the history breaks the contract
+// on its own (answerViolations): the run fails whatever the wait for quiet
+// finds.
+func (c *checker) answersBad() bool {
+	c.mu.Lock()
+	ops := slices.Clone(c.ops)
+	c.mu.Unlock()
+	byPart := map[*partition][]*op{}
+	for _, o := range ops {
+		byPart[o.part] = append(byPart[o.part], o)
+	}
+	for p, ops := range byPart {
+		if len(c.answerViolations(p, ops)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// answerViolations checks each answer of ops, requests of key p, on its
+// own: a transport error, an answer that is not one of its endpoint's, or
+// one that carries another request's tags.
+func (c *checker) answerViolations(p *partition, ops []*op) []string {
 	var out []string
 	bad := func(format string, args ...any) {
 		out = append(out, p.String()+": "+fmt.Sprintf(format, args...))
@@ -829,6 +883,10 @@ func (c *checker) invariants(p *partition, ops []*op, f *finalRead) []string {
 		switch {
 		case o.err != nil:
 			bad("%s: %v", o.label(), o.err)
+		case o.class == classFinal && c.cfg.settling && o.code == codeNotRefundable && p.variants[o.variant].ep.name == "refunds":
+			if v := c.notRefundable(p, o); v != "" {
+				bad("%s", v)
+			}
 		case o.class == classFinal && !p.variants[o.variant].ep.expects(o.status, o.code):
 			what := o.code
 			if what == "" {
@@ -841,6 +899,16 @@ func (c *checker) invariants(p *partition, ops []*op, f *finalRead) []string {
 			}
 		}
 	}
+	return out
+}
+
+// invariants checks what is stated directly rather than through the model.
+func (c *checker) invariants(p *partition, ops []*op, f *finalRead) []string {
+	var out []string
+	bad := func(format string, args ...any) {
+		out = append(out, p.String()+": "+fmt.Sprintf(format, args...))
+	}
+	out = append(out, c.answerViolations(p, ops)...)
 	var effected []int
 	for v, n := range f.effects {
 		if n > 1 {
