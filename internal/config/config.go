@@ -64,9 +64,10 @@ const (
 	// retries a change for up to an hour (MaximumRecordAgeInSeconds, 3600,
 	// in template.yaml; internal/deploytest holds every mapping of the
 	// idempotency table's stream to it), and the reconciler cannot prove
-	// "not charged" before ONCE_PROVIDER_SETTLE has passed. Expired sooner,
-	// the record counts as absent: a retry would run the request again
-	// while its first outcome is still being resolved.
+	// "not charged" before ONCE_PROVIDER_SETTLE has passed (so the
+	// retention is at least that too). Expired sooner, the record counts as
+	// absent: a retry would run the request again while its first outcome
+	// is still being resolved.
 	MinRetention = time.Hour
 	// DefaultProviderTimeout bounds one call to the payment provider. It is
 	// well under DefaultLease, so a request that times out still holds its
@@ -110,7 +111,7 @@ type Config struct {
 	// that every table has its default name.
 	getenv func(string) string
 	// Retention is how long a completed (or UNKNOWN) idempotency record is
-	// kept: at least MinRetention and at least Lease.
+	// kept: at least MinRetention, Lease and ProviderSettle.
 	Retention time.Duration
 	// Lease is how long a reservation is held before it counts as abandoned.
 	Lease time.Duration
@@ -254,10 +255,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if c.Lease > 0 && c.ProviderTimeout > 0 && c.ProviderTimeout >= c.Lease {
 		bad(EnvProviderTimeout, c.ProviderTimeout.String(), "must be shorter than "+EnvLease+" ("+c.Lease.String()+"), or a timed-out request would lose its lease before recording the unknown outcome")
 	}
-	if floor := max(MinRetention, c.Lease); c.Retention > 0 && c.Retention < floor {
-		bad(EnvRetention, c.Retention.String(), "must be at least "+floor.String()+", the longer of "+MinRetention.String()+
-			" (the reconciler's retries of an UNKNOWN record) and "+EnvLease+" ("+c.Lease.String()+
-			"): a record expired sooner counts as absent, and a retry would run its request again")
+	if floor := max(MinRetention, c.Lease, c.ProviderSettle); c.Retention > 0 && c.Retention < floor {
+		bad(EnvRetention, c.Retention.String(), "must be at least "+floor.String()+", the longest of "+MinRetention.String()+
+			" (the reconciler's retries of an UNKNOWN record), "+EnvLease+" ("+c.Lease.String()+") and "+
+			EnvProviderSettle+" ("+c.ProviderSettle.String()+", until which an UNKNOWN record's call may still land)"+
+			": a record expired sooner counts as absent, and a retry would run its request again")
 	}
 	if c.Region == "" && (c.DynamoDBEndpoint != "" || c.SQSEndpoint != "") {
 		c.Region = DefaultLocalRegion

@@ -161,12 +161,18 @@ func TestEnvironmentCoversCode(t *testing.T) {
 		}
 		// config.FromEnv checks some variables against others, whatever
 		// the function uses: a function that reads one needs the other
-		// too, either way round, or a valid deployment fails at init.
-		for _, c := range crossChecks {
-			for _, pair := range [][2]string{{c.checked, c.against}, {c.against, c.checked}} {
-				if _, ok := reads[pair[0]]; ok {
-					if _, ok := reads[pair[1]]; !ok {
-						reads[pair[1]] = "config.FromEnv checks " + c.checked + " and " + c.against + " against each other"
+		// too, either way round, or a valid deployment fails at init. A
+		// variable needed for a check is checked against others in turn:
+		// go on until no pair adds one.
+		for added := true; added; {
+			added = false
+			for _, c := range crossChecks {
+				for _, pair := range [][2]string{{c.checked, c.against}, {c.against, c.checked}} {
+					if _, ok := reads[pair[0]]; ok {
+						if _, ok := reads[pair[1]]; !ok {
+							reads[pair[1]] = "config.FromEnv checks " + c.checked + " and " + c.against + " against each other"
+							added = true
+						}
 					}
 				}
 			}
@@ -228,6 +234,8 @@ var crossChecks = []struct {
 }{
 	{checked: config.EnvProviderTimeout, against: config.EnvLease, bad: config.DefaultLease.String(), good: (2 * config.DefaultLease).String()},
 	{checked: config.EnvLease, against: config.EnvRetention, bad: (config.DefaultRetention + time.Hour).String(), good: (2 * config.DefaultRetention).String()},
+	{checked: config.EnvProviderSettle, against: config.EnvRetention, bad: (config.DefaultRetention + time.Hour).String(), good: (2 * config.DefaultRetention).String()},
+	{checked: config.EnvProviderSettle, against: config.EnvProviderTimeout, bad: (config.DefaultProviderTimeout / 2).String(), good: (config.DefaultProviderTimeout / 4).String()},
 }
 
 // TestCrossChecks checks crossChecks against config.FromEnv: each checked
@@ -274,7 +282,10 @@ func TestConfigAcceptsTemplate(t *testing.T) {
 		{"ProviderTimeout": "30s", "Lease": "45s"},
 		{"ProviderTimeout": "50s", "Lease": "2m", "ProviderSettle": "1m"},
 		{"Retention": config.MinRetention.String()},
-		{"Lease": "25h", "Retention": "48h"}, // a lease over the default retention
+		{"Lease": "25h", "Retention": "48h"},              // a lease over the default retention
+		{"ProviderTimeout": "1s", "Lease": "4s"},          // a lease under the default provider timeout
+		{"ProviderTimeout": "1s", "ProviderSettle": "2s"}, // a settle under the default provider timeout
+		{"ProviderSettle": "25h", "Retention": "48h"},     // a settle over the default retention
 	}
 	for _, deploy := range []bool{true, false} {
 		for _, level := range levels {

@@ -142,7 +142,9 @@ func TestStreamMappings(t *testing.T) {
 }
 
 // TestStreamTimeoutBudget checks that a batch of provider calls, made one
-// record after another, fits in the function's timeout.
+// record after another, fits in the timeout of each function that calls the
+// provider (the ones given ONCE_PROVIDER_URL; ONCE_PROVIDER_TIMEOUT alone
+// may be there only for config.FromEnv's checks).
 func TestStreamTimeoutBudget(t *testing.T) {
 	defaults := template(t).ParameterDefaults()
 	callTimeout, err := time.ParseDuration(defaults["ProviderTimeout"])
@@ -150,7 +152,7 @@ func TestStreamTimeoutBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	for id, fn := range template(t).Functions() {
-		if fn.Environment()["ONCE_PROVIDER_TIMEOUT"] == nil {
+		if fn.Environment()["ONCE_PROVIDER_URL"] == nil {
 			continue
 		}
 		timeout := time.Duration(fn.Properties["Timeout"].(int)) * time.Second

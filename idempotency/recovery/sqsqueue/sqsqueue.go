@@ -33,12 +33,13 @@ type Queue struct {
 }
 
 // New returns the queue at queueURL (what CloudFormation's !Ref of an
-// AWS::SQS::Queue gives), reached through api. A nil api or a queueURL that
-// is not an absolute http(s) URL (an environment variable not set, a queue
-// name) is an error, at start-up rather than at the first send.
+// AWS::SQS::Queue gives), reached through api. A nil api (a nil
+// *sqs.Client, such as NewClient returns with an error, included) or a
+// queueURL that is not an absolute http(s) URL (an environment variable not
+// set, a queue name) is an error, at start-up rather than at the first send.
 func New(api API, queueURL string) (*Queue, error) {
 	var errs []error
-	if api == nil {
+	if c, ok := api.(*sqs.Client); api == nil || ok && c == nil {
 		errs = append(errs, errors.New("sqsqueue: the SQS client is nil"))
 	}
 	if u, err := url.Parse(queueURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -178,6 +178,7 @@ func TestNew(t *testing.T) {
 		{"a queue name", c, "checks", []string{`queue URL "checks"`}},
 		{"another scheme", c, "sqs://checks", []string{`"sqs://checks"`}},
 		{"no client", nil, "http://127.0.0.1:9324/000000000000/checks", []string{"SQS client is nil"}},
+		{"a nil *sqs.Client (NewClient's on an error)", (*sqs.Client)(nil), "http://127.0.0.1:9324/000000000000/checks", []string{"SQS client is nil"}},
 		{"neither", nil, "", []string{"SQS client is nil", `queue URL ""`}},
 	}
 	for _, tt := range tests {
