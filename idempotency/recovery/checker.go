@@ -34,7 +34,10 @@ type CheckerConfig struct {
 	// has run out, sent on for the rest.
 	Queue Queue
 	// Retention is how long a record moved to UNKNOWN is kept
-	// (idempotency.DefaultRetention), as the Sweeper keeps one.
+	// (idempotency.DefaultRetention), as the Sweeper keeps one. Expired, it
+	// counts as absent and a retry runs its request again: keep it longer
+	// than the reconciler can take to resolve it (its stream mapping's
+	// retries, the provider's settle time) and than the middleware's Lease.
 	Retention time.Duration
 	// Margin is added to the lease deadline of a check sent on
 	// (DefaultMargin).

@@ -28,7 +28,8 @@ type SweeperConfig struct {
 	// Store is the idempotency store the records are restored into.
 	Store Reserver
 	// Retention is how long a restored UNKNOWN record is kept
-	// (idempotency.DefaultRetention).
+	// (idempotency.DefaultRetention); at least what CheckerConfig.Retention
+	// says, for the same reason.
 	Retention time.Duration
 	// Logger receives one line per abandoned reservation and per failure
 	// (default: discard).
