@@ -254,7 +254,11 @@ func TestChecker(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			now := time.Now()
+			// The checker's clock runs a minute ahead, so that a lease that
+			// has run out for it is still running for DynamoDB Local's TTL,
+			// which deletes a Leased reservation from its lease deadline
+			// (within a second, locally) and would otherwise race the check.
+			now := time.Now().Add(time.Minute)
 			key := idempotency.NewKey("acme", fmt.Sprintf("checker-%d", i))
 			rec := sweptReservation(key, tt.external, now.Add(-time.Minute), now.Add(tt.lease))
 			if err := e.store.Reserve(t.Context(), rec, nil, rec.CreatedAt); err != nil {
