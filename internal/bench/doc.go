@@ -21,6 +21,7 @@
 // Runtime API, beside a minimal aws-lambda-go function, for its cold
 // start.
 //
-// It is a tool, not a test: nothing of it runs under `make test` but the
-// unit tests of its pure parts.
+// It is a tool, not a test: `make test` runs it only at a tiny size
+// (TestRunSmall: every part but the cold starts, against DynamoDB Local),
+// to hold its table to what it promises, never to judge a figure.
 package bench
