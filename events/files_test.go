@@ -579,3 +579,40 @@ func TestFunctionURLEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeEnvJSONNamesEveryResource checks the README's env.json for
+// `sam local invoke`: sam local resolves a !Ref or !GetAtt of a resource to
+// its logical ID, so every variable the template sets from a resource (a
+// table, a queue, the simulator's URL) must be given there, or the function
+// runs against a table called RefundsTable.
+func TestReadmeEnvJSONNamesEveryResource(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(dynamotest.TemplatePath(t)), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(data), "cat > env.json <<'EOF'\n")
+	raw, _, closed := strings.Cut(rest, "\nEOF\n")
+	if !ok || !closed {
+		t.Fatal("README.md has no `cat > env.json <<'EOF'` ... EOF block")
+	}
+	var envJSON struct {
+		Parameters map[string]string
+	}
+	if err := json.Unmarshal([]byte(raw), &envJSON); err != nil {
+		t.Fatalf("the README's env.json: %v\n%s", err, raw)
+	}
+	tmpl := template(t)
+	params := tmpl.Section("Parameters")
+	for _, fn := range tmpl.Functions() {
+		for name, v := range fn.Environment() {
+			for _, ref := range samtemplate.Refs(v) {
+				if _, isParam := params[ref.Name]; isParam || strings.HasPrefix(ref.Name, "AWS::") {
+					continue
+				}
+				if envJSON.Parameters[name] == "" {
+					t.Errorf("the README's env.json does not set %s, which %s gets from %s (sam local: its logical ID)", name, fn.LogicalID, ref)
+				}
+			}
+		}
+	}
+}
