@@ -126,10 +126,16 @@ func TestUseOnceInYourOwnLambda(t *testing.T) {
 		env = append(env, name+"="+names[ref[0].Name])
 	}
 
-	// The function, under a Lambda Runtime API.
+	// The function, under a Lambda Runtime API, its DynamoDB calls recorded
+	// to hold them to its Policies.
+	grants, err := policyGrants(fn)
+	if err != nil {
+		t.Fatalf("NotesFunction: %v", err)
+	}
+	calls, recorderURL := newIAMRecorder(t, dynamotest.Endpoint(t))
 	rt := lambdatest.NewRuntimeAPI(t)
 	cmd := exec.Command(bin)
-	cmd.Env = append(env, "AWS_LAMBDA_RUNTIME_API="+rt.Addr(), "PATH="+os.Getenv("PATH"))
+	cmd.Env = append(env, "DYNAMODB_ENDPOINT="+recorderURL, "AWS_LAMBDA_RUNTIME_API="+rt.Addr(), "PATH="+os.Getenv("PATH"))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -197,6 +203,15 @@ func TestUseOnceInYourOwnLambda(t *testing.T) {
 	}
 	if globex := post("globex", "note-1", `{"text":"hello"}`); globex.status != 201 || globex.body == first.body {
 		t.Errorf("another tenant, same key = %+v, want its own 201", globex)
+	}
+	// Every call the function made is one its Policies allow, as IAM would
+	// authorize it (a transaction item by item).
+	violations, checked := calls.violations(grants, names)
+	for _, v := range violations {
+		t.Errorf("NotesFunction called %s", v)
+	}
+	if checked == 0 {
+		t.Error("no DynamoDB call of NotesFunction recorded")
 	}
 	out, err := client.Scan(t.Context(), &dynamodb.ScanInput{TableName: aws.String(names["NotesTable"]), ConsistentRead: aws.Bool(true)})
 	if err != nil {
