@@ -133,21 +133,28 @@ func TestUseOnceInYourOwnLambda(t *testing.T) {
 		t.Fatalf("NotesFunction: %v", err)
 	}
 	calls, recorderURL := newIAMRecorder(t, dynamotest.Endpoint(t))
-	rt := lambdatest.NewRuntimeAPI(t)
-	cmd := exec.Command(bin)
-	cmd.Env = append(env, "DYNAMODB_ENDPOINT="+recorderURL, "AWS_LAMBDA_RUNTIME_API="+rt.Addr(), "PATH="+os.Getenv("PATH"))
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("function stderr:\n%s", stderr.String())
+	// start runs an instance of the function (a cold start) under a Lambda
+	// Runtime API of its own.
+	start := func() *lambdatest.RuntimeAPI {
+		t.Helper()
+		rt := lambdatest.NewRuntimeAPI(t)
+		cmd := exec.Command(bin)
+		cmd.Env = append(env, "DYNAMODB_ENDPOINT="+recorderURL, "AWS_LAMBDA_RUNTIME_API="+rt.Addr(), "PATH="+os.Getenv("PATH"))
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-	})
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			if t.Failed() {
+				t.Logf("function stderr:\n%s", stderr.String())
+			}
+		})
+		return rt
+	}
+	rt := start()
 
 	type answer struct {
 		status  int
@@ -204,6 +211,12 @@ func TestUseOnceInYourOwnLambda(t *testing.T) {
 	if globex := post("globex", "note-1", `{"text":"hello"}`); globex.status != 201 || globex.body == first.body {
 		t.Errorf("another tenant, same key = %+v, want its own 201", globex)
 	}
+	// Another instance, whose replay cache is empty, replays from the table.
+	rt = start()
+	if cold := post("acme", "note-1", `{"text":"hello"}`); cold.status != 201 || cold.body != first.body || cold.headers["Idempotent-Replayed"] != "true" {
+		t.Errorf("retry to another instance = %+v, want the first answer replayed", cold)
+	}
+
 	// Every call the function made is one its Policies allow, as IAM would
 	// authorize it (a transaction item by item).
 	violations, checked := calls.violations(grants, names)
