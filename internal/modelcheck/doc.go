@@ -27,28 +27,35 @@
 //
 // Five profiles of workload share all this. Mixed plans every endpoint,
 // source and fault point. Refunds plans every key as a refund of the
-// tenant's one payment, so that every key races the others for what is
-// left of it. Settling does too, but the payment is still pending when the
+// tenant's one payment, so that every key races the others for what is left
+// of it. Settling does too, but the payment is still pending when the
 // history starts (a source the provider charges at once, or slowly: the
 // worker's call times out and the retrier settles it a second or more
-// later), the tenant's keys start one after the other and stay in use to
-// the end, and a second worker of the run's own, writing through the
-// proxy, gets every payment's INSERT stream record again from a poller of
-// its own, 0.5-6s later (an at-least-once delivery racing the first and
-// the refunds holding on the payment it settled): a refund that finds its
-// payment pending gets 400 payment_not_refundable, stored, which is legal
-// only for a request sent before the payment was first settled (the proxy
-// notes when). Orders plans every key as an order (a second body, if any,
-// refused 422) sent once, in most cases with a crash after a recovery point
-// or after the provider call, otherwise dying of its source (slow, down for
-// a while, never answering in time), then, about when its lease runs out,
-// retried by two or three clients at once, each on a lane of its own, that
-// race to take the abandoned request over and resume it, with half the
-// completions and a tenth of the recovery points late. The proxy notes the
-// takeovers (an Advance that keeps the recovery point under a new, running
-// lease token, fenced on the abandoned one) and the run logs how many keys
-// saw one won with two requests or more in flight, saw two requests or
-// more race to take one lease over, and saw two win it (never, fenced).
+// later), the tenant's keys start one after the other and stay in use to the
+// end, and a second worker of the run's own, writing through the proxy, gets
+// every payment's INSERT stream record again from a poller of its own,
+// 0.5-6s later (an at-least-once delivery racing the first and the refunds
+// holding on the payment it settled): a refund that finds its payment
+// pending gets 400 payment_not_refundable, stored, which is legal only for a
+// request sent before the payment was first settled. The proxy bounds when
+// that was: the first settlement that succeeded landed between the moment
+// the proxy sent it on to DynamoDB and the moment DynamoDB answered it,
+// whatever its caller was then told (a settlement the proxy has begun to
+// send goes through if its caller gives up, and one whose answer it drops
+// counts), so the answer is a violation for a request sent once that answer
+// came, and allowed for one sent while it was in flight, which may have read
+// the payment first. Orders plans every key as an order (a second body, if
+// any, refused 422) sent once, in most cases with a crash after a recovery
+// point or after the provider call, otherwise dying of its source (slow,
+// down for a while, never answering in time), then, about when its lease
+// runs out, retried by two or three clients at once, each on a lane of its
+// own, that race to take the abandoned request over and resume it, with half
+// the completions and a tenth of the recovery points late. The proxy notes
+// the takeovers (an Advance that keeps the recovery point under a new,
+// running lease token, fenced on the abandoned one) and the run logs how
+// many keys saw one won with two requests or more in flight, saw two
+// requests or more race to take one lease over, and saw two win it (never,
+// fenced).
 // Handover plans every key as charges whose first
 // body the provider refuses (nothing happens, so recovery releases the key)
 // and whose second it charges, and delivers half the completions late:
@@ -212,18 +219,32 @@
 //   - resettle (the worker's settlement not conditioned on the payment
 //     still pending): settling 9 seeds, 7 caught (answers 422
 //     provider_rejected once a second settlement reset what the refunds
-//     held, refunds stuck UNKNOWN, histories not linearizable); mixed 5
-//     seeds, none caught. A failing run whose answers gave it away takes
-//     20-35s, one that only leaves keys stuck 100-105s;
+//     held, refunds stuck UNKNOWN, histories not linearizable), and since
+//     the payment_not_refundable rule takes the settlement's landing
+//     rather than its answer to the settler 5 more seeds (1-5), 5 caught
+//     by the same signals (the rule caught none: a resettlement never
+//     makes a payment pending again); mixed 5 seeds, none caught. A
+//     failing run whose answers gave it away takes 20-38s, one that only
+//     leaves keys stuck 100-105s;
 //   - owner-forward-key (an order's charge forwarded under a key that
 //     changes with its lease token, so with every takeover): orders 7
 //     seeds, 7 caught, mixed 5 seeds, 5 caught, by the orders audit (two
 //     to eight provider charges for one paid order: a retry or the
 //     reconciler that resumed the phase after a provider call that
-//     crashed, timed out or was slow charged again).
+//     crashed, timed out or was slow charged again). Its crafted,
+//     deterministic regression test is internal/e2e's
+//     TestOrdersTakeoverRaceChargesOnce (two retries racing to take over
+//     an order that died after its charge was sent: with the lease token
+//     in Steps.ForwardKey it finds 2 charges, or 5 when the provider call
+//     timed out).
 //
 // Unplanted, orders and settling passed every seed run (orders 12
-// seeds, settling 14). An unplanted orders run has a takeover on 3-8 of
+// seeds, settling 19, seeds 101-105 under the rule as it is now: their
+// 2-4 answers payment_not_refundable each were all to refunds sent before
+// the first settlement was sent, none while it was in flight, which took
+// 1-55ms, and in 4 of their 15 payments the settlement that landed had
+// its answer dropped or its caller gone, which the rule before noted not
+// at all). An unplanted orders run has a takeover on 3-8 of
 // its 9 keys, two requests or more in flight at one on 3-8, and two
 // retries or more racing to take one lease over on 2-7.
 //

@@ -173,6 +173,11 @@ func checkRun(t *testing.T, cfg runConfig) {
 		c.runClients(t.Context())
 		stop()
 		t.Logf("modelcheck: payments settled %v after the history started, rewritten conditions %d", c.px.settledSince(from), c.px.planted.Load())
+		defer func() {
+			before, during, after, settled := c.notRefundableTimes()
+			t.Logf("modelcheck: %s to refunds sent before their payment's first settlement was sent %d, while it was in flight %d, after it had landed %d (payments settled %d)",
+				codeNotRefundable, before, during, after, settled)
+		}()
 	} else if cfg.bursts {
 		c.runBursts(t.Context())
 	} else {

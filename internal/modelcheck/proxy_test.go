@@ -201,9 +201,9 @@ type dynamoProxy struct {
 	waiters  map[string][]waiter
 	landings []landing // late writes that succeeded
 
-	// settled is when each payment (by pk) was first settled: the first
-	// settlement (settleCondition) that succeeded.
-	settled map[string]int64
+	// settled bounds when each payment (by pk) was first settled (see
+	// settlement).
+	settled map[string]settlement
 
 	// records is the item (pk) of the idempotency record of each
 	// request's tag, noted from the writes that put it.
@@ -216,14 +216,29 @@ type dynamoProxy struct {
 	planted atomic.Int32 // conditions (or forwarded keys) rewritten
 }
 
-// settledNow notes that payment pk has been settled, unless it was
-// before.
-func (p *dynamoProxy) settledNow(pk string) {
+// settlement bounds when a payment was first settled, on the checker's
+// clock: it landed in DynamoDB at some instant of [from, by], from the
+// earliest time the proxy sent DynamoDB a settlement (settleCondition) that
+// succeeded to the earliest time DynamoDB answered one of them. A request
+// sent before from found the payment pending, one sent at or after by
+// found it settled; in between, either.
+type settlement struct{ from, by int64 }
+
+// settlementKey is the context key under which a settlement's call carries
+// its payment's pk to roundTrip.
+type settlementKey struct{}
+
+// settledWithin notes that a settlement of payment pk sent to DynamoDB at
+// sent succeeded, answered at answered.
+func (p *dynamoProxy) settledWithin(pk string, sent, answered int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := p.settled[pk]; !ok {
-		p.settled[pk] = p.clock()
+	s, ok := p.settled[pk]
+	if !ok {
+		p.settled[pk] = settlement{from: sent, by: answered}
+		return
 	}
+	p.settled[pk] = settlement{from: min(s.from, sent), by: min(s.by, answered)}
 }
 
 // settledSince returns how long after from (the checker's clock) each
@@ -232,20 +247,20 @@ func (p *dynamoProxy) settledSince(from int64) []time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []time.Duration
-	for _, at := range p.settled {
-		out = append(out, time.Duration(at-from).Round(100*time.Millisecond))
+	for _, s := range p.settled {
+		out = append(out, time.Duration(s.by-from).Round(100*time.Millisecond))
 	}
 	slices.Sort(out)
 	return out
 }
 
-// settledAt returns when payment pk was first settled; false when it has
-// not been.
-func (p *dynamoProxy) settledAt(pk string) (int64, bool) {
+// settledAt returns the bounds of when payment pk was first settled;
+// false when it has not been.
+func (p *dynamoProxy) settledAt(pk string) (settlement, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	at, ok := p.settled[pk]
-	return at, ok
+	s, ok := p.settled[pk]
+	return s, ok
 }
 
 // startProxy serves a proxy to target on a free port of 127.0.0.1.
@@ -264,7 +279,7 @@ func startProxy(target string, seed uint64, clock func() int64) (*dynamoProxy, e
 
 		partitions: map[[sha256.Size]byte]chan struct{}{},
 		waiters:    map[string][]waiter{},
-		settled:    map[string]int64{},
+		settled:    map[string]settlement{},
 		records:    map[tag]string{},
 		takeovers:  map[string]*takeoverLog{},
 	}
@@ -406,7 +421,9 @@ func (p *dynamoProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.forward(w, r, body)
 		return
 	}
-	settle := op == "UpdateItem" && conditioned(req, settleCondition, strings.HasPrefix)
+	if op == "UpdateItem" && conditioned(req, settleCondition, strings.HasPrefix) {
+		r = r.WithContext(context.WithValue(r.Context(), settlementKey{}, itemKey(req)))
+	}
 	if pl := p.plant.Load(); pl != nil && pl.applies(op) && pl.rewrite(req) {
 		p.planted.Add(1)
 		body, _ = json.Marshal(req)
@@ -445,9 +462,6 @@ func (p *dynamoProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if pk != "" && conditioned(req, reserveClause, strings.HasPrefix) {
 		w = &takeWatch{ResponseWriter: w, took: func() { p.took(pk, writtenVariant(body)) }}
-	}
-	if settle {
-		w = &takeWatch{ResponseWriter: w, took: func() { p.settledNow(pk) }}
 	}
 	kind, delay := p.decide()
 	if kind != faultNone {
@@ -772,15 +786,30 @@ func (p *dynamoProxy) eligible(req map[string]any) bool {
 	return false
 }
 
+// roundTrip sends r's call, with body, to DynamoDB Local. A settlement's
+// call (one whose context carries settlementKey) goes through even if its
+// caller gives up meanwhile, as a write on the wire lands, and when it
+// succeeds the proxy notes when it sent it and when DynamoDB answered,
+// whatever it then answers the caller (a dropped answer included).
 func (p *dynamoProxy) roundTrip(r *http.Request, body []byte) (*http.Response, error) {
-	out, err := http.NewRequestWithContext(r.Context(), r.Method, p.target+r.URL.RequestURI(), bytes.NewReader(body))
+	ctx := r.Context()
+	pk, settle := ctx.Value(settlementKey{}).(string)
+	if settle {
+		ctx = context.WithoutCancel(ctx)
+	}
+	out, err := http.NewRequestWithContext(ctx, r.Method, p.target+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	out.Header = r.Header.Clone()
 	out.Header.Del("Content-Length")
 	out.ContentLength = int64(len(body))
-	return p.client.Do(out)
+	sent := p.clock()
+	resp, err := p.client.Do(out)
+	if settle && pk != "" && err == nil && resp.StatusCode == http.StatusOK {
+		p.settledWithin(pk, sent, p.clock())
+	}
+	return resp, err
 }
 
 func (p *dynamoProxy) forward(w http.ResponseWriter, r *http.Request, body []byte) {

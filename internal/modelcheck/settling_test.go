@@ -5,7 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,17 +101,128 @@ func (c *checker) redeliver(t *testing.T) (stop func()) {
 // notRefundable checks a refund's answer payment_not_refundable in the
 // settling profile: the answer to a refund whose hold found its payment
 // still pending, so one the request sent before the payment was first
-// settled (a replay may come any time after). It returns the violation, ""
-// when there is none.
+// settled (a replay may come any time after). The proxy bounds when that
+// was (settlement): an answer to a request sent once a settlement had
+// landed and been answered is a violation; one sent while the first
+// settlement that landed was in flight is not, as the request may have
+// read the payment before it landed. It returns the violation, "" when
+// there is none.
 func (c *checker) notRefundable(p *partition, o *op) string {
 	if o.replayed {
 		return ""
 	}
 	id, _ := p.variants[o.variant].body["payment"].(string)
-	at, settled := c.px.settledAt(payments.PK(p.tenant, id))
-	if settled && o.call >= at {
-		return fmt.Sprintf("%s: %s %s, sent %v after its payment was settled", o.label(), o.answerLabel(), codeNotRefundable,
-			time.Duration(o.call-at).Round(time.Millisecond))
+	s, settled := c.px.settledAt(payments.PK(p.tenant, id))
+	if settled && o.call >= s.by {
+		return fmt.Sprintf("%s: %s %s, sent %v after its payment's settlement had landed", o.label(), o.answerLabel(), codeNotRefundable,
+			time.Duration(o.call-s.by).Round(time.Millisecond))
 	}
 	return ""
+}
+
+// notRefundableTimes counts the answers payment_not_refundable (not
+// replayed) to refunds sent before their payment's first settlement was
+// sent, while it was in flight, and after it had landed (violations), and
+// the payments settled.
+func (c *checker) notRefundableTimes() (before, during, after, settled int) {
+	c.mu.Lock()
+	ops := slices.Clone(c.ops)
+	c.mu.Unlock()
+	seen := map[string]bool{}
+	for _, o := range ops {
+		v := o.part.variants[o.variant]
+		if v.ep.name != "refunds" {
+			continue
+		}
+		id, _ := v.body["payment"].(string)
+		pk := payments.PK(o.part.tenant, id)
+		s, ok := c.px.settledAt(pk)
+		if ok && !seen[pk] {
+			seen[pk] = true
+			settled++
+		}
+		if o.replayed || o.class != classFinal || o.code != codeNotRefundable {
+			continue
+		}
+		switch {
+		case !ok || o.call < s.from:
+			before++
+		case o.call < s.by:
+			during++
+		default:
+			after++
+		}
+	}
+	return before, during, after, settled
+}
+
+// TestNotRefundable checks the bounds of payment_not_refundable: allowed
+// to a refund sent before its payment's first settlement landed, or while
+// it was in flight, never to one sent once it had been answered, unless
+// replayed.
+func TestNotRefundable(t *testing.T) {
+	const pk = "acme#pay_1"
+	px := &dynamoProxy{settled: map[string]settlement{}}
+	// Two settlements landed (a resettle plant), answered out of order:
+	// the first settlement landed in [100, 150].
+	px.settledWithin(pk, 120, 200)
+	px.settledWithin(pk, 100, 150)
+	if got, _ := px.settledAt(pk); got != (settlement{from: 100, by: 150}) {
+		t.Fatalf("settledAt = %+v, want {100 150}", got)
+	}
+	c := &checker{px: px}
+	p := &partition{tenant: "acme", key: "k", variants: []*variant{{ep: endpointNamed(t, "refunds"), body: map[string]any{"payment": "pay_1"}}}}
+	other := &partition{tenant: "acme", key: "k", variants: []*variant{{ep: endpointNamed(t, "refunds"), body: map[string]any{"payment": "pay_2"}}}}
+	tests := []struct {
+		name     string
+		part     *partition
+		call     int64
+		replayed bool
+		want     bool // a violation
+	}{
+		{"sent before the settlement was sent", p, 99, false, false},
+		{"sent while it was in flight", p, 100, false, false},
+		{"sent just before it was answered", p, 149, false, false},
+		{"sent as it was answered", p, 150, false, true},
+		{"sent after", p, 5000, false, true},
+		{"a replay after", p, 5000, true, false},
+		{"a payment never settled", other, 5000, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := &op{part: tt.part, call: tt.call, ret: tt.call + 10, status: 400, code: codeNotRefundable, class: classFinal, replayed: tt.replayed, digest: "400#d"}
+			if got := c.notRefundable(tt.part, o); (got != "") != tt.want {
+				t.Errorf("notRefundable(sent at %d) = %q, want a violation %v", tt.call, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestSettlementLandsWithoutItsCaller checks that the proxy notes a
+// settlement that succeeded although its caller gave up on it before it
+// was sent: the write is sent all the same, and lands.
+func TestSettlementLandsWithoutItsCaller(t *testing.T) {
+	var sent atomic.Int32
+	db := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sent.Add(1)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer db.Close()
+	var now atomic.Int64
+	px, err := startProxy(db.URL, 1, func() int64 { return now.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.close()
+	ctx, cancel := context.WithCancel(context.WithValue(t.Context(), settlementKey{}, "acme#pay_1"))
+	cancel()
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/", nil)
+	resp, err := px.roundTrip(r, []byte("{}"))
+	if err != nil {
+		t.Fatalf("roundTrip = %v, want the settlement sent", err)
+	}
+	resp.Body.Close()
+	if got, ok := px.settledAt("acme#pay_1"); !ok || got != (settlement{from: 1, by: 2}) || sent.Load() != 1 {
+		t.Errorf("settledAt = %+v, %v after %d calls; want {1 2}, true after 1", got, ok, sent.Load())
+	}
 }
