@@ -83,9 +83,11 @@ func DelaySeconds(delay time.Duration) int32 {
 // warnings) written as structured lines: to slog's default logger when the
 // program has set one, else as JSON on stderr. SQS_ENDPOINT, when set, points
 // it at a local SQS (LocalStack, ElasticMQ) with dummy credentials (and
-// us-east-1 without AWS_REGION), or at an AWS endpoint (a VPC endpoint) with
-// the usual ones. An SQS_ENDPOINT that is not an absolute http(s) URL, or no
-// region at all, is an error naming the variables.
+// us-east-1 without AWS_REGION, at a loopback address, localhost, localstack
+// or host.docker.internal), or at an AWS endpoint (a VPC endpoint) with the
+// usual ones and the environment's region. An SQS_ENDPOINT that is not an
+// absolute http(s) URL, or no region at all, is an error naming the
+// variables.
 func NewClient(ctx context.Context) (*sqs.Client, error) {
 	endpoint, region := os.Getenv("SQS_ENDPOINT"), os.Getenv("AWS_REGION")
 	c, err := sqsclient.New(ctx, endpoint, region, 5*time.Second)
