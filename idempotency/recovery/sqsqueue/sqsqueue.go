@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/oncehq/once/idempotency/internal/nilness"
 	"github.com/oncehq/once/internal/sqsclient"
 )
 
@@ -33,13 +34,13 @@ type Queue struct {
 }
 
 // New returns the queue at queueURL (what CloudFormation's !Ref of an
-// AWS::SQS::Queue gives), reached through api. A nil api (a nil
-// *sqs.Client, such as NewClient returns with an error, included) or a
-// queueURL that is not an absolute http(s) URL (an environment variable not
+// AWS::SQS::Queue gives), reached through api. A nil api, or one holding a
+// nil pointer (a nil *sqs.Client, such as NewClient returns with an error),
+// or a queueURL that is not an absolute http(s) URL (an environment variable not
 // set, a queue name) is an error, at start-up rather than at the first send.
 func New(api API, queueURL string) (*Queue, error) {
 	var errs []error
-	if c, ok := api.(*sqs.Client); api == nil || ok && c == nil {
+	if nilness.Nil(api) {
 		errs = append(errs, errors.New("sqsqueue: the SQS client is nil"))
 	}
 	if u, err := url.Parse(queueURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
