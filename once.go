@@ -55,10 +55,12 @@ const (
 // to slog's default logger when the program has set one, else as JSON on
 // stderr.
 // DYNAMODB_ENDPOINT, when set, points it at DynamoDB Local or LocalStack,
-// with dummy credentials (and us-east-1 without AWS_REGION), or at an AWS
+// with dummy credentials (and us-east-1 without AWS_REGION, at a loopback
+// address, localhost, localstack or host.docker.internal), or at an AWS
 // endpoint (a host under amazonaws.com, api.aws, ...: a VPC or FIPS
-// endpoint) with the usual ones. A DYNAMODB_ENDPOINT that is not an absolute
-// http(s) URL, or no region at all, is an error naming the variables.
+// endpoint) with the usual ones and the environment's region. A
+// DYNAMODB_ENDPOINT that is not an absolute http(s) URL, or no region at
+// all, is an error naming the variables.
 func DynamoDB(ctx context.Context) (*dynamodb.Client, error) {
 	endpoint, region := os.Getenv("DYNAMODB_ENDPOINT"), os.Getenv("AWS_REGION")
 	cfg, err := dynamoclient.Config(ctx, dynamoclient.Options{Endpoint: endpoint, Region: region})

@@ -232,6 +232,7 @@ func TestWiring(t *testing.T) {
 		f()
 	}
 	mustPanic("External without a resolver", func() { mw.External("POST /v1/a", h, nil) })
+	mustPanic("External with a nil ResolverFunc", func() { mw.External("POST /v1/a2", h, idempotency.ResolverFunc(nil)) })
 	mustPanic("Wrap(External)", func() { mw.Wrap(idempotency.External, "POST /v1/b", h) })
 	mw.Atomic("POST /v1/c", h)
 	mustPanic("a route wrapped twice", func() { mw.Leased("POST /v1/c", h) })
@@ -246,6 +247,10 @@ func TestWiring(t *testing.T) {
 		t.Errorf("New(Config{}) = %v, want an error naming Store and Tenant", err)
 	}
 	tenant := func(*http.Request) (string, bool) { return "acme", true }
+	// A Store holding a nil pointer would panic at the first request.
+	if _, err := idempotency.New(idempotency.Config{Store: (*memory.Store)(nil), Tenant: tenant}); err == nil || !strings.Contains(err.Error(), "Store") {
+		t.Errorf("New(Config{Store: (*memory.Store)(nil)}) = %v, want an error naming Store", err)
+	}
 	for _, tt := range []struct {
 		retention, lease time.Duration
 		wantErr          error
@@ -310,6 +315,8 @@ func TestRoutes(t *testing.T) {
 			wrap: func(mw *idempotency.Middleware) { mw.Atomic("POST /v1/notes/{note}", h) },
 			want: `route "POST /v1/notes/{note}": conflicts with a route wrapped before: POST /v1/notes/{note} matches the same requests as POST /v1/notes/{id}`},
 		{name: "a nil handler", wrap: func(mw *idempotency.Middleware) { mw.Atomic("POST /v1/notes", nil) },
+			want: `route "POST /v1/notes": the handler is nil`},
+		{name: "a nil HandlerFunc", wrap: func(mw *idempotency.Middleware) { mw.Leased("POST /v1/notes", http.HandlerFunc(nil)) },
 			want: `route "POST /v1/notes": the handler is nil`},
 	}
 	for _, tt := range tests {

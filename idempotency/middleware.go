@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oncehq/once/idempotency/internal/nilness"
 	"github.com/oncehq/once/idempotency/problem"
 )
 
@@ -107,10 +108,12 @@ type Middleware struct {
 	resolvers Resolvers
 }
 
-// New returns a Middleware for cfg, filling in defaults.
+// New returns a Middleware for cfg, filling in defaults. A Store that is nil,
+// or an interface holding a nil pointer, is an error here rather than a
+// panic at the first request.
 func New(cfg Config) (*Middleware, error) {
 	var errs []error
-	if cfg.Store == nil {
+	if nilness.Nil(cfg.Store) {
 		errs = append(errs, errors.New("idempotency: Config.Store is required"))
 	}
 	if cfg.Tenant == nil {
@@ -169,11 +172,12 @@ func (m *Middleware) Leased(route string, next http.Handler) http.Handler {
 // another system (with Call.ForwardKey as that system's idempotency key): as
 // Leased, but an outcome that is unknown (Call.Unknown) or a reservation that
 // is abandoned goes to UNKNOWN, and the reconciler asks resolver what
-// happened instead of executing again. It panics when resolver is nil: an
-// External route without a way to reconcile it must fail at start-up, not
-// when its first request times out. It checks route as Wrap does.
+// happened instead of executing again. It panics when resolver is nil (a nil
+// ResolverFunc or pointer included): an External route without a way to
+// reconcile it must fail at start-up, not when its first request times out.
+// It checks route as Wrap does.
 func (m *Middleware) External(route string, next http.Handler, resolver Resolver) http.Handler {
-	if resolver == nil {
+	if nilness.Nil(resolver) {
 		panic(fmt.Sprintf("idempotency: External route %q needs a Resolver", route))
 	}
 	h := m.wrap(External, route, next)
@@ -205,8 +209,8 @@ func (m *Middleware) External(route string, next http.Handler, resolver Resolver
 // ("POST  /v1/notes", a trailing blank: the route is the records' and the
 // resolvers' name for the endpoint, so it has one spelling); wrapped before;
 // or in conflict with a route wrapped before (matching the same requests, as
-// "POST /v1/notes/{id}" and "POST /v1/notes/{note}" do). A nil next panics
-// too.
+// "POST /v1/notes/{id}" and "POST /v1/notes/{note}" do). A nil next (a nil
+// HandlerFunc or pointer included) panics too.
 func (m *Middleware) Wrap(mode Mode, route string, next http.Handler) http.Handler {
 	if mode == External {
 		panic(fmt.Sprintf("idempotency: wrap External route %q with Middleware.External, which takes its Resolver", route))
@@ -232,7 +236,7 @@ func (m *Middleware) wrap(mode Mode, route string, next http.Handler) http.Handl
 	if mode != Atomic && mode != Leased && mode != External {
 		panic(fmt.Sprintf("idempotency: route %q: invalid mode %d", route, mode))
 	}
-	if next == nil {
+	if nilness.Nil(next) {
 		panic(fmt.Sprintf("idempotency: route %q: the handler is nil", route))
 	}
 	if err := m.addRoute(mode, route); err != nil {

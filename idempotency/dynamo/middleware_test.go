@@ -1,6 +1,7 @@
 package dynamo_test
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"net/http"
@@ -77,7 +78,7 @@ func TestTooLargeAnswer(t *testing.T) {
 			})
 			var h http.Handler
 			if tt.mode == idempotency.External {
-				h = mw.External("POST /v1/"+tt.mode.String(), handler, idempotency.ResolverFunc(nil))
+				h = mw.External("POST /v1/"+tt.mode.String(), handler, unresolved(t))
 			} else {
 				h = mw.Wrap(tt.mode, "POST /v1/"+tt.mode.String(), handler)
 			}
@@ -155,7 +156,7 @@ func TestStoreFailureAnswers(t *testing.T) {
 			mw := newMiddleware(t, tt.store)
 			var h http.Handler
 			if tt.mode == idempotency.External {
-				h = mw.External("POST /v1/things", handler, idempotency.ResolverFunc(nil))
+				h = mw.External("POST /v1/things", handler, unresolved(t))
 			} else {
 				h = mw.Wrap(tt.mode, "POST /v1/things", handler)
 			}
@@ -176,4 +177,13 @@ func TestStoreFailureAnswers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// unresolved is the Resolver of an External route whose records these tests
+// never reconcile: it fails the test when asked.
+func unresolved(t *testing.T) idempotency.Resolver {
+	return idempotency.ResolverFunc(func(context.Context, idempotency.Record) (idempotency.Resolution, error) {
+		t.Error("the resolver was asked; no record here is reconciled")
+		return idempotency.Resolution{}, errors.New("unresolved")
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/memory"
 	"github.com/oncehq/once/idempotency/recovery"
 	"github.com/oncehq/once/idempotency/recovery/sqsqueue"
 	"github.com/oncehq/once/idempotency/stream"
@@ -386,12 +388,51 @@ func TestCheckerFailures(t *testing.T) {
 	}
 }
 
+// TestNewSchedulerAndChecker: a missing store or queue is refused at
+// construction, a typed nil one (an interface holding a nil pointer, such as
+// a *sqsqueue.Queue whose sqsqueue.New failed) included, which would
+// otherwise panic at its first use.
 func TestNewSchedulerAndChecker(t *testing.T) {
-	if _, err := recovery.NewScheduler(recovery.SchedulerConfig{}); err == nil {
-		t.Error("NewScheduler(SchedulerConfig{}) = nil error, want one naming Queue")
+	store := memory.New()
+	queue, err := sqsqueue.New(&sqs.Client{}, "http://127.0.0.1:9324/000000000000/checks")
+	if err != nil {
+		t.Fatal(err)
 	}
-	_, err := recovery.NewChecker(recovery.CheckerConfig{})
-	if err == nil || !strings.Contains(err.Error(), "Store") || !strings.Contains(err.Error(), "Queue") {
-		t.Errorf("NewChecker(CheckerConfig{}) = %v, want an error naming Store and Queue", err)
+	tests := []struct {
+		name  string
+		store recovery.CheckStore
+		queue recovery.Queue
+		want  []string // what the errors name; none: no error
+	}{
+		{name: "both", store: store, queue: queue},
+		{name: "neither", want: []string{"Store", "Queue"}},
+		{name: "a nil *sqsqueue.Queue", store: store, queue: (*sqsqueue.Queue)(nil), want: []string{"Queue"}},
+		{name: "a nil store pointer", store: (*memory.Store)(nil), queue: queue, want: []string{"Store"}},
+	}
+	check := func(t *testing.T, call string, err error, want []string) {
+		t.Helper()
+		if len(want) == 0 {
+			if err != nil {
+				t.Errorf("%s = %v, want no error", call, err)
+			}
+			return
+		}
+		for _, s := range want {
+			if err == nil || !strings.Contains(err.Error(), s) {
+				t.Errorf("%s = %v, want an error naming %s", call, err, s)
+			}
+		}
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := recovery.NewChecker(recovery.CheckerConfig{Store: tt.store, Queue: tt.queue})
+			check(t, "NewChecker", err, tt.want)
+			var want []string
+			if slices.Contains(tt.want, "Queue") {
+				want = []string{"Queue"}
+			}
+			_, err = recovery.NewScheduler(recovery.SchedulerConfig{Queue: tt.queue})
+			check(t, "NewScheduler", err, want)
+		})
 	}
 }

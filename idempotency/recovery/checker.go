@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/internal/nilness"
 )
 
 // CheckStore is the part of idempotency.Store the Checker uses.
@@ -60,13 +61,16 @@ type Checker struct {
 	cfg CheckerConfig
 }
 
-// NewChecker returns a Checker for cfg, filling in defaults.
+// NewChecker returns a Checker for cfg, filling in defaults. A Store or
+// Queue that is nil, or an interface holding a nil pointer (a
+// *sqsqueue.Queue whose sqsqueue.New failed), is an error here rather than a
+// panic at the first check.
 func NewChecker(cfg CheckerConfig) (*Checker, error) {
 	var errs []error
-	if cfg.Store == nil {
+	if nilness.Nil(cfg.Store) {
 		errs = append(errs, errors.New("recovery: CheckerConfig.Store is required"))
 	}
-	if cfg.Queue == nil {
+	if nilness.Nil(cfg.Queue) {
 		errs = append(errs, errors.New("recovery: CheckerConfig.Queue is required"))
 	}
 	if err := errors.Join(errs...); err != nil {

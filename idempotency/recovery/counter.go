@@ -1,7 +1,9 @@
 package recovery
 
+import "github.com/oncehq/once/idempotency/internal/nilness"
+
 // Counter counts events for metrics; a CloudWatch EMF emitter is one. A nil
-// Counter counts nothing.
+// Counter, or one holding a nil pointer, counts nothing.
 type Counter interface {
 	// Count adds one to each named counter.
 	Count(names ...string)
@@ -46,7 +48,7 @@ type noCounter struct{}
 func (noCounter) Count(...string) {}
 
 func counterOr(c Counter) Counter {
-	if c == nil {
+	if nilness.Nil(c) {
 		return noCounter{}
 	}
 	return c

@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/internal/nilness"
 	"github.com/oncehq/once/idempotency/problem"
 	"github.com/oncehq/once/idempotency/stream"
 )
@@ -68,17 +69,20 @@ const resolveLeeway = 5 * time.Second
 // and whose invocation has no time left to wait.
 var errUnsettled = errors.New("recovery: a request with the key may still be in flight and the invocation cannot wait")
 
-// NewReconciler returns a Reconciler for cfg, filling in defaults.
+// NewReconciler returns a Reconciler for cfg, filling in defaults. A Store or
+// a Resolver that is nil, or an interface holding a nil pointer or a nil
+// function (a nil ResolverFunc), is an error here rather than a panic at the
+// first record.
 func NewReconciler(cfg ReconcilerConfig) (*Reconciler, error) {
 	var errs []error
-	if cfg.Store == nil {
+	if nilness.Nil(cfg.Store) {
 		errs = append(errs, errors.New("recovery: ReconcilerConfig.Store is required"))
 	}
 	if len(cfg.Resolvers) == 0 {
 		errs = append(errs, errors.New("recovery: ReconcilerConfig.Resolvers is required"))
 	}
 	for route, r := range cfg.Resolvers {
-		if r == nil {
+		if nilness.Nil(r) {
 			errs = append(errs, fmt.Errorf("recovery: route %q has a nil Resolver", route))
 		}
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/memory"
 	"github.com/oncehq/once/idempotency/recovery"
 	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/dynamotest"
@@ -547,14 +548,34 @@ func TestZombieAfterReconcile(t *testing.T) {
 	}
 }
 
+// TestNewReconciler: what is missing is refused at construction, a typed
+// nil (an interface holding a nil pointer or a nil ResolverFunc, which would
+// panic at its first use) included.
 func TestNewReconciler(t *testing.T) {
-	_, err := recovery.NewReconciler(recovery.ReconcilerConfig{Resolvers: idempotency.Resolvers{"POST /v1/x": nil}})
-	if err == nil {
-		t.Fatal("NewReconciler(ReconcilerConfig{}) = nil error, want one")
+	tests := []struct {
+		name string
+		cfg  recovery.ReconcilerConfig
+		want []string
+	}{
+		{name: "nothing", cfg: recovery.ReconcilerConfig{Resolvers: idempotency.Resolvers{"POST /v1/x": nil}},
+			want: []string{"Store", "nil Resolver", "Settle"}},
+		{name: "typed nils", cfg: recovery.ReconcilerConfig{
+			Store:     (*memory.Store)(nil),
+			Resolvers: idempotency.Resolvers{"POST /v1/x": idempotency.ResolverFunc(nil)},
+			Settle:    time.Second,
+		}, want: []string{"Store", `route "POST /v1/x" has a nil Resolver`}},
 	}
-	for _, field := range []string{"Store", "nil Resolver", "Settle"} {
-		if !strings.Contains(err.Error(), field) {
-			t.Errorf("NewReconciler(ReconcilerConfig{}) error = %q, want it to name %s", err, field)
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := recovery.NewReconciler(tt.cfg)
+			if err == nil {
+				t.Fatal("NewReconciler() = nil error, want one")
+			}
+			for _, field := range tt.want {
+				if !strings.Contains(err.Error(), field) {
+					t.Errorf("NewReconciler() error = %q, want it to name %s", err, field)
+				}
+			}
+		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/internal/nilness"
 	"github.com/oncehq/once/idempotency/stream"
 )
 
@@ -44,9 +45,12 @@ type Scheduler struct {
 	cfg SchedulerConfig
 }
 
-// NewScheduler returns a Scheduler for cfg, filling in defaults.
+// NewScheduler returns a Scheduler for cfg, filling in defaults. A Queue
+// that is nil, or an interface holding a nil pointer (a *sqsqueue.Queue
+// whose sqsqueue.New failed), is an error here rather than a panic at the
+// first record.
 func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
-	if cfg.Queue == nil {
+	if nilness.Nil(cfg.Queue) {
 		return nil, errors.New("recovery: SchedulerConfig.Queue is required")
 	}
 	if cfg.Margin <= 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/internal/nilness"
 	"github.com/oncehq/once/idempotency/stream"
 )
 
@@ -47,9 +48,11 @@ type Sweeper struct {
 	cfg SweeperConfig
 }
 
-// NewSweeper returns a Sweeper for cfg, filling in defaults.
+// NewSweeper returns a Sweeper for cfg, filling in defaults. A Store that is
+// nil, or an interface holding a nil pointer, is an error here rather than a
+// panic at the first record.
 func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
-	if cfg.Store == nil {
+	if nilness.Nil(cfg.Store) {
 		return nil, errors.New("recovery: SweeperConfig.Store is required")
 	}
 	if cfg.Retention <= 0 {

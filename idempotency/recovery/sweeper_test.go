@@ -13,6 +13,7 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/memory"
 	"github.com/oncehq/once/idempotency/recovery"
 	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/dynamotest"
@@ -402,7 +403,17 @@ func TestRemovedByTTL(t *testing.T) {
 }
 
 func TestNew(t *testing.T) {
-	if _, err := recovery.NewSweeper(recovery.SweeperConfig{}); err == nil {
-		t.Error("New(Config{}) = nil error, want one naming Store")
+	for _, tt := range []struct {
+		name  string
+		store recovery.Reserver
+	}{
+		{"no store", nil},
+		{"a nil store pointer", (*memory.Store)(nil)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := recovery.NewSweeper(recovery.SweeperConfig{Store: tt.store}); err == nil || !strings.Contains(err.Error(), "Store") {
+				t.Errorf("NewSweeper(%s) = %v, want an error naming Store", tt.name, err)
+			}
+		})
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/dynamoclient"
 	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/samtemplate"
 )
@@ -124,7 +125,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, err
 	}
 	vars := tableVars(tmpl)
-	client, err := app.DynamoDB(ctx, config.Config{DynamoDBEndpoint: opts.DynamoDB, Region: config.DefaultLocalRegion})
+	client, err := app.DynamoDB(ctx, config.Config{DynamoDBEndpoint: opts.DynamoDB, Region: dynamoclient.LocalRegion})
 	if err != nil {
 		return nil, err
 	}

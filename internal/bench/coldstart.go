@@ -19,6 +19,7 @@ import (
 
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/devstack"
+	"github.com/oncehq/once/internal/dynamoclient"
 )
 
 // coldGroup is the group of the cold starts.
@@ -77,7 +78,7 @@ func coldStarts(ctx context.Context, opts Options, cfg config.Config, tableEnv [
 		config.EnvWorkerRetryDLQ+"="+cfg.WorkerRetryDLQ,
 		config.EnvReceiptRetryQueue+"="+cfg.ReceiptRetryQueue,
 		config.EnvReceiptRetryDLQ+"="+cfg.ReceiptRetryDLQ,
-		config.EnvRegion+"="+config.DefaultLocalRegion,
+		config.EnvRegion+"="+dynamoclient.LocalRegion,
 		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE=512",
 		"TZ=:UTC",
 	)

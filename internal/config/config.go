@@ -76,9 +76,6 @@ const (
 	// DefaultProviderSettle is how long after a call the provider may still
 	// apply it, its client gone (the simulator: 30 s at most).
 	DefaultProviderSettle = 30 * time.Second
-	// DefaultLocalRegion is the region used with a DYNAMODB_ENDPOINT or an
-	// SQS_ENDPOINT and no AWS_REGION.
-	DefaultLocalRegion = "us-east-1"
 )
 
 // Defaults of the receipts' retries.
@@ -119,8 +116,12 @@ type Config struct {
 	FaultInjection bool
 	// DynamoDBEndpoint overrides the DynamoDB endpoint; empty means AWS.
 	DynamoDBEndpoint string
-	// Region is the AWS region; empty lets the SDK decide, except with an
-	// endpoint, where it defaults to DefaultLocalRegion.
+	// Region is the AWS region, AWS_REGION as given. Empty leaves it to
+	// each client (dynamoclient.Config): dynamoclient.LocalRegion at an
+	// emulator's endpoint (DynamoDB Local, LocalStack, the devstack's SQS),
+	// else the SDK's own sources, and an error naming AWS_REGION when they
+	// name none; so an AWS endpoint (a VPC endpoint) is never signed for a
+	// region that is not its own.
 	Region string
 	// LogLevel is the minimum level logged.
 	LogLevel slog.Level
@@ -260,9 +261,6 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			" (the reconciler's retries of an UNKNOWN record), "+EnvLease+" ("+c.Lease.String()+") and "+
 			EnvProviderSettle+" ("+c.ProviderSettle.String()+", until which an UNKNOWN record's call may still land)"+
 			": a record expired sooner counts as absent, and a retry would run its request again")
-	}
-	if c.Region == "" && (c.DynamoDBEndpoint != "" || c.SQSEndpoint != "") {
-		c.Region = DefaultLocalRegion
 	}
 	auth := func(name string) string {
 		switch v := str(name, ProviderAuthNone); strings.ToLower(v) {

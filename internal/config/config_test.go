@@ -91,8 +91,21 @@ func TestFromEnv(t *testing.T) {
 				ReceiptAttempts:   4,
 			},
 		},
-		{name: "SQS endpoint without region defaults the region", env: map[string]string{"SQS_ENDPOINT": "http://localhost:4566"},
-			want: with(func(c *Config) { c.SQSEndpoint = "http://localhost:4566"; c.Region = "us-east-1" })},
+		// AWS_REGION as given: the clients decide a region it leaves out
+		// (dynamoclient.Config: us-east-1 at an emulator's endpoint, else
+		// the SDK's sources or an error), each for its own endpoint.
+		{name: "SQS endpoint without region leaves it to the client", env: map[string]string{"SQS_ENDPOINT": "http://localhost:4566"},
+			want: with(func(c *Config) { c.SQSEndpoint = "http://localhost:4566" })},
+		{name: "AWS endpoint without region leaves it to the client",
+			env: map[string]string{"DYNAMODB_ENDPOINT": "https://vpce-0a1b2c3d-abcdefgh.dynamodb.eu-west-1.vpce.amazonaws.com"},
+			want: with(func(c *Config) {
+				c.DynamoDBEndpoint = "https://vpce-0a1b2c3d-abcdefgh.dynamodb.eu-west-1.vpce.amazonaws.com"
+			})},
+		{name: "emulator for SQS, AWS for DynamoDB, no region",
+			env: map[string]string{"SQS_ENDPOINT": "http://127.0.0.1:9324", "DYNAMODB_ENDPOINT": "https://dynamodb.eu-west-1.amazonaws.com"},
+			want: with(func(c *Config) {
+				c.SQSEndpoint, c.DynamoDBEndpoint = "http://127.0.0.1:9324", "https://dynamodb.eu-west-1.amazonaws.com"
+			})},
 		{name: "bad queue name", env: map[string]string{"ONCE_CHECK_QUEUE": "check.fifo"}, wantErr: []string{"ONCE_CHECK_QUEUE"}},
 		{name: "queue URL without scheme", env: map[string]string{"ONCE_WORKER_RETRY_DLQ": "sqs.amazonaws.com/1/q x"}, wantErr: []string{"ONCE_WORKER_RETRY_DLQ"}},
 		{name: "bad retry window", env: map[string]string{"ONCE_WORKER_RETRY_WINDOW": "0s"}, wantErr: []string{"ONCE_WORKER_RETRY_WINDOW"}},
@@ -109,8 +122,8 @@ func TestFromEnv(t *testing.T) {
 			want: with(func(c *Config) { c.FaultInjection = true })},
 		{name: "fault injection 0", env: map[string]string{"ONCE_FAULT_INJECTION": "0"}, want: defaults},
 		{name: "fault injection false", env: map[string]string{"ONCE_FAULT_INJECTION": "false"}, want: defaults},
-		{name: "endpoint without region defaults the region", env: map[string]string{"DYNAMODB_ENDPOINT": "http://localhost:8111"},
-			want: with(func(c *Config) { c.DynamoDBEndpoint = "http://localhost:8111"; c.Region = "us-east-1" })},
+		{name: "endpoint without region leaves it to the client", env: map[string]string{"DYNAMODB_ENDPOINT": "http://localhost:8111"},
+			want: with(func(c *Config) { c.DynamoDBEndpoint = "http://localhost:8111" })},
 		{name: "region without endpoint", env: map[string]string{"AWS_REGION": "eu-central-1"},
 			want: with(func(c *Config) { c.Region = "eu-central-1" })},
 		{name: "log level warn, upper case", env: map[string]string{"LOG_LEVEL": "WARN"},

@@ -3,16 +3,19 @@ package deploytest
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/samtemplate"
@@ -133,8 +136,9 @@ func TestFaultInjectionNeverSettable(t *testing.T) {
 // from functions/<name> reads is set for its function, and that the
 // template sets no other: the names passed to getenv-like calls; for the
 // fields of config.Config the function uses, the config.Env<Field> variable
-// that FromEnv reads into them; and for each table the code names
-// (cfg.Table("PaymentsTable")), the table's variable (config.TableEnv).
+// that FromEnv reads into them; for each table the code names
+// (cfg.Table("PaymentsTable")), the table's variable (config.TableEnv); and
+// the partners FromEnv's cross-checks require of those (addCheckedPartners).
 func TestEnvironmentCoversCode(t *testing.T) {
 	fieldEnv := configFieldEnv(t)
 	for id, fn := range template(t).Functions() {
@@ -159,35 +163,13 @@ func TestEnvironmentCoversCode(t *testing.T) {
 				reads[v] = "config." + field
 			}
 		}
-		// config.FromEnv checks some variables against others, whatever
-		// the function uses: a function that reads one needs the other
-		// too, either way round, or a valid deployment fails at init. A
-		// variable needed for a check is checked against others in turn:
-		// go on until no pair adds one.
-		for added := true; added; {
-			added = false
-			for _, c := range crossChecks {
-				for _, pair := range [][2]string{{c.checked, c.against}, {c.against, c.checked}} {
-					if _, ok := reads[pair[0]]; ok {
-						if _, ok := reads[pair[1]]; !ok {
-							reads[pair[1]] = "config.FromEnv checks " + c.checked + " and " + c.against + " against each other"
-							added = true
-						}
-					}
-				}
-			}
-		}
+		addCheckedPartners(reads)
 		env := fn.Environment()
-		for _, v := range sortedKeys(reads) {
-			switch {
-			case notFromTemplate(v):
-			case v == faultEnv:
-				if id != "ApiFunction" {
-					t.Errorf("%s reads %s (%s); only the api has crash injection", id, v, reads[v])
-				}
-			case env[v] == nil:
-				t.Errorf("%s reads %s (%s) but template.yaml does not set it", id, v, reads[v])
-			}
+		if _, ok := reads[faultEnv]; ok && id != "ApiFunction" {
+			t.Errorf("%s reads %s (%s); only the api has crash injection", id, faultEnv, reads[faultEnv])
+		}
+		for _, v := range unset(env, reads) {
+			t.Errorf("%s reads %s (%s) but template.yaml does not set it", id, v, reads[v])
 		}
 		var unread []string
 		for v := range env {
@@ -200,6 +182,19 @@ func TestEnvironmentCoversCode(t *testing.T) {
 			t.Errorf("%s: template.yaml sets %v, which its code never reads", id, unread)
 		}
 	}
+}
+
+// unset returns the variables of reads that env (a function's
+// environment in the template) does not set, but for Lambda's own and the
+// fault injection's.
+func unset(env map[string]any, reads map[string]string) []string {
+	var out []string
+	for _, v := range sortedKeys(reads) {
+		if !notFromTemplate(v) && v != faultEnv && env[v] == nil {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // configFieldEnv maps each config.Config field to the variable it is read
@@ -236,6 +231,161 @@ var crossChecks = []struct {
 	{checked: config.EnvLease, against: config.EnvRetention, bad: (config.DefaultRetention + time.Hour).String(), good: (2 * config.DefaultRetention).String()},
 	{checked: config.EnvProviderSettle, against: config.EnvRetention, bad: (config.DefaultRetention + time.Hour).String(), good: (2 * config.DefaultRetention).String()},
 	{checked: config.EnvProviderSettle, against: config.EnvProviderTimeout, bad: (config.DefaultProviderTimeout / 2).String(), good: (config.DefaultProviderTimeout / 4).String()},
+}
+
+// addCheckedPartners adds to reads (variable -> why) the variables a
+// function must get because of FromEnv's cross-checks, until none adds one.
+// FromEnv parses and checks every variable, whatever the function uses, and
+// takes an unset one's default: a function that gets one side of a check
+// and not the other compares a deployed value with a default the deployment
+// may have changed. Whether that can fail is decided by FromEnv itself
+// (needsPartner), for each side: a function that gets ONCE_LEASE needs
+// ONCE_PROVIDER_TIMEOUT (a Lease of 4s, deployed with a timeout of 1s,
+// fails against the 5s default) and ONCE_RETENTION (a Lease of 25h, with a
+// Retention of 48h, against the 24h default); one that gets ONCE_RETENTION
+// alone needs neither (every accepted Retention is at least 1h, above the
+// defaults of ONCE_LEASE and ONCE_PROVIDER_SETTLE). A variable added for a
+// check is checked in turn.
+func addCheckedPartners(reads map[string]string) {
+	for added := true; added; {
+		added = false
+		for _, c := range crossChecks {
+			for _, pair := range [][2]string{{c.checked, c.against}, {c.against, c.checked}} {
+				if _, ok := reads[pair[0]]; !ok {
+					continue
+				}
+				if _, ok := reads[pair[1]]; ok || !needsPartner(pair[0], pair[1]) {
+					continue
+				}
+				reads[pair[1]] = "config.FromEnv checks " + pair[0] + " against " + pair[1] + ", whose default a deployment may change"
+				added = true
+			}
+		}
+	}
+}
+
+// checkDurations are the values needsPartner tries: around the defaults,
+// the floors and each other.
+var checkDurations = []string{
+	"1ms", "500ms", "1s", "2s", "4s", "5s", "6s", "10s", "29s", "30s", "31s", "45s",
+	"1m", "2m", "59m", "1h", "2h", "23h", "24h", "25h", "48h", "1000h",
+}
+
+// needsPartner reports whether a function that gets the variable set but
+// not partner can fail at start-up in a valid deployment: whether some
+// values of the two that config.FromEnv accepts together are refused with
+// partner left to its default.
+func needsPartner(set, partner string) bool {
+	partnersMu.Lock()
+	defer partnersMu.Unlock()
+	k := [2]string{set, partner}
+	if v, ok := partners[k]; ok {
+		return v
+	}
+	partners[k] = findsPartnerNeeded(set, partner)
+	return partners[k]
+}
+
+// partners memoizes needsPartner.
+var (
+	partnersMu sync.Mutex
+	partners   = map[[2]string]bool{}
+)
+
+// findsPartnerNeeded is needsPartner's search.
+func findsPartnerNeeded(set, partner string) bool {
+	for _, a := range checkDurations {
+		alone := map[string]string{set: a}
+		if _, err := config.FromEnv(func(k string) string { return alone[k] }); err == nil {
+			continue
+		}
+		for _, b := range checkDurations {
+			both := map[string]string{set: a, partner: b}
+			if _, err := config.FromEnv(func(k string) string { return both[k] }); err == nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestCheckedPartners: what addCheckedPartners requires of a function that
+// reads only the variables given, and that a real missing pair is caught:
+// each case's variables less one that it requires fail the check.
+func TestCheckedPartners(t *testing.T) {
+	tests := []struct {
+		reads []string
+		want  []string // reads and what they require
+	}{
+		{reads: nil, want: nil},
+		{reads: []string{config.EnvRetention}, want: []string{config.EnvRetention}},
+		{reads: []string{config.EnvLease},
+			want: []string{config.EnvLease, config.EnvProviderTimeout, config.EnvRetention}},
+		{reads: []string{config.EnvProviderTimeout},
+			want: []string{config.EnvLease, config.EnvProviderTimeout, config.EnvRetention}},
+		{reads: []string{config.EnvProviderSettle},
+			want: []string{config.EnvLease, config.EnvProviderSettle, config.EnvProviderTimeout, config.EnvRetention}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.reads, ","), func(t *testing.T) {
+			reads := map[string]string{}
+			for _, v := range tt.reads {
+				reads[v] = "test"
+			}
+			addCheckedPartners(reads)
+			if diff := cmp.Diff(tt.want, sortedKeys(reads), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("addCheckedPartners(%v) mismatch (-want +got):\n%s", tt.reads, diff)
+			}
+			for _, missing := range tt.want {
+				env := map[string]any{}
+				for _, v := range tt.want {
+					if v != missing {
+						env[v] = map[string]any{"Ref": "X"}
+					}
+				}
+				if got := unset(env, reads); !cmp.Equal(got, []string{missing}) {
+					t.Errorf("an environment of %v without %s: unset = %v, want [%s]", tt.want, missing, got, missing)
+				}
+			}
+		})
+	}
+	// The worker's environment in template.yaml, ONCE_LEASE taken out (it
+	// never uses the lease): caught, because it gets ONCE_PROVIDER_TIMEOUT.
+	worker := maps.Clone(template(t).Functions()["WorkerFunction"].Environment())
+	delete(worker, config.EnvLease)
+	reads := map[string]string{}
+	for f := range scanFunction(t, "worker").Selected {
+		if v, ok := configFieldEnv(t)[f]; ok {
+			reads[v] = "config." + f
+		}
+	}
+	if _, ok := reads[config.EnvLease]; ok {
+		t.Fatalf("the worker uses config.Lease; pick a variable it does not use")
+	}
+	addCheckedPartners(reads)
+	if got := unset(worker, reads); !cmp.Equal(got, []string{config.EnvLease}) {
+		t.Errorf("WorkerFunction without %s: unset = %v, want [%s]", config.EnvLease, got, config.EnvLease)
+	}
+	// The pairs needsPartner finds, one way or both (the 4s lease and 1s
+	// timeout of cc90acd, which failed the sweeper and checker, is the
+	// reverse of ONCE_PROVIDER_TIMEOUT's check against ONCE_LEASE).
+	for _, tt := range []struct {
+		set, partner string
+		want         bool
+	}{
+		{config.EnvProviderTimeout, config.EnvLease, true},
+		{config.EnvLease, config.EnvProviderTimeout, true},
+		{config.EnvLease, config.EnvRetention, true},
+		{config.EnvRetention, config.EnvLease, false},
+		{config.EnvProviderSettle, config.EnvRetention, true},
+		{config.EnvRetention, config.EnvProviderSettle, false},
+		{config.EnvProviderSettle, config.EnvProviderTimeout, true},
+		{config.EnvProviderTimeout, config.EnvProviderSettle, false},
+	} {
+		if got := needsPartner(tt.set, tt.partner); got != tt.want {
+			t.Errorf("needsPartner(%s, %s) = %v, want %v", tt.set, tt.partner, got, tt.want)
+		}
+	}
 }
 
 // TestCrossChecks checks crossChecks against config.FromEnv: each checked

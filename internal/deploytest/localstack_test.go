@@ -195,8 +195,20 @@ func TestSAMConfig(t *testing.T) {
 		t.Errorf("default stack_name = %q, want once", got)
 	}
 	build := c.Parameters("default", "build")
-	if build["cached"] != true || build["parallel"] != true {
-		t.Errorf("[default.build.parameters] = %v, want cached and parallel", build)
+	if build["parallel"] != true {
+		t.Errorf("[default.build.parameters] = %v, want parallel", build)
+	}
+	// No build is cached: SAM CLI's cached build (CachedBuildStrategy in
+	// samcli/lib/build/build_strategy.py) hashes each function's whole
+	// CodeUri, ignoring only .aws-sam (dir_checksum's ignore_list, which
+	// no setting extends), and a makefile function is a build definition
+	// of its own (FunctionBuildDefinition.__eq__ in build_graph.py): with
+	// every CodeUri the repository, each build would read .cache/ and .git
+	// once per function, to save builds that Go's build cache makes quick.
+	for _, env := range sortedKeys(c.Envs) {
+		if v, ok := c.Parameters(env, "build")["cached"]; ok && v != false {
+			t.Errorf("[%s.build.parameters] cached = %v, want it unset (or false)", env, v)
+		}
 	}
 	// Every build runs the Makefile in the repository (SAM CLI's
 	// --build-in-source, which its makefile workflow supports): without

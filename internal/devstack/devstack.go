@@ -288,15 +288,16 @@ func (s *Stack) startDynamoDB(ctx context.Context) error {
 			return srv.Stop()
 		})
 		s.cfg.DynamoDBEndpoint = srv.Endpoint()
-		if s.cfg.Region == "" {
-			s.cfg.Region = config.DefaultLocalRegion
-		}
 	}
 	client, err := app.DynamoDB(ctx, s.cfg)
 	if err != nil {
 		return err
 	}
 	s.client = client
+	// The functions, the SQS endpoint and the simulator's function URL use
+	// the region the client resolved (LocalRegion at an emulator's endpoint
+	// without AWS_REGION), as the functions sign in their client's region.
+	s.cfg.Region = client.Options().Region
 	return nil
 }
 

@@ -76,9 +76,6 @@ func (s *Stack) startQueues(ctx context.Context) error {
 		}
 		s.onStop("sqs endpoint", func(context.Context) error { return srv.Close() })
 		s.cfg.SQSEndpoint = url
-		if s.cfg.Region == "" {
-			s.cfg.Region = config.DefaultLocalRegion
-		}
 	}
 	client, err := queue.Client(ctx, s.cfg, queue.ClientOptions{})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"strings"
@@ -29,6 +30,9 @@ const (
 	DefaultMaxBackoff = 200 * time.Millisecond
 	// DefaultTimeout is Options.Timeout when unset.
 	DefaultTimeout = 2 * time.Second
+	// LocalRegion is the region of an emulator's endpoint (see Config) when
+	// Options.Region is unset.
+	LocalRegion = "us-east-1"
 )
 
 // Options configures the clients.
@@ -36,7 +40,9 @@ type Options struct {
 	// Endpoint overrides the AWS endpoint (DynamoDB Local, LocalStack); empty
 	// means AWS itself.
 	Endpoint string
-	// Region is the AWS region; with an Endpoint and no region, us-east-1.
+	// Region is the AWS region. Unset: LocalRegion at an emulator's
+	// Endpoint, else the SDK's own sources (AWS_REGION, AWS_DEFAULT_REGION,
+	// the shared configuration), and an error when they name none.
 	Region string
 	// MaxAttempts bounds the SDK's attempts per call, the first included
 	// (DefaultMaxAttempts, 3).
@@ -77,9 +83,13 @@ func CallBound(opts Options) time.Duration {
 // endpoint of AWS itself (a host under one of awsDomains: a VPC, FIPS or
 // dual-stack endpoint) the usual credentials (the function's role), as
 // without an endpoint, since AWS refuses dummy ones ("The security token
-// included in the request is invalid"). An endpoint that is not an
-// absolute http(s) URL, and no region at all (AWS_REGION unset outside
-// Lambda, no endpoint), are errors here rather than at the first call.
+// included in the request is invalid"). Only an emulator's endpoint (see
+// isEmulator) defaults the region, to LocalRegion: any other endpoint is
+// AWS's or may be, and a call signed for a region not its own fails with a
+// signature error, so its region comes from the environment as without an
+// endpoint. An endpoint that is not an absolute http(s) URL, and no region
+// at all (AWS_REGION unset outside Lambda with no endpoint or one that is
+// not an emulator's), are errors here rather than at the first call.
 func Config(ctx context.Context, opts Options) (aws.Config, error) {
 	opts = opts.withDefaults()
 	loaders := []func(*config.LoadOptions) error{
@@ -101,8 +111,8 @@ func Config(ctx context.Context, opts Options) (aws.Config, error) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return aws.Config{}, fmt.Errorf("dynamoclient: endpoint %q is not an absolute http(s) URL (such as http://localhost:8000)", opts.Endpoint)
 		}
-		if opts.Region == "" {
-			loaders = append(loaders, config.WithRegion("us-east-1"))
+		if opts.Region == "" && isEmulator(u.Hostname()) {
+			loaders = append(loaders, config.WithRegion(LocalRegion))
 		}
 		if !isAWS(u.Hostname()) {
 			loaders = append(loaders, config.WithCredentialsProvider(
@@ -113,8 +123,14 @@ func Config(ctx context.Context, opts Options) (aws.Config, error) {
 	if err != nil {
 		return aws.Config{}, fmt.Errorf("dynamoclient: load AWS config: %w", err)
 	}
-	if cfg.Region == "" {
-		return aws.Config{}, errors.New("dynamoclient: no AWS region: set AWS_REGION (Lambda sets it), or an endpoint")
+	switch {
+	case cfg.Region != "":
+	case opts.Endpoint == "":
+		return aws.Config{}, errors.New("dynamoclient: no AWS region: set AWS_REGION (Lambda sets it)")
+	default:
+		return aws.Config{}, fmt.Errorf("dynamoclient: no AWS region for endpoint %q: set AWS_REGION to its region"+
+			" (only an emulator's endpoint, on a loopback address, localhost, localstack or host.docker.internal,"+
+			" defaults to %s)", opts.Endpoint, LocalRegion)
 	}
 	return cfg, nil
 }
@@ -134,9 +150,30 @@ var awsDomains = []string{
 
 // isAWS reports whether host is an AWS endpoint's: one of awsDomains or
 // under one.
-func isAWS(host string) bool {
+func isAWS(host string) bool { return under(host, awsDomains) }
+
+// emulatorHosts are the hosts of the emulators once runs against besides
+// loopback addresses: localhost (RFC 6761), LocalStack's Docker Compose
+// service (localstack/docker-compose.yml) and its domain, which resolves to
+// 127.0.0.1, and the host seen from a container (sam local invoke, as the
+// README runs it).
+var emulatorHosts = []string{"localhost", "localstack", "localhost.localstack.cloud", "host.docker.internal"}
+
+// isEmulator reports whether host is an emulator's (DynamoDB Local,
+// LocalStack, the devstack's SQS): a loopback address, or one of
+// emulatorHosts or a name under one. No AWS endpoint is one of these.
+func isEmulator(host string) bool {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return ip.Unmap().IsLoopback()
+	}
+	return under(host, emulatorHosts)
+}
+
+// under reports whether host is one of domains or a name under one, in any
+// case, with or without the root's trailing dot.
+func under(host string, domains []string) bool {
 	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	for _, d := range awsDomains {
+	for _, d := range domains {
 		if host == d || strings.HasSuffix(host, "."+d) {
 			return true
 		}

@@ -2,7 +2,6 @@ package dynamoclient_test
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -65,28 +64,47 @@ func TestSDKLogsAreStructured(t *testing.T) {
 
 // TestConfigEndpoint: an emulator's endpoint gets dummy credentials, an AWS
 // endpoint the usual ones (AWS refuses dummy ones with "The security token
-// included in the request is invalid"), and what is not an endpoint, or no
+// included in the request is invalid"); only an emulator's endpoint (a
+// loopback address, localhost, the local stack's hosts) defaults the region
+// to us-east-1, any other is signed in the region the environment names or
+// not at all (a VPC endpoint in eu-west-1 signed for us-east-1 would fail at
+// the first call with a signature error); and what is not an endpoint, or no
 // region at all, is an error that says so before any call.
 func TestConfigEndpoint(t *testing.T) {
+	const noRegion = "set AWS_REGION"
 	tests := []struct {
 		name, endpoint, region string
-		wantKey                string // the access key the calls are signed with
-		wantErr                string // in the error; empty: none
+		env                    map[string]string // more of the environment
+		wantKey                string            // the access key the calls are signed with
+		wantRegion             string            // the region they are signed in
+		wantErr                string            // in the error; empty: none
 	}{
-		{name: "DynamoDB Local", endpoint: "http://127.0.0.1:8000", wantKey: "local"},
-		{name: "LocalStack by name", endpoint: "http://localstack:4566", wantKey: "local"},
-		{name: "localhost", endpoint: "http://localhost:8000", region: "eu-west-1", wantKey: "local"},
-		{name: "a look-alike", endpoint: "https://dynamodb.amazonaws.com.example.net", wantKey: "local"},
-		{name: "AWS's regional endpoint", endpoint: "https://dynamodb.us-east-1.amazonaws.com", region: "us-east-1", wantKey: "AKIDFROMENV"},
-		{name: "AWS, upper case, trailing dot", endpoint: "https://DynamoDB.us-east-1.AmazonAWS.com.", wantKey: "AKIDFROMENV"},
-		{name: "a VPC endpoint", endpoint: "https://vpce-0a1b2c3d-abcdefgh.dynamodb.eu-west-1.vpce.amazonaws.com", region: "eu-west-1", wantKey: "AKIDFROMENV"},
-		{name: "dual-stack", endpoint: "https://dynamodb.us-east-1.api.aws", wantKey: "AKIDFROMENV"},
-		{name: "China", endpoint: "https://dynamodb.cn-north-1.amazonaws.com.cn", region: "cn-north-1", wantKey: "AKIDFROMENV"},
-		{name: "AWS without an endpoint", region: "us-east-1", wantKey: "AKIDFROMENV"},
+		{name: "DynamoDB Local", endpoint: "http://127.0.0.1:8000", wantKey: "local", wantRegion: "us-east-1"},
+		{name: "another loopback address", endpoint: "http://127.0.0.2:8000", wantKey: "local", wantRegion: "us-east-1"},
+		{name: "IPv6 loopback", endpoint: "http://[::1]:8000", wantKey: "local", wantRegion: "us-east-1"},
+		{name: "LocalStack by name", endpoint: "http://localstack:4566", wantKey: "local", wantRegion: "us-east-1"},
+		{name: "LocalStack's own domain", endpoint: "http://localhost.localstack.cloud:4566", wantKey: "local", wantRegion: "us-east-1"},
+		{name: "Docker's host", endpoint: "http://host.docker.internal:8000", wantKey: "local", wantRegion: "us-east-1"},
+		{name: "under localhost", endpoint: "http://ddb.localhost:8000", wantKey: "local", wantRegion: "us-east-1"},
+		{name: "localhost, region set", endpoint: "http://localhost:8000", region: "eu-west-1", wantKey: "local", wantRegion: "eu-west-1"},
+		{name: "a look-alike, region set", endpoint: "https://dynamodb.amazonaws.com.example.net", region: "eu-west-1", wantKey: "local", wantRegion: "eu-west-1"},
+		{name: "a look-alike, no region", endpoint: "https://dynamodb.amazonaws.com.example.net", wantErr: noRegion},
+		{name: "another host, no region", endpoint: "http://10.0.0.7:8000", wantErr: noRegion},
+		{name: "AWS's regional endpoint", endpoint: "https://dynamodb.us-east-1.amazonaws.com", region: "us-east-1", wantKey: "AKIDFROMENV", wantRegion: "us-east-1"},
+		{name: "AWS, upper case, trailing dot", endpoint: "https://DynamoDB.eu-west-1.AmazonAWS.com.", region: "eu-west-1", wantKey: "AKIDFROMENV", wantRegion: "eu-west-1"},
+		{name: "a VPC endpoint", endpoint: "https://vpce-0a1b2c3d-abcdefgh.dynamodb.eu-west-1.vpce.amazonaws.com", region: "eu-west-1", wantKey: "AKIDFROMENV", wantRegion: "eu-west-1"},
+		{name: "a VPC endpoint, no region", endpoint: "https://vpce-0a1b2c3d-abcdefgh.dynamodb.eu-west-1.vpce.amazonaws.com", wantErr: noRegion},
+		{name: "a VPC endpoint, AWS_DEFAULT_REGION", endpoint: "https://vpce-0a1b2c3d-abcdefgh.dynamodb.eu-west-1.vpce.amazonaws.com",
+			env: map[string]string{"AWS_DEFAULT_REGION": "eu-west-1"}, wantKey: "AKIDFROMENV", wantRegion: "eu-west-1"},
+		{name: "AWS's regional endpoint, no region", endpoint: "https://dynamodb.eu-west-1.amazonaws.com", wantErr: noRegion},
+		{name: "dual-stack, no region", endpoint: "https://dynamodb.us-east-1.api.aws", wantErr: noRegion},
+		{name: "China", endpoint: "https://dynamodb.cn-north-1.amazonaws.com.cn", region: "cn-north-1", wantKey: "AKIDFROMENV", wantRegion: "cn-north-1"},
+		{name: "China, no region", endpoint: "https://dynamodb.cn-north-1.amazonaws.com.cn", wantErr: noRegion},
+		{name: "AWS without an endpoint", region: "us-east-1", wantKey: "AKIDFROMENV", wantRegion: "us-east-1"},
 		{name: "no scheme", endpoint: "localhost:8000", wantErr: `endpoint "localhost:8000" is not an absolute http(s) URL`},
 		{name: "another scheme", endpoint: "tcp://localhost:8000", wantErr: `endpoint "tcp://localhost:8000" is not an absolute http(s) URL`},
 		{name: "not a URL", endpoint: "::", wantErr: `endpoint "::" is not an absolute http(s) URL`},
-		{name: "no region, no endpoint", wantErr: "no AWS region: set AWS_REGION"},
+		{name: "no region, no endpoint", wantErr: noRegion},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -99,6 +117,9 @@ func TestConfigEndpoint(t *testing.T) {
 			t.Setenv("AWS_PROFILE", "")
 			t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "config"))
 			t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "credentials"))
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
 			cfg, err := dynamoclient.Config(t.Context(), dynamoclient.Options{Endpoint: tt.endpoint, Region: tt.region})
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
@@ -113,8 +134,8 @@ func TestConfigEndpoint(t *testing.T) {
 			if err != nil || creds.AccessKeyID != tt.wantKey {
 				t.Errorf("Config(%q) signs with %q, %v; want %q", tt.endpoint, creds.AccessKeyID, err, tt.wantKey)
 			}
-			if want := cmp.Or(tt.region, "us-east-1"); cfg.Region != want {
-				t.Errorf("Config(%q).Region = %q, want %q", tt.endpoint, cfg.Region, want)
+			if cfg.Region != tt.wantRegion {
+				t.Errorf("Config(%q).Region = %q, want %q", tt.endpoint, cfg.Region, tt.wantRegion)
 			}
 		})
 	}

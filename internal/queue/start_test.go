@@ -74,6 +74,9 @@ func TestStartRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.fn+" "+strings.Join(tt.names, " "), func(t *testing.T) {
+			// In Lambda, as here: the region is set (DynamoDB is AWS's, and
+			// only an emulator's endpoint would default it).
+			tt.env[config.EnvRegion] = "us-east-1"
 			if tt.fn == "checker" {
 				// A queue URL is taken as it is: the checker starts (and
 				// lambda.Start would end the test), so only build it here.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncehq/once/idempotency/recovery/sqsqueue"
 	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/dynamoclient"
 	"github.com/oncehq/once/internal/queue"
 	"github.com/oncehq/once/internal/sqslocal"
 )
@@ -31,7 +32,7 @@ func Endpoint(t testing.TB) string {
 // it, with room for long polls.
 func Client(t testing.TB, endpoint string) *sqs.Client {
 	t.Helper()
-	c, err := queue.Client(t.Context(), config.Config{SQSEndpoint: endpoint, Region: config.DefaultLocalRegion}, queue.ClientOptions{Timeout: 30 * time.Second})
+	c, err := queue.Client(t.Context(), config.Config{SQSEndpoint: endpoint, Region: dynamoclient.LocalRegion}, queue.ClientOptions{Timeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/oncehq/once/idempotency/internal/nilness"
 	"github.com/oncehq/once/internal/sqsclient"
 )
 
@@ -33,13 +34,13 @@ type Queue struct {
 }
 
 // New returns the queue at queueURL (what CloudFormation's !Ref of an
-// AWS::SQS::Queue gives), reached through api. A nil api (a nil
-// *sqs.Client, such as NewClient returns with an error, included) or a
-// queueURL that is not an absolute http(s) URL (an environment variable not
+// AWS::SQS::Queue gives), reached through api. A nil api, or one holding a
+// nil pointer (a nil *sqs.Client, such as NewClient returns with an error),
+// or a queueURL that is not an absolute http(s) URL (an environment variable not
 // set, a queue name) is an error, at start-up rather than at the first send.
 func New(api API, queueURL string) (*Queue, error) {
 	var errs []error
-	if c, ok := api.(*sqs.Client); api == nil || ok && c == nil {
+	if nilness.Nil(api) {
 		errs = append(errs, errors.New("sqsqueue: the SQS client is nil"))
 	}
 	if u, err := url.Parse(queueURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -83,9 +84,11 @@ func DelaySeconds(delay time.Duration) int32 {
 // warnings) written as structured lines: to slog's default logger when the
 // program has set one, else as JSON on stderr. SQS_ENDPOINT, when set, points
 // it at a local SQS (LocalStack, ElasticMQ) with dummy credentials (and
-// us-east-1 without AWS_REGION), or at an AWS endpoint (a VPC endpoint) with
-// the usual ones. An SQS_ENDPOINT that is not an absolute http(s) URL, or no
-// region at all, is an error naming the variables.
+// us-east-1 without AWS_REGION, at a loopback address, localhost, localstack
+// or host.docker.internal), or at an AWS endpoint (a VPC endpoint) with the
+// usual ones and the environment's region. An SQS_ENDPOINT that is not an
+// absolute http(s) URL, or no region at all, is an error naming the
+// variables.
 func NewClient(ctx context.Context) (*sqs.Client, error) {
 	endpoint, region := os.Getenv("SQS_ENDPOINT"), os.Getenv("AWS_REGION")
 	c, err := sqsclient.New(ctx, endpoint, region, 5*time.Second)

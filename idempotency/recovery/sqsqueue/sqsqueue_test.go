@@ -162,6 +162,9 @@ func TestSendFails(t *testing.T) {
 	}
 }
 
+// wrappedAPI is an API of a user's own, such as a wrapper that counts calls.
+type wrappedAPI struct{ sqsqueue.API }
+
 // TestNew: what cannot be a queue is refused when the function starts, with
 // the cause named.
 func TestNew(t *testing.T) {
@@ -179,6 +182,7 @@ func TestNew(t *testing.T) {
 		{"another scheme", c, "sqs://checks", []string{`"sqs://checks"`}},
 		{"no client", nil, "http://127.0.0.1:9324/000000000000/checks", []string{"SQS client is nil"}},
 		{"a nil *sqs.Client (NewClient's on an error)", (*sqs.Client)(nil), "http://127.0.0.1:9324/000000000000/checks", []string{"SQS client is nil"}},
+		{"a nil pointer of another API", (*wrappedAPI)(nil), "http://127.0.0.1:9324/000000000000/checks", []string{"SQS client is nil"}},
 		{"neither", nil, "", []string{"SQS client is nil", `queue URL ""`}},
 	}
 	for _, tt := range tests {
