@@ -10,8 +10,12 @@ type Counter interface {
 }
 
 // Metric names counted by the Sweeper, the Reconciler, the Scheduler and
-// the Checker. Alarm on MetricFailed, MetricUnroutable, MetricUnrestored
-// and MetricCheckFailed, not on MetricDeferred.
+// the Checker. Alarm on MetricFailed, MetricUnroutable and
+// MetricUnrestored, not on MetricDeferred nor MetricCheckFailed: a failed
+// check is retried, and one that keeps failing ends in a dead-letter queue
+// to alarm on instead (the Scheduler's stream's on-failure destination, the
+// Checker's queue's redrive target; template.yaml's SweeperDLQAlarm and
+// CheckDLQAlarm), without the alarm a passing fault would raise.
 const (
 	MetricZombieSwept        = "zombie_swept"
 	MetricReconcileScheduled = "reconcile_scheduled"

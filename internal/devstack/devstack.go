@@ -418,6 +418,7 @@ func (s *Stack) startGateway(context.Context) error {
 		Region:           s.cfg.Region,
 		AuthorizerTTL:    s.api.authorizerTTL,
 		BinaryMediaTypes: s.api.binaryMediaTypes,
+		Responses:        s.api.responses,
 		Logger:           s.log.With("component", "gateway"),
 	}
 

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncehq/once/idempotency/problem"
 	"github.com/oncehq/once/internal/devstack"
 	"github.com/oncehq/once/internal/dynamotest"
+	"github.com/oncehq/once/internal/gateway"
 	"github.com/oncehq/once/internal/lambdatest"
 )
 
@@ -146,10 +148,13 @@ func TestDevstack(t *testing.T) {
 			t.Errorf("GET = %d %s, want 200 with id %s", r.status, r.body, payment.ID)
 		}
 	})
+	// API Gateway's own answers are the template's gateway responses:
+	// problem+json with a code, never reaching the function.
 	t.Run("no authorization", func(t *testing.T) {
 		r := call(t, "POST", api, "", "order-1002", order)
-		if r.status != http.StatusUnauthorized || r.body != `{"message":"Unauthorized"}` {
-			t.Errorf("no Authorization = %d %s, want 401 Unauthorized", r.status, r.body)
+		wantProblem(t, r, http.StatusUnauthorized, "unauthenticated")
+		if got := r.header.Get("WWW-Authenticate"); got != "Bearer" {
+			t.Errorf("no Authorization: WWW-Authenticate = %q, want Bearer", got)
 		}
 	})
 	t.Run("not bearer", func(t *testing.T) {
@@ -159,25 +164,33 @@ func TestDevstack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized {
-			t.Errorf("Basic credentials = %d, want 401", resp.StatusCode)
-		}
+		wantProblem(t, response{status: resp.StatusCode, header: resp.Header, body: string(b)}, http.StatusUnauthorized, "unauthenticated")
 	})
 	t.Run("unknown key", func(t *testing.T) {
 		r := call(t, "POST", api, "sk_test_nobody", "order-1002", order)
-		if r.status != http.StatusForbidden || r.body != `{"Message":"User is not authorized to access this resource with an explicit deny"}` {
-			t.Errorf("unknown key = %d %s, want 403 explicit deny", r.status, r.body)
-		}
+		wantProblem(t, r, http.StatusForbidden, "forbidden")
 		// Cached deny, other route: still 403.
-		if r := call(t, "GET", api+"/"+payment.ID, "sk_test_nobody", "", ""); r.status != http.StatusForbidden {
-			t.Errorf("unknown key, GET = %d %s, want 403", r.status, r.body)
-		}
+		wantProblem(t, call(t, "GET", api+"/"+payment.ID, "sk_test_nobody", "", ""), http.StatusForbidden, "forbidden")
 	})
 	t.Run("no route", func(t *testing.T) {
-		r := call(t, "DELETE", api+"/"+payment.ID, "sk_test_acme", "", "")
-		if r.status != http.StatusForbidden || r.body != `{"message":"Missing Authentication Token"}` {
-			t.Errorf("DELETE = %d %s, want 403 Missing Authentication Token", r.status, r.body)
+		wantProblem(t, call(t, "DELETE", api+"/"+payment.ID, "sk_test_acme", "", ""), http.StatusNotFound, "route_not_found")
+		wantProblem(t, call(t, "GET", stack.URL()+"/v2/nothing", "", "", ""), http.StatusNotFound, "route_not_found")
+	})
+	t.Run("body over the function's limit", func(t *testing.T) {
+		// The function's own 413 (64 KiB), same code as the gateway's.
+		big := `{"amount": 2500, "currency": "EUR", "description": "` + strings.Repeat("x", 70<<10) + `"}`
+		r := call(t, "POST", api, "sk_test_acme", "order-big", big)
+		if r.status != http.StatusRequestEntityTooLarge || !strings.Contains(r.body, `"code":"payload_too_large"`) {
+			t.Errorf("70 KiB body = %d %s, want the function's 413 payload_too_large", r.status, r.body)
+		}
+	})
+	t.Run("body over API Gateway's limit", func(t *testing.T) {
+		r := call(t, "POST", api, "sk_test_acme", "order-huge", strings.Repeat("x", gateway.MaxPayload+1))
+		p := wantProblem(t, r, http.StatusRequestEntityTooLarge, "payload_too_large")
+		if detail, _ := p["detail"].(string); !strings.Contains(detail, "10 MB") {
+			t.Errorf("detail = %q, want API Gateway's 10 MB named", detail)
 		}
 	})
 
@@ -314,4 +327,27 @@ func TestPaymentSettlementShown(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wantProblem checks that r is a gateway response of template.yaml: status,
+// problem+json, code, and the request ID of the X-Amzn-Requestid header. It
+// returns the body's members.
+func wantProblem(t *testing.T, r response, status int, code string) map[string]any {
+	t.Helper()
+	var p map[string]any
+	if err := json.Unmarshal([]byte(r.body), &p); err != nil {
+		t.Errorf("answer %d %s is not JSON: %v", r.status, r.body, err)
+		return p
+	}
+	want := map[string]any{
+		"type": problem.DefaultTypeBase + code, "title": p["title"], "status": float64(status), "detail": p["detail"],
+		"code": code, "request_id": r.header.Get("X-Amzn-Requestid"),
+	}
+	if r.status != status || !maps.Equal(p, want) || p["title"] == "" || p["detail"] == "" || want["request_id"] == "" {
+		t.Errorf("answer = %d %v, want %d %v", r.status, p, status, want)
+	}
+	if got := r.header.Get("Content-Type"); got != problem.ContentType {
+		t.Errorf("Content-Type = %q, want %q", got, problem.ContentType)
+	}
+	return p
 }

@@ -31,10 +31,11 @@ type api struct {
 	routes           []gateway.Route
 	authorizerTTL    time.Duration // gateway.Emulator's convention: <0 disables
 	binaryMediaTypes []string
+	responses        map[string]gateway.GatewayResponse
 }
 
-// apiFromTemplate reads the stage, the binary media types, the authorizer
-// cache TTL and the api function's routes.
+// apiFromTemplate reads the stage, the binary media types, the gateway
+// responses, the authorizer cache TTL and the api function's routes.
 func apiFromTemplate(tmpl *samtemplate.Template) (api, error) {
 	vars := tmpl.ParameterDefaults()
 	var a api
@@ -55,6 +56,16 @@ func apiFromTemplate(tmpl *samtemplate.Template) (api, error) {
 		}
 		// SAM writes the slash of a media type as ~1.
 		a.binaryMediaTypes = append(a.binaryMediaTypes, strings.ReplaceAll(t, "~1", "/"))
+	}
+	responses, err := samtemplate.GatewayResponses(r)
+	if err != nil {
+		return api{}, fmt.Errorf("devstack: %w", err)
+	}
+	for typ, gr := range responses {
+		if a.responses == nil {
+			a.responses = map[string]gateway.GatewayResponse{}
+		}
+		a.responses[typ] = gateway.GatewayResponse{StatusCode: gr.StatusCode, Headers: gr.Headers, Templates: gr.Templates}
 	}
 
 	authProps, _ := r.Properties["Auth"].(map[string]any)

@@ -138,6 +138,11 @@ type Emulator struct {
 	Logger *slog.Logger
 	// Now returns the current time (time.Now).
 	Now func() time.Time
+	// Responses customizes the emulator's own answers (401, 403, 413, 5xx)
+	// by response type (ResponseUnauthorized, ...), as a REST API's gateway
+	// responses do. An answer whose type has none, and no DEFAULT_4XX or
+	// DEFAULT_5XX to fall back on, is API Gateway's default, byte for byte.
+	Responses map[string]GatewayResponse
 
 	mu       sync.Mutex
 	cache    map[string]cachedAuth
@@ -192,21 +197,24 @@ func (x *exchange) serve() (int, string) {
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return x.fail(http.StatusRequestEntityTooLarge, "RequestTooLongException", bodyTooLarge, "payload too large")
+			return x.fail(gatewayError{ResponseRequestTooLarge, http.StatusRequestEntityTooLarge, "RequestTooLongException",
+				bodyTooLarge, "Request Too Long", false, "payload too large"})
 		}
-		return x.fail(http.StatusBadRequest, "BadRequestException", `{"message":"Bad request"}`, "read body: "+err.Error())
+		return x.fail(gatewayError{ResponseDefault4XX, http.StatusBadRequest, "BadRequestException",
+			`{"message":"Bad request"}`, "Bad request", false, "read body: " + err.Error()})
 	}
 	route, params, ok := e.match(r.Method, x.path)
 	if !ok {
-		return x.fail(http.StatusForbidden, "MissingAuthenticationTokenException", bodyMissingToken, "no route")
+		return x.fail(gatewayError{ResponseMissingAuthenticationToken, http.StatusForbidden, "MissingAuthenticationTokenException",
+			bodyMissingToken, "Missing Authentication Token", false, "no route"})
 	}
 	x.route, x.params = route, params
 	ev := x.event(body)
 
 	if e.Authorize != nil {
-		authorizer, status, reason := x.authorize(ev)
-		if status != 0 {
-			return x.fail(status, errorType(status), bodyFor(status, reason), reason)
+		authorizer, failure := x.authorize(ev)
+		if failure != nil {
+			return x.fail(*failure)
 		}
 		ev.RequestContext.Authorizer = authorizer
 	}
@@ -336,12 +344,13 @@ func (x *exchange) headers() (map[string]string, map[string][]string) {
 
 // authorize runs the authorizer for ev (or takes its cached result) and
 // evaluates the policy. It returns the requestContext.authorizer map when the
-// request is allowed, else the status to answer and why.
-func (x *exchange) authorize(ev events.APIGatewayProxyRequest) (map[string]any, int, string) {
+// request is allowed, else the answer to give.
+func (x *exchange) authorize(ev events.APIGatewayProxyRequest) (map[string]any, *gatewayError) {
 	e := x.e
 	identity := ev.Headers["Authorization"]
 	if identity == "" {
-		return nil, http.StatusUnauthorized, "identity source missing"
+		g := errUnauthorized("identity source missing")
+		return nil, &g
 	}
 	methodArn := e.methodArn(ev.HTTPMethod, ev.Path)
 	resp, cached := e.cached(identity)
@@ -356,21 +365,26 @@ func (x *exchange) authorize(ev events.APIGatewayProxyRequest) (map[string]any, 
 		latency = e.now().Sub(t0).Milliseconds()
 		switch {
 		case err != nil && err.Error() == "Unauthorized":
-			return nil, http.StatusUnauthorized, "authorizer: Unauthorized"
+			g := errUnauthorized("authorizer: Unauthorized")
+			return nil, &g
 		case err != nil:
-			return nil, http.StatusInternalServerError, "authorizer error: " + err.Error()
+			return nil, &gatewayError{ResponseAuthorizerFailure, http.StatusInternalServerError, "AuthorizerConfigurationException",
+				bodyAuthorizerFail, "", true, "authorizer error: " + err.Error()}
 		}
 		if err := checkAuthorizerResponse(resp); err != nil {
-			return nil, http.StatusInternalServerError, "authorizer configuration: " + err.Error()
+			return nil, &gatewayError{ResponseAuthorizerConfigurationError, http.StatusInternalServerError, "AuthorizerConfigurationException",
+				bodyAuthorizerFail, "", true, "authorizer configuration: " + err.Error()}
 		}
 		e.store(identity, resp)
 	}
 	x.principal = resp.PrincipalID
 	switch evaluate(resp.PolicyDocument, methodArn) {
 	case explicitDeny:
-		return nil, http.StatusForbidden, "explicit deny"
+		g := errDenied(true)
+		return nil, &g
 	case implicitDeny:
-		return nil, http.StatusForbidden, "not allowed"
+		g := errDenied(false)
+		return nil, &g
 	}
 	authorizer := map[string]any{
 		"principalId":        resp.PrincipalID,
@@ -380,7 +394,7 @@ func (x *exchange) authorize(ev events.APIGatewayProxyRequest) (map[string]any, 
 	for k, v := range resp.Context {
 		authorizer[k] = contextString(v)
 	}
-	return authorizer, 0, ""
+	return authorizer, nil
 }
 
 func (x *exchange) authorizerRequest(ev events.APIGatewayProxyRequest, methodArn string) events.APIGatewayCustomAuthorizerRequestTypeRequest {
@@ -459,13 +473,19 @@ func (x *exchange) invoke(ev events.APIGatewayProxyRequest) (int, string) {
 	select {
 	case res = <-done:
 	case <-timer.C:
-		return x.fail(http.StatusGatewayTimeout, "", bodyTimeout, "integration timeout")
+		return x.fail(gatewayError{ResponseIntegrationTimeout, http.StatusGatewayTimeout, "",
+			bodyTimeout, "Endpoint request timed out", false, "integration timeout"})
 	}
 	if errors.Is(res.err, ErrInvokePayloadTooLarge) {
-		return x.fail(http.StatusRequestEntityTooLarge, "BadRequestException", bodyInvokeTooLarge, "event over Lambda's payload limit")
+		// Lambda refused the invocation (RequestEntityTooLargeException): an
+		// integration failure, as Lambda's refusal of a throttled invocation
+		// is (INTEGRATION_FAILURE once customized, re:Post
+		// QUL-z6rJbmR4meafB7MzYXxw); by default 413 as Lambda answered.
+		return x.fail(gatewayError{ResponseIntegrationFailure, http.StatusRequestEntityTooLarge, "BadRequestException",
+			bodyInvokeTooLarge, "Request Too Long", false, "event over Lambda's payload limit"})
 	}
 	if res.err != nil {
-		return x.fail(http.StatusBadGateway, "", bodyBadGateway, "function error: "+res.err.Error())
+		return x.fail(badGateway("function error: " + res.err.Error()))
 	}
 	return x.respond(res.resp)
 }
@@ -484,13 +504,13 @@ var hopHeaders = map[string]bool{
 // default.
 func (x *exchange) respond(resp events.APIGatewayProxyResponse) (int, string) {
 	if resp.StatusCode < 100 || resp.StatusCode > 599 {
-		return x.fail(http.StatusBadGateway, "", bodyBadGateway, fmt.Sprintf("malformed proxy response: statusCode %d", resp.StatusCode))
+		return x.fail(badGateway(fmt.Sprintf("malformed proxy response: statusCode %d", resp.StatusCode)))
 	}
 	body := []byte(resp.Body)
 	if resp.IsBase64Encoded && x.e.binary(x.r.Header.Get("Accept")) {
 		b, err := base64.StdEncoding.DecodeString(resp.Body)
 		if err != nil {
-			return x.fail(http.StatusBadGateway, "", bodyBadGateway, "malformed proxy response: body is not base64")
+			return x.fail(badGateway("malformed proxy response: body is not base64"))
 		}
 		body = b
 	}
@@ -520,41 +540,13 @@ func (x *exchange) respond(resp events.APIGatewayProxyResponse) (int, string) {
 	return resp.StatusCode, ""
 }
 
-// fail writes one of API Gateway's own responses.
-func (x *exchange) fail(status int, errType, body, reason string) (int, string) {
-	h := x.w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Amzn-Requestid", x.requestID)
-	if errType != "" {
-		h.Set("X-Amzn-Errortype", errType)
-	}
-	x.w.WriteHeader(status)
-	_, _ = io.WriteString(x.w, body)
-	return status, reason
-}
-
-func errorType(status int) string {
-	switch status {
-	case http.StatusUnauthorized:
-		return "UnauthorizedException"
-	case http.StatusForbidden:
-		return "AccessDeniedException"
-	default:
-		return "AuthorizerConfigurationException"
-	}
-}
-
-func bodyFor(status int, reason string) string {
-	switch {
-	case status == http.StatusUnauthorized:
-		return bodyUnauthorized
-	case status == http.StatusForbidden && reason == "explicit deny":
-		return bodyExplicitDeny
-	case status == http.StatusForbidden:
-		return bodyImplicitDeny
-	default:
-		return bodyAuthorizerFail
-	}
+// badGateway is API Gateway's answer to a function error or a malformed proxy
+// response: 502 {"message": "Internal server error"}. No response type is
+// its own: it takes DEFAULT_5XX ("If the function runs but returns an error,
+// or returns a response in the wrong format, API Gateway returns a 502", the
+// Lambda developer guide's services-apigateway-errors).
+func badGateway(reason string) gatewayError {
+	return gatewayError{ResponseDefault5XX, http.StatusBadGateway, "", bodyBadGateway, "Internal server error", false, reason}
 }
 
 // checkAuthorizerResponse rejects what API Gateway rejects as an authorizer
