@@ -134,19 +134,31 @@ func errDenied(explicit bool) gatewayError {
 }
 
 // customized returns the customization that applies to g, as API Gateway
-// picks it: the response type's own; else DEFAULT_4XX or DEFAULT_5XX by the
-// answer's status class, applied with the type's status unless it sets one;
-// else none.
+// picks it: the response type's own; else the type's fallback, DEFAULT_4XX
+// or DEFAULT_5XX (fallback), applied with the answer's status unless it sets
+// one; else none.
 func (e *Emulator) customized(g gatewayError) (GatewayResponse, bool) {
 	if r, ok := e.Responses[g.responseType]; ok {
 		return r, true
 	}
-	fallback := ResponseDefault4XX
-	if g.status >= 500 {
-		fallback = ResponseDefault5XX
-	}
-	r, ok := e.Responses[fallback]
+	r, ok := e.Responses[fallback(g.responseType)]
 	return r, ok
+}
+
+// fallback is the gateway response a response type without one of its own
+// takes: DEFAULT_5XX for the types whose default status is a 5XX, else
+// DEFAULT_4XX (supported-gateway-response-types: "If the response type is
+// unspecified, this response defaults to the DEFAULT_5XX type"). It goes by
+// the type, not by the answer's status: Lambda's refusal of an event over its
+// limit is answered 413 but is an INTEGRATION_FAILURE (default 504), which
+// falls back on DEFAULT_5XX.
+func fallback(responseType string) string {
+	switch responseType {
+	case "API_CONFIGURATION_ERROR", ResponseAuthorizerConfigurationError, ResponseAuthorizerFailure,
+		ResponseIntegrationFailure, ResponseIntegrationTimeout, ResponseDefault5XX:
+		return ResponseDefault5XX
+	}
+	return ResponseDefault4XX
 }
 
 // fail writes one of API Gateway's own answers: customized when Responses

@@ -141,7 +141,7 @@ func TestEmulatorGatewayResponses(t *testing.T) {
 }
 
 // A type without a gateway response of its own takes DEFAULT_4XX or
-// DEFAULT_5XX by its status class, with its own status unless the default
+// DEFAULT_5XX by its class (fallback), with its own status unless the default
 // sets one; with neither, API Gateway's default body, byte for byte.
 func TestEmulatorGatewayResponseFallback(t *testing.T) {
 	noStatus := custom(0)
@@ -198,3 +198,46 @@ func TestSubstitute(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// A response type falls back on DEFAULT_4XX or DEFAULT_5XX by its own
+// class (supported-gateway-response-types: INTEGRATION_FAILURE, default
+// status 504, "defaults to the DEFAULT_5XX type"), not by the status of the
+// answer: Lambda's refusal of an event over its limit is an
+// INTEGRATION_FAILURE answered 413 by default, and takes DEFAULT_5XX.
+func TestEmulatorGatewayResponseFallbackByType(t *testing.T) {
+	tooLarge := func(context.Context, events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+		return events.APIGatewayProxyResponse{}, gateway.ErrInvokePayloadTooLarge
+	}
+	tests := []struct {
+		name       string
+		responses  map[string]gateway.GatewayResponse
+		wantStatus int
+		wantType   string // "": API Gateway's default body
+	}{
+		{"only a 5XX default", map[string]gateway.GatewayResponse{gateway.ResponseDefault5XX: custom(502)}, 502, gateway.ResponseIntegrationFailure},
+		{"only a 4XX default", map[string]gateway.GatewayResponse{gateway.ResponseDefault4XX: custom(400)}, 413, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, e := serve(t, &fakes{invoke: tooLarge}, func(e *gateway.Emulator) { e.Responses = tt.responses })
+			r := do(t, "POST", srv.URL+"/v1/payments", "{}", bearer)
+			if r.status != tt.wantStatus {
+				t.Errorf("status = %d, want %d", r.status, tt.wantStatus)
+			}
+			if tt.wantType == "" {
+				if want := `{"message": "Request Too Long"}`; r.body != want {
+					t.Errorf("body = %s, want %s", r.body, want)
+				}
+			} else {
+				var got customBody
+				if err := json.Unmarshal([]byte(r.body), &got); err != nil || got.Type != tt.wantType {
+					t.Errorf("body %s (%v): want the DEFAULT_5XX template for %s", r.body, err, tt.wantType)
+				}
+			}
+			srv.Close()
+			if err := e.Wait(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
