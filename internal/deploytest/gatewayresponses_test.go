@@ -68,7 +68,17 @@ func TestGatewayResponsesAreProblems(t *testing.T) {
 				t.Fatalf("ResponseTemplates keys = %v, want [application/json]", got)
 			}
 			for _, msg := range messages {
-				c := gateway.Context{RequestID: "c0ffee00-0000-4000-8000-000000000001", ErrorMessage: msg, ResponseType: typ}
+				// Every variable but the request IDs (UUIDs API Gateway
+				// makes) may come from the client (a path, a user agent, a
+				// Host): each gets the message, so that a template that
+				// puts one in a string unescaped fails here, not only one
+				// that uses $context.error.message.
+				c := gateway.Context{
+					RequestID: "c0ffee00-0000-4000-8000-000000000001", ExtendedRequestID: "Abc123=",
+					APIID: msg, AccountID: msg, Stage: msg, DomainName: msg, HTTPMethod: msg, Path: msg,
+					ResourcePath: msg, ResourceID: msg, SourceIP: msg, UserAgent: msg,
+					ErrorMessage: msg, ResponseType: typ,
+				}
 				body := gateway.Substitute(r.Templates["application/json"], c)
 				dec := json.NewDecoder(bytes.NewReader([]byte(body)))
 				dec.DisallowUnknownFields()
