@@ -3,6 +3,7 @@ package deploytest
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -266,6 +267,14 @@ func TestApi(t *testing.T) {
 	rate, _ := m["ThrottlingRateLimit"].(int)
 	if burst <= 0 || rate <= 0 || burst < rate {
 		t.Errorf("MethodSettings throttling burst %v, rate %v: want both positive, burst >= rate", m["ThrottlingBurstLimit"], m["ThrottlingRateLimit"])
+	}
+	// The README's rate_limited row quotes the stage's throttling.
+	readme, err := os.ReadFile(filepath.Join(root(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("throttling (%d requests a second, bursts of %d)", rate, burst); !strings.Contains(string(readme), want) {
+		t.Errorf("the README's rate_limited row does not say %q, as MethodSettings has it", want)
 	}
 	if m["DataTraceEnabled"] != false {
 		t.Errorf("MethodSettings DataTraceEnabled = %v, want false (it would log request bodies and keys)", m["DataTraceEnabled"])
