@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
@@ -267,7 +268,24 @@ func recoveryCheck(t *testing.T, bin string, env []string, table string) {
 		}
 		return rec
 	}
-	abandoned, running := reserve("abandoned", now.Add(-time.Second)), reserve("running", now.Add(time.Hour))
+	// The abandoned reservation's lease runs out a second from now. Its TTL
+	// attribute (expires_at, the lease's end for a reservation; the lease
+	// itself is expires_at_ms) is moved an hour on while it is still in the
+	// future: DynamoDB Local's TTL deletes an expired item within seconds
+	// (AWS's within days), and would leave the checker nothing to release.
+	lease := now.Add(time.Second)
+	abandoned, running := reserve("abandoned", lease), reserve("running", now.Add(time.Hour))
+	if _, err := dynamotest.Client(t).UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(table),
+		Key:                       map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: abandoned.Key.ID()}},
+		UpdateExpression:          aws.String("SET #ttl = :later"),
+		ConditionExpression:       aws.String("attribute_exists(#pk) AND #ttl > :now"),
+		ExpressionAttributeNames:  map[string]string{"#ttl": dynamo.AttrExpiresAt, "#pk": dynamo.AttrPK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":later": &types.AttributeValueMemberN{Value: fmt.Sprint(now.Add(time.Hour).Unix())}, ":now": &types.AttributeValueMemberN{Value: fmt.Sprint(time.Now().Unix())}},
+	}); err != nil {
+		t.Fatalf("move the abandoned reservation's TTL on: %v", err)
+	}
+	time.Sleep(time.Until(lease) + 100*time.Millisecond)
 
 	rt := lambdatest.NewRuntimeAPI(t)
 	cmd = exec.Command(bin)
