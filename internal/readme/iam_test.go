@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -118,16 +119,16 @@ func (rec *iamRecorder) violations(grants map[string]map[string]bool, names map[
 	for id, name := range names {
 		logical[name] = id
 	}
-	for _, table := range sortedSet(boolKeys(rec.need)) {
+	for _, table := range slices.Sorted(maps.Keys(rec.need)) {
 		id, ok := logical[table]
 		if !ok {
 			out = append(out, fmt.Sprintf("a call on %q, not a table of the template entries", table))
 			continue
 		}
-		for _, action := range sortedSet(rec.need[table]) {
+		for _, action := range slices.Sorted(maps.Keys(rec.need[table])) {
 			checked++
 			if !grants[id][action] {
-				out = append(out, fmt.Sprintf("%s on %s, which the Policies do not grant (granted on it: %v)", action, id, sortedSet(grants[id])))
+				out = append(out, fmt.Sprintf("%s on %s, which the Policies do not grant (granted on it: %v)", action, id, slices.Sorted(maps.Keys(grants[id]))))
 			}
 		}
 	}
@@ -165,25 +166,6 @@ func policyGrants(fn samtemplate.Function) (map[string]map[string]bool, error) {
 		}
 	}
 	return grants, nil
-}
-
-// boolKeys returns the keys of m as a set.
-func boolKeys[V any](m map[string]V) map[string]bool {
-	out := make(map[string]bool, len(m))
-	for k := range m {
-		out[k] = true
-	}
-	return out
-}
-
-// sortedSet returns the members of set in order.
-func sortedSet(set map[string]bool) []string {
-	out := make([]string, 0, len(set))
-	for k := range set {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func TestIAMRecorder(t *testing.T) {
