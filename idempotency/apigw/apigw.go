@@ -361,14 +361,22 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // with commas in payload 2.0), which cuts an sf-string Idempotency-Key such
 // as "a,b", or an entity tag, in two. A value holding a quote is split again
 // on the commas outside quoted strings only (RFC 9110, section 5.6.1); a
-// header the proxy kept whole is left alone.
+// header the proxy kept whole is left alone. The proxy trims spaces only
+// from the values it splits: a value holding a tab has tabs trimmed too
+// (optional whitespace is spaces and tabs, RFC 9110, section 5.6.3), so
+// that "\t" reaches the handler as an empty value, as " " does.
 func resplitQuoted(h http.Header, headers map[string]string) {
 	for k, v := range headers {
 		key := textproto.CanonicalMIMEHeaderKey(k)
-		if !strings.Contains(v, `"`) || key == "Cookie" || len(h[key]) < 2 {
-			continue
+		switch {
+		case key == "Cookie":
+		case strings.Contains(v, `"`) && len(h[key]) >= 2:
+			h[key] = splitList(v)
+		case strings.ContainsRune(v, '\t'):
+			for i, s := range h[key] {
+				h[key][i] = strings.Trim(s, " \t")
+			}
 		}
-		h[key] = splitList(v)
 	}
 }
 
