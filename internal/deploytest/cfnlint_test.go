@@ -1,0 +1,56 @@
+package deploytest
+
+import (
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// translate writes the SAM translation of a template (argv[1]) to argv[2]
+// as CloudFormation JSON, as `sam deploy` has CloudFormation do:
+// aws-sam-translator's Translator, which cfn-lint itself depends on. Local
+// CodeUris become S3 URIs first, as the SAM CLI's packaging makes them.
+const translate = `
+import json, os, sys
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+from cfnlint.decode import decode
+from samtranslator.parser import parser
+from samtranslator.translator.translator import Translator
+tpl, errs = decode(sys.argv[1])
+if errs:
+    sys.exit("decode: %s" % errs)
+for r in tpl["Resources"].values():
+    if r.get("Type") == "AWS::Serverless::Function":
+        r["Properties"]["CodeUri"] = "s3://bucket/code.zip"
+out = Translator(managed_policy_map={}, sam_parser=parser.Parser()).translate(
+    sam_template=json.loads(json.dumps(tpl)), parameter_values={})
+json.dump(out, open(sys.argv[2], "w"), indent=1)
+`
+
+// TestCfnLint runs cfn-lint, where it is installed, on template.yaml and on
+// its SAM translation. The second run matters: on a template with the
+// Serverless transform cfn-lint skips some rules, W3037 (IAM actions that
+// do not exist) among them (cfnlint/rules/resources/iam/Permissions.py,
+// aws/serverless-application-model#3633), and the translation has no
+// transform left. Informational rules (I) are not run: on the translation
+// they report the partition SAM writes into the ARNs it generates.
+func TestCfnLint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs cfn-lint and the SAM translator")
+	}
+	lint, err := exec.LookPath("cfn-lint")
+	if err != nil {
+		t.Skip("cfn-lint is not installed")
+	}
+	tpl := filepath.Join(root(t), "template.yaml")
+	if out, err := exec.CommandContext(t.Context(), lint, "--format", "parseable", tpl).CombinedOutput(); err != nil {
+		t.Errorf("cfn-lint template.yaml: %v\n%s", err, out)
+	}
+	translated := filepath.Join(t.TempDir(), "translated.json")
+	if out, err := exec.CommandContext(t.Context(), "python3", "-c", translate, tpl, translated).CombinedOutput(); err != nil {
+		t.Fatalf("SAM translation of template.yaml (aws-sam-translator, installed with cfn-lint): %v\n%s", err, out)
+	}
+	if out, err := exec.CommandContext(t.Context(), lint, "--format", "parseable", translated).CombinedOutput(); err != nil {
+		t.Errorf("cfn-lint on the SAM translation of template.yaml: %v\n%s", err, out)
+	}
+}
