@@ -13,7 +13,6 @@ import (
 
 	apifn "github.com/oncehq/once/internal/api"
 	"github.com/oncehq/once/internal/checker"
-	"github.com/oncehq/once/internal/fault"
 	"github.com/oncehq/once/internal/provider/simulator"
 	"github.com/oncehq/once/internal/receipts"
 	"github.com/oncehq/once/internal/reconciler"
@@ -26,6 +25,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/oncehq/once/idempotency/apigw"
 	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/app"
@@ -119,7 +119,7 @@ func newStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.handlers[apiFunction] = lambda.NewHandler(fault.NewLambdaHandler(api))
+	s.handlers[apiFunction] = apigw.NewLambda(api)
 	reconcile, err := reconciler.Handler(cfg, fnClient, opts(reconcilerFunction))
 	if err != nil {
 		t.Fatalf("%s: %v", reconcilerFunction, err)
@@ -161,7 +161,7 @@ func newStack(t *testing.T) *stack {
 	}
 
 	// functions/provider.
-	s.handlers[providerFunction] = lambda.NewHandler(fault.NewLambdaHandler(simulator.Handler(cfg, fnClient, opts(providerFunction))))
+	s.handlers[providerFunction] = apigw.NewLambda(simulator.Handler(cfg, fnClient, opts(providerFunction)))
 
 	// functions/authorizer.
 	awsCfg, err := dynamoclient.Config(t.Context(), dynamoclient.Options{Endpoint: cfg.DynamoDBEndpoint, Region: cfg.Region})

@@ -8,10 +8,10 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
+	"github.com/oncehq/once/idempotency/apigw"
 	"github.com/oncehq/once/internal/api"
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
-	"github.com/oncehq/once/internal/fault"
 	"github.com/oncehq/once/internal/lambdamain"
 )
 
@@ -30,6 +30,6 @@ func run(ctx context.Context, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	lambda.StartWithOptions(fault.NewLambda(h), lambda.WithContext(ctx))
+	lambda.StartWithOptions(apigw.NewLambda(h), lambda.WithContext(ctx))
 	return nil
 }

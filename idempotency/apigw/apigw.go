@@ -20,17 +20,6 @@ import (
 // for Tenant.
 const TenantKey = "tenant"
 
-// CrashBody is what an HTTP API (payload 2.0) answers, with status 500, when
-// the function behind it crashed.
-const CrashBody = `{"message":"Internal Server Error"}`
-
-// RESTCrashBody is what a REST API (payload 1.0) answers, with status 502,
-// when the function behind it crashed: "If the function runs but returns an
-// error [...] API Gateway returns a 502", body {"message": "Internal server
-// error"} (Lambda developer guide, "Handling Lambda errors with an API
-// Gateway API").
-const RESTCrashBody = `{"message": "Internal server error"}`
-
 // Tenant returns the caller's tenant from the authorizer context of the
 // request's API Gateway event: requestContext.authorizer.tenant for a REST API
 // (payload 1.0), requestContext.authorizer.lambda.tenant for an HTTP API
@@ -102,11 +91,6 @@ type Lambda struct {
 	h  http.Handler
 	v1 core.RequestAccessor
 	v2 core.RequestAccessorV2
-	// Crashed, if set, recognises a panic value as a crash to answer as API
-	// Gateway answers for a crashed function (a REST API: 502 RESTCrashBody;
-	// an HTTP API: 500 CrashBody) instead of letting it go on (crash
-	// injection in tests).
-	Crashed func(v any) bool
 }
 
 // NewLambda returns a Lambda serving h.
@@ -207,33 +191,22 @@ func httpAPIv1(version string, ev events.APIGatewayProxyRequest) events.APIGatew
 
 // ProxyV1 serves a REST API proxy event (payload 1.0), its path as it is
 // (Invoke also takes an HTTP API's named stage off the path of a payload 1.0
-// event, which only its "version" field tells from a REST API's). A panic that Crashed
-// recognises is answered as API Gateway answers for a crashed function; any
-// other panic goes on.
+// event, which only its "version" field tells from a REST API's). A panic of
+// the handler goes on: under lambda.Start, aws-lambda-go reports it as the
+// invocation's error and ends the process, and API Gateway answers the
+// client as for any function error (a REST API: 502, its DEFAULT_5XX gateway
+// response when one is declared).
 //
 // The path reaches the handler whatever it holds (see proxyablePath): a path
 // the handler does not serve is its 404, never an error of the adapter. An
 // event no API Gateway sends (a method that is not an HTTP token, a body
 // that is not the base64 it claims to be) is an error.
-func (l *Lambda) ProxyV1(ctx context.Context, ev events.APIGatewayProxyRequest) (resp events.APIGatewayProxyResponse, err error) {
+func (l *Lambda) ProxyV1(ctx context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
 	if err := checkEvent(ev.HTTPMethod, ev.Body, ev.IsBase64Encoded); err != nil {
 		return events.APIGatewayProxyResponse{}, err
 	}
 	ev.Path = proxyablePath(ev.Path)
 	ev.RequestContext.DomainName = proxyableHost(ev.RequestContext.DomainName)
-	defer func() {
-		if v := recover(); v != nil {
-			if l.Crashed == nil || !l.Crashed(v) {
-				panic(v)
-			}
-			resp, err = events.APIGatewayProxyResponse{
-				StatusCode:        http.StatusBadGateway,
-				Headers:           map[string]string{"Content-Type": "application/json"},
-				MultiValueHeaders: map[string][]string{"Content-Type": {"application/json"}},
-				Body:              RESTCrashBody,
-			}, nil
-		}
-	}()
 	req, err := l.v1.EventToRequestWithContext(ctx, ev)
 	if err != nil {
 		return events.APIGatewayProxyResponse{}, fmt.Errorf("gateway: REST API event to request: %w", err)
@@ -241,8 +214,9 @@ func (l *Lambda) ProxyV1(ctx context.Context, ev events.APIGatewayProxyRequest) 
 	return serveProxy(l.h, req, core.NewProxyResponseWriter())
 }
 
-// ProxyV2 serves an HTTP API proxy event (payload 2.0), recovering a crash
-// as ProxyV1 does.
+// ProxyV2 serves an HTTP API proxy event (payload 2.0); a panic of the
+// handler goes on, as in ProxyV1 (an HTTP API answers a function error 500
+// {"message":"Internal Server Error"}).
 //
 // The proxy splits every header value but a few singletons on commas (API
 // Gateway joins repeated headers with commas in payload 2.0), except, here,
@@ -263,7 +237,7 @@ func (l *Lambda) ProxyV1(ctx context.Context, ev events.APIGatewayProxyRequest) 
 // "#", spaces and control characters escaped, so it reaches the handler as
 // it was, but for a decoded "%" followed by two hex digits, which reads as
 // an escape (nothing in the event tells the two apart).
-func (l *Lambda) ProxyV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (resp events.APIGatewayV2HTTPResponse, err error) {
+func (l *Lambda) ProxyV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	if err := checkEvent(ev.RequestContext.HTTP.Method, ev.Body, ev.IsBase64Encoded); err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
 	}
@@ -273,18 +247,6 @@ func (l *Lambda) ProxyV2(ctx context.Context, ev events.APIGatewayV2HTTPRequest)
 	ev.RawPath = proxyablePath(stripStage(ev.RawPath, ev.RequestContext.Stage, ev.RequestContext.DomainName))
 	ev.RawQueryString = escapeURLPart(ev.RawQueryString, queryByte)
 	ev.RequestContext.DomainName = proxyableHost(ev.RequestContext.DomainName)
-	defer func() {
-		if v := recover(); v != nil {
-			if l.Crashed == nil || !l.Crashed(v) {
-				panic(v)
-			}
-			resp, err = events.APIGatewayV2HTTPResponse{
-				StatusCode: http.StatusInternalServerError,
-				Headers:    map[string]string{"Content-Type": "application/json"},
-				Body:       CrashBody,
-			}, nil
-		}
-	}()
 	req, err := l.v2.EventToRequestWithContext(ctx, ev)
 	if err != nil {
 		return events.APIGatewayV2HTTPResponse{}, fmt.Errorf("gateway: HTTP API event to request: %w", err)

@@ -323,62 +323,56 @@ func TestResponseBodies(t *testing.T) {
 	}
 }
 
-// crash is the panic value the tests' Lambda recognises as a crash.
-type crash struct{}
-
-// TestCrash checks that a crash the Lambda recognises is answered as API
-// Gateway answers for a crashed function: a REST API with 502 {"message":
-// "Internal server error"}, an HTTP API with 500 {"message":"Internal Server
-// Error"}.
-func TestCrash(t *testing.T) {
-	crashing := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(crash{}) })
-	l := NewLambda(crashing)
-	l.Crashed = func(v any) bool { _, ok := v.(crash); return ok }
+// TestPanicsGoOn checks that a panic of the handler reaches whatever runs
+// the Lambda, with its value, whichever way it is run: the adapter answers
+// nothing for it, so that aws-lambda-go reports it as the invocation's error
+// (and API Gateway answers as for any function error).
+func TestPanicsGoOn(t *testing.T) {
+	type crash struct{ point string }
 	tests := []struct {
-		name       string
-		event      any
-		wantStatus int
-		wantBody   string
+		name  string
+		value any
+		event any
+		run   func(ctx context.Context, h http.Handler, payload []byte) error
 	}{
-		{"REST API", v1Event(nil, nil, ""), 502, `{"message": "Internal server error"}`},
-		{"HTTP API", v2Event(nil, nil, ""), 500, `{"message":"Internal Server Error"}`},
+		{"string, REST API, Invoke", "boom", v1Event(nil, nil, ""), invokeLambda},
+		{"string, HTTP API, Invoke", "boom", v2Event(nil, nil, ""), invokeLambda},
+		{"value, REST API, NewLambdaHandler", crash{"after-reserve"}, v1Event(nil, nil, ""), invokeHandler},
+		{"value, HTTP API, NewLambdaHandler", crash{"after-reserve"}, v2Event(nil, nil, ""), invokeHandler},
+		{"value, REST API, lambda.NewHandler", crash{"after-complete"}, v1Event(nil, nil, ""), invokeRuntime},
+		{"value, HTTP API, lambda.NewHandler", crash{"after-complete"}, v2Event(nil, nil, ""), invokeRuntime},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			payload, _ := json.Marshal(tt.event)
-			out, err := l.Invoke(t.Context(), payload)
+			h := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(tt.value) })
+			payload, err := json.Marshal(tt.event)
 			if err != nil {
-				t.Fatalf("handler error = %v, want a %d response", err, tt.wantStatus)
-			}
-			var resp struct {
-				StatusCode int               `json:"statusCode"`
-				Headers    map[string]string `json:"headers"`
-				Body       string            `json:"body"`
-			}
-			if err := json.Unmarshal(out, &resp); err != nil {
 				t.Fatal(err)
 			}
-			if resp.StatusCode != tt.wantStatus || resp.Body != tt.wantBody || resp.Headers["Content-Type"] != "application/json" {
-				t.Errorf("crash response = %s, want %d application/json %s", out, tt.wantStatus, tt.wantBody)
-			}
+			defer func() {
+				if got := recover(); got != tt.value {
+					t.Errorf("recovered %v, want the handler's panic %v", got, tt.value)
+				}
+			}()
+			err = tt.run(t.Context(), h, payload)
+			t.Errorf("the Lambda returned (error %v), want the handler's panic", err)
 		})
 	}
 }
 
-func TestOtherPanicsGoOn(t *testing.T) {
-	boom := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") })
-	for _, ev := range []any{v1Event(nil, nil, ""), v2Event(nil, nil, "")} {
-		t.Run(fmt.Sprintf("%T", ev), func(t *testing.T) {
-			defer func() {
-				if v := recover(); v != "boom" {
-					t.Errorf("recovered %v, want the handler's panic", v)
-				}
-			}()
-			payload, _ := json.Marshal(ev)
-			_, _ = NewLambdaHandler(boom)(t.Context(), payload)
-			t.Errorf("handler returned, want a panic")
-		})
-	}
+func invokeLambda(ctx context.Context, h http.Handler, payload []byte) error {
+	_, err := NewLambda(h).Invoke(ctx, payload)
+	return err
+}
+
+func invokeHandler(ctx context.Context, h http.Handler, payload []byte) error {
+	_, err := NewLambdaHandler(h)(ctx, payload)
+	return err
+}
+
+func invokeRuntime(ctx context.Context, h http.Handler, payload []byte) error {
+	_, err := lambda.NewHandler(NewLambda(h)).Invoke(ctx, payload)
+	return err
 }
 
 func TestNotAnEvent(t *testing.T) {

@@ -2,10 +2,10 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"runtime"
 	"strings"
 	"sync"
@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/apigw"
 	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/idempotency/recovery"
 	"github.com/oncehq/once/idempotency/stream"
@@ -24,6 +25,7 @@ import (
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/checker"
 	"github.com/oncehq/once/internal/fault"
+	"github.com/oncehq/once/internal/lambdaenv"
 	"github.com/oncehq/once/internal/queue"
 	"github.com/oncehq/once/internal/reconciler"
 )
@@ -101,7 +103,12 @@ func (h *handlers) instance(client *dynamodb.Client, faults bool) (invoke, error
 	if err != nil {
 		return nil, err
 	}
-	return fault.NewLambdaHandler(api), nil
+	// Run as the Lambda runtime runs it: a crash is a function error. Every
+	// environment serves this one instance (one replay cache).
+	fn := lambdaenv.New("api", func() (any, error) { return apigw.NewLambda(api), nil })
+	return func(ctx context.Context, payload json.RawMessage) (json.RawMessage, error) {
+		return fn.Invoke(ctx, payload)
+	}, nil
 }
 
 // tag returns a new unique tag (a key, a customer).
@@ -420,17 +427,21 @@ func (r *endpointRun) concurrent(ctx context.Context, groups int) error {
 	return nil
 }
 
-// crashFirst sends req to the crashing instance, to crash at point: the
-// REST API's 502 for a crashed function.
+// crashFirst sends req to the crashing instance, to crash at point: a
+// function error, errorType Crash (API Gateway's DEFAULT_5XX for the client).
 func (r *endpointRun) crashFirst(ctx context.Context, req request, point string) error {
-	a, err := call(ctx, r.crash, r.event(req, req.body, point))
+	out, err := r.crash(ctx, r.event(req, req.body, point))
+	if fe, ok := errors.AsType[*lambdaenv.FunctionError](err); ok && fe.Type == "Crash" {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("bench: %s: a request crashing at %s: %w", r.e.name, point, err)
+	}
+	a, err := decodeAnswer(out)
 	if err != nil {
 		return err
 	}
-	if a.status != http.StatusBadGateway {
-		return fmt.Errorf("bench: %s: a request crashing at %s answered %d %.300s", r.e.name, point, a.status, a.body)
-	}
-	return nil
+	return fmt.Errorf("bench: %s: a request crashing at %s answered %d %.300s", r.e.name, point, a.status, a.body)
 }
 
 // inProgress sends, for each of n requests that crashed holding their

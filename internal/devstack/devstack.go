@@ -18,12 +18,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/oncehq/once/idempotency/apigw"
 	apifn "github.com/oncehq/once/internal/api"
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/auth"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/ddblocal"
-	"github.com/oncehq/once/internal/fault"
 	"github.com/oncehq/once/internal/gateway"
 	"github.com/oncehq/once/internal/lambdaenv"
 	"github.com/oncehq/once/internal/queue"
@@ -394,12 +394,17 @@ func (s *Stack) startGateway(context.Context) error {
 			mux.Handle("/", h)
 			h = mux
 		}
-		return fault.NewLambda(h), nil
+		return apigw.NewLambda(h), nil
 	})
 	authorizer := lambdaenv.New("authorizer", func() (any, error) {
 		keys := auth.NewKeys(s.client, s.cfg.Table("ApiKeysTable"))
 		return auth.NewAuthorizer(keys, s.log.With("function", "authorizer")).Handle, nil
 	})
+	// A crash (an injected one too) is a function error, logged as the
+	// runtime logs it; the gateway answers it with the template's
+	// DEFAULT_5XX.
+	api.Logger = s.log.With("function", "api")
+	authorizer.Logger = s.log.With("function", "authorizer")
 	// One warm environment each: an init error stops the start.
 	for _, fn := range []*lambdaenv.Function{api, authorizer} {
 		if err := fn.Provision(1); err != nil {

@@ -47,7 +47,8 @@ func TestReadmeExamples(t *testing.T) {
 	}
 	blocks := readmeBlocks(t)
 	// Statuses each block's responses must have, in order; "r" marks a
-	// response that must carry Idempotent-Replayed: true.
+	// response that must carry Idempotent-Replayed: true, "function_failed"
+	// a crash answered with template.yaml's DEFAULT_5XX.
 	want := [][]string{
 		// payments: create, sf-string replay, mismatch, other tenant, no key,
 		// invalid body, GET, other tenant's GET, no Authorization, unknown key.
@@ -60,13 +61,13 @@ func TestReadmeExamples(t *testing.T) {
 		// refund, the refund as another tenant.
 		{"201", "201r", "400", "201", "200", "200", "404"},
 		// the crash after the provider call, and the retry within the lease.
-		{"502", "409"},
+		{"502 function_failed", "409"},
 		// orders: tok_visa, its replay (the third, for the id, is silent),
 		// GET, another tenant's GET, tok_chargeDeclined.
 		{"201", "201r", "200", "404", "402"},
 		// orders: the crash after finished and its replay; the crash after
 		// charge_created and the retry within the lease.
-		{"502", "201r", "502", "409"},
+		{"502 function_failed", "201r", "502 function_failed", "409"},
 	}
 	if len(blocks) != len(want) {
 		t.Fatalf("README Try it has %d sh blocks, the test knows %d: update the test with the README", len(blocks), len(want))
@@ -93,8 +94,12 @@ func TestReadmeExamples(t *testing.T) {
 				end = idx[j+1][0]
 			}
 			s := text[m[2]:m[3]]
-			if strings.Contains(strings.ToLower(text[m[0]:end]), "\nidempotent-replayed: true") {
+			answer := text[m[0]:end]
+			if strings.Contains(strings.ToLower(answer), "\nidempotent-replayed: true") {
 				s += "r"
+			}
+			if s == "502" && strings.Contains(answer, `"code":"function_failed"`) {
+				s += " function_failed"
 			}
 			statuses = append(statuses, s)
 		}

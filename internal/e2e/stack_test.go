@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -13,13 +14,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncehq/once/idempotency/apigw"
 	apifn "github.com/oncehq/once/internal/api"
 	"github.com/oncehq/once/internal/fault"
+	"github.com/oncehq/once/internal/lambdaenv"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
@@ -37,9 +41,12 @@ type stack struct {
 	names  dynamotest.Names
 	client *dynamodb.Client // uncounted, for the tests' own reads
 	calls  *opCounter       // DynamoDB operations made by the function
+	// mu guards invoke, which restart replaces.
+	mu     sync.Mutex
 	invoke func(context.Context, json.RawMessage) (json.RawMessage, error)
 	// restart replaces the function with a new instance (a cold start: an
-	// empty replay cache), on the same tables.
+	// empty replay cache), on the same tables. A crash does it too: the
+	// runtime ends the process after a panic.
 	restart func()
 	logs    *lambdatest.Buffer
 	metrics *lambdatest.Buffer
@@ -119,7 +126,15 @@ func newStack(t testing.TB, opts ...stackOption) *stack {
 		if setup.wrap != nil {
 			api = setup.wrap(s, api)
 		}
-		s.invoke = fault.NewLambdaHandler(api)
+		// Its runtime: a panic is the invocation's function error, as
+		// aws-lambda-go reports it. Every environment serves this instance,
+		// so that concurrent invocations share its replay cache.
+		fn := lambdaenv.New("api", func() (any, error) { return apigw.NewLambda(api), nil })
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.invoke = func(ctx context.Context, payload json.RawMessage) (json.RawMessage, error) {
+			return fn.Invoke(ctx, payload)
+		}
 	}
 	s.restart()
 	return s
@@ -198,18 +213,31 @@ type request struct {
 
 func ptr[T any](v T) *T { return &v }
 
-// response is a proxy response, decoded.
+// response is a proxy response, decoded, or the function error of an
+// invocation that crashed.
 type response struct {
 	status int
 	header http.Header
 	body   []byte
 	raw    json.RawMessage
+	// crash is the function error of a crashed invocation (no proxy
+	// response: API Gateway answers it with its DEFAULT_5XX gateway
+	// response, 502 function_failed, which internal/devstack's tests check).
+	crash *lambdaenv.FunctionError
 }
 
 func (s *stack) do(t testing.TB, rq request) response {
 	t.Helper()
 	payload := s.event(t, rq)
-	out, err := s.invoke(t.Context(), payload)
+	s.mu.Lock()
+	invoke := s.invoke
+	s.mu.Unlock()
+	out, err := invoke(t.Context(), payload)
+	if crash, ok := errors.AsType[*lambdaenv.FunctionError](err); ok {
+		// The process is gone: the next invocation runs in a new instance.
+		s.restart()
+		return response{header: http.Header{}, crash: crash}
+	}
 	if err != nil {
 		t.Fatalf("invoke: %v", err)
 	}
@@ -390,5 +418,15 @@ func wantReplay(t testing.TB, r, first response) {
 		if got, want := r.header.Get(h), first.header.Get(h); got != want {
 			t.Errorf("replay %s = %q, want %q", h, got, want)
 		}
+	}
+}
+
+// wantCrash checks that r is the function error of a crash injected at
+// point, as aws-lambda-go reports the panic (errorType Crash).
+func wantCrash(t testing.TB, r response, point string) {
+	t.Helper()
+	want := &lambdaenv.FunctionError{Function: "api", Type: "Crash", Message: fault.Crash{Point: point}.Error()}
+	if diff := cmp.Diff(want, r.crash); diff != "" {
+		t.Fatalf("crashed POST = %d %s, want the function error of a crash (-want +got):\n%s", r.status, r.body, diff)
 	}
 }

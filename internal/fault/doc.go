@@ -6,9 +6,12 @@
 // The points are the engine's (after-reserve, after-complete, and after each
 // recovery point of a multi-step request: after-order-created,
 // after-charge-created, after-finished; all passed to
-// idempotency.Config.Hook) and the handlers' own (after-provider-call). The
-// Lambda adapter recovers a Crash and answers as API Gateway does in front of a
-// crashed function. Disabled injection ignores the header entirely; a value
+// idempotency.Config.Hook) and the handlers' own (after-provider-call).
+// Nothing recovers a Crash: it leaves the handler as any panic does, so that
+// aws-lambda-go reports it as the invocation's error (errorType "Crash") and
+// ends the process, and API Gateway answers the client with its gateway
+// response for a function error, as for a real crash. Disabled injection
+// ignores the header entirely; a value
 // that is not a point name ("after-" and dashed lower-case words) is ignored,
 // and so is a point that no code reaches.
 package fault

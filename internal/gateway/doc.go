@@ -1,6 +1,8 @@
 // Package gateway emulates API Gateway for the devstack (emulation only: no
-// function links it; in AWS the public idempotency/apigw adapter, with
-// fault.NewLambdaHandler's crash injection, serves the api function).
+// function links it; in AWS the public idempotency/apigw adapter serves the
+// api function, and a crash, injected or not, is a function error that API
+// Gateway answers with its DEFAULT_5XX gateway response, as the emulator
+// does).
 //
 // Emulator stands in for a REST API stage: it turns each HTTP
 // request into a proxy event (the path percent-encoded as the client sent it,

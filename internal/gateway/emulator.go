@@ -457,6 +457,9 @@ func (x *exchange) invoke(ev events.APIGatewayProxyRequest) (int, string) {
 		defer cancel()
 		var res result
 		defer func() { done <- res }()
+		// A Lambda runtime reports a panic as a function error (as a
+		// lambdaenv.Function does); an InvokeFunc that panics all the same
+		// is answered as one too.
 		defer func() {
 			if v := recover(); v != nil {
 				e.logger().ErrorContext(ctx, "gateway: function panicked",
@@ -847,7 +850,9 @@ func NewRequestID() string {
 //
 // The emulator invokes h from many goroutines at once, and each result must
 // be its own: pass a *lambdaenv.Function, which runs the fn a function's main
-// gives lambda.Start in execution environments. A bare lambda.NewHandler(fn)
+// gives lambda.Start in execution environments (and reports a panic as the
+// runtime does, a function error, which the emulator answers 502 or the
+// API's DEFAULT_5XX). A bare lambda.NewHandler(fn)
 // is not safe: its Invoke returns a pooled buffer that a concurrent
 // invocation overwrites.
 func LambdaProxy(h lambda.Handler) InvokeFunc {

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/internal/gateway"
+	"github.com/oncehq/once/internal/lambdaenv"
 )
 
 // custom is a gateway response whose body names its type, message and request.
@@ -96,6 +97,11 @@ func TestEmulatorGatewayResponses(t *testing.T) {
 			invoke: func(context.Context, events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
 				return events.APIGatewayProxyResponse{}, fail
 			},
+			wantType: gateway.ResponseDefault5XX, wantMsg: ptr("Internal server error")},
+		{name: "function panic, reported by its runtime", path: "/v1/payments", header: bearer,
+			invoke: gateway.LambdaProxy(lambdaenv.New("api", func() (any, error) {
+				return func(events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) { panic("crash") }, nil
+			})),
 			wantType: gateway.ResponseDefault5XX, wantMsg: ptr("Internal server error")},
 		{name: "malformed proxy response", path: "/v1/payments", header: bearer,
 			invoke: func(context.Context, events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {

@@ -15,7 +15,10 @@
 // arrival until its result has been copied out, and only then takes another
 // invocation.
 //
-// Environments are created on demand and reused; one whose invocation
-// panicked is discarded, as the runtime exits after a panic. There is no
-// concurrency limit and no throttling.
+// Environments are created on demand and reused. A panic of the handler is
+// the invocation's FunctionError, as aws-lambda-go reports it (errorType and
+// errorMessage), and its environment is discarded, as the runtime exits
+// after a panic: whatever it held in memory (a replay cache) is gone, and
+// the next invocation runs in another environment. There is no concurrency
+// limit and no throttling.
 package lambdaenv

@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"reflect"
+	"runtime/debug"
 	"sync"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-lambda-go/lambdacontext"
 )
 
 // Init is a function's initialisation, what its main does before
@@ -17,6 +21,11 @@ type Init func() (handler any, err error)
 // Function is a Lambda function run locally in execution environments. Its
 // zero value is not usable; build it with New.
 type Function struct {
+	// Logger, when set, receives the line the runtime writes to the
+	// function's log for a function error (its errorType, errorMessage and
+	// stack). Set it before the first invocation.
+	Logger *slog.Logger
+
 	name string
 	init Init
 
@@ -35,25 +44,66 @@ func New(name string, init Init) *Function {
 // new one when all are busy, and returns a copy of its result: the bytes are
 // the caller's, whatever other invocations run. An init error is the
 // invocation's error (Lambda's Runtime.InitError), and no environment is
-// kept. A panic of the handler is passed on and its environment discarded.
-func (f *Function) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
+// kept. A panic of the handler is the invocation's *FunctionError, as
+// aws-lambda-go reports it, and its environment is discarded, as the runtime
+// ends the process after reporting it: the next invocation gets another
+// environment (a cold start when none is idle). An error the handler returns
+// is passed on as it is.
+func (f *Function) Invoke(ctx context.Context, payload []byte) (out []byte, err error) {
 	env, err := f.acquire()
 	if err != nil {
 		return nil, err
 	}
-	healthy := false
 	defer func() {
-		if healthy {
-			f.release(env)
+		if v := recover(); v != nil {
+			fe := &FunctionError{Function: f.name, Type: errorType(v), Message: fmt.Sprintf("%v", v)}
+			if f.Logger != nil {
+				var id string
+				if lc, ok := lambdacontext.FromContext(ctx); ok {
+					id = lc.AwsRequestID
+				}
+				f.Logger.ErrorContext(ctx, "lambdaenv: function error, the runtime exits",
+					"function", f.name, "aws_request_id", id, "error_type", fe.Type,
+					"error_message", fe.Message, "stack", string(debug.Stack()))
+			}
+			out, err = nil, fe
 		}
 	}()
-	out, err := env.Invoke(ctx, payload)
+	out, err = env.Invoke(ctx, payload)
 	// The environment's output buffer goes back to its pool as Invoke
 	// returns, but only this environment reuses it, and only after release:
 	// copy the result out first, as the runtime loop sends it first.
 	out = bytes.Clone(out)
-	healthy = true
+	f.release(env)
 	return out, err
+}
+
+// FunctionError is an invocation whose handler panicked, as the Lambda
+// service reports it to the caller (X-Amz-Function-Error: Unhandled, with
+// the errorType and errorMessage aws-lambda-go's runtime sends for a panic).
+type FunctionError struct {
+	// Function is the function's name.
+	Function string
+	// Type is the errorType: the panic value's type name, or its element
+	// type's for a pointer (a fault.Crash: "Crash"; a string: "string").
+	Type string
+	// Message is the errorMessage: the panic value as %v formats it.
+	Message string
+}
+
+// Error describes the function error.
+func (e *FunctionError) Error() string {
+	return fmt.Sprintf("lambdaenv: %s: function error %s: %s", e.Function, e.Type, e.Message)
+}
+
+// errorType names a panic value's type as aws-lambda-go v1.55.1 does
+// (lambda/errors.go, getErrorType, which it does not export).
+func errorType(v any) string {
+	t := reflect.TypeOf(v)
+	if t.Kind() == reflect.Pointer {
+		return t.Elem().Name()
+	}
+	return t.Name()
 }
 
 // Provision initialises n environments ahead of any invocation, as

@@ -1,16 +1,21 @@
 package lambdaenv_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-lambda-go/lambda/messages"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/internal/lambdaenv"
 )
@@ -131,6 +136,7 @@ func TestFunctionInitError(t *testing.T) {
 }
 
 func TestFunctionDiscardsAPanickedEnvironment(t *testing.T) {
+	var logs bytes.Buffer
 	f := lambdaenv.New("panicky", func() (any, error) {
 		return func(_ context.Context, ev event) (result, error) {
 			if ev.N < 0 {
@@ -139,21 +145,90 @@ func TestFunctionDiscardsAPanickedEnvironment(t *testing.T) {
 			return result{N: ev.N}, nil
 		}, nil
 	})
+	f.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	if _, err := f.Invoke(t.Context(), payload(t, "x", 1)); err != nil {
 		t.Fatal(err)
 	}
-	func() {
-		defer func() {
-			if v := recover(); v != "negative" {
-				t.Errorf("recovered %v, want the handler's panic", v)
-			}
-		}()
-		_, _ = f.Invoke(t.Context(), payload(t, "x", -1))
-	}()
+	out, err := f.Invoke(t.Context(), payload(t, "x", -1))
+	var fe *lambdaenv.FunctionError
+	if !errors.As(err, &fe) || out != nil {
+		t.Fatalf("Invoke of a panicking handler = %s, %v, want a *FunctionError", out, err)
+	}
+	want := lambdaenv.FunctionError{Function: "panicky", Type: "string", Message: "negative"}
+	if diff := cmp.Diff(want, *fe); diff != "" {
+		t.Errorf("FunctionError mismatch (-want +got):\n%s", diff)
+	}
 	if _, err := f.Invoke(t.Context(), payload(t, "x", 2)); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.Environments(); got != 2 {
 		t.Errorf("Environments() = %d, want 2 (the panicked one replaced)", got)
+	}
+	var line struct {
+		Function     string `json:"function"`
+		ErrorType    string `json:"error_type"`
+		ErrorMessage string `json:"error_message"`
+		Stack        string `json:"stack"`
+	}
+	if err := json.Unmarshal(logs.Bytes(), &line); err != nil {
+		t.Fatalf("log %q: %v", logs.String(), err)
+	}
+	if line.Function != "panicky" || line.ErrorType != "string" || line.ErrorMessage != "negative" ||
+		!strings.Contains(line.Stack, "function_test.go") {
+		t.Errorf("log line = %s, want the function error with the handler's stack", logs.String())
+	}
+}
+
+// crash is a panic value of a named type, as fault.Crash is.
+type crash struct{ Point string }
+
+// TestFunctionErrorAsTheRuntimeReportsIt panics with values of several kinds
+// and compares each FunctionError with the errorType and errorMessage
+// aws-lambda-go itself reports for the same panic (through lambda.Function,
+// the handler wrapper of its RPC mode, which recovers a panic as its runtime
+// loop does, with the same lambdaPanicResponse).
+func TestFunctionErrorAsTheRuntimeReportsIt(t *testing.T) {
+	tests := []struct {
+		name  string
+		panic func()
+	}{
+		{"string", func() { panic("boom") }},
+		{"struct value", func() { panic(crash{Point: "after-reserve"}) }},
+		{"pointer", func() { panic(&crash{Point: "after-complete"}) }},
+		{"error", func() { panic(errors.New("broken")) }},
+		{"runtime error", func() {
+			var m map[string]int
+			m["x"] = 1
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			handler := func(context.Context, event) (result, error) {
+				tt.panic()
+				return result{}, nil
+			}
+			_, err := lambdaenv.New("f", func() (any, error) { return handler, nil }).Invoke(t.Context(), payload(t, "x", 1))
+			var fe *lambdaenv.FunctionError
+			if !errors.As(err, &fe) {
+				t.Fatalf("Invoke error = %v, want a *FunctionError", err)
+			}
+			var resp messages.InvokeResponse
+			req := &messages.InvokeRequest{
+				Payload:  payload(t, "x", 1),
+				Deadline: messages.InvokeRequest_Timestamp{Seconds: time.Now().Add(time.Minute).Unix()},
+			}
+			//lint:ignore SA1019 the RPC wrapper is the exported way to aws-lambda-go's own panic report
+			if err := lambda.NewFunction(lambda.NewHandler(handler)).Invoke(req, &resp); err != nil || resp.Error == nil {
+				t.Fatalf("aws-lambda-go's Invoke = %v, %+v, want its report of the panic", err, resp.Error)
+			}
+			got := []string{fe.Type, fe.Message}
+			want := []string{resp.Error.Type, resp.Error.Message}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("errorType, errorMessage mismatch with aws-lambda-go's (-want +got):\n%s", diff)
+			}
+			if !resp.Error.ShouldExit {
+				t.Errorf("aws-lambda-go does not exit after the panic: the environment need not be discarded")
+			}
+		})
 	}
 }

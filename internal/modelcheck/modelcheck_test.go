@@ -310,8 +310,8 @@ func TestAbandonedChargeKeepsItsKey(t *testing.T) {
 	c.px.addGate(toUnknown)
 	r := mrand.New(mrand.NewPCG(c.cfg.seed, 1))
 
-	if o := c.send(ctx, 0, p, 0, fault.AfterProviderCall, r); o.status != 502 {
-		t.Fatalf("crash = %d %s, want API Gateway's 502", o.status, o.body)
+	if o := c.send(ctx, 0, p, 0, fault.AfterProviderCall, r); o.status != 502 || o.code != "function_failed" {
+		t.Fatalf("crash = %d %s, want API Gateway's 502 function_failed", o.status, o.body)
 	}
 	rec, found := c.record(ctx, p)
 	if !found || rec.Status != idempotency.StatusInProgress || !rec.External {

@@ -11,8 +11,9 @@ import (
 
 // Handler returns the provider function's handler: the simulator, keeping
 // its state in the ProviderTable through client. Serve it with
-// fault.NewLambdaHandler, which takes the function URL's events (payload
-// 2.0) as well as API Gateway's. opts.Metrics and opts.Now are not used.
+// apigw.NewLambda, as functions/provider does: it takes the function URL's
+// events (payload 2.0) as well as API Gateway's. opts.Metrics and opts.Now
+// are not used.
 func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) http.Handler {
 	opts = opts.WithDefaults(cfg)
 	return New(Options{DB: client, Table: cfg.Table("ProviderTable"), Logger: opts.Logger})
