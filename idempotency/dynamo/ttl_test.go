@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/internal/dynamotest"
@@ -17,6 +20,7 @@ import (
 // owner holds it, and free its key for a second execution.
 func TestAdvanceKeepsTTLAhead(t *testing.T) {
 	store, client, names := newStore(t)
+	ttlOff(t, client, names.ByLogicalID["IdempotencyTable"]) // the reservation's TTL is past
 	now := time.Now()
 	k := idempotency.NewKey("acme", "taken over")
 	reserved := now.Add(-25 * time.Hour)
@@ -38,5 +42,20 @@ func TestAdvanceKeepsTTLAhead(t *testing.T) {
 	if want := lease.Add(dynamo.ExternalReservationTTL).Unix(); ttl < want {
 		t.Errorf("%s = %s after Advance, want at least %s (the new lease + %v)", dynamo.AttrExpiresAt,
 			time.Unix(ttl, 0).UTC(), time.Unix(want, 0).UTC(), dynamo.ExternalReservationTTL)
+	}
+}
+
+// ttlOff turns TTL off on table: the emulator's deletes expired items
+// within seconds, and a test that writes records already past their TTL
+// needs them to stay.
+func ttlOff(t *testing.T, client *dynamodb.Client, table string) {
+	t.Helper()
+	if _, err := client.UpdateTimeToLive(t.Context(), &dynamodb.UpdateTimeToLiveInput{
+		TableName: aws.String(table),
+		TimeToLiveSpecification: &types.TimeToLiveSpecification{
+			AttributeName: aws.String(dynamo.AttrExpiresAt), Enabled: aws.Bool(false),
+		},
+	}); err != nil {
+		t.Fatalf("UpdateTimeToLive(%s, off): %v", table, err)
 	}
 }
