@@ -305,7 +305,10 @@ func (s *Store) MarkUnknown(ctx context.Context, key idempotency.Key, lease, new
 }
 
 // Get reads the record for key with a strongly consistent GetItem. It returns
-// an error wrapping idempotency.ErrNotFound when there is none.
+// an error wrapping idempotency.ErrNotFound when there is none. A record past
+// its TTL whose answer's chunk items DynamoDB's TTL has deleted comes back
+// without its Response (it counts as absent: nobody may replay it), as does
+// the record a failed condition carries.
 func (s *Store) Get(ctx context.Context, key idempotency.Key) (idempotency.Record, error) {
 	var out *dynamodb.GetItemOutput
 	err := s.do(ctx, func() error {
