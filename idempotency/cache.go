@@ -66,7 +66,7 @@ func (c *Cache) put(rec Record) {
 	if c == nil || rec.Status != StatusCompleted || rec.Response == nil {
 		return
 	}
-	size := int64(len(rec.Response.Body) + len(rec.Fingerprint) + len(rec.Key.ID()) + 256)
+	size := int64(len(rec.Response.Body) + len(rec.Fingerprint) + len(rec.Key.ID()) + len(rec.Route) + len(rec.Point) + 256)
 	for k, v := range rec.Response.Header {
 		size += int64(len(k) + len(v))
 	}
@@ -77,7 +77,10 @@ func (c *Cache) put(rec Record) {
 		return
 	}
 	rec = cloneRecord(rec)
-	rec.Request = nil // replays do not need it
+	// Replays and mismatches need neither the canonical request nor the
+	// phases' data, which may be hundreds of kilobytes: keep them out of
+	// memory (and so out of the bytes counted below).
+	rec.Request, rec.Data = nil, nil
 	// Stores keep the expiry to the millisecond (the DynamoDB store's
 	// expires_at_ms, the memory store's), and the stored record expires at
 	// that: so does its entry, never later.
