@@ -11,7 +11,8 @@ import (
 // request: 422) without a store round trip. A COMPLETED record never changes
 // until it expires (nothing but a new request after its expiry may replace
 // it), so a cached record is exact for as long as it lives: an entry serves
-// only until the record's ExpiresAt, by the Middleware's clock, and is keyed
+// only until the record's ExpiresAt truncated to the millisecond (as the
+// stores keep it), by the Middleware's clock, and is keyed
 // by the scoped key (tenant and key hash), so tenants never share entries.
 // The Cache holds at most a number of entries and of bytes, evicting the
 // least recently used. It is safe for concurrent use; the zero value is not
@@ -65,7 +66,7 @@ func (c *Cache) put(rec Record) {
 	if c == nil || rec.Status != StatusCompleted || rec.Response == nil {
 		return
 	}
-	size := int64(len(rec.Response.Body) + len(rec.Fingerprint) + len(rec.Key.ID()) + 256)
+	size := int64(len(rec.Response.Body) + len(rec.Fingerprint) + len(rec.Key.ID()) + len(rec.Route) + len(rec.Point) + 256)
 	for k, v := range rec.Response.Header {
 		size += int64(len(k) + len(v))
 	}
@@ -76,7 +77,14 @@ func (c *Cache) put(rec Record) {
 		return
 	}
 	rec = cloneRecord(rec)
-	rec.Request = nil // replays do not need it
+	// Replays and mismatches need neither the canonical request nor the
+	// phases' data, which may be hundreds of kilobytes: keep them out of
+	// memory (and so out of the bytes counted below).
+	rec.Request, rec.Data = nil, nil
+	// Stores keep the expiry to the millisecond (the DynamoDB store's
+	// expires_at_ms, the memory store's), and the stored record expires at
+	// that: so does its entry, never later.
+	rec.ExpiresAt = time.UnixMilli(rec.ExpiresAt.UnixMilli())
 	id := rec.Key.ID()
 	c.mu.Lock()
 	defer c.mu.Unlock()

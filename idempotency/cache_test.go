@@ -237,3 +237,44 @@ func TestCacheHoldsOnlyStoredAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestCacheExpiryToTheMillisecond: stores keep a record's expiry to the
+// millisecond, so a record committed at a clock with sub-millisecond
+// digits expires in the store up to a millisecond before its unrounded
+// expiry. The cache must not outlive the stored record: in that last
+// millisecond the key counts as absent and a request executes anew.
+func TestCacheExpiryToTheMillisecond(t *testing.T) {
+	start := time.Unix(1_800_000_000, 700_000) // 0.7 ms past a millisecond
+	now := start
+	mw, err := idempotency.New(idempotency.Config{
+		Store: memory.New(), Cache: idempotency.NewCache(10, 1<<20), Retention: time.Hour,
+		Now:    func() time.Time { return now },
+		Tenant: func(*http.Request) (string, bool) { return "acme", true },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	executions := 0
+	h := mw.Atomic("POST /v1/notes", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := idempotency.Begin(w, r); ok {
+			executions++
+			fmt.Fprintf(w, "note %d", executions)
+		}
+	}))
+	send := func() (*httptest.ResponseRecorder, idempotency.Observation) {
+		var obs idempotency.Observation
+		r := httptest.NewRequest("POST", "/v1/notes", strings.NewReader(`{}`))
+		r = r.WithContext(idempotency.WithObservation(r.Context(), &obs))
+		r.Header.Set(idempotency.Header, "k")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w, obs
+	}
+	send()
+	// The stored record expired at start + 1h truncated to the millisecond.
+	now = start.Add(time.Hour - 300*time.Microsecond)
+	w, obs := send()
+	if obs.CacheHit || w.Body.String() != "note 2" {
+		t.Errorf("a request after the stored expiry: %q, cache hit %v; want %q, executed anew", w.Body, obs.CacheHit, "note 2")
+	}
+}

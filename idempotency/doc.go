@@ -103,12 +103,13 @@
 //	                                                                        a new lease token re-announces
 //	                                                                        the record to the reconciler)
 //
-// While IN_PROGRESS a record's expiry (the TTL attribute) is its lease
-// deadline, so TTL deletes abandoned reservations (a backstop: the recovery
-// package schedules a check at the deadline); a record whose expiry has
-// passed counts as absent at once, whether or not it has been deleted yet,
-// except an External reservation, which must go through UNKNOWN (or, at a
-// recovery point, be resumed) first.
+// While IN_PROGRESS a record's expiry is its lease deadline, and the store's
+// TTL deletes abandoned reservations after it (a backstop: the recovery
+// package schedules a check at the deadline; the DynamoDB store keeps an
+// External reservation a day past it, until it is reconciled); a record
+// whose expiry has passed counts as absent at once, whether or not it has
+// been deleted yet, except an External reservation, which must go through
+// UNKNOWN (or, at a recovery point, be resumed) first.
 //
 // The package knows nothing of AWS or of any business domain: storage is the
 // Store interface, and errors answer as their problems (package problem;

@@ -12,6 +12,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -191,9 +192,18 @@ func chunksOf(item map[string]types.AttributeValue) (chunkRef, bool) {
 	return ref, d.err == nil && ref.n > 0
 }
 
+// pastTTL reports whether item's TTL attribute is before now: DynamoDB's
+// TTL process may have deleted it, and the chunks that carry its TTL.
+func pastTTL(item map[string]types.AttributeValue, now time.Time) bool {
+	d := decoder{item: item}
+	ttl := d.int(AttrExpiresAt, true)
+	return d.err == nil && ttl < now.Unix()
+}
+
 // withChunks completes rec, decoded from item, with its body's chunks: one
 // BatchGetItem, consistent, whose unprocessed keys are asked again a bounded
-// number of times.
+// number of times. A record past its TTL whose chunks are gone (TTL deleted
+// them) comes back without its Response; a live one is an error.
 func (s *Store) withChunks(ctx context.Context, item map[string]types.AttributeValue, rec idempotency.Record) (idempotency.Record, error) {
 	ref, ok := chunksOf(item)
 	if !ok || rec.Response == nil {
@@ -232,6 +242,14 @@ func (s *Store) withChunks(ctx context.Context, item map[string]types.AttributeV
 	var stored []byte
 	for i := range ref.n {
 		part, ok := parts[chunkKey(rec.Key, ref.id, i)]
+		if !ok && pastTTL(item, time.Now()) {
+			// DynamoDB's TTL deletes the chunks of an expired record on
+			// its own schedule, maybe before the record's item. The
+			// record counts as absent; its answer, which nobody may
+			// replay any more, is gone with them.
+			rec.Response = nil
+			return rec, nil
+		}
 		if !ok {
 			return idempotency.Record{}, fmt.Errorf("dynamo: read chunks: chunk %d of %d is missing", i, ref.n)
 		}

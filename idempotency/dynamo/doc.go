@@ -2,13 +2,16 @@
 //
 // One item per scoped key, laid out as docs/design.md describes the
 // IdempotencyTable (ItemFromRecord, RecordFromItem, RecordFromStreamImage and
-// StreamImageStatus are the one mapping every package uses). Every Store method is one request:
-// Commit, and Complete with effects, are one TransactWriteItems; Reserve and
-// Complete without effects one conditional PutItem; Release a conditional
-// DeleteItem; MarkUnknown a conditional UpdateItem; Get a consistent GetItem.
-// A failed condition returns *idempotency.ConflictError carrying the item
-// DynamoDB returns with ReturnValuesOnConditionCheckFailure=ALL_OLD, so a
-// conflict costs no second read.
+// StreamImageStatus are the one mapping every package uses). Every Store write
+// is one request: Commit is one TransactWriteItems; Reserve, Complete, Release
+// and Advance are one conditional PutItem, PutItem, DeleteItem and UpdateItem
+// without effects (and, for Complete, without an answer in chunk items), else
+// one TransactWriteItems; MarkUnknown a conditional UpdateItem; Get a
+// consistent GetItem. A failed condition returns *idempotency.ConflictError
+// carrying the item DynamoDB returns with
+// ReturnValuesOnConditionCheckFailure=ALL_OLD, so a conflict costs no second
+// read of the record; reading an answer kept in chunk items (see
+// CompressAbove), by Get or with a conflict, costs one BatchGetItem more.
 //
 // Times are stored to the millisecond (expires_at_ms, created_at,
 // updated_at): a record read back carries its times truncated to the

@@ -41,9 +41,11 @@ const (
 // would take another request under it, which would act again although the
 // first one's effect at the other system is unknown. The scheduled lease
 // check (idempotency/recovery) hands it to the reconciler within seconds of
-// its lease; TTL, a day later, is the backstop. Every other record's TTL is
-// its expiry: the lease deadline of a Leased reservation, the retention of
-// the rest.
+// its lease; TTL, a day later, is the backstop. Store.Advance sets the TTL
+// the same way from the expiry it writes (a lease renewed or taken over by a
+// multi-step request, which may come long after its reservation). Every
+// other record's TTL is its expiry: the lease deadline of a Leased
+// reservation, the retention of the rest.
 const ExternalReservationTTL = 24 * time.Hour
 
 // ItemFromRecord is the item that stores rec. Times are kept to the

@@ -209,10 +209,12 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 	names, values := leaseExpr(lease)
 	names["#point"] = AttrPoint
 	names["#data"] = AttrData
+	names["#expires"] = AttrExpiresAt
 	names["#expires_ms"] = AttrExpiresAtMS
 	names["#updated"] = AttrUpdatedAt
 	expiresMS := p.ExpiresAt.UnixMilli()
 	values[":new_lease"] = str(p.LeaseToken)
+	values[":expires"] = num(ceilSeconds(expiresMS + ExternalReservationTTL.Milliseconds()))
 	values[":point"] = str(p.Point)
 	values[":data"] = strMap(p.Data)
 	values[":expires_ms"] = num(expiresMS)
@@ -222,10 +224,15 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 		cond = leaseCondition + " AND #point = :from"
 		values[":from"] = str(p.From)
 	}
-	// The TTL attribute stays: an External reservation's is a day past its
-	// lease (ExternalReservationTTL), an UNKNOWN record's its retention.
+	// The TTL attribute moves with the expiry, a day past it
+	// (ExternalReservationTTL), as an External reservation's is: a lease
+	// renewed or taken over long after the reservation must not sit under
+	// a TTL already past, which DynamoDB may act on at any moment, freeing
+	// the key while its owner runs. (An UNKNOWN record a Resolver resumes
+	// keeps its expiry, and so is deleted a day after it rather than at
+	// it; until then it counts as absent all the same.)
 	update := "SET #point = :point, #data = :data, #lease = :new_lease, " +
-		"#expires_ms = :expires_ms, #updated = :now"
+		"#expires = :expires, #expires_ms = :expires_ms, #updated = :now"
 	k := map[string]types.AttributeValue{AttrPK: str(key.ID())}
 	// The write is already in place when the record is at p under its lease
 	// token and update time.
@@ -298,7 +305,10 @@ func (s *Store) MarkUnknown(ctx context.Context, key idempotency.Key, lease, new
 }
 
 // Get reads the record for key with a strongly consistent GetItem. It returns
-// an error wrapping idempotency.ErrNotFound when there is none.
+// an error wrapping idempotency.ErrNotFound when there is none. A record past
+// its TTL whose answer's chunk items DynamoDB's TTL has deleted comes back
+// without its Response (it counts as absent: nobody may replay it), as does
+// the record a failed condition carries.
 func (s *Store) Get(ctx context.Context, key idempotency.Key) (idempotency.Record, error) {
 	var out *dynamodb.GetItemOutput
 	err := s.do(ctx, func() error {
