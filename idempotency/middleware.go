@@ -631,9 +631,14 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 func (c *Call) complete(w http.ResponseWriter, r *http.Request, rec *recorder, now time.Time) {
 	ctx := r.Context()
 	reserved := true // the reservation is still there for reconciliation
+	effects := true  // the effects go with the answer
 	write := func(done Record) error {
+		completion, commit := c.effects, c.commitEffects()
+		if !effects {
+			completion, commit = nil, nil
+		}
 		if reserved {
-			err := c.timed(func() error { return c.m.cfg.Store.Complete(ctx, done, c.rec.LeaseToken, c.effects) })
+			err := c.timed(func() error { return c.m.cfg.Store.Complete(ctx, done, c.rec.LeaseToken, completion) })
 			var conflict *ConflictError
 			if !errors.As(err, &conflict) || conflict.Existing != nil {
 				return err
@@ -645,7 +650,7 @@ func (c *Call) complete(w http.ResponseWriter, r *http.Request, rec *recorder, n
 			// reserved the key meanwhile.
 			reserved = false
 		}
-		return c.timed(func() error { return c.m.cfg.Store.Commit(ctx, done, c.commitEffects(), now) })
+		return c.timed(func() error { return c.m.cfg.Store.Commit(ctx, done, commit, now) })
 	}
 	done := c.completed(rec.response(), now)
 	send, substituted := rec.flush, false
@@ -672,6 +677,15 @@ func (c *Call) complete(w http.ResponseWriter, r *http.Request, rec *recorder, n
 		done = c.completed(&small, now)
 		send, substituted = replayAs(small, false), true
 		err = write(done)
+		if errors.Is(err, ErrResponseTooLarge) {
+			// The effects alone are more than one write of the store
+			// carries: no answer can be stored with them, ever. The key
+			// must end all the same: the problem is recorded without
+			// them, and the log line says they were not written.
+			c.obs.Err += "; the effects alone are too large for the store: the problem recorded without them"
+			effects = false
+			err = write(done)
+		}
 	}
 	var (
 		conflict *ConflictError
@@ -850,13 +864,14 @@ func (c *Call) resolve(r *http.Request, err error, now time.Time) {
 
 // storeFailed decides the answer to a store error that is no conflict:
 // 503 store_unavailable when the store says it is unavailable (a retry may
-// succeed), 500 response_too_large for an answer it cannot keep, and 500
+// succeed), 500 response_too_large for an answer it cannot keep, 413
+// payload_too_large for a request it cannot keep, and 500
 // internal_error for anything else (a missing table, denied access, an
 // invalid request: a misconfiguration or a bug that a retry cannot cure).
 // Its text goes to the observation, never to the client.
 func (c *Call) storeFailed(r *http.Request, err error) {
 	c.obs.Err = err.Error()
-	if !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrResponseTooLarge) {
+	if !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrResponseTooLarge) && !errors.Is(err, ErrBodyTooLarge) {
 		err = fmt.Errorf("idempotency: store: %v", err)
 	}
 	c.decide(OutcomeStoreError, c.errorAnswer(r, err))

@@ -34,7 +34,9 @@ import (
 // response_body; reading it back costs one BatchGetItem more. A
 // TransactWriteItems carries at most 4 MB, so the stored body is bounded by
 // MaxStoredBody: a larger answer fails the write with ErrTooLarge, and the
-// middleware answers 500 without storing anything.
+// middleware answers 500 without storing anything. So does an answer whose
+// chunks, with the effects, would pass DynamoDB's other limits on one write
+// (limits.go).
 const (
 	// CompressAbove is the body size from which bodies are compressed.
 	CompressAbove = 4 << 10
@@ -105,8 +107,11 @@ func decodeBody(stored []byte, encoding string) ([]byte, error) {
 	return nil, fmt.Errorf("unknown response encoding %q", encoding)
 }
 
-// itemSize estimates the stored size of item as DynamoDB counts it (names
-// and values), conservatively.
+// itemSize estimates the stored size of item as DynamoDB counts it, never
+// below it: "the sum of the lengths of its attribute names and values"
+// (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/CapacityUnitCalculations.html).
+// A number counts one byte per character, more than DynamoDB's one byte per
+// two significant digits.
 func itemSize(item map[string]types.AttributeValue) int {
 	n := 0
 	for k, v := range item {
@@ -135,13 +140,36 @@ func valueSize(v types.AttributeValue) int {
 			n += valueSize(e) + 1
 		}
 		return n
+	case *types.AttributeValueMemberSS:
+		return setSize(v.Value, func(e string) int { return len(e) })
+	case *types.AttributeValueMemberNS:
+		return setSize(v.Value, func(e string) int { return len(e) + 1 })
+	case *types.AttributeValueMemberBS:
+		return setSize(v.Value, func(e []byte) int { return len(e) })
+	case *types.AttributeValueMemberBOOL, *types.AttributeValueMemberNULL:
+		return 1
 	}
 	return 8
 }
 
+// setSize counts a set as a list: 3 bytes, and each element's size and 1.
+func setSize[E any](elems []E, size func(E) int) int {
+	n := 3
+	for _, e := range elems {
+		n += size(e) + 1
+	}
+	return n
+}
+
 // recordItems is the record's item and, for a body too large to stay in it,
-// the chunk items that hold the body.
+// the chunk items that hold the body. A record whose request or data is
+// over its bound (checkRecord), or whose answer does not fit (a body over
+// MaxStoredBody once compressed, or headers that leave no room in the item),
+// is an error.
 func recordItems(rec idempotency.Record) (map[string]types.AttributeValue, []map[string]types.AttributeValue, error) {
+	if err := checkRecord(rec); err != nil {
+		return nil, nil, err
+	}
 	item := ItemFromRecord(rec)
 	if rec.Response == nil || itemSize(item) <= maxItem {
 		return item, nil, nil
@@ -169,6 +197,11 @@ func recordItems(rec idempotency.Record) (map[string]types.AttributeValue, []map
 	item[AttrResponseChunks] = num(int64(len(chunks)))
 	item[AttrResponseChunkID] = str(chunkID)
 	item[AttrResponseSHA256] = str(hex.EncodeToString(sum[:]))
+	if size := itemSize(item); size > maxItem {
+		// What is left is the answer's headers and Set-Cookie lines (the
+		// request and data are bounded: checkRecord).
+		return nil, nil, fmt.Errorf("%w: the record is %d bytes without its body, over %d", ErrTooLarge, size, maxItem)
+	}
 	return item, chunks, nil
 }
 
@@ -202,7 +235,8 @@ func pastTTL(item map[string]types.AttributeValue, now time.Time) bool {
 
 // withChunks completes rec, decoded from item, with its body's chunks: one
 // BatchGetItem, consistent, whose unprocessed keys are asked again a bounded
-// number of times. A record past its TTL whose chunks are gone (TTL deleted
+// number of times, after an exponential backoff with jitter (chunkRetry)
+// that ends with ctx. A record past its TTL whose chunks are gone (TTL deleted
 // them) comes back without its Response; a live one is an error.
 func (s *Store) withChunks(ctx context.Context, item map[string]types.AttributeValue, rec idempotency.Record) (idempotency.Record, error) {
 	ref, ok := chunksOf(item)
@@ -215,9 +249,14 @@ func (s *Store) withChunks(ctx context.Context, item map[string]types.AttributeV
 	}
 	parts := map[string][]byte{}
 	pending := keys
-	for attempt := 0; len(pending) > 0; attempt++ {
-		if attempt == 5 {
-			return idempotency.Record{}, fmt.Errorf("dynamo: read chunks: %w: %d chunks unprocessed", idempotency.ErrUnavailable, len(pending))
+	for n := 0; len(pending) > 0; n++ { // n reads so far
+		if n == s.chunkRetry.attempts {
+			return idempotency.Record{}, fmt.Errorf("dynamo: read chunks: %w: %d chunks unprocessed after %d reads", idempotency.ErrUnavailable, len(pending), n)
+		}
+		if n > 0 {
+			if err := wait(ctx, s.chunkRetry.delay(n)); err != nil {
+				return idempotency.Record{}, fmt.Errorf("dynamo: read chunks: %w: %w (while backing off, %d chunks unprocessed)", idempotency.ErrUnavailable, err, len(pending))
+			}
 		}
 		var out *dynamodb.BatchGetItemOutput
 		err := s.do(ctx, func() error {

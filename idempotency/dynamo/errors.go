@@ -34,6 +34,13 @@ type conflictRetry struct {
 
 var defaultConflictRetry = conflictRetry{attempts: 5, base: 5 * time.Millisecond, max: 50 * time.Millisecond}
 
+// chunkRetry bounds the reads of a body's chunks that BatchGetItem left
+// unprocessed (throttled, or over its 16 MB answer): AWS recommends "an
+// exponential backoff algorithm" for them, as "if you retry the batch
+// operation immediately, the underlying read or write requests can still
+// fail due to throttling". At most 20+40+80+160 ms of waits in all.
+var chunkRetry = conflictRetry{attempts: 5, base: 20 * time.Millisecond, max: 160 * time.Millisecond}
+
 func (r conflictRetry) withDefaults() conflictRetry {
 	if r.attempts <= 0 {
 		r.attempts = defaultConflictRetry.attempts
@@ -65,13 +72,21 @@ func (s *Store) do(ctx context.Context, call func() error) error {
 		if err == nil || n >= s.retry.attempts || !transactionConflict(err) {
 			return err
 		}
-		t := time.NewTimer(s.retry.delay(n))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w (while backing off after: %w)", context.Cause(ctx), err)
-		case <-t.C:
+		if werr := wait(ctx, s.retry.delay(n)); werr != nil {
+			return fmt.Errorf("%w (while backing off after: %w)", werr, err)
 		}
+	}
+}
+
+// wait waits d, or until ctx ends: then it returns ctx's cause.
+func wait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
 	}
 }
 

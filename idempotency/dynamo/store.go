@@ -17,9 +17,10 @@ import (
 // Store is an idempotency.Store backed by one DynamoDB table laid out as
 // ItemFromRecord describes. It is safe for concurrent use.
 type Store struct {
-	client Client
-	table  string
-	retry  conflictRetry
+	client     Client
+	table      string
+	retry      conflictRetry
+	chunkRetry conflictRetry
 }
 
 // Option configures a Store.
@@ -37,7 +38,7 @@ func WithConflictRetry(attempts int, base, max time.Duration) Option {
 
 // New returns a Store that keeps records in table through client.
 func New(client Client, table string, opts ...Option) *Store {
-	s := &Store{client: client, table: table, retry: defaultConflictRetry}
+	s := &Store{client: client, table: table, retry: defaultConflictRetry, chunkRetry: chunkRetry}
 	for _, o := range opts {
 		o(s)
 	}
@@ -106,6 +107,9 @@ func (s *Store) Commit(ctx context.Context, rec idempotency.Record, effects []id
 // or with effects (the reservation's holds) one TransactWriteItems, and
 // returns the same errors as Commit.
 func (s *Store) Reserve(ctx context.Context, rec idempotency.Record, effects []idempotency.Effect, now time.Time) error {
+	if err := checkRecord(rec); err != nil {
+		return fmt.Errorf("dynamo: reserve: %w", err)
+	}
 	names, values := reclaimExpr(now)
 	if len(effects) > 0 {
 		put := &types.Put{
@@ -206,6 +210,9 @@ func (s *Store) Release(ctx context.Context, key idempotency.Key, lease string, 
 // conditional UpdateItem, or with effects one TransactWriteItems, returning
 // a *idempotency.ConflictError as Complete does.
 func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, p idempotency.Progress, effects []idempotency.Effect) error {
+	if err := checkData(p.Data); err != nil {
+		return fmt.Errorf("dynamo: advance: %w", err)
+	}
 	names, values := leaseExpr(lease)
 	names["#point"] = AttrPoint
 	names["#data"] = AttrData
@@ -362,6 +369,9 @@ func (s *Store) transact(ctx context.Context, op string, record types.TransactWr
 		}
 		items = append(items, item)
 		rejects[i] = reject
+	}
+	if err := checkTransaction(items); err != nil {
+		return fmt.Errorf("dynamo: %s: %w", op, err)
 	}
 	// The SDK gives the call a ClientRequestToken, so its own retry of a
 	// transaction that had landed succeeds; each of our attempts gets a new

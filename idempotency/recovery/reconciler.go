@@ -262,6 +262,17 @@ func (r *Reconciler) complete(ctx context.Context, log *slog.Logger, rec idempot
 		log.Error("unknown outcome resolved, but its answer is too large to store: response_too_large recorded instead", "err", err.Error())
 		done.Response = tooLargeResponse()
 		err = r.cfg.Store.Complete(ctx, done, rec.LeaseToken, res.Effects)
+		if errors.Is(err, idempotency.ErrResponseTooLarge) {
+			// The effects alone are more than one write of the store
+			// carries: no answer can be stored with them, ever. Retrying
+			// would fail the same way on every delivery, so the key ends
+			// here: the problem recorded without them, counted as a
+			// failure (alarmed) for an operator to repair what they
+			// would have written.
+			r.cfg.Metrics.Count(MetricFailed)
+			log.Error("the resolution's effects alone are too large for the store: response_too_large recorded without them; they are not written", "err", err.Error(), "effects", len(res.Effects))
+			err = r.cfg.Store.Complete(ctx, done, rec.LeaseToken, nil)
+		}
 	}
 	if superseded(log, err) {
 		return nil

@@ -1,0 +1,99 @@
+package dynamo
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/oncehq/once/idempotency"
+)
+
+// DynamoDB's limits on one write, and the store's bounds derived from them.
+// DynamoDB counts 1 KB as 1024 bytes and 1 MB as 1024 KB, and an item's
+// size as the lengths of its attribute names and values (itemSize). The
+// store checks every write against them before sending it, so that a write
+// DynamoDB would refuse (a ValidationException, a 500 internal_error) is
+// refused here with the answer the contract gives instead.
+const (
+	// maxTransactItems: "TransactWriteItems is a synchronous write
+	// operation that groups up to 100 action requests."
+	maxTransactItems = 100
+	// maxTransactSize: "The aggregate size of the items in the transaction
+	// cannot exceed 4 MB."
+	maxTransactSize = 4 << 20
+	// MaxRequest bounds the canonical request body an External record
+	// keeps (Record.Request): a larger one is refused at its reservation
+	// with ErrRequestTooLarge (413 payload_too_large). With MaxData and a
+	// small answer it leaves the record's item within 400 KB, so that a
+	// record can always be completed with the response_too_large problem.
+	MaxRequest = 300_000
+	// MaxData bounds a multi-step request's recorded data
+	// (Progress.Data, Record.Data: keys and values): Advance refuses more
+	// with ErrDataTooLarge.
+	MaxData = 64 << 10
+)
+
+var (
+	// ErrRequestTooLarge is returned (wrapped) by a reservation whose
+	// request is larger than MaxRequest. It matches
+	// idempotency.ErrBodyTooLarge: the request answers 413
+	// payload_too_large, and nothing is written.
+	ErrRequestTooLarge = fmt.Errorf("dynamo: the request is too large to keep in its record: %w", idempotency.ErrBodyTooLarge)
+	// ErrDataTooLarge is returned (wrapped) by a write whose recovery
+	// point's data is larger than MaxData; nothing is written.
+	ErrDataTooLarge = errors.New("dynamo: the recovery point's data is too large to keep in its record")
+)
+
+// checkRecord refuses a record whose request or data the store does not
+// keep.
+func checkRecord(rec idempotency.Record) error {
+	if len(rec.Request) > MaxRequest {
+		return fmt.Errorf("%w: %d bytes, over %d", ErrRequestTooLarge, len(rec.Request), MaxRequest)
+	}
+	return checkData(rec.Data)
+}
+
+func checkData(data map[string]string) error {
+	n := 0
+	for k, v := range data {
+		n += len(k) + len(v)
+	}
+	if n > MaxData {
+		return fmt.Errorf("%w: %d bytes, over %d", ErrDataTooLarge, n, MaxData)
+	}
+	return nil
+}
+
+// checkTransaction refuses a transaction over DynamoDB's limits with
+// ErrTooLarge. The size of a Put is its item's; of an Update, Delete or
+// Check the key and values it sends (what an Update makes of the item it
+// changes is known to DynamoDB only, which still refuses such a
+// transaction itself).
+func checkTransaction(items []types.TransactWriteItem) error {
+	if len(items) > maxTransactItems {
+		return fmt.Errorf("%w: the write is %d items with the effects, over %d", ErrTooLarge, len(items), maxTransactItems)
+	}
+	size := 0
+	for _, it := range items {
+		size += transactItemSize(it)
+	}
+	if size > maxTransactSize {
+		return fmt.Errorf("%w: the write is %d bytes with the effects, over %d", ErrTooLarge, size, maxTransactSize)
+	}
+	return nil
+}
+
+func transactItemSize(it types.TransactWriteItem) int {
+	switch {
+	case it.Put != nil:
+		return itemSize(it.Put.Item)
+	case it.Update != nil:
+		return itemSize(it.Update.Key) + itemSize(it.Update.ExpressionAttributeValues)
+	case it.Delete != nil:
+		return itemSize(it.Delete.Key)
+	case it.ConditionCheck != nil:
+		return itemSize(it.ConditionCheck.Key)
+	}
+	return 0
+}

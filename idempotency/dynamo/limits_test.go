@@ -1,0 +1,312 @@
+package dynamo_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/internal/dynamotest"
+)
+
+// randomBytes returns n incompressible bytes.
+func randomBytes(t *testing.T, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// blobs returns n effects inserting items of size bytes into table, keyed
+// by prefix and their index.
+func blobs(t *testing.T, table, prefix string, n, size int) []idempotency.Effect {
+	t.Helper()
+	blob := randomBytes(t, size)
+	out := make([]idempotency.Effect, n)
+	for i := range out {
+		out[i] = dynamo.Insert(table, "pk", map[string]any{"pk": fmt.Sprintf("%s#%d", prefix, i), "blob": blob})
+	}
+	return out
+}
+
+// TestTransactionLimits: the record, its answer's chunk items and the
+// effects go in one TransactWriteItems, which DynamoDB limits to 100 items
+// and 4 MB (DynamoDB Local enforces both, with a ValidationException). A
+// write over either is refused before it is sent with ErrTooLarge (the
+// documented response_too_large), writing nothing; one at the limits is
+// written.
+func TestTransactionLimits(t *testing.T) {
+	store, client, names := newStore(t)
+	payments := names.ByLogicalID["PaymentsTable"]
+	oneMiB := randomBytes(t, 1<<20) // three chunk items
+	tests := []struct {
+		name    string
+		body    []byte
+		effects func(prefix string) []idempotency.Effect
+		wantErr bool
+	}{
+		{"chunks and effects over 4 MB", oneMiB, func(p string) []idempotency.Effect { return blobs(t, payments, p, 10, 340_000) }, true},
+		{"chunks and effects over 100 items", oneMiB, func(p string) []idempotency.Effect { return blobs(t, payments, p, 97, 10) }, true},
+		{"effects alone over 4 MB", []byte(`{}`), func(p string) []idempotency.Effect { return blobs(t, payments, p, 13, 340_000) }, true},
+		{"100 items", oneMiB, func(p string) []idempotency.Effect { return blobs(t, payments, p, 96, 10) }, false},
+		{"just under 4 MB", oneMiB, func(p string) []idempotency.Effect { return blobs(t, payments, p, 9, 340_000) }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := idempotency.NewKey("acme", tt.name)
+			rec := completedRecord(k, "", time.Now().Add(time.Hour))
+			rec.Response.Body = tt.body
+			effects := tt.effects(k.ID())
+			err := store.Commit(t.Context(), rec, effects, time.Now())
+			if tt.wantErr != (err != nil) || (err != nil && !errors.Is(err, dynamo.ErrTooLarge)) {
+				t.Fatalf("Commit(%d effects) = %v, want ErrTooLarge: %v", len(effects), err, tt.wantErr)
+			}
+			_, getErr := store.Get(t.Context(), k)
+			if stored := getErr == nil; stored == tt.wantErr {
+				t.Errorf("record stored: %v (Get: %v), want %v", stored, getErr, !tt.wantErr)
+			}
+			if got := dynamotest.Exists(t, client, payments, k.ID()+"#0"); got == tt.wantErr {
+				t.Errorf("first effect written: %v, want %v", got, !tt.wantErr)
+			}
+			if tt.wantErr {
+				if n := len(chunkItems(t, client, names.ByLogicalID["IdempotencyTable"], k)); n != 0 {
+					t.Errorf("%d chunk items left, want none", n)
+				}
+			}
+		})
+	}
+}
+
+// TestRecordItemBounds: what grows with the user's input besides the
+// answer's body (which moves to chunk items) is bounded, so that the
+// record's item never reaches DynamoDB's 400 KB (a ValidationException, 500
+// internal_error): the request an External record keeps (MaxRequest,
+// refused at the reservation as 413 payload_too_large), the answer's
+// headers (refused as response_too_large) and a multi-step request's data
+// (MaxData). Each is refused before anything is written.
+func TestRecordItemBounds(t *testing.T) {
+	store, _, _ := newStore(t)
+	ctx := t.Context()
+	now := time.Now()
+	big := strings.Repeat("x", 420_000)
+
+	t.Run("request", func(t *testing.T) {
+		k := idempotency.NewKey("acme", "request")
+		rec := reservedRecord(k, "lease", now.Add(time.Minute))
+		rec.External = true
+		rec.Request = []byte(`{"note":"` + big + `"}`)
+		err := store.Reserve(ctx, rec, nil, now)
+		if !errors.Is(err, dynamo.ErrRequestTooLarge) || !errors.Is(err, idempotency.ErrBodyTooLarge) {
+			t.Errorf("Reserve(request of %d bytes) = %v, want ErrRequestTooLarge (ErrBodyTooLarge)", len(rec.Request), err)
+		}
+		if _, err := store.Get(ctx, k); !errors.Is(err, idempotency.ErrNotFound) {
+			t.Errorf("Get() = %v, want ErrNotFound", err)
+		}
+		rec.Request = []byte(`{"note":"` + big[:dynamo.MaxRequest-20] + `"}`)
+		if err := store.Reserve(ctx, rec, nil, now); err != nil {
+			t.Errorf("Reserve(request of %d bytes, under MaxRequest) = %v, want nil", len(rec.Request), err)
+		}
+	})
+	t.Run("headers", func(t *testing.T) {
+		k := idempotency.NewKey("acme", "headers")
+		rec := completedRecord(k, "", now.Add(time.Hour))
+		rec.Response.Header = map[string]string{"X-Large": big}
+		if err := store.Commit(ctx, rec, nil, now); !errors.Is(err, dynamo.ErrTooLarge) {
+			t.Errorf("Commit(headers of %d bytes) = %v, want ErrTooLarge", len(big), err)
+		}
+		if _, err := store.Get(ctx, k); !errors.Is(err, idempotency.ErrNotFound) {
+			t.Errorf("Get() = %v, want ErrNotFound", err)
+		}
+	})
+	t.Run("data", func(t *testing.T) {
+		k := idempotency.NewKey("acme", "data")
+		rec := reservedRecord(k, "lease", now.Add(time.Minute))
+		rec.External = true
+		if err := store.Reserve(ctx, rec, nil, now); err != nil {
+			t.Fatal(err)
+		}
+		p := idempotency.Progress{Point: "one", Data: map[string]string{"note": big}, LeaseToken: "lease", ExpiresAt: now.Add(time.Minute), UpdatedAt: now}
+		if err := store.Advance(ctx, k, "lease", p, nil); !errors.Is(err, dynamo.ErrDataTooLarge) {
+			t.Errorf("Advance(data of %d bytes) = %v, want ErrDataTooLarge", len(big), err)
+		}
+		if got, err := store.Get(ctx, k); err != nil || got.Point != "" {
+			t.Errorf("Get() = point %q, %v; want the reservation unchanged", got.Point, err)
+		}
+		p.Data = map[string]string{"note": big[:dynamo.MaxData-4]}
+		if err := store.Advance(ctx, k, "lease", p, nil); err != nil {
+			t.Errorf("Advance(data of MaxData bytes) = %v, want nil", err)
+		}
+	})
+}
+
+// TestTooLargeWrite: through the middleware, a write over DynamoDB's
+// transaction limits answers as "Large answers" says, never 500
+// internal_error, and leaves no key open: Atomic commits nothing; External
+// completes the record with the 500 response_too_large problem, with the
+// effects when they fit without the answer, and without them when they
+// alone are over the limits (they can never be written, and the key must
+// end).
+func TestTooLargeWrite(t *testing.T) {
+	store, client, names := newStore(t)
+	mw := newMiddleware(t, store)
+	payments := names.ByLogicalID["PaymentsTable"]
+	oneMiB := randomBytes(t, 1<<20)
+	tests := []struct {
+		name        string
+		mode        idempotency.Mode
+		effects     int // of 340 KB each
+		wantRecord  bool
+		wantEffects bool
+	}{
+		{"atomic, answer and effects", idempotency.Atomic, 10, false, false},
+		{"external, answer and effects", idempotency.External, 10, true, true},
+		{"external, effects alone", idempotency.External, 13, true, false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := idempotency.NewKey("acme", t.Name())
+			handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				call, ok := idempotency.Begin(w, r)
+				if !ok {
+					return
+				}
+				for _, e := range blobs(t, payments, key.ID(), tt.effects, 340_000) {
+					call.AddEffect(e)
+				}
+				w.WriteHeader(http.StatusCreated)
+				w.Write(oneMiB)
+			})
+			route := fmt.Sprintf("POST /v1/large/%d", i)
+			var h http.Handler
+			if tt.mode == idempotency.External {
+				h = mw.External(route, handler, unresolved(t))
+			} else {
+				h = mw.Wrap(tt.mode, route, handler)
+			}
+			w, obs := post(h, t.Name(), `{}`)
+			if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), `"code":"response_too_large"`) {
+				t.Errorf("answer = %d %.200s, want 500 response_too_large", w.Code, w.Body)
+			}
+			if obs.Outcome != idempotency.OutcomeStoreError || !strings.Contains(obs.Err, "too large") {
+				t.Errorf("observation: outcome %s, err %q; want store_error saying the write is too large", obs.Outcome, obs.Err)
+			}
+			rec, err := store.Get(t.Context(), key)
+			switch {
+			case !tt.wantRecord && !errors.Is(err, idempotency.ErrNotFound):
+				t.Errorf("record: %s (err %v), want none", rec.Status, err)
+			case tt.wantRecord && (err != nil || rec.Status != idempotency.StatusCompleted || rec.Response == nil ||
+				rec.Response.Status != http.StatusInternalServerError || string(rec.Response.Body) != w.Body.String()):
+				t.Errorf("record: %s (err %v), want COMPLETED with the 500 sent", rec.Status, err)
+			}
+			if got := dynamotest.Exists(t, client, payments, key.ID()+"#0"); got != tt.wantEffects {
+				t.Errorf("effects written: %v, want %v", got, tt.wantEffects)
+			}
+		})
+	}
+}
+
+// unprocessed is a Client whose BatchGetItem leaves every key unprocessed
+// the first fail times; then it reads through to the real client.
+type unprocessed struct {
+	dynamo.Client
+	fail   int
+	calls  atomic.Int32
+	during func() // called at each BatchGetItem
+}
+
+func (u *unprocessed) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	n := int(u.calls.Add(1))
+	if u.during != nil {
+		u.during()
+	}
+	if n <= u.fail {
+		return &dynamodb.BatchGetItemOutput{UnprocessedKeys: in.RequestItems, Responses: map[string][]map[string]types.AttributeValue{}}, nil
+	}
+	return u.Client.BatchGetItem(ctx, in, opts...)
+}
+
+// TestChunkReadRetry: the keys of a body's chunks that BatchGetItem leaves
+// unprocessed are asked again after a backoff, at most 5 reads in all (then
+// the store is unavailable: 503), and not after the context ends.
+func TestChunkReadRetry(t *testing.T) {
+	real, client, names := newStore(t)
+	table := names.ByLogicalID["IdempotencyTable"]
+	k := idempotency.NewKey("acme", "chunks")
+	rec := completedRecord(k, "", time.Now().Add(time.Hour))
+	rec.Response.Body = randomBytes(t, 1<<20)
+	if err := real.Commit(t.Context(), rec, nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name      string
+		fail      int
+		cancel    bool
+		wantCalls int
+		wantErr   error
+	}{
+		{"unprocessed twice", 2, false, 3, nil},
+		{"unprocessed always", 100, false, 5, idempotency.ErrUnavailable},
+		{"cancelled", 100, true, 1, context.Canceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			u := &unprocessed{Client: client, fail: tt.fail}
+			if tt.cancel {
+				u.during = cancel
+			}
+			got, err := dynamo.New(u, table).Get(ctx, k)
+			if tt.wantErr == nil && (err != nil || len(got.Response.Body) != len(rec.Response.Body)) {
+				t.Errorf("Get() = %v, want the record with its body", err)
+			}
+			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+				t.Errorf("Get() = %v, want %v", err, tt.wantErr)
+			}
+			if got := int(u.calls.Load()); got != tt.wantCalls {
+				t.Errorf("BatchGetItem called %d times, want %d", got, tt.wantCalls)
+			}
+		})
+	}
+}
+
+// TestRequestTooLargeToKeep: an External route keeps the canonical request
+// in its record; one over MaxRequest (accepted by a MaxBody raised past
+// it) answers 413 payload_too_large at its reservation, before the handler
+// runs, never 500 internal_error, and leaves no record.
+func TestRequestTooLargeToKeep(t *testing.T) {
+	store, _, _ := newStore(t)
+	mw, err := idempotency.New(idempotency.Config{Store: store, MaxBody: 1 << 20, Tenant: func(*http.Request) (string, bool) { return "acme", true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	h := mw.External("POST /v1/notes", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := idempotency.Begin(w, r); ok {
+			runs++
+			w.WriteHeader(http.StatusCreated)
+		}
+	}), unresolved(t))
+	w, obs := post(h, "large-request", `{"note":"`+strings.Repeat("x", dynamo.MaxRequest)+`"}`)
+	if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), `"code":"payload_too_large"`) {
+		t.Errorf("answer = %d %.300s, want 413 payload_too_large", w.Code, w.Body)
+	}
+	if runs != 0 || obs.Outcome != idempotency.OutcomeStoreError {
+		t.Errorf("handler ran %d times, outcome %s; want 0, store_error", runs, obs.Outcome)
+	}
+	if _, err := store.Get(t.Context(), idempotency.NewKey("acme", "large-request")); !errors.Is(err, idempotency.ErrNotFound) {
+		t.Errorf("record: %v, want none", err)
+	}
+}
