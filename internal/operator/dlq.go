@@ -19,14 +19,13 @@ import (
 	"github.com/oncehq/once/internal/queue"
 )
 
-// Bounds of a dead-letter queue scan.
-const (
-	// holdFor hides the messages a scan received until the scan releases
-	// them (or, should it stop early, until then).
-	holdFor = 30
-	// maxScan bounds the messages one scan receives.
-	maxScan = 10000
-)
+// holdFor (seconds) hides the messages a scan received until the scan
+// releases them (or, should it stop early, until then). A variable for the
+// tests, which shorten it to outlast it.
+var holdFor int32 = 30
+
+// maxScan bounds the messages one scan receives.
+const maxScan = 10000
 
 // deadLetters is a dead-letter queue and the queue its messages come from.
 type deadLetters struct {
@@ -233,10 +232,19 @@ func (t *Tool) dlqRedrive(ctx context.Context, args []string) error {
 // scan receives the messages of the queue at url, hiding each for holdFor
 // seconds, until the queue has no more or done returns true for those
 // received; the caller releases or deletes them. They are sorted by the time
-// they were sent.
+// they were sent, each once.
+//
+// A scan that outlasts holdFor (a queue of thousands of messages, read 10 at
+// a time) receives its first messages again: such a repeat keeps its one
+// letter, with its latest receipt handle (the only one SQS still honours),
+// and a receive that brings nothing new ends the scan, which would otherwise
+// cycle through the same messages up to maxScan and redrive each many
+// times. What that scan did not reach is listed, or redriven, by the next
+// one; a warning says so.
 func (t *Tool) scan(ctx context.Context, name, url string, done func([]letter) bool) ([]letter, error) {
 	var out []letter
-	for len(out) < maxScan {
+	index := map[string]int{}
+	for received := 0; received < maxScan; {
 		resp, err := t.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(url),
 			MaxNumberOfMessages:         10,
@@ -251,13 +259,26 @@ func (t *Tool) scan(ctx context.Context, name, url string, done func([]letter) b
 		if len(resp.Messages) == 0 {
 			break
 		}
+		received += len(resp.Messages)
+		fresh := false
 		for _, m := range resp.Messages {
 			l := letter{Queue: name, ID: aws.ToString(m.MessageId), Body: aws.ToString(m.Body), receipt: aws.ToString(m.ReceiptHandle)}
 			if ms, err := strconv.ParseInt(m.Attributes["SentTimestamp"], 10, 64); err == nil {
 				l.Sent = time.UnixMilli(ms).UTC()
 			}
 			l.Receives, _ = strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
+			if i, ok := index[l.ID]; ok {
+				out[i] = l
+				continue
+			}
+			fresh = true
+			index[l.ID] = len(out)
 			out = append(out, l)
+		}
+		if !fresh {
+			fmt.Fprintf(t.errOut, "oncectl: the scan of %s outlasted its %ds hold on the messages it received: "+
+				"the dead letters it did not reach are left for the next run\n", queue.Name(url), holdFor)
+			break
 		}
 		if done(out) {
 			break

@@ -2,3 +2,11 @@ package operator
 
 // SetScanPages bounds t's listings' Scans to n pages.
 func SetScanPages(t *Tool, n int) { t.scanPages = n }
+
+// SetHoldFor sets how long a dead-letter scan hides what it received, in
+// seconds, until the test ends. Not for parallel tests.
+func SetHoldFor(t interface{ Cleanup(func()) }, seconds int32) {
+	old := holdFor
+	holdFor = seconds
+	t.Cleanup(func() { holdFor = old })
+}

@@ -426,3 +426,78 @@ func TestRunBadEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadLettersScanOutlastingItsHold: a scan that takes longer than it
+// hides what it received (on AWS, a dead-letter queue of thousands of
+// messages read 10 at a time; here a hold of one second and the scan's
+// one-second long poll) receives the first letters again. Each is still
+// listed once and sent back once, and the scan stops instead of cycling
+// through the same letters until its bound of 10,000 receives.
+func TestDeadLettersScanOutlastingItsHold(t *testing.T) {
+	operator.SetHoldFor(t, 1)
+	e := newEnv(t)
+	dlq, source := e.urls[config.EnvWorkerRetryDLQ], e.urls[config.EnvWorkerRetryQueue]
+	bodies := map[string]bool{}
+	for i := range 3 {
+		body := fmt.Sprintf(`{"tenant":"acme","payment":"pay_%024d","attempt":5}`, i)
+		bodies[body] = true
+		if _, err := e.sqs.SendMessage(t.Context(), &sqs.SendMessageInput{QueueUrl: aws.String(dlq), MessageBody: aws.String(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(args ...string) (int, string, string) {
+		t.Helper()
+		var o, eo bytes.Buffer
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		code := operator.Run(ctx, args, func(k string) string { return e.vars[k] }, &o, &eo)
+		return code, o.String(), eo.String()
+	}
+	code, out, errOut := run("dlq", "list", "-json", "-limit", "5", "worker-retry")
+	if code != 0 {
+		t.Fatalf("dlq list = exit %d: %s", code, errOut)
+	}
+	listed := map[string]int{}
+	for line := range strings.Lines(out) {
+		var l struct {
+			ID string `json:"message_id"`
+		}
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatal(err)
+		}
+		listed[l.ID]++
+	}
+	if len(listed) != 3 {
+		t.Errorf("dlq list = %d letters %v, want the 3 letters", len(listed), listed)
+	}
+	for id, n := range listed {
+		if n != 1 {
+			t.Errorf("dlq list lists letter %s %d times, want once", id, n)
+		}
+	}
+	time.Sleep(1100 * time.Millisecond) // the listing's hold runs out
+	if code, _, errOut := run("dlq", "redrive", "worker-retry", "-all"); code != 0 {
+		t.Fatalf("dlq redrive -all = exit %d: %s", code, errOut)
+	}
+	got := map[string]int{}
+	for {
+		msgs := sqstest.Receive(t, e.sqs, source, time.Second, false)
+		if len(msgs) == 0 {
+			break
+		}
+		for _, m := range msgs {
+			got[aws.ToString(m.Body)]++
+		}
+	}
+	want := map[string]int{}
+	for b := range bodies {
+		want[b] = 1
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("messages sent back to the retry queue (-want +got):\n%s", diff)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if left := sqstest.Receive(t, e.sqs, dlq, 0, true); len(left) != 0 {
+		t.Errorf("dead letters left after redrive -all = %d, want none", len(left))
+	}
+}

@@ -58,6 +58,13 @@
 // delivers it again and, after its maxReceiveCount, moves it to its
 // dead-letter queue (alarmed). Messages are handled concurrently.
 //
+// The stream charges nothing after the window either: a record met once it
+// has ended (a window shorter than the mapping's MaximumRecordAgeInSeconds,
+// a record redelivered after a crashed invocation) goes to the retry queue
+// at once, as an attempt that may have charged, whatever the retrier has
+// done since: a payment it settled stays as it is, a pending one is settled
+// as the provider's record of its charge says.
+//
 // # Failures
 //
 // A record fails, and is reported with every later record of its batch as a

@@ -454,3 +454,64 @@ func TestRetryBody(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamAfterTheWindowChargesNothing: a stream record met after its
+// payment's retry window has ended (a window shorter than the mapping's
+// MaximumRecordAgeInSeconds, a record redelivered after the invocation
+// that made its first attempt crashed) is not charged: the retrier may have
+// settled the payment failed at the window's end, and a charge now would
+// take money for a failed payment. It goes to the retrier, which charges no
+// more after the window: it does nothing to a settled payment and looks the
+// charge of a pending one up, the stream's earlier delivery may have made
+// it.
+func TestStreamAfterTheWindowChargesNothing(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		settled    bool // by the retrier at the window's end
+		wantStatus payments.Status
+	}{
+		{"settled failed at the window's end", true, payments.StatusFailed},
+		{"still pending", false, payments.StatusFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newRetryEnv(t)
+			p := e.pay(t, simulator.TokenVisa)
+			recs := e.records(t, e.names.ByLogicalID["PaymentsTable"], 1)
+			if tc.settled {
+				if err := e.table.Settle(t.Context(), p.Tenant, p.ID, payments.StatusFailed, "", "provider_unavailable"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.now = p.Created.Add(retryWindow + time.Minute)
+			resp, err := e.w.Handle(t.Context(), events.DynamoDBEvent{Records: recs})
+			if err != nil || len(resp.BatchItemFailures) != 0 {
+				t.Fatalf("Handle() = %+v, %v; want no failures", resp, err)
+			}
+			if n := e.charges(t, p); n != 0 {
+				t.Fatalf("provider charges after the window = %d, want 0", n)
+			}
+			msgs := e.sent(t, 3*time.Second)
+			if len(msgs) != 1 || msgs[0].Payment != p.ID || msgs[0].Unknown.IsZero() {
+				t.Fatalf("retries = %+v, want one of %s saying an attempt may have charged", msgs, p.ID)
+			}
+			// The retrier, once a look-up can tell.
+			e.now = msgs[0].Unknown.Add(providerTimeout + time.Second)
+			body, err := worker.RetryBody(msgs[0].Tenant, msgs[0].Payment, msgs[0].Attempt, msgs[0].Unknown)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rresp, err := e.w.HandleRetries(t.Context(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m1", Body: body}}})
+			if err != nil || len(rresp.BatchItemFailures) != 0 {
+				t.Fatalf("HandleRetries() = %+v, %v; want no failures", rresp, err)
+			}
+			if got := e.get(t, p); got.Status != tc.wantStatus || got.FailureCode != "provider_unavailable" {
+				t.Errorf("payment = %s %q, want %s provider_unavailable", got.Status, got.FailureCode, tc.wantStatus)
+			}
+			if n := e.charges(t, p); n != 0 {
+				t.Errorf("provider charges = %d, want 0", n)
+			}
+		})
+	}
+}

@@ -184,6 +184,9 @@ func (w *Worker) record(ctx context.Context, rec events.DynamoDBEventRecord) err
 		return err
 	}
 	log = log.With("tenant", p.Tenant, "payment", p.ID)
+	if w.retries != nil && !w.now().Before(p.Created.Add(w.window)) {
+		return w.late(ctx, log, p)
+	}
 	var res result
 	if left, short := w.short(ctx); short {
 		err = fmt.Errorf("worker: %s left in the invocation, under the %s a charge needs: %w", left.Round(time.Millisecond), w.budget, provider.ErrNotCharged)
@@ -209,6 +212,25 @@ func (w *Worker) record(ctx context.Context, rec events.DynamoDBEventRecord) err
 		return err
 	}
 	logResult(ctx, log, "worker: record", res)
+	return nil
+}
+
+// late hands p, met on the stream after its retry window ended, to the
+// retrier without charging it: the window ends every charge attempt, and the
+// retrier may have settled p failed at its end already (the stream brings a
+// record up to the mapping's MaximumRecordAgeInSeconds after the write, and
+// again after an invocation that crashed), so a charge now could take money
+// for a failed payment. The retry says an attempt may have charged (an
+// earlier delivery of the record may have, and the stream cannot tell): the
+// retrier does nothing to a settled payment, and settles a pending one as
+// the provider's record of its charge says.
+func (w *Worker) late(ctx context.Context, log *slog.Logger, p payments.Payment) error {
+	msg := retryMessage{Tenant: p.Tenant, Payment: p.ID, Attempt: 1, Unknown: w.now()}
+	if err := w.send(ctx, msg, 0); err != nil {
+		log.Error("worker: record", "outcome", outcomeError, "err", err)
+		return err
+	}
+	log.Warn("worker: record", "outcome", outcomeRetrying, "attempt", 1, "retry_in", "0s", "retry_window_ended", true)
 	return nil
 }
 
