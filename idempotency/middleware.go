@@ -8,11 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oncehq/once/idempotency/internal/nilness"
@@ -48,7 +51,22 @@ const (
 	DefaultMaxBody           = 64 << 10
 	DefaultUnknownRetryAfter = 2 * time.Second
 	DefaultUnknownRedrive    = time.Minute
+	// DefaultCompletionTimeout is above what a store's own bounded retries
+	// take to finish one write (this repository's DynamoDB client: 3
+	// attempts of at most 2 s; an answer of several MB is one transaction of
+	// its chunks), so that it cuts only a store that hangs past them, and
+	// below DefaultLease.
+	DefaultCompletionTimeout = 15 * time.Second
 )
+
+// LeaseMargin is how much longer than the time its request may still run a
+// lease must be: the lease deadline is written with one host's clock and
+// compared with another's (a retry's, the recovery check's), and the
+// request's last write lands a little after its handler returns. The
+// Middleware warns when a request's deadline leaves less (Config.Logger),
+// and this repository's deploy test holds every function that runs the
+// engine to it (its Timeout plus LeaseMargin under its lease).
+const LeaseMargin = 2 * time.Second
 
 // ErrRetentionShort is New's error for a Config whose Retention (after
 // defaults) is shorter than its Lease: a record would expire, and count as
@@ -75,8 +93,26 @@ type Config struct {
 	// with a reconciler keeps it above the reconciler's retries too.
 	Retention time.Duration
 	// Lease is how long a reservation is held before it counts as abandoned
-	// (DefaultLease). It must exceed the longest a handler can run.
+	// (DefaultLease). It must exceed the longest a handler can run, by
+	// LeaseMargin: on Lambda, the function's timeout. A request whose
+	// context has a deadline later than that (a function timeout longer than
+	// the lease) is served, but the Middleware logs a warning, once, to
+	// Logger: its lease can run out while it still runs, and a retry would
+	// then take its key over and execute it a second time.
 	Lease time.Duration
+	// CompletionTimeout bounds the writes the Middleware makes once the
+	// handler has returned (DefaultCompletionTimeout): the completion with
+	// the answer and its effects, a release, UNKNOWN, a multi-step request's
+	// pause. They run detached from the request's cancellation (its
+	// context's values kept), so that a client hanging up or a deadline
+	// passing as the work is done does not leave the key reserved until its
+	// lease runs out, and its retry replays the answer rather than executing
+	// again; CompletionTimeout is their own bound instead (every retry of the
+	// store's included). On Lambda the invocation still ends at the
+	// function's timeout whatever this says: a completion cut there is
+	// recovered through the lease, which outlasts the function (Lease).
+	// The handler and the reservation keep the request's context.
+	CompletionTimeout time.Duration
 	// MaxBody is the largest request body accepted, in bytes (DefaultMaxBody).
 	MaxBody int64
 	// UnknownRetryAfter is the Retry-After given while a record is UNKNOWN
@@ -95,6 +131,11 @@ type Config struct {
 	// Cache, if set, keeps the COMPLETED records this Middleware sees, so that
 	// replays and mismatches of them cost no store round trip (see Cache).
 	Cache *Cache
+	// Logger receives the Middleware's warnings about its configuration
+	// (a lease shorter than a request's deadline allows), never keys or
+	// bodies. The default (nil) is slog's default logger once the program
+	// has set one, else JSON lines on stderr.
+	Logger *slog.Logger
 }
 
 // Middleware applies the idempotency contract to HTTP handlers. It is safe for
@@ -106,6 +147,8 @@ type Middleware struct {
 	routes    map[string]Mode
 	patterns  *http.ServeMux // the routes, as patterns: ServeMux checks them
 	resolvers Resolvers
+
+	leaseWarned atomic.Bool // the lease-shorter-than-deadline warning was logged
 }
 
 // New returns a Middleware for cfg, filling in defaults. A Store that is nil,
@@ -142,6 +185,9 @@ func New(cfg Config) (*Middleware, error) {
 	}
 	if cfg.UnknownRedrive <= 0 {
 		cfg.UnknownRedrive = DefaultUnknownRedrive
+	}
+	if cfg.CompletionTimeout <= 0 {
+		cfg.CompletionTimeout = DefaultCompletionTimeout
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -455,21 +501,61 @@ func (c *Call) begin(r *http.Request, holds []Effect) (*Call, bool) {
 	var rejected *RejectedError
 	switch {
 	case errors.As(err, &rejected):
-		c.refuse(r, rejected, now)
+		c.refuse(r.Context(), r, rejected, now)
 		return nil, false
 	case err != nil:
 		c.resolve(r, err, now)
 		if !c.begun {
 			return nil, false
 		}
+		c.checkLease(r.Context())
 		return c, true // an abandoned multi-step request taken over
 	}
 	c.hold(rec)
+	c.checkLease(r.Context())
 	c.m.cfg.Hook(r.Context(), PointAfterReserve)
 	if c.phased {
 		c.m.cfg.Hook(r.Context(), PointAfter(rec.Point))
 	}
 	return c, true
+}
+
+// checkLease warns, once per Middleware, when ctx, the request's, has a
+// deadline later than the lease just taken allows (by LeaseMargin): the
+// lease can run out while the handler still runs, and a retry would then
+// take the key over and execute the request a second time (fenced: only
+// one of them stores its answer, but both did their work). The request is
+// served all the same: refusing every request of a function whose timeout
+// outgrew its lease would turn a configuration risk into an outage.
+func (c *Call) checkLease(ctx context.Context) {
+	deadline, ok := ctx.Deadline()
+	if !ok || c.m.leaseWarned.Load() {
+		return
+	}
+	left := time.Until(deadline)
+	if left+LeaseMargin <= c.m.cfg.Lease || c.m.leaseWarned.Swap(true) {
+		return
+	}
+	log := c.m.cfg.Logger
+	if log == nil {
+		log = defaultLogger() // when the warning is due: the program may set slog's default after New
+	}
+	log.WarnContext(ctx, "idempotency: the request may run longer than its lease; raise Config.Lease above the function's timeout",
+		slog.String("route", c.route),
+		slog.String("lease", c.m.cfg.Lease.String()),
+		slog.String("deadline_in", left.Round(time.Millisecond).String()),
+		slog.String("lease_margin", LeaseMargin.String()))
+}
+
+// defaultLogger is slog's default logger once the program has set one,
+// else a JSON logger on stderr: slog's built-in default writes text lines
+// through package log.
+func defaultLogger() *slog.Logger {
+	l := slog.Default()
+	if fmt.Sprintf("%T", l.Handler()) == "*slog.defaultHandler" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	return l
 }
 
 // hold makes rec, as stored, the call's reservation.
@@ -578,6 +664,17 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 		return
 	}
 	ctx := r.Context()
+	if c.mode != Atomic {
+		// The handler has run: what it did outside the store is done, so
+		// how it ended is written whatever happens to the request now (a
+		// client gone, a deadline passed), under a bound of its own. Not
+		// in Atomic mode: there the commit is the reservation and the
+		// effects in one transaction, nothing happened before it, and a
+		// request that ends first writes nothing (its retry executes).
+		var cancel context.CancelFunc
+		ctx, cancel = c.m.detach(ctx)
+		defer cancel()
+	}
 	now := c.m.cfg.Now()
 	switch {
 	case c.mode == Atomic && rec.status >= 500:
@@ -589,7 +686,7 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 		var rejected *RejectedError
 		switch {
 		case errors.As(err, &rejected):
-			c.refuse(r, rejected, now)
+			c.refuse(ctx, r, rejected, now)
 			c.answer(w)
 			return
 		case err != nil:
@@ -622,14 +719,21 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 		}
 		rec.flush(w)
 	default:
-		c.complete(w, r, rec, now)
+		c.complete(ctx, w, r, rec, now)
 	}
+}
+
+// detach returns the context of the writes made once the handler has
+// returned: ctx's values without its cancellation or deadline, bounded by
+// CompletionTimeout.
+func (m *Middleware) detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CompletionTimeout)
 }
 
 // complete stores the handler's answer fenced on the lease (Leased and
 // External mode) and sends it, or the answer the store's state calls for.
-func (c *Call) complete(w http.ResponseWriter, r *http.Request, rec *recorder, now time.Time) {
-	ctx := r.Context()
+// ctx is the writes' (detached from the request's cancellation).
+func (c *Call) complete(ctx context.Context, w http.ResponseWriter, r *http.Request, rec *recorder, now time.Time) {
 	reserved := true // the reservation is still there for reconciliation
 	effects := true  // the effects go with the answer
 	write := func(done Record) error {
@@ -707,7 +811,7 @@ func (c *Call) complete(w http.ResponseWriter, r *http.Request, rec *recorder, n
 	case errors.As(err, &rejected) && c.mode == Leased && reserved:
 		// Nothing left the store: the business answer replaces the
 		// handler's, stored under the same lease.
-		c.refuse(r, rejected, now)
+		c.refuse(ctx, r, rejected, now)
 		c.answer(w)
 		return
 	case errors.As(err, &rejected):
@@ -784,8 +888,8 @@ func (c *Call) commitEffects() []Effect {
 // of the reservation when the lease is held, else as a fresh commit (whose
 // conflict, should the key have been taken meanwhile, decides the answer as
 // usual). Any other answer is sent unstored, and a reservation is released.
-func (c *Call) refuse(r *http.Request, rejected *RejectedError, now time.Time) {
-	ctx := r.Context()
+// ctx is the writes' context.
+func (c *Call) refuse(ctx context.Context, r *http.Request, rejected *RejectedError, now time.Time) {
 	resp := c.render(r, rejected.Err)
 	c.obs.Err = rejected.Error()
 	if resp.Status < 400 || resp.Status >= 500 {

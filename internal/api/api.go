@@ -60,6 +60,7 @@ func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (http
 		Now:       opts.Now,
 		Hook:      hook,
 		Cache:     idempotency.NewCache(ReplayCacheEntries, ReplayCacheBytes),
+		Logger:    opts.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
