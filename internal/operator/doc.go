@@ -11,9 +11,17 @@
 //     the raw -key, which is hashed and never printed.
 //   - reannounce hands a record to the reconciler again: a fenced
 //     MarkUnknown under a new lease token, which is the stream MODIFY the
-//     reconciler is triggered by. It takes an UNKNOWN record (its expiry is
-//     kept, as a client's redrive keeps it) or an External reservation whose
-//     lease has run out (its check may be a dead letter).
+//     reconciler is triggered by. It takes an UNKNOWN record or an External
+//     reservation whose lease has run out (its check may be a dead letter),
+//     and keeps it at least the retention (ONCE_RETENTION) from now: its
+//     expiry and TTL extended, never shortened, as the checker extends a
+//     reservation whose lease ran out. An expired UNKNOWN record would
+//     otherwise be free for a new request to reclaim (a second execution
+//     while the first's outcome is unknown), and one about to expire
+//     deleted by TTL while the reconciler works on it. (A client's redrive
+//     keeps the expiry: it is automatic, and an UNKNOWN record that can
+//     never be reconciled must still end; a re-announcement is an
+//     operator's.)
 //   - dlq list lists the dead letters of the check queue and of the worker's
 //     retry queue, leaving them where they are; dlq redrive sends some, or
 //     all, back to the queue they came from, where their function handles

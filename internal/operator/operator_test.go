@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -299,9 +300,6 @@ func TestReannounce(t *testing.T) {
 		if err != nil || got.Status != idempotency.StatusUnknown || got.LeaseToken == rec.LeaseToken {
 			t.Errorf("after reannounce: %s under %q, %v; want UNKNOWN under a new lease token", got.Status, got.LeaseToken, err)
 		}
-		if rec.Status == idempotency.StatusUnknown && !got.ExpiresAt.Equal(rec.ExpiresAt.Truncate(time.Millisecond)) {
-			t.Errorf("expiry = %v, want the record's own %v", got.ExpiresAt, rec.ExpiresAt)
-		}
 		lambdatest.WaitFor(t, 10*time.Second, "the MODIFY to UNKNOWN on the stream", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
@@ -320,6 +318,73 @@ func TestReannounce(t *testing.T) {
 	}
 	if got, _ := e.store.Get(t.Context(), done.Key); got.Status != idempotency.StatusCompleted {
 		t.Errorf("the COMPLETED record became %s", got.Status)
+	}
+}
+
+// TestReannounceExtendsExpiry: a re-announced UNKNOWN record is kept for a
+// full retention from the re-announcement (its expiry and its TTL attribute),
+// as the checker does when an External lease runs out: an expired one would
+// otherwise be free for a new request to reclaim (a second execution while
+// the first's outcome is unknown), and one about to expire deleted by TTL
+// while the reconciler works on it. A later expiry is kept.
+func TestReannounceExtendsExpiry(t *testing.T) {
+	e := newEnv(t)
+	table := e.names.ByLogicalID["IdempotencyTable"]
+	for _, tc := range []struct {
+		name      string
+		expiresIn time.Duration // from now, when re-announced
+		extended  bool
+	}{
+		{"expired", -time.Minute, true},
+		{"about to expire", time.Minute, true},
+		{"kept longer than a retention", config.DefaultRetention + time.Hour, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := time.Now()
+			rec := idempotency.Record{
+				Key: idempotency.NewKey("acme", "reannounce-"+tc.name), Status: idempotency.StatusUnknown, Route: "POST /v1/charges",
+				Fingerprint: "f00d", External: true, LeaseToken: idempotency.NewToken(), ExpiresAt: now.Add(tc.expiresIn),
+				Request:   []byte(`{"amount":1500,"currency":"usd","customer":"cus_42","source":"tok_visa"}`),
+				CreatedAt: now.Add(-time.Hour), UpdatedAt: now.Add(-time.Hour),
+			}
+			if err := e.store.Reserve(t.Context(), rec, nil, now.Add(-time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			before := time.Now()
+			if code, out, errOut := e.run(t, "reannounce", rec.Key.ID()); code != 0 || !strings.Contains(out, "re-announced") {
+				t.Fatalf("reannounce = exit %d %q %q", code, out, errOut)
+			}
+			after := time.Now()
+			got, err := e.store.Get(t.Context(), rec.Key)
+			if err != nil || got.Status != idempotency.StatusUnknown || got.LeaseToken == rec.LeaseToken {
+				t.Fatalf("after reannounce: %s under %q, %v; want UNKNOWN under a new lease token", got.Status, got.LeaseToken, err)
+			}
+			lo, hi := before.Add(config.DefaultRetention).Truncate(time.Millisecond), after.Add(config.DefaultRetention)
+			if !tc.extended {
+				lo, hi = rec.ExpiresAt.Truncate(time.Millisecond), rec.ExpiresAt
+			}
+			if got.ExpiresAt.Before(lo) || got.ExpiresAt.After(hi) {
+				t.Errorf("expiry = %v, want %v to %v", got.ExpiresAt, lo, hi)
+			}
+			out, err := e.db.GetItem(t.Context(), &dynamodb.GetItemInput{
+				TableName: aws.String(table), Key: map[string]dynamodbtypes.AttributeValue{dynamo.AttrPK: &dynamodbtypes.AttributeValueMemberS{Value: rec.Key.ID()}},
+				ConsistentRead: aws.Bool(true),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantTTL := fmt.Sprint((got.ExpiresAt.UnixMilli() + 999) / 1000)
+			if ttl, ok := out.Item[dynamo.AttrExpiresAt].(*dynamodbtypes.AttributeValueMemberN); !ok || ttl.Value != wantTTL {
+				t.Errorf("TTL attribute %s = %v, want %s", dynamo.AttrExpiresAt, out.Item[dynamo.AttrExpiresAt], wantTTL)
+			}
+			// A new request with the key finds it held, not free.
+			again := rec
+			again.Status, again.LeaseToken, again.ExpiresAt = idempotency.StatusInProgress, idempotency.NewToken(), after.Add(time.Minute)
+			var conflict *idempotency.ConflictError
+			if err := e.store.Reserve(t.Context(), again, nil, after); !errors.As(err, &conflict) {
+				t.Errorf("Reserve of the key after reannounce = %v, want a *idempotency.ConflictError", err)
+			}
+		})
 	}
 }
 

@@ -234,9 +234,7 @@ func (r *retrier) run(t *testing.T) {
 // attempt that charged and then could not settle did.
 func (r *retrier) charge(t *testing.T, p payments.Payment) provider.Charge {
 	t.Helper()
-	ch, err := r.provider.Charge(t.Context(), worker.ChargeKey(p.Tenant, p.ID), provider.ChargeRequest{
-		Amount: p.Amount, Currency: p.Currency, Source: p.Source, Customer: p.Customer, Description: p.Description, Metadata: p.Metadata,
-	})
+	ch, err := r.provider.Charge(t.Context(), worker.ChargeKey(p.Tenant, p.ID), worker.ChargeRequest(p))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -194,10 +194,10 @@ func (t *Tool) show(ctx context.Context, args []string) error {
 
 // reannounce hands a record to the reconciler again: a fenced MarkUnknown
 // under a new lease token, which is the stream MODIFY the reconciler is
-// triggered by.
+// triggered by, with an expiry (and TTL) at least the retention from now.
 func (t *Tool) reannounce(ctx context.Context, args []string) error {
 	fs := t.flags("reannounce", "(RECORD | -tenant T -key KEY)",
-		"Hand a record to the reconciler again: an UNKNOWN record (its expiry kept), or an External reservation whose lease ran out.")
+		"Hand a record to the reconciler again: an UNKNOWN record, or an External reservation whose lease ran out; either is then kept at least ONCE_RETENTION from now.")
 	tenant := fs.String("tenant", "", "the record's tenant, with -key")
 	raw := fs.String("key", "", "the raw Idempotency-Key, with -tenant (hashed, never printed)")
 	if err := t.parse(fs, args, -1); err != nil {
@@ -215,13 +215,21 @@ func (t *Tool) reannounce(ctx context.Context, args []string) error {
 		return err
 	}
 	now := t.now()
-	expires := rec.ExpiresAt
+	// The record is kept a retention from now, as the checker keeps an
+	// External reservation whose lease ran out when it hands it to the
+	// reconciler: until then a new request cannot reclaim the key (a second
+	// execution while the first's outcome is unknown), nor TTL delete it
+	// while the reconciler works on it.
+	expires := now.Add(t.cfg.Retention)
 	switch {
 	case rec.Status == idempotency.StatusUnknown:
+		// Extended, never shortened.
+		if rec.ExpiresAt.After(expires) {
+			expires = rec.ExpiresAt
+		}
 	case rec.Status == idempotency.StatusInProgress && rec.External && rec.Expired(now):
 		// As the checker would have: its check may be in a dead-letter
 		// queue.
-		expires = now.Add(t.cfg.Retention)
 	case rec.Status == idempotency.StatusInProgress && !rec.Expired(now):
 		return fmt.Errorf("%s is IN_PROGRESS and its lease runs until %s: its request may still be running", key.ID(), rec.ExpiresAt.UTC().Format(time.RFC3339))
 	case rec.Status == idempotency.StatusInProgress:

@@ -46,17 +46,26 @@
 // it makes one more attempt under the same key, and settles the payment or,
 // on another transient failure, sends the next retry: the delay doubles from
 // RetryBase (1s) with each attempt, half of it random (equal jitter), up to
-// MaxRetryDelay (SQS's 15 minutes), never past the end of the payment's
-// retry window (RetryWindow after its creation; ONCE_WORKER_RETRY_WINDOW,
-// 6h). At the end of the window no attempt is made: a payment that no
-// attempt can have charged is settled failed with failure_code
-// provider_unavailable; one that an attempt may have charged is looked up at
-// the provider, once CallTimeout has passed since that attempt, and settled
-// as the provider's record of the charge says (failed, provider_unavailable,
-// when there is none). A message that cannot be processed (undecodable, the
-// payments table or the look-up failing) is a batch item failure: the queue
-// delivers it again and, after its maxReceiveCount, moves it to its
-// dead-letter queue (alarmed). Messages are handled concurrently.
+// MaxRetryDelay (SQS's 15 minutes). The payment's retry window
+// (RetryWindow after its creation; ONCE_WORKER_RETRY_WINDOW, 6h) ends the
+// attempts: a retry the backoff would bring past its end is due when the
+// charge can be looked up instead. At the end of the window no attempt is
+// made, and the payment is never settled on what its retry chain saw: the
+// chain knows its own attempts only, and a stream invocation that crashed
+// after the provider charged, followed by 503s until the window's end,
+// would be settled failed over a real charge. Its charge is always looked
+// up at the provider (one GET per payment given up on), once CallTimeout
+// (ONCE_PROVIDER_SETTLE) has passed since the later of the window's end and
+// the latest attempt that may have charged (until then a request made just
+// before the end, by a duplicate of the message or a redelivered record,
+// may still be on its way), and the payment is settled as the provider's
+// record of the charge says: succeeded with it, failed with its failure
+// code, or failed with failure_code provider_unavailable when there is
+// none. A look-up that fails settles nothing. A message that cannot be
+// processed (undecodable, the payments table or the look-up failing) is a
+// batch item failure: the queue delivers it again and, after its
+// maxReceiveCount, moves it to its dead-letter queue (alarmed). Messages are
+// handled concurrently.
 //
 // The stream charges nothing after the window either: a record met once it
 // has ended (a window shorter than the mapping's MaximumRecordAgeInSeconds,

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -42,8 +43,12 @@ type env struct {
 	worker   *worker.Worker
 	// requests counts the HTTP requests that reached the simulator.
 	requests atomic.Int64
-	logs     lambdatest.Buffer
-	metrics  lambdatest.Buffer
+	// chargesDown, while set, answers every charge request 503 (nothing
+	// charged) in the simulator's place: a provider outage whatever the
+	// source token. lookupsDown does the same to the look-ups of charges.
+	chargesDown, lookupsDown atomic.Bool
+	logs                     lambdatest.Buffer
+	metrics                  lambdatest.Buffer
 }
 
 func newEnv(t *testing.T) *env {
@@ -53,6 +58,13 @@ func newEnv(t *testing.T) *env {
 	e.sim = simulator.New(simulator.Options{DB: db, Table: e.names.ByLogicalID["ProviderTable"], HoldFor: 10 * time.Second})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.requests.Add(1)
+		if r.URL.Path == "/v1/charges" && (r.Method == http.MethodPost && e.chargesDown.Load() || r.Method == http.MethodGet && e.lookupsDown.Load()) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"error": {"type": "api_error", "code": "unavailable", "message": "down"}}`)
+			return
+		}
 		e.sim.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)

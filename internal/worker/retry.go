@@ -53,8 +53,9 @@ type retryMessage struct {
 // RetryBody returns the retry queue message of tenant's payment id, as the
 // worker and the retrier send it: attempts charge attempts made so far (at
 // least 1), the latest that may have charged made at unknown (zero when
-// every attempt provably charged nothing; the retrier then settles the
-// payment failed at the end of its window without looking its charge up).
+// every attempt provably charged nothing; at the end of its window the
+// retrier looks its charge up either way, CallTimeout after the later of
+// the window's end and unknown).
 // It is for a tool that hands a payment to the retrier itself (oncectl
 // requeue-payment); it returns an error for a message the retrier would
 // refuse.
@@ -85,15 +86,30 @@ func (w *Worker) backoff(attempt int) time.Duration {
 }
 
 // schedule sends the retry of p described by m (m.Attempt attempts made),
-// due after the backoff but no later than the end of p's retry window, and
-// returns the delay.
+// due after the backoff, and returns the delay. A retry the backoff would
+// bring after the end of p's retry window makes no attempt: it is due when
+// giveUp can look the charge up (lookUpAt), so that it does so at once.
 func (w *Worker) schedule(ctx context.Context, p payments.Payment, m retryMessage) (time.Duration, error) {
 	now := w.now()
 	delay := w.backoff(m.Attempt)
-	if end := p.Created.Add(w.window); now.Add(delay).After(end) {
-		delay = max(end.Sub(now), 0)
+	if now.Add(delay).After(p.Created.Add(w.window)) {
+		delay = max(w.lookUpAt(p, m).Sub(now), 0)
 	}
 	return delay, w.send(ctx, m, delay)
+}
+
+// lookUpAt is when the retrier may look the charge of p up at the end of its
+// retry window: CallTimeout after the later of the window's end and the
+// latest attempt that may have charged (m.Unknown). Until then a request of
+// an attempt may still be on its way to the provider: one the retrier or the
+// stream made just before the window's end (a duplicate of the message, a
+// redelivered record), or the one m says may have charged.
+func (w *Worker) lookUpAt(p payments.Payment, m retryMessage) time.Time {
+	last := p.Created.Add(w.window)
+	if m.Unknown.After(last) {
+		last = m.Unknown
+	}
+	return last.Add(w.call)
 }
 
 // send sends m with delay.
@@ -165,39 +181,47 @@ func (w *Worker) retry(ctx context.Context, sm events.SQSMessage) error {
 	return nil
 }
 
-// giveUp settles p at the end of its retry window, without charging again:
-// failed with provider_unavailable when no attempt can have charged, or as
-// the provider's record of the charge says when one may have.
+// giveUp settles p at the end of its retry window, without charging again,
+// as the provider's record of its charge says: succeeded with the charge
+// found, failed with its failure code when it failed, failed with
+// provider_unavailable when there is none. The charge is always looked up,
+// once no attempt can be in flight (lookUpAt): an attempt outside m's chain
+// may have charged (a stream invocation that crashed after its charge, a
+// duplicate of the message), whatever m says. A look-up that fails settles
+// nothing: the message fails, and the queue delivers it again, up to its
+// maxReceiveCount, then moves it to its dead-letter queue.
 func (w *Worker) giveUp(ctx context.Context, log *slog.Logger, p payments.Payment, m retryMessage) error {
-	s := settlement{status: payments.StatusFailed, failureCode: unavailableCode}
-	if !m.Unknown.IsZero() {
-		// A request of an attempt may still be on its way to the provider
-		// until CallTimeout after it: only then does a look-up tell.
-		if settled := m.Unknown.Add(w.call); w.now().Before(settled) {
-			delay := settled.Sub(w.now())
-			if err := w.send(ctx, m, delay); err != nil {
-				log.Warn("worker: retry", "outcome", outcomeError, "err", err)
-				return err
-			}
-			log.Info("worker: retry", "outcome", outcomeRetrying, "retry_in", delay.String(), "look_up", true)
-			return nil
-		}
-		ch, err := w.charger.Lookup(ctx, ChargeKey(p.Tenant, p.ID))
-		switch {
-		case errors.Is(err, provider.ErrNoCharge):
-		case err != nil:
-			err = fmt.Errorf("worker: look up the charge of payment %s: %w", p.ID, err)
+	if at := w.lookUpAt(p, m); w.now().Before(at) {
+		delay := at.Sub(w.now())
+		if err := w.send(ctx, m, delay); err != nil {
 			log.Warn("worker: retry", "outcome", outcomeError, "err", err)
 			return err
-		case ch.Status == provider.StatusSucceeded && ch.ID != "":
-			s = settlement{status: payments.StatusSucceeded, chargeID: ch.ID}
-		default:
-			code := ch.FailureCode
-			if code == "" {
-				code = declinedCode
-			}
-			s = settlement{status: payments.StatusFailed, chargeID: ch.ID, failureCode: code}
 		}
+		log.Info("worker: retry", "outcome", outcomeRetrying, "retry_in", delay.String(), "look_up", true)
+		return nil
+	}
+	var s settlement
+	ch, err := w.charger.Lookup(ctx, ChargeKey(p.Tenant, p.ID))
+	switch {
+	case errors.Is(err, provider.ErrNoCharge):
+		s = settlement{status: payments.StatusFailed, failureCode: unavailableCode}
+	case err != nil:
+		err = fmt.Errorf("worker: look up the charge of payment %s: %w", p.ID, err)
+		log.Warn("worker: retry", "outcome", outcomeError, "err", err)
+		return err
+	case ch.Status == provider.StatusSucceeded && ch.ID != "":
+		s = settlement{status: payments.StatusSucceeded, chargeID: ch.ID}
+	case ch.Status == provider.StatusFailed:
+		code := ch.FailureCode
+		if code == "" {
+			code = declinedCode
+		}
+		s = settlement{status: payments.StatusFailed, chargeID: ch.ID, failureCode: code}
+	default:
+		// Not an answer to settle on.
+		err = fmt.Errorf("worker: look up the charge of payment %s: charge %q has status %q", p.ID, ch.ID, ch.Status)
+		log.Warn("worker: retry", "outcome", outcomeError, "err", err)
+		return err
 	}
 	res, err := w.settle(ctx, p, s)
 	if err != nil {

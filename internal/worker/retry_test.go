@@ -258,18 +258,28 @@ func TestHandleRetries(t *testing.T) {
 			wantMetrics: map[string]int{worker.MetricRetried: 1},
 		},
 		{
-			name: "window over, nothing charged: failed without a call", source: simulator.TokenUnavailable, at: retryWindow,
-			wantStatus: payments.StatusFailed, wantFailure: "provider_unavailable",
+			name: "window just over, nothing charged: looked up once no attempt can be in flight", source: simulator.TokenUnavailable, at: retryWindow,
+			wantStatus: payments.StatusPending, wantNext: &retryMessage{Attempt: 2},
+			wantMetrics: map[string]int{worker.MetricRetried: 1},
+		},
+		{
+			name: "window over, nothing charged, no charge: failed", source: simulator.TokenUnavailable, at: retryWindow + providerTimeout,
+			wantStatus: payments.StatusFailed, wantFailure: "provider_unavailable", wantCalls: 1, // the look-up
 			wantMetrics: map[string]int{worker.MetricFailed: 1},
+		},
+		{
+			name: "window over, nothing charged in this chain, the charge exists: succeeded", source: simulator.TokenVisa, at: retryWindow + providerTimeout,
+			setup: func(t *testing.T, p payments.Payment) retryMessage {
+				e.charge(t, p)
+				return retryMessage{Attempt: 7}
+			},
+			wantStatus: payments.StatusSucceeded, wantCharge: true, wantCharges: 1, wantCalls: 1, // the look-up
+			wantMetrics: map[string]int{worker.MetricCharged: 1},
 		},
 		{
 			name: "window over, an answer was lost, the charge exists: succeeded", source: simulator.TokenVisa, at: retryWindow + time.Minute,
 			setup: func(t *testing.T, p payments.Payment) retryMessage {
-				if _, err := e.provider.Charge(t.Context(), worker.ChargeKey(p.Tenant, p.ID), provider.ChargeRequest{
-					Amount: p.Amount, Currency: p.Currency, Source: p.Source, Customer: p.Customer, Description: p.Description, Metadata: p.Metadata,
-				}); err != nil {
-					t.Fatal(err)
-				}
+				e.charge(t, p)
 				return retryMessage{Attempt: 7, Unknown: p.Created.Add(retryWindow - time.Minute)}
 			},
 			wantStatus: payments.StatusSucceeded, wantCharge: true, wantCharges: 1, wantCalls: 1, // the look-up
@@ -513,5 +523,169 @@ func TestStreamAfterTheWindowChargesNothing(t *testing.T) {
 				t.Errorf("provider charges = %d, want 0", n)
 			}
 		})
+	}
+}
+
+// charge charges p under its worker key, as a delivery that crashed before
+// its settle did: the charge is made, the payment stays pending.
+func (e *retryEnv) charge(t *testing.T, p payments.Payment) provider.Charge {
+	t.Helper()
+	ch, err := e.provider.Charge(t.Context(), worker.ChargeKey(p.Tenant, p.ID), worker.ChargeRequest(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// retryNow hands the retry of p described by m to w, and fails the test
+// unless it is processed.
+func (e *retryEnv) retryNow(t *testing.T, w *worker.Worker, p payments.Payment, m retryMessage) {
+	t.Helper()
+	m.Tenant, m.Payment = p.Tenant, p.ID
+	body, _ := json.Marshal(m)
+	resp, err := w.HandleRetries(t.Context(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m", Body: string(body)}}})
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("HandleRetries(%+v) = %+v, %v; want no failures", m, resp, err)
+	}
+}
+
+// TestGivingUpLooksTheChargeUp: a stream invocation charges a payment and
+// crashes before its settle; its record, delivered again, and every retry
+// after it meet a provider answering 503 until the payment's retry window
+// ends. No attempt of that chain saw an ambiguous answer, and still the
+// payment is charged: at the window's end the retrier looks the charge up
+// and settles the payment succeeded with it, never failed over a real
+// charge. The stream and the retrier run on a clock 3s before the window's
+// end and the retry queue's delays are real.
+func TestGivingUpLooksTheChargeUp(t *testing.T) {
+	t.Parallel()
+	e := newRetryEnv(t)
+	p := e.pay(t, simulator.TokenVisa)
+	recs := e.records(t, e.names.ByLogicalID["PaymentsTable"], 1)
+	ch := e.charge(t, p)
+	e.chargesDown.Store(true)
+	offset := p.Created.Add(retryWindow - 3*time.Second).Sub(time.Now())
+	w := e.worker_(t, sqstest.Sender(t, e.sqs, e.url), func(c *worker.Config) {
+		c.Now = func() time.Time { return time.Now().Add(offset) }
+	})
+	resp, err := w.Handle(t.Context(), events.DynamoDBEvent{Records: recs})
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("Handle() = %+v, %v; want no failures", resp, err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); e.get(t, p).Status == payments.StatusPending; {
+		if time.Now().After(deadline) {
+			t.Fatal("payment still pending 30s after its retry window's end")
+		}
+		for _, m := range sqstest.Receive(t, e.sqs, e.url, time.Second, false) {
+			resp, err := w.HandleRetries(t.Context(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: aws.ToString(m.MessageId), Body: aws.ToString(m.Body)}}})
+			if err != nil || len(resp.BatchItemFailures) != 0 {
+				t.Fatalf("HandleRetries() = %+v, %v; want no failures", resp, err)
+			}
+		}
+	}
+	got := e.get(t, p)
+	if got.Status != payments.StatusSucceeded || got.ProviderChargeID != ch.ID || got.FailureCode != "" {
+		t.Errorf("payment = %s, charge %q, failure %q; want succeeded with the charge %s", got.Status, got.ProviderChargeID, got.FailureCode, ch.ID)
+	}
+	if n := e.charges(t, p); n != 1 {
+		t.Errorf("provider charges = %d, want 1", n)
+	}
+	retried, attempts := 0, 0
+	for _, l := range e.logs.Lines(t) {
+		if l["outcome"] == "retrying" {
+			retried++
+			if l["msg"] == "worker: retry" && l["look_up"] == nil {
+				attempts++
+			}
+		}
+	}
+	if attempts == 0 {
+		t.Error("no retry met the outage: the test did not make the retrier try")
+	}
+	if diff := cmp.Diff(map[string]int{worker.MetricCharged: 1, worker.MetricRetried: retried}, e.counts(t)); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+	if visible, inFlight, delayed := sqstest.Counts(t, e.sqs, e.url); visible+inFlight+delayed != "000" {
+		t.Errorf("retry queue holds %s visible, %s in flight, %s delayed; want none", visible, inFlight, delayed)
+	}
+}
+
+// TestGivingUpWaitsForTheLastAttempt: two copies of one retry message (SQS
+// delivers at least once), one handled just before the payment's window
+// ends, the other at its end. The copy at the end makes no attempt and
+// settles nothing while the other's charge may still be on its way to the
+// provider: it looks the charge up once CallTimeout has passed since the
+// window's end, so the payment ends succeeded with the one charge made,
+// never failed over it.
+func TestGivingUpWaitsForTheLastAttempt(t *testing.T) {
+	t.Parallel()
+	e := newRetryEnv(t)
+	p := e.pay(t, simulator.TokenVisa)
+	end := p.Created.Add(retryWindow)
+	at := func(d time.Duration) func(*worker.Config) {
+		return func(c *worker.Config) { c.Now = func() time.Time { return end.Add(d) } }
+	}
+	q := sqstest.Sender(t, e.sqs, e.url)
+	late, early := e.worker_(t, q, at(0)), e.worker_(t, q, at(-100*time.Millisecond))
+	m := retryMessage{Attempt: 4}
+	e.retryNow(t, late, p, m)
+	if got := e.get(t, p); got.Status != payments.StatusPending {
+		t.Fatalf("payment = %s after the copy at the window's end; want pending until no attempt can be in flight", got.Status)
+	}
+	e.retryNow(t, early, p, m)
+	ch, err := e.provider.Lookup(t.Context(), worker.ChargeKey(p.Tenant, p.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := e.sent(t, 3*time.Second)
+	if len(msgs) != 1 || msgs[0].Attempt != m.Attempt {
+		t.Fatalf("retries sent = %+v, want the look-up of the copy at the window's end", msgs)
+	}
+	after := e.worker_(t, q, at(providerTimeout))
+	e.retryNow(t, after, p, msgs[0])
+	got := e.get(t, p)
+	if got.Status != payments.StatusSucceeded || got.ProviderChargeID != ch.ID {
+		t.Errorf("payment = %s, charge %q; want succeeded with the charge %s", got.Status, got.ProviderChargeID, ch.ID)
+	}
+	if n := e.charges(t, p); n != 1 {
+		t.Errorf("provider charges = %d, want 1", n)
+	}
+	if diff := cmp.Diff(map[string]int{worker.MetricCharged: 1, worker.MetricRetried: 1}, e.counts(t)); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+}
+
+// TestGivingUpNeedsTheProvidersAnswer: at the window's end a payment is
+// settled only on the provider's answer to the look-up of its charge; a
+// look-up that fails leaves it pending and fails the message, which the
+// queue delivers again and, after its maxReceiveCount, moves to its
+// dead-letter queue.
+func TestGivingUpNeedsTheProvidersAnswer(t *testing.T) {
+	t.Parallel()
+	e := newRetryEnv(t)
+	e.lookupsDown.Store(true)
+	for _, tc := range []struct {
+		name    string
+		charged bool
+	}{
+		{"charged", true},
+		{"not charged", false},
+	} {
+		p := e.pay(t, simulator.TokenVisa)
+		if tc.charged {
+			e.charge(t, p)
+		}
+		e.now = p.Created.Add(retryWindow + providerTimeout)
+		body, _ := json.Marshal(retryMessage{Tenant: p.Tenant, Payment: p.ID, Attempt: 9})
+		resp, err := e.w.HandleRetries(t.Context(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m", Body: string(body)}}})
+		if diff := cmp.Diff([]events.SQSBatchItemFailure{{ItemIdentifier: "m"}}, resp.BatchItemFailures); err != nil || diff != "" {
+			t.Errorf("%s: HandleRetries() error %v, batch item failures (-want +got):\n%s", tc.name, err, diff)
+		}
+		if got := e.get(t, p); got.Status != payments.StatusPending {
+			t.Errorf("%s: payment = %s %q, want pending", tc.name, got.Status, got.FailureCode)
+		}
+	}
+	if got := e.counts(t); len(got) != 0 {
+		t.Errorf("metrics = %v, want none", got)
 	}
 }

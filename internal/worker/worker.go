@@ -43,7 +43,8 @@ const (
 	// (provider.ErrRejected); it made no charge.
 	rejectedCode = "provider_rejected"
 	// unavailableCode: the provider could not be reached, or answered that
-	// it charged nothing, for the whole retry window; nothing was charged.
+	// it charged nothing, for the whole retry window, and has no charge for
+	// the payment when asked at the window's end; nothing was charged.
 	unavailableCode = "provider_unavailable"
 )
 
@@ -316,14 +317,7 @@ func (w *Worker) settle(ctx context.Context, p payments.Payment, s settlement) (
 
 // charge charges p under its key and returns how to settle it.
 func (w *Worker) charge(ctx context.Context, p payments.Payment) (settlement, error) {
-	ch, err := w.charger.Charge(ctx, ChargeKey(p.Tenant, p.ID), provider.ChargeRequest{
-		Amount:      p.Amount,
-		Currency:    p.Currency,
-		Source:      p.Source,
-		Customer:    p.Customer,
-		Description: p.Description,
-		Metadata:    p.Metadata,
-	})
+	ch, err := w.charger.Charge(ctx, ChargeKey(p.Tenant, p.ID), ChargeRequest(p))
 	var declined *provider.DeclinedError
 	switch {
 	case err == nil:
