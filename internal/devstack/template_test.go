@@ -9,22 +9,21 @@ import (
 	"github.com/oncehq/once/internal/samtemplate"
 )
 
-// TestAPIBinaryMediaTypes checks that the emulator gets the Api's
-// BinaryMediaTypes as API Gateway does, SAM's ~1 read as a slash: none from
-// template.yaml, so that every body reaches the api function as text.
-func TestAPIBinaryMediaTypes(t *testing.T) {
-	const minimal = `
+// minimalAPI is the least template the devstack takes: its Api's
+// BinaryMediaTypes and its authorizer's Identity are the verbs.
+const minimalAPI = `
 Resources:
   Api:
     Type: AWS::Serverless::Api
     Properties:
       StageName: prod
-      BinaryMediaTypes: [image~1png, "*~1*"]
+      BinaryMediaTypes: %s
       Auth:
         DefaultAuthorizer: A
         Authorizers:
           A:
             FunctionPayloadType: REQUEST
+            Identity: %s
   ApiFunction:
     Type: AWS::Serverless::Function
     Properties:
@@ -33,6 +32,12 @@ Resources:
           Type: Api
           Properties: {Path: /v1/payments, Method: post}
 `
+
+// TestAPIBinaryMediaTypes checks that the emulator gets the Api's
+// BinaryMediaTypes as API Gateway does, SAM's ~1 read as a slash: none from
+// template.yaml, so that every body reaches the api function as text.
+func TestAPIBinaryMediaTypes(t *testing.T) {
+	minimal := fmt.Sprintf(minimalAPI, `[image~1png, "*~1*"]`, "{}")
 	repo, err := samtemplate.Load("../../template.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -68,26 +73,6 @@ Resources:
 // sources (another header, one more, a query string) is refused, not
 // emulated with a cache keyed on something else.
 func TestAuthorizerIdentitySources(t *testing.T) {
-	const tmpl = `
-Resources:
-  Api:
-    Type: AWS::Serverless::Api
-    Properties:
-      StageName: prod
-      Auth:
-        DefaultAuthorizer: A
-        Authorizers:
-          A:
-            FunctionPayloadType: REQUEST
-            Identity: %s
-  ApiFunction:
-    Type: AWS::Serverless::Function
-    Properties:
-      Events:
-        Create:
-          Type: Api
-          Properties: {Path: /v1/payments, Method: post}
-`
 	tests := []struct {
 		identity string
 		ok       bool
@@ -103,7 +88,7 @@ Resources:
 	}
 	for _, tt := range tests {
 		t.Run(tt.identity, func(t *testing.T) {
-			parsed, err := samtemplate.Parse(fmt.Appendf(nil, tmpl, tt.identity))
+			parsed, err := samtemplate.Parse(fmt.Appendf(nil, minimalAPI, "[]", tt.identity))
 			if err != nil {
 				t.Fatal(err)
 			}
