@@ -87,8 +87,10 @@ func spelling(key string, i int) string {
 
 // TestIsolationUnderLoad sends mixed-tenant traffic through the devstack's
 // front door: many concurrent clients of three tenants read their own
-// payments, try to read another tenant's, and create new ones, with the
-// Authorization header spelled differently from one request to the next.
+// payments, try to read another tenant's, and create new ones (three
+// tenants at a time with the same Idempotency-Key value), with the
+// Authorization header spelled differently from one request to the next and
+// another tenant named in headers and the query of every request.
 // Every answer must carry the caller's own data (or a 404 for another
 // tenant's payment), and none may be a 5xx. Run under -race (make test), it
 // also reports any data race on the way through the emulated API Gateway,
@@ -212,6 +214,10 @@ func isolationRequest(ctx context.Context, client *http.Client, base string, own
 		url = base + "/" + []string{"%25zz", "%00", "x%0A%7B%22msg%22:%22forged%22%7D", "pay_short"}[(seq/4)%4]
 		status = http.StatusNotFound
 	}
+	// Every request also names another tenant where a client could: in
+	// headers and the query. Only the authorizer's context may choose it.
+	forged := isolationTenants[(ti+1)%len(isolationTenants)].name
+	url += "?tenant=" + forged + "&requestContext.authorizer.tenant=" + forged
 	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	if err != nil {
 		tally.fail(&tally.transport, "%s %s: %v", method, url, err)
@@ -226,8 +232,13 @@ func isolationRequest(ctx context.Context, client *http.Client, base string, own
 	req.Header.Set("Authorization", spelling(tn.key, n))
 	if method == "POST" {
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", fmt.Sprintf("load-%d", seq))
+		// The tenants' creations come in threes (seq 16k+3 is tenant k%3's)
+		// that share one key value: each tenant must get its own payment.
+		req.Header.Set("Idempotency-Key", fmt.Sprintf("load-%d", seq/48))
 	}
+	req.Header.Set("Tenant", forged)
+	req.Header.Set("X-Tenant", forged)
+	req.Header.Add("Authorizer", `{"tenant":"`+forged+`"}`)
 	resp, err := client.Do(req)
 	if err != nil {
 		if ctx.Err() == nil {

@@ -76,6 +76,9 @@ func apiFromTemplate(tmpl *samtemplate.Template) (api, error) {
 	authorizers, _ := authProps["Authorizers"].(map[string]any)
 	authorizer, _ := authorizers[name].(map[string]any)
 	identity, _ := authorizer["Identity"].(map[string]any)
+	if err := checkIdentity(identity, vars); err != nil {
+		return api{}, fmt.Errorf("devstack: %s: %w", name, err)
+	}
 	a.authorizerTTL = gateway.DefaultAuthorizerTTL
 	if v, ok := identity["ReauthorizeEvery"]; ok {
 		s, err := samtemplate.String(v, vars)
@@ -186,4 +189,32 @@ func findTemplate() (string, error) {
 			return "", errors.New("devstack: no template.yaml in the working directory or its parents; run from the repository")
 		}
 	}
+}
+
+// checkIdentity refuses an authorizer Identity whose sources are not the one
+// the emulator caches on, the Authorization header: API Gateway keys its
+// authorizer cache on the template's sources, and an emulator keyed on
+// another would serve one caller's cached policy and context to another, or
+// none where AWS would. No Identity keeps the emulator's default.
+func checkIdentity(identity map[string]any, vars map[string]string) error {
+	if identity == nil {
+		return nil
+	}
+	for _, k := range []string{"QueryStrings", "StageVariables", "Context"} {
+		if v, ok := identity[k]; ok {
+			return fmt.Errorf("Identity.%s %v: the emulator's only identity source is the Authorization header", k, v)
+		}
+	}
+	if _, ok := identity["Headers"]; !ok {
+		return nil
+	}
+	headers, _ := identity["Headers"].([]any)
+	if len(headers) != 1 {
+		return fmt.Errorf("Identity.Headers %v: the emulator's only identity source is the Authorization header", identity["Headers"])
+	}
+	h, err := samtemplate.String(headers[0], vars)
+	if err != nil || !strings.EqualFold(h, "Authorization") {
+		return fmt.Errorf("Identity.Headers %v: the emulator's only identity source is the Authorization header", headers)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package devstack
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -8,22 +9,21 @@ import (
 	"github.com/oncehq/once/internal/samtemplate"
 )
 
-// TestAPIBinaryMediaTypes checks that the emulator gets the Api's
-// BinaryMediaTypes as API Gateway does, SAM's ~1 read as a slash: none from
-// template.yaml, so that every body reaches the api function as text.
-func TestAPIBinaryMediaTypes(t *testing.T) {
-	const minimal = `
+// minimalAPI is the least template the devstack takes: its Api's
+// BinaryMediaTypes and its authorizer's Identity are the verbs.
+const minimalAPI = `
 Resources:
   Api:
     Type: AWS::Serverless::Api
     Properties:
       StageName: prod
-      BinaryMediaTypes: [image~1png, "*~1*"]
+      BinaryMediaTypes: %s
       Auth:
         DefaultAuthorizer: A
         Authorizers:
           A:
             FunctionPayloadType: REQUEST
+            Identity: %s
   ApiFunction:
     Type: AWS::Serverless::Function
     Properties:
@@ -32,6 +32,12 @@ Resources:
           Type: Api
           Properties: {Path: /v1/payments, Method: post}
 `
+
+// TestAPIBinaryMediaTypes checks that the emulator gets the Api's
+// BinaryMediaTypes as API Gateway does, SAM's ~1 read as a slash: none from
+// template.yaml, so that every body reaches the api function as text.
+func TestAPIBinaryMediaTypes(t *testing.T) {
+	minimal := fmt.Sprintf(minimalAPI, `[image~1png, "*~1*"]`, "{}")
 	repo, err := samtemplate.Load("../../template.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -56,6 +62,39 @@ Resources:
 			}
 			if diff := cmp.Diff(tt.want, a.binaryMediaTypes); diff != "" {
 				t.Errorf("binaryMediaTypes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestAuthorizerIdentitySources checks that the devstack runs the authorizer
+// only with the identity sources the emulator caches on, as API Gateway caches
+// on the template's: the Authorization header alone. A template naming other
+// sources (another header, one more, a query string) is refused, not
+// emulated with a cache keyed on something else.
+func TestAuthorizerIdentitySources(t *testing.T) {
+	tests := []struct {
+		identity string
+		ok       bool
+	}{
+		{"{Headers: [Authorization], ReauthorizeEvery: 300}", true},
+		{"{Headers: [authorization]}", true},
+		{"{Headers: [X-Api-Key]}", false},
+		{"{Headers: [Authorization, X-Tenant]}", false},
+		{"{Headers: [Authorization], QueryStrings: [tenant]}", false},
+		{"{Headers: [Authorization], StageVariables: [v]}", false},
+		{"{Headers: [Authorization], Context: [identity.sourceIp]}", false},
+		{"{QueryStrings: [key]}", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.identity, func(t *testing.T) {
+			parsed, err := samtemplate.Parse(fmt.Appendf(nil, minimalAPI, "[]", tt.identity))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = apiFromTemplate(parsed)
+			if got := err == nil; got != tt.ok {
+				t.Errorf("apiFromTemplate(Identity %s) error = %v, want ok %v", tt.identity, err, tt.ok)
 			}
 		})
 	}

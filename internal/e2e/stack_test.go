@@ -233,7 +233,7 @@ func (s *stack) do(t testing.TB, rq request) response {
 	invoke := s.invoke
 	s.mu.Unlock()
 	out, err := invoke(t.Context(), payload)
-	if crash, ok := errors.AsType[*lambdaenv.FunctionError](err); ok {
+	if crash, ok := errors.AsType[*lambdaenv.FunctionError](err); ok && crash.Exit {
 		// The process is gone: the next invocation runs in a new instance.
 		s.restart()
 		return response{header: http.Header{}, crash: crash}
@@ -425,7 +425,7 @@ func wantReplay(t testing.TB, r, first response) {
 // point, as aws-lambda-go reports the panic (errorType Crash).
 func wantCrash(t testing.TB, r response, point string) {
 	t.Helper()
-	want := &lambdaenv.FunctionError{Function: "api", Type: "Crash", Message: fault.Crash{Point: point}.Error()}
+	want := &lambdaenv.FunctionError{Function: "api", Type: "Crash", Message: fault.Crash{Point: point}.Error(), Exit: true}
 	if diff := cmp.Diff(want, r.crash); diff != "" {
 		t.Fatalf("crashed POST = %d %s, want the function error of a crash (-want +got):\n%s", r.status, r.body, diff)
 	}

@@ -24,6 +24,8 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambdacontext"
+
+	"github.com/oncehq/once/internal/lambdaenv"
 )
 
 // Defaults of Emulator.
@@ -364,7 +366,7 @@ func (x *exchange) authorize(ev events.APIGatewayProxyRequest) (map[string]any, 
 		resp, err = x.callAuthorizer(x.authorizerRequest(ev, methodArn))
 		latency = e.now().Sub(t0).Milliseconds()
 		switch {
-		case err != nil && err.Error() == "Unauthorized":
+		case err != nil && errorMessage(err) == "Unauthorized":
 			g := errUnauthorized("authorizer: Unauthorized")
 			return nil, &g
 		case err != nil:
@@ -861,7 +863,8 @@ func LambdaProxy(h lambda.Handler) InvokeFunc {
 
 // LambdaAuthorizer returns an AuthorizeFunc that runs h as the Lambda service
 // runs a function, like LambdaProxy. The error "Unauthorized" comes back as
-// an error with that message.
+// an error with that message (from a *lambdaenv.Function, a FunctionError
+// whose Message it is), which the emulator answers 401.
 func LambdaAuthorizer(h lambda.Handler) AuthorizeFunc {
 	return viaLambda[events.APIGatewayCustomAuthorizerRequestTypeRequest, events.APIGatewayCustomAuthorizerResponse](h)
 }
@@ -889,6 +892,16 @@ func viaLambda[In, Out any](h lambda.Handler) func(context.Context, In) (Out, er
 		}
 		return out, nil
 	}
+}
+
+// errorMessage is an invocation error's errorMessage, which API Gateway
+// reads: a function error's (lambdaenv.FunctionError) message, else the
+// error's text.
+func errorMessage(err error) string {
+	if fe, ok := errors.AsType[*lambdaenv.FunctionError](err); ok {
+		return fe.Message
+	}
+	return err.Error()
 }
 
 // contextString renders an authorizer context value as a REST API passes it

@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/internal/gateway"
+	"github.com/oncehq/once/internal/lambdaenv"
 )
 
 const stageArn = "arn:aws:execute-api:eu-west-1:123456789012:api0123456/test/*/*"
@@ -895,5 +896,34 @@ func TestLambdaAdapters(t *testing.T) {
 	}
 	if diff := cmp.Diff(allowStage("acme"), got); diff != "" {
 		t.Errorf("LambdaAuthorizer (-want +got):\n%s", diff)
+	}
+}
+
+// TestEmulatorUnauthorizedFromALambdaEnvironment runs an authorizer in a
+// Lambda execution environment (lambdaenv), which reports its "Unauthorized"
+// error as the runtime does (errorType errorString, errorMessage
+// Unauthorized): API Gateway matches the errorMessage, so the answer is 401,
+// and any other error 500.
+func TestEmulatorUnauthorizedFromALambdaEnvironment(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want int
+	}{
+		{errors.New("Unauthorized"), http.StatusUnauthorized},
+		{errors.New("auth: authorize: table gone"), http.StatusInternalServerError},
+	} {
+		fn := lambdaenv.New("authorizer", func() (any, error) {
+			return func(context.Context, events.APIGatewayCustomAuthorizerRequestTypeRequest) (events.APIGatewayCustomAuthorizerResponse, error) {
+				return events.APIGatewayCustomAuthorizerResponse{}, tt.err
+			}, nil
+		})
+		f := &fakes{}
+		srv, _ := serve(t, f, func(e *gateway.Emulator) { e.Authorize = gateway.LambdaAuthorizer(fn) })
+		if got := do(t, "POST", srv.URL+"/v1/payments", `{}`, bearer); got.status != tt.want {
+			t.Errorf("authorizer error %q: status = %d, want %d", tt.err, got.status, tt.want)
+		}
+		if n := len(f.invoked()); n != 0 {
+			t.Errorf("authorizer error %q: the function ran %d times, want 0", tt.err, n)
+		}
 	}
 }

@@ -19,6 +19,9 @@
 // the invocation's FunctionError, as aws-lambda-go reports it (errorType and
 // errorMessage), and its environment is discarded, as the runtime exits
 // after a panic: whatever it held in memory (a replay cache) is gone, and
-// the next invocation runs in another environment. There is no concurrency
-// limit and no throttling.
+// the next invocation runs in another environment. An error the handler
+// returns is a FunctionError too, with the errorType the runtime reports for
+// it (its type name: "errorString" for errors.New), but the environment is
+// kept, as the runtime goes on. There is no concurrency limit and no
+// throttling.
 package lambdaenv

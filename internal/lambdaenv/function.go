@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-lambda-go/lambda/messages"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 )
 
@@ -48,7 +49,12 @@ func New(name string, init Init) *Function {
 // aws-lambda-go reports it, and its environment is discarded, as the runtime
 // ends the process after reporting it: the next invocation gets another
 // environment (a cold start when none is idle). An error the handler returns
-// is passed on as it is.
+// (or the runtime's failure to decode the event for it) is a *FunctionError
+// too, with the errorType and errorMessage aws-lambda-go reports for it (the
+// error's type name, "errorString" for errors.New; a
+// messages.InvokeResponse_Error as it is), and the environment is kept, as
+// the runtime goes on: the caller sees only the type and message, as a
+// Lambda caller does.
 func (f *Function) Invoke(ctx context.Context, payload []byte) (out []byte, err error) {
 	env, err := f.acquire()
 	if err != nil {
@@ -56,16 +62,8 @@ func (f *Function) Invoke(ctx context.Context, payload []byte) (out []byte, err 
 	}
 	defer func() {
 		if v := recover(); v != nil {
-			fe := &FunctionError{Function: f.name, Type: errorType(v), Message: fmt.Sprintf("%v", v)}
-			if f.Logger != nil {
-				var id string
-				if lc, ok := lambdacontext.FromContext(ctx); ok {
-					id = lc.AwsRequestID
-				}
-				f.Logger.ErrorContext(ctx, "lambdaenv: function error, the runtime exits",
-					"function", f.name, "aws_request_id", id, "error_type", fe.Type,
-					"error_message", fe.Message, "stack", string(debug.Stack()))
-			}
+			fe := &FunctionError{Function: f.name, Type: errorType(v), Message: fmt.Sprintf("%v", v), Exit: true}
+			f.log(ctx, fe, string(debug.Stack()))
 			out, err = nil, fe
 		}
 	}()
@@ -75,20 +73,59 @@ func (f *Function) Invoke(ctx context.Context, payload []byte) (out []byte, err 
 	// copy the result out first, as the runtime loop sends it first.
 	out = bytes.Clone(out)
 	f.release(env)
-	return out, err
+	if err != nil {
+		fe := returnedError(f.name, err)
+		f.log(ctx, fe, "")
+		return nil, fe
+	}
+	return out, nil
 }
 
-// FunctionError is an invocation whose handler panicked, as the Lambda
-// service reports it to the caller (X-Amz-Function-Error: Unhandled, with
-// the errorType and errorMessage aws-lambda-go's runtime sends for a panic).
+// returnedError is the function error of an error a handler returned, as
+// aws-lambda-go v1.55.1 reports it (lambda/errors.go, lambdaErrorResponse).
+func returnedError(name string, err error) *FunctionError {
+	if ive, ok := err.(messages.InvokeResponse_Error); ok { //nolint:errorlint // the runtime matches the value itself, not a wrapped one
+		return &FunctionError{Function: name, Type: ive.Type, Message: ive.Message, Exit: ive.ShouldExit}
+	}
+	return &FunctionError{Function: name, Type: errorType(err), Message: err.Error()}
+}
+
+// log writes the line the runtime writes to the function's log for a
+// function error, when Logger is set.
+func (f *Function) log(ctx context.Context, fe *FunctionError, stack string) {
+	if f.Logger == nil {
+		return
+	}
+	var id string
+	if lc, ok := lambdacontext.FromContext(ctx); ok {
+		id = lc.AwsRequestID
+	}
+	attrs := []any{"function", f.name, "aws_request_id", id, "error_type", fe.Type, "error_message", fe.Message}
+	if !fe.Exit {
+		f.Logger.ErrorContext(ctx, "lambdaenv: function error", attrs...)
+		return
+	}
+	f.Logger.ErrorContext(ctx, "lambdaenv: function error, the runtime exits", append(attrs, "stack", stack)...)
+}
+
+// FunctionError is an invocation whose handler panicked or returned an
+// error, as the Lambda service reports it to the caller
+// (X-Amz-Function-Error: Unhandled, with the errorType and errorMessage
+// aws-lambda-go's runtime sends).
 type FunctionError struct {
 	// Function is the function's name.
 	Function string
-	// Type is the errorType: the panic value's type name, or its element
-	// type's for a pointer (a fault.Crash: "Crash"; a string: "string").
+	// Type is the errorType: the panic value's or the error's type name, or
+	// its element type's for a pointer (a fault.Crash: "Crash"; a string:
+	// "string"; errors.New's: "errorString"; fmt.Errorf's with %w:
+	// "wrapError").
 	Type string
-	// Message is the errorMessage: the panic value as %v formats it.
+	// Message is the errorMessage: the panic value as %v formats it, the
+	// error's Error().
 	Message string
+	// Exit reports that the runtime exits after reporting the error, as it
+	// does after a panic: the environment is discarded.
+	Exit bool
 }
 
 // Error describes the function error.
@@ -96,8 +133,9 @@ func (e *FunctionError) Error() string {
 	return fmt.Sprintf("lambdaenv: %s: function error %s: %s", e.Function, e.Type, e.Message)
 }
 
-// errorType names a panic value's type as aws-lambda-go v1.55.1 does
-// (lambda/errors.go, getErrorType, which it does not export).
+// errorType names a panic value's or an error's type as aws-lambda-go
+// v1.55.1 does (lambda/errors.go, getErrorType and lambdaErrorResponse,
+// which it does not export).
 func errorType(v any) string {
 	t := reflect.TypeOf(v)
 	if t.Kind() == reflect.Pointer {

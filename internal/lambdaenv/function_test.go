@@ -154,7 +154,7 @@ func TestFunctionDiscardsAPanickedEnvironment(t *testing.T) {
 	if !errors.As(err, &fe) || out != nil {
 		t.Fatalf("Invoke of a panicking handler = %s, %v, want a *FunctionError", out, err)
 	}
-	want := lambdaenv.FunctionError{Function: "panicky", Type: "string", Message: "negative"}
+	want := lambdaenv.FunctionError{Function: "panicky", Type: "string", Message: "negative", Exit: true}
 	if diff := cmp.Diff(want, *fe); diff != "" {
 		t.Errorf("FunctionError mismatch (-want +got):\n%s", diff)
 	}
@@ -221,13 +221,86 @@ func TestFunctionErrorAsTheRuntimeReportsIt(t *testing.T) {
 			if err := lambda.NewFunction(lambda.NewHandler(handler)).Invoke(req, &resp); err != nil || resp.Error == nil {
 				t.Fatalf("aws-lambda-go's Invoke = %v, %+v, want its report of the panic", err, resp.Error)
 			}
-			got := []string{fe.Type, fe.Message}
-			want := []string{resp.Error.Type, resp.Error.Message}
+			got := []any{fe.Type, fe.Message, fe.Exit}
+			want := []any{resp.Error.Type, resp.Error.Message, resp.Error.ShouldExit}
 			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("errorType, errorMessage mismatch with aws-lambda-go's (-want +got):\n%s", diff)
+				t.Errorf("errorType, errorMessage, exit mismatch with aws-lambda-go's (-want +got):\n%s", diff)
 			}
 			if !resp.Error.ShouldExit {
 				t.Errorf("aws-lambda-go does not exit after the panic: the environment need not be discarded")
+			}
+		})
+	}
+}
+
+// valueError is an error of a non-pointer type.
+type valueError struct{ Code string }
+
+func (e valueError) Error() string { return "value error " + e.Code }
+
+// pointerError is an error of a pointer type.
+type pointerError struct{ Code string }
+
+func (e *pointerError) Error() string { return "pointer error " + e.Code }
+
+// TestFunctionReturnedErrorAsTheRuntimeReportsIt has a handler return errors
+// of several kinds and compares each FunctionError with the errorType and
+// errorMessage aws-lambda-go reports for the same error (lambda.Function, as
+// in TestFunctionErrorAsTheRuntimeReportsIt): a returned error is a function
+// error too, but the runtime goes on, so the environment is kept.
+func TestFunctionReturnedErrorAsTheRuntimeReportsIt(t *testing.T) {
+	tests := []struct {
+		name    string
+		err     error
+		payload string
+	}{
+		{"errors.New", errors.New("Unauthorized"), `{"n":1}`},
+		{"wrapped", fmt.Errorf("auth: authorize: %w", errors.New("table gone")), `{"n":1}`},
+		{"value type", valueError{Code: "v"}, `{"n":1}`},
+		{"pointer type", &pointerError{Code: "p"}, `{"n":1}`},
+		{"the runtime's own error", messages.InvokeResponse_Error{Type: "Custom", Message: "as given"}, `{"n":1}`},
+		{"an event the handler cannot decode", nil, `{"n":"one"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			handler := func(context.Context, event) (result, error) { return result{}, tt.err }
+			var logs bytes.Buffer
+			f := lambdaenv.New("f", func() (any, error) { return handler, nil })
+			f.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+			out, err := f.Invoke(t.Context(), []byte(tt.payload))
+			fe, ok := errors.AsType[*lambdaenv.FunctionError](err)
+			if !ok || out != nil {
+				t.Fatalf("Invoke = %s, %v, want a *FunctionError", out, err)
+			}
+			var resp messages.InvokeResponse
+			req := &messages.InvokeRequest{
+				Payload:  []byte(tt.payload),
+				Deadline: messages.InvokeRequest_Timestamp{Seconds: time.Now().Add(time.Minute).Unix()},
+			}
+			//lint:ignore SA1019 the RPC wrapper is the exported way to aws-lambda-go's own error report
+			if err := lambda.NewFunction(lambda.NewHandler(handler)).Invoke(req, &resp); err != nil || resp.Error == nil {
+				t.Fatalf("aws-lambda-go's Invoke = %v, %+v, want its report of the error", err, resp.Error)
+			}
+			want := lambdaenv.FunctionError{Function: "f", Type: resp.Error.Type, Message: resp.Error.Message, Exit: resp.Error.ShouldExit}
+			if diff := cmp.Diff(want, *fe); diff != "" {
+				t.Errorf("FunctionError mismatch with aws-lambda-go's report (-want +got):\n%s", diff)
+			}
+			if _, err := f.Invoke(t.Context(), []byte(tt.payload)); err == nil {
+				t.Fatal("second Invoke succeeded, want the same function error")
+			}
+			if got := f.Environments(); got != 1 {
+				t.Errorf("Environments() = %d after two returned errors, want 1 (the runtime goes on)", got)
+			}
+			var line struct {
+				ErrorType    string `json:"error_type"`
+				ErrorMessage string `json:"error_message"`
+			}
+			first, _, _ := bytes.Cut(logs.Bytes(), []byte("\n"))
+			if err := json.Unmarshal(first, &line); err != nil {
+				t.Fatalf("log %q: %v", logs.String(), err)
+			}
+			if line.ErrorType != want.Type || line.ErrorMessage != want.Message {
+				t.Errorf("log line = %s, want the function error as the runtime logs it", first)
 			}
 		})
 	}
