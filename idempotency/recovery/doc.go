@@ -88,6 +88,23 @@
 //     token. It counts zombie_swept, and reconcile_scheduled when the record
 //     was restored.
 //
+// The Sweeper also restores an UNKNOWN record that TTL deleted before it
+// was resolved (the reconciler's retries exhausted, and no retry or operator
+// re-announced it within its retention), filtered to REMOVE records whose
+// old image is UNKNOWN and whose userIdentity is the TTL process's. Its
+// outcome is still unknown: deleted, what its reservation held (a refund's
+// hold on a payment) would stay held for good, and a retry would run the
+// request again whatever the first attempt did. It is restored as UNKNOWN,
+// with a fresh lease token and the retention as expiry, by the same
+// Store.Reserve and with the same conflicts as an abandoned reservation, so
+// that the reconciler looks it up again; it counts reconcile_scheduled (or
+// zombie_unrestored). A record that can never be resolved thus comes back
+// once per retention, each time alarmed by the reconciler, until an
+// operator deletes it. The TTL identity is required here, with no
+// timestamp rule: the reconciler's release of a resolved record is a REMOVE
+// of an UNKNOWN record too, and LocalStack's TTL deletions, which carry no
+// identity, are not restored.
+//
 // The api also deletes IN_PROGRESS records itself: it releases the key when a
 // request ends with a 5xx (Store.Release). Those REMOVEs must be ignored. A
 // REMOVE is taken for a TTL deletion when its userIdentity is {type: Service,

@@ -78,19 +78,31 @@ func (s *Sweeper) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.D
 // record handles one stream record.
 func (s *Sweeper) record(ctx context.Context, er events.DynamoDBEventRecord) error {
 	c := stream.NewChange(er)
-	if c.EventName != events.DynamoDBOperationTypeRemove || dynamo.StreamImageStatus(c.OldImage) != idempotency.StatusInProgress {
-		return nil // not an IN_PROGRESS reservation leaving the table
+	if c.EventName != events.DynamoDBOperationTypeRemove {
+		return nil
+	}
+	status := dynamo.StreamImageStatus(c.OldImage)
+	switch {
+	case status == idempotency.StatusUnknown && !c.ByTTL():
+		return nil // released by the reconciler (or deleted by an operator)
+	case status != idempotency.StatusInProgress && status != idempotency.StatusUnknown:
+		return nil // neither a reservation nor an unresolved outcome leaving the table
 	}
 	log := s.cfg.Logger.With("event_id", c.EventID, "sequence_number", c.SequenceNumber)
 	old, err := dynamo.RecordFromStreamImage(c.OldImage)
 	if err != nil {
 		err = fmt.Errorf("recovery: sweep: decode old image: %w", err)
-		log.Error("undecodable reservation", "err", err.Error())
+		log.Error("undecodable record", "status", string(status), "err", err.Error())
 		return err
 	}
 	log = log.With("tenant", old.Key.Tenant, "key", old.Key.Short(), "route", old.Route, "external", old.External)
-
 	now := s.cfg.Now()
+	if status == idempotency.StatusUnknown {
+		// TTL deleted it before the reconciler resolved it (see unknown).
+		return s.restore(ctx, log.With("expired_at", old.ExpiresAt), old, now, nil,
+			"UNKNOWN record deleted by TTL before it was resolved")
+	}
+
 	if !RemovedByTTL(er, old, now) {
 		log.Debug("reservation released within its lease: ignored",
 			"lease_deadline", old.ExpiresAt, "removed_at", er.Change.ApproximateCreationDateTime.Time)
@@ -102,7 +114,21 @@ func (s *Sweeper) record(ctx context.Context, er events.DynamoDBEventRecord) err
 		log.Info("abandoned reservation swept")
 		return nil
 	}
+	return s.restore(ctx, log, old, now, []string{MetricZombieSwept}, "abandoned external reservation")
+}
 
+// restore writes old, an External record that TTL deleted before its
+// outcome was known (an abandoned reservation, or an UNKNOWN record never
+// resolved within its retention), back as UNKNOWN under a fresh lease token,
+// kept for the retention from now: the INSERT that hands it to the
+// reconciler. Deleted, an UNKNOWN record would leave its request unresolved
+// for good: what its reservation held (a refund's hold on a payment) stays
+// held, and a retry runs the request again whatever the first attempt did.
+// Only a REMOVE of an UNKNOWN record carrying the TTL process's user
+// identity gets here: the reconciler's release of a resolved record is a
+// REMOVE of an UNKNOWN record too. counts are counted whatever happens;
+// what names the record in the log lines.
+func (s *Sweeper) restore(ctx context.Context, log *slog.Logger, old idempotency.Record, now time.Time, counts []string, what string) error {
 	restored := idempotency.Record{
 		Key:         old.Key,
 		Status:      idempotency.StatusUnknown,
@@ -117,7 +143,7 @@ func (s *Sweeper) record(ctx context.Context, er events.DynamoDBEventRecord) err
 		CreatedAt:   old.CreatedAt,
 		UpdatedAt:   now,
 	}
-	err = s.cfg.Store.Reserve(ctx, restored, nil, now)
+	err := s.cfg.Store.Reserve(ctx, restored, nil, now)
 	var conflict *idempotency.ConflictError
 	switch {
 	case errors.As(err, &conflict):
@@ -129,23 +155,26 @@ func (s *Sweeper) record(ctx context.Context, er events.DynamoDBEventRecord) err
 		}
 		if conflict.Existing != nil && conflict.Existing.Fingerprint != old.Fingerprint {
 			// Another request took the key (the reservation's check was
-			// lost, TTL deleted it, and the key was reused): nothing will
-			// ask what the abandoned request did at the other system.
-			s.cfg.Metrics.Count(MetricZombieSwept, MetricUnrestored)
-			log.Error("abandoned external reservation not restored: another request holds its key; its outcome at the other system is unreconciled",
-				"existing", existing, "route", old.Route, "created_at", old.CreatedAt)
+			// lost, or the UNKNOWN record expired, TTL deleted it, and the
+			// key was reused): nothing will ask what the earlier request
+			// did at the other system.
+			s.cfg.Metrics.Count(append(counts, MetricUnrestored)...)
+			log.Error(what+" not restored: another request holds its key; its outcome at the other system is unreconciled",
+				"existing", existing, "created_at", old.CreatedAt)
 			return nil
 		}
-		s.cfg.Metrics.Count(MetricZombieSwept)
-		log.Info("abandoned external reservation swept; not restored: the key is held already", "existing", existing)
+		if len(counts) > 0 {
+			s.cfg.Metrics.Count(counts...)
+		}
+		log.Info(what+"; not restored: the key is held already", "existing", existing)
 		return nil
 	case err != nil:
 		err = fmt.Errorf("recovery: sweep: restore %s as UNKNOWN: %w", old.Key.Short(), err)
-		log.Error("restoring an abandoned external reservation failed", "err", err.Error())
+		log.Error("restoring "+what+" failed", "err", err.Error())
 		return err
 	}
-	s.cfg.Metrics.Count(MetricZombieSwept, MetricReconcileScheduled)
-	log.Info("abandoned external reservation restored as UNKNOWN for reconciliation")
+	s.cfg.Metrics.Count(append(counts, MetricReconcileScheduled)...)
+	log.Info(what + ": restored as UNKNOWN for reconciliation")
 	return nil
 }
 

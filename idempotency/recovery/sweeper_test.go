@@ -273,7 +273,7 @@ func TestSweeperIgnores(t *testing.T) {
 	}{
 		{"INSERT IN_PROGRESS", lambdatest.Record(events.DynamoDBOperationTypeInsert, nil, reserved, nil, now)},
 		{"MODIFY IN_PROGRESS -> UNKNOWN", lambdatest.Record(events.DynamoDBOperationTypeModify, reserved, unknown, nil, now)},
-		{"REMOVE UNKNOWN by TTL", lambdatest.Record(events.DynamoDBOperationTypeRemove, unknown, nil, lambdatest.TTLIdentity(), now)},
+		{"REMOVE UNKNOWN without the TTL identity (the reconciler's release)", lambdatest.Record(events.DynamoDBOperationTypeRemove, unknown, nil, nil, now)},
 		{"REMOVE COMPLETED by TTL", lambdatest.Record(events.DynamoDBOperationTypeRemove, completed, nil, lambdatest.TTLIdentity(), now)},
 		{"REMOVE without an old image", lambdatest.Record(events.DynamoDBOperationTypeRemove, nil, nil, lambdatest.TTLIdentity(), now)},
 	}
@@ -288,6 +288,99 @@ func TestSweeperIgnores(t *testing.T) {
 			}
 			if got := lambdatest.Counts(t, h.metrics.String(), "sweeper"); len(got) != 0 {
 				t.Errorf("metrics = %v, want none", got)
+			}
+		})
+	}
+}
+
+// TestSweeperRestoresExpiredUnknown checks that an UNKNOWN record deleted by
+// TTL before it was resolved (the reconciler's retries exhausted, nobody
+// retried or re-announced it within its retention) is restored as UNKNOWN
+// for the reconciler, rather than left deleted: its outcome is still
+// unknown, and what its reservation held (a refund's hold on the payment)
+// would otherwise stay held with nothing left to resolve it, while a retry
+// ran the request again.
+func TestSweeperRestoresExpiredUnknown(t *testing.T) {
+	e := newSweepEnv(t)
+	tests := []struct {
+		name    string
+		newer   bool // a newer request reserves the key after the removal
+		twice   bool // the stream delivers the record twice
+		want    idempotency.Status
+		metrics map[string]int
+	}{
+		{name: "restored", want: idempotency.StatusUnknown, metrics: map[string]int{"reconcile_scheduled": 1}},
+		{name: "redelivered: restored once", twice: true, want: idempotency.StatusUnknown, metrics: map[string]int{"reconcile_scheduled": 1}},
+		{name: "newer owner: not overwritten", newer: true, want: idempotency.StatusInProgress, metrics: map[string]int{}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := idempotency.NewKey("acme", "expired-unknown-"+string(rune('a'+i)))
+			removed := time.Now()
+			created := removed.Add(-3 * 24 * time.Hour)
+			res := sweptReservation(key, true, created, created.Add(30*time.Second))
+			res.Point, res.Data = "order_created", map[string]string{"order": "ord_1"}
+			if err := e.store.Reserve(t.Context(), res, nil, created); err != nil {
+				t.Fatalf("Reserve: %v", err)
+			}
+			unknownAt := created.Add(31 * time.Second)
+			if err := e.store.MarkUnknown(t.Context(), key, res.LeaseToken, idempotency.NewToken(), unknownAt.Add(24*time.Hour), unknownAt); err != nil {
+				t.Fatalf("MarkUnknown: %v", err)
+			}
+			old, err := e.store.Get(t.Context(), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			item := e.image(t, key)
+			e.expire(t, key)
+			var newer idempotency.Record
+			if tt.newer {
+				newer = sweptReservation(key, true, removed, removed.Add(30*time.Second))
+				if err := e.store.Reserve(t.Context(), newer, nil, removed); err != nil {
+					t.Fatalf("Reserve(newer): %v", err)
+				}
+			}
+			rec := lambdatest.Record(events.DynamoDBOperationTypeRemove, item, nil, lambdatest.TTLIdentity(), removed)
+
+			now := time.Now()
+			h := newSweepHarness(t, e.store, func() time.Time { return now })
+			if failed := h.handle(t, rec); failed != nil {
+				t.Fatalf("Handle() failures = %v, want none", failed)
+			}
+			first, _ := e.store.Get(t.Context(), key)
+			if tt.twice {
+				if failed := h.handle(t, rec); failed != nil {
+					t.Fatalf("Handle() again: failures = %v, want none", failed)
+				}
+			}
+			got, err := e.store.Get(t.Context(), key)
+			switch {
+			case err != nil:
+				t.Fatalf("Get() = %v, want a %s record", err, tt.want)
+			case tt.newer:
+				if got.LeaseToken != newer.LeaseToken || got.Status != idempotency.StatusInProgress {
+					t.Errorf("Get() = %s under lease %q, want the newer owner's IN_PROGRESS under %q", got.Status, got.LeaseToken, newer.LeaseToken)
+				}
+			default:
+				want := old
+				want.LeaseToken = got.LeaseToken
+				want.ExpiresAt = now.Add(retention).Truncate(time.Millisecond).UTC()
+				want.UpdatedAt = now.Truncate(time.Millisecond).UTC()
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("restored record mismatch (-want +got):\n%s", diff)
+				}
+				if got.LeaseToken == "" || got.LeaseToken == old.LeaseToken {
+					t.Errorf("restored lease token = %q, want a fresh one (old %q)", got.LeaseToken, old.LeaseToken)
+				}
+				if got.LeaseToken != first.LeaseToken {
+					t.Errorf("after redelivery lease token = %q, want the first restore's %q", got.LeaseToken, first.LeaseToken)
+				}
+			}
+			if diff := cmp.Diff(tt.metrics, lambdatest.Counts(t, h.metrics.String(), "sweeper")); diff != "" {
+				t.Errorf("metrics mismatch (-want +got):\n%s", diff)
+			}
+			if logs := h.logs.String(); strings.Contains(logs, key.Hash) {
+				t.Errorf("logs hold the full key hash:\n%s", logs)
 			}
 		})
 	}
