@@ -268,10 +268,13 @@ func (r *Reconciler) complete(ctx context.Context, log *slog.Logger, rec idempot
 			// would fail the same way on every delivery, so the key ends
 			// here: the problem recorded without them, counted as a
 			// failure (alarmed) for an operator to repair what they
-			// would have written.
-			r.cfg.Metrics.Count(MetricFailed)
+			// would have written (counted once the key has ended: a
+			// failed write is delivered again).
 			log.Error("the resolution's effects alone are too large for the store: response_too_large recorded without them; they are not written", "err", err.Error(), "effects", len(res.Effects))
-			err = r.cfg.Store.Complete(ctx, done, rec.LeaseToken, nil)
+			if err = r.cfg.Store.Complete(ctx, done, rec.LeaseToken, nil); err == nil {
+				r.cfg.Metrics.Count(MetricFailed)
+				return nil
+			}
 		}
 	}
 	if superseded(log, err) {

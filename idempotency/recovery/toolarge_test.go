@@ -64,7 +64,11 @@ func TestReconcileEffectsTooLarge(t *testing.T) {
 	if dynamotest.Exists(t, w.db, payments, key.ID()+"#0") {
 		t.Error("an effect was written, want none: they are over the limit together")
 	}
-	if n := lambdatest.Counts(t, h.metrics.String(), "reconciler")[recovery.MetricFailed]; n != 1 {
+	counts := lambdatest.Counts(t, h.metrics.String(), "reconciler")
+	if n := counts[recovery.MetricFailed]; n != 1 {
 		t.Errorf("%s = %d, want 1 (alarmed: the effects were not written)", recovery.MetricFailed, n)
+	}
+	if n := counts[recovery.MetricResolved]; n != 0 {
+		t.Errorf("%s = %d, want 0: the key ended as a failure, not as resolved", recovery.MetricResolved, n)
 	}
 }
