@@ -53,8 +53,9 @@ func New(name string, init Init) *Function {
 // too, with the errorType and errorMessage aws-lambda-go reports for it (the
 // error's type name, "errorString" for errors.New; a
 // messages.InvokeResponse_Error as it is), and the environment is kept, as
-// the runtime goes on: the caller sees only the type and message, as a
-// Lambda caller does.
+// the runtime goes on, unless that error says the runtime exits
+// (ShouldExit): the caller sees only the type and message, as a Lambda
+// caller does.
 func (f *Function) Invoke(ctx context.Context, payload []byte) (out []byte, err error) {
 	env, err := f.acquire()
 	if err != nil {
@@ -72,12 +73,15 @@ func (f *Function) Invoke(ctx context.Context, payload []byte) (out []byte, err 
 	// returns, but only this environment reuses it, and only after release:
 	// copy the result out first, as the runtime loop sends it first.
 	out = bytes.Clone(out)
-	f.release(env)
 	if err != nil {
 		fe := returnedError(f.name, err)
+		if !fe.Exit {
+			f.release(env) // the runtime goes on; one that exits is discarded, as after a panic
+		}
 		f.log(ctx, fe, "")
 		return nil, fe
 	}
+	f.release(env)
 	return out, nil
 }
 

@@ -259,6 +259,7 @@ func TestFunctionReturnedErrorAsTheRuntimeReportsIt(t *testing.T) {
 		{"value type", valueError{Code: "v"}, `{"n":1}`},
 		{"pointer type", &pointerError{Code: "p"}, `{"n":1}`},
 		{"the runtime's own error", messages.InvokeResponse_Error{Type: "Custom", Message: "as given"}, `{"n":1}`},
+		{"the runtime's own error, exiting", messages.InvokeResponse_Error{Type: "Custom", Message: "bye", ShouldExit: true}, `{"n":1}`},
 		{"an event the handler cannot decode", nil, `{"n":"one"}`},
 	}
 	for _, tt := range tests {
@@ -288,8 +289,11 @@ func TestFunctionReturnedErrorAsTheRuntimeReportsIt(t *testing.T) {
 			if _, err := f.Invoke(t.Context(), []byte(tt.payload)); err == nil {
 				t.Fatal("second Invoke succeeded, want the same function error")
 			}
-			if got := f.Environments(); got != 1 {
-				t.Errorf("Environments() = %d after two returned errors, want 1 (the runtime goes on)", got)
+			// The runtime goes on after a returned error, but for one that
+			// says it exits: each of those two invocations then had an
+			// environment of its own.
+			if want := 1 + btoi(fe.Exit); f.Environments() != want {
+				t.Errorf("Environments() = %d after two returned errors (Exit %t), want %d", f.Environments(), fe.Exit, want)
 			}
 			var line struct {
 				ErrorType    string `json:"error_type"`
@@ -304,4 +308,11 @@ func TestFunctionReturnedErrorAsTheRuntimeReportsIt(t *testing.T) {
 			}
 		})
 	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
