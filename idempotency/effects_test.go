@@ -266,6 +266,20 @@ func TestWiring(t *testing.T) {
 			t.Errorf("New(Retention %v, Lease %v) = %v, want %v", tt.retention, tt.lease, err, tt.wantErr)
 		}
 	}
+	for _, tt := range []struct {
+		completion, lease time.Duration
+		wantErr           error
+	}{
+		{time.Minute, time.Minute, idempotency.ErrCompletionTimeoutLong},
+		{31 * time.Second, 0, idempotency.ErrCompletionTimeoutLong}, // the default lease
+		{time.Second, 2 * time.Second, nil},
+		{0, 5 * time.Second, nil}, // the default completion timeout is not checked
+	} {
+		_, err := idempotency.New(idempotency.Config{Store: memory.New(), Tenant: tenant, CompletionTimeout: tt.completion, Lease: tt.lease})
+		if !errors.Is(err, tt.wantErr) {
+			t.Errorf("New(CompletionTimeout %v, Lease %v) = %v, want %v", tt.completion, tt.lease, err, tt.wantErr)
+		}
+	}
 
 	leased := mw.Leased("POST /v1/e", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		idempotency.Begin(w, r, take(1))

@@ -74,6 +74,12 @@ const LeaseMargin = 2 * time.Second
 // retries, and the retry would run the request again.
 var ErrRetentionShort = errors.New("idempotency: Config.Retention is shorter than Config.Lease")
 
+// ErrCompletionTimeoutLong is New's error for a Config whose
+// CompletionTimeout, set, is not shorter than its Lease (after defaults): a
+// completion still in flight when the lease runs out lets a retry, or the
+// recovery check, take the key over and execute the request again.
+var ErrCompletionTimeoutLong = errors.New("idempotency: Config.CompletionTimeout is not shorter than Config.Lease")
+
 // Config configures a Middleware. Store and Tenant are required.
 type Config struct {
 	// Store persists records.
@@ -111,7 +117,12 @@ type Config struct {
 	// store's included). On Lambda the invocation still ends at the
 	// function's timeout whatever this says: a completion cut there is
 	// recovered through the lease, which outlasts the function (Lease).
-	// The handler and the reservation keep the request's context.
+	// The handler and the reservation keep the request's context. A value
+	// set must be shorter than Lease (ErrCompletionTimeoutLong); the default
+	// stays DefaultCompletionTimeout whatever the lease, and with a lease
+	// shorter than it, off Lambda, a store that hangs past the lease after
+	// the handler has returned lets the request run again (its completion,
+	// fenced on the lease token, then fails).
 	CompletionTimeout time.Duration
 	// MaxBody is the largest request body accepted, in bytes (DefaultMaxBody).
 	MaxBody int64
@@ -185,6 +196,9 @@ func New(cfg Config) (*Middleware, error) {
 	}
 	if cfg.UnknownRedrive <= 0 {
 		cfg.UnknownRedrive = DefaultUnknownRedrive
+	}
+	if cfg.CompletionTimeout >= cfg.Lease {
+		return nil, fmt.Errorf("%w: %v >= %v", ErrCompletionTimeoutLong, cfg.CompletionTimeout, cfg.Lease)
 	}
 	if cfg.CompletionTimeout <= 0 {
 		cfg.CompletionTimeout = DefaultCompletionTimeout
