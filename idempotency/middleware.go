@@ -1021,9 +1021,10 @@ func (c *Call) decideExisting(r *http.Request, existing *Record, now time.Time, 
 		// reconciliation (again) rather than executing again: the new lease
 		// token is a stream MODIFY to UNKNOWN that triggers the reconciler,
 		// and the write's condition on the old token lets one request per
-		// UnknownRedrive do it. An UNKNOWN record keeps its expiry: one that
-		// can never be reconciled must still end with its retention, however
-		// often it is retried.
+		// UnknownRedrive do it. An UNKNOWN record keeps its expiry: however
+		// often it is retried, it does not outlive its retention that way
+		// (once TTL deletes one still unresolved, the recovery sweeper
+		// restores it, once per retention: see recovery.Sweeper).
 		expires := now.Add(c.m.cfg.Retention)
 		if existing.Status == StatusUnknown {
 			expires = existing.ExpiresAt
