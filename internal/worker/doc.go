@@ -61,11 +61,18 @@
 // may still be on its way), and the payment is settled as the provider's
 // record of the charge says: succeeded with it, failed with its failure
 // code, or failed with failure_code provider_unavailable when there is
-// none. A look-up that fails settles nothing. A message that cannot be
-// processed (undecodable, the payments table or the look-up failing) is a
-// batch item failure: the queue delivers it again and, after its
-// maxReceiveCount, moves it to its dead-letter queue (alarmed). Messages are
-// handled concurrently.
+// none. A look-up that fails (the provider down, an answer that is not its
+// record) settles nothing: the retrier sends the message back itself, the
+// failed look-ups counted in it, delayed by the same backoff (from
+// RetryBase, up to MaxRetryDelay), and the message succeeds, so that an
+// outage at the window's end does not use up the queue's receives. That
+// ends at the look-up horizon (Config.LookUpHorizon, DefaultLookUpHorizon:
+// 24h after the first look-up was due): a look-up that fails then fails the
+// message. A message that cannot be processed (undecodable, the payments
+// table failing, the look-up failing past the horizon) is a batch item
+// failure: the queue delivers it again and, after its maxReceiveCount,
+// moves it to its dead-letter queue (alarmed), the payment still pending.
+// Messages are handled concurrently.
 //
 // The stream charges nothing after the window either: a record met once it
 // has ended (a window shorter than the mapping's MaximumRecordAgeInSeconds,

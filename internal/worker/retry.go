@@ -26,6 +26,11 @@ const (
 	// MaxRetryDelay caps the delay between attempts: SQS's longest
 	// DelaySeconds.
 	MaxRetryDelay = queue.MaxDelay
+	// DefaultLookUpHorizon is how long after the first look-up of a
+	// payment's charge at the end of its retry window failed look-ups are
+	// made again, the retrier sending the message back itself, before the
+	// message fails and goes to the dead-letter queue (Config.LookUpHorizon).
+	DefaultLookUpHorizon = 24 * time.Hour
 	// DefaultCallTimeout is the provider client's default bound on a call.
 	DefaultCallTimeout = 5 * time.Second
 )
@@ -48,6 +53,9 @@ type retryMessage struct {
 	// (its answer was lost, or it charged and the settle failed); zero when
 	// every attempt provably charged nothing.
 	Unknown time.Time `json:"unknown,omitzero"`
+	// LookUps counts the look-ups of the charge, at the end of the window,
+	// that failed: the message was sent back to look it up again.
+	LookUps int `json:"lookups,omitzero"`
 }
 
 // RetryBody returns the retry queue message of tenant's payment id, as the
@@ -188,8 +196,7 @@ func (w *Worker) retry(ctx context.Context, sm events.SQSMessage) error {
 // once no attempt can be in flight (lookUpAt): an attempt outside m's chain
 // may have charged (a stream invocation that crashed after its charge, a
 // duplicate of the message), whatever m says. A look-up that fails settles
-// nothing: the message fails, and the queue delivers it again, up to its
-// maxReceiveCount, then moves it to its dead-letter queue.
+// nothing (lookUpAgain).
 func (w *Worker) giveUp(ctx context.Context, log *slog.Logger, p payments.Payment, m retryMessage) error {
 	if at := w.lookUpAt(p, m); w.now().Before(at) {
 		delay := at.Sub(w.now())
@@ -206,9 +213,7 @@ func (w *Worker) giveUp(ctx context.Context, log *slog.Logger, p payments.Paymen
 	case errors.Is(err, provider.ErrNoCharge):
 		s = settlement{status: payments.StatusFailed, failureCode: unavailableCode}
 	case err != nil:
-		err = fmt.Errorf("worker: look up the charge of payment %s: %w", p.ID, err)
-		log.Warn("worker: retry", "outcome", outcomeError, "err", err)
-		return err
+		return w.lookUpAgain(ctx, log, p, m, fmt.Errorf("worker: look up the charge of payment %s: %w", p.ID, err))
 	case ch.Status == provider.StatusSucceeded && ch.ID != "":
 		s = settlement{status: payments.StatusSucceeded, chargeID: ch.ID}
 	case ch.Status == provider.StatusFailed:
@@ -219,9 +224,7 @@ func (w *Worker) giveUp(ctx context.Context, log *slog.Logger, p payments.Paymen
 		s = settlement{status: payments.StatusFailed, chargeID: ch.ID, failureCode: code}
 	default:
 		// Not an answer to settle on.
-		err = fmt.Errorf("worker: look up the charge of payment %s: charge %q has status %q", p.ID, ch.ID, ch.Status)
-		log.Warn("worker: retry", "outcome", outcomeError, "err", err)
-		return err
+		return w.lookUpAgain(ctx, log, p, m, fmt.Errorf("worker: look up the charge of payment %s: charge %q has status %q", p.ID, ch.ID, ch.Status))
 	}
 	res, err := w.settle(ctx, p, s)
 	if err != nil {
@@ -229,5 +232,34 @@ func (w *Worker) giveUp(ctx context.Context, log *slog.Logger, p payments.Paymen
 		return err
 	}
 	logResult(ctx, log.With("retry_window", w.window.String()), "worker: retry", res)
+	return nil
+}
+
+// lookUpAgain handles a look-up of p's charge that failed with err (the
+// provider down, an answer that is not its record), settling nothing.
+// Before the look-up horizon (LookUpHorizon after lookUpAt) it sends m back
+// itself, one more look-up counted, due after the backoff of its look-ups
+// (from RetryBase, at most MaxRetryDelay, and no later than the horizon),
+// and the message succeeds: an outage at the window's end does not use up
+// the queue's receives. Once the horizon is reached, or when m cannot be
+// sent, it returns the error: the message fails, the queue delivers it
+// again, up to its maxReceiveCount, then moves it to its dead-letter queue
+// (alarmed), the payment still pending.
+func (w *Worker) lookUpAgain(ctx context.Context, log *slog.Logger, p payments.Payment, m retryMessage, err error) error {
+	now := w.now()
+	horizon := w.lookUpAt(p, m).Add(w.horizon)
+	if !now.Before(horizon) {
+		err = fmt.Errorf("%w (look-up horizon %s reached after %d look-ups)", err, w.horizon, m.LookUps+1)
+		log.Error("worker: retry", "outcome", outcomeError, "look_ups", m.LookUps+1, "err", err)
+		return err
+	}
+	m.LookUps++
+	delay := min(w.backoff(m.LookUps), horizon.Sub(now))
+	if serr := w.send(ctx, m, delay); serr != nil {
+		err = errors.Join(err, serr)
+		log.Warn("worker: retry", "outcome", outcomeError, "look_ups", m.LookUps, "err", err)
+		return err
+	}
+	log.Warn("worker: retry", "outcome", outcomeRetrying, "retry_in", delay.String(), "look_up", true, "look_ups", m.LookUps, "err", err)
 	return nil
 }

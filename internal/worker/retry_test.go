@@ -78,6 +78,7 @@ type retryMessage struct {
 	Payment string    `json:"payment"`
 	Attempt int       `json:"attempt"`
 	Unknown time.Time `json:"unknown"`
+	LookUps int       `json:"lookups"`
 }
 
 // sent receives (and deletes) the retries on the queue, waiting up to wait
@@ -656,10 +657,12 @@ func TestGivingUpWaitsForTheLastAttempt(t *testing.T) {
 }
 
 // TestGivingUpNeedsTheProvidersAnswer: at the window's end a payment is
-// settled only on the provider's answer to the look-up of its charge; a
-// look-up that fails leaves it pending and fails the message, which the
-// queue delivers again and, after its maxReceiveCount, moves to its
-// dead-letter queue.
+// settled only on the provider's answer to the look-up of its charge. A
+// look-up that fails leaves it pending; before the look-up horizon the
+// retrier sends the message back itself, with a backoff and one more
+// look-up counted, and the message succeeds; once the horizon is reached
+// the message fails, and the queue delivers it again and, after its
+// maxReceiveCount, moves it to its dead-letter queue.
 func TestGivingUpNeedsTheProvidersAnswer(t *testing.T) {
 	t.Parallel()
 	e := newRetryEnv(t)
@@ -667,25 +670,205 @@ func TestGivingUpNeedsTheProvidersAnswer(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		charged bool
+		// after is the clock, after the time of the first look-up.
+		after       time.Duration
+		lookUps     int
+		wantFailed  bool
+		wantLookUps int // of the message sent back
 	}{
-		{"charged", true},
-		{"not charged", false},
+		{name: "charged", charged: true, wantLookUps: 1},
+		{name: "not charged", wantLookUps: 1},
+		{name: "charged, sent back before", charged: true, after: time.Hour, lookUps: 1, wantLookUps: 2},
+		{name: "charged, the horizon reached", charged: true, after: worker.DefaultLookUpHorizon, lookUps: 80, wantFailed: true},
+		{name: "not charged, the horizon reached", after: worker.DefaultLookUpHorizon + time.Minute, lookUps: 80, wantFailed: true},
 	} {
 		p := e.pay(t, simulator.TokenVisa)
 		if tc.charged {
 			e.charge(t, p)
 		}
-		e.now = p.Created.Add(retryWindow + providerTimeout)
-		body, _ := json.Marshal(retryMessage{Tenant: p.Tenant, Payment: p.ID, Attempt: 9})
+		e.now = p.Created.Add(retryWindow + providerTimeout + tc.after)
+		body, _ := json.Marshal(retryMessage{Tenant: p.Tenant, Payment: p.ID, Attempt: 9, LookUps: tc.lookUps})
+		before := e.counts(t)
 		resp, err := e.w.HandleRetries(t.Context(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m", Body: string(body)}}})
-		if diff := cmp.Diff([]events.SQSBatchItemFailure{{ItemIdentifier: "m"}}, resp.BatchItemFailures); err != nil || diff != "" {
+		var want []events.SQSBatchItemFailure
+		if tc.wantFailed {
+			want = []events.SQSBatchItemFailure{{ItemIdentifier: "m"}}
+		}
+		if diff := cmp.Diff(want, resp.BatchItemFailures); err != nil || diff != "" {
 			t.Errorf("%s: HandleRetries() error %v, batch item failures (-want +got):\n%s", tc.name, err, diff)
 		}
 		if got := e.get(t, p); got.Status != payments.StatusPending {
 			t.Errorf("%s: payment = %s %q, want pending", tc.name, got.Status, got.FailureCode)
 		}
+		var next []retryMessage
+		if !tc.wantFailed {
+			next = e.sent(t, 5*time.Second)
+		}
+		if visible, inFlight, delayed := sqstest.Counts(t, e.sqs, e.url); visible+inFlight+delayed != "000" {
+			t.Errorf("%s: retry queue holds %s visible, %s in flight, %s delayed after the messages sent back", tc.name, visible, inFlight, delayed)
+		}
+		wantSent := 0
+		if !tc.wantFailed {
+			wantSent = 1
+			if len(next) != 1 || next[0].Payment != p.ID || next[0].Attempt != 9 || next[0].LookUps != tc.wantLookUps {
+				t.Errorf("%s: sent back %+v, want one, attempt 9, %d look-ups", tc.name, next, tc.wantLookUps)
+			}
+		}
+		if got := e.counts(t)[worker.MetricRetried] - before[worker.MetricRetried]; got != wantSent {
+			t.Errorf("%s: %s = %d, want %d", tc.name, worker.MetricRetried, got, wantSent)
+		}
 	}
-	if got := e.counts(t); len(got) != 0 {
-		t.Errorf("metrics = %v, want none", got)
+	if got := e.counts(t); got[worker.MetricCharged]+got[worker.MetricFailed] != 0 {
+		t.Errorf("metrics = %v, want no settlement", got)
 	}
+}
+
+// drain receives the retry queue's messages and hands each to w until done
+// returns true, for at most wait; it returns how many messages failed (a
+// batch item failure: in AWS, a receive counting towards the dead-letter
+// queue) and how many were handled.
+func (e *retryEnv) drain(t *testing.T, w *worker.Worker, wait time.Duration, done func() bool) (failed, handled int) {
+	t.Helper()
+	for deadline := time.Now().Add(wait); !done(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("not done after %v: %d messages handled, %d failed", wait, handled, failed)
+		}
+		for _, m := range sqstest.Receive(t, e.sqs, e.url, time.Second, false) {
+			resp, err := w.HandleRetries(t.Context(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: aws.ToString(m.MessageId), Body: aws.ToString(m.Body)}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			handled++
+			failed += len(resp.BatchItemFailures)
+		}
+	}
+	return failed, handled
+}
+
+// failedLookUps counts the look-ups the retrier logged as failed, and sent
+// back, for payment id.
+func (e *retryEnv) failedLookUps(t *testing.T, id string) int {
+	t.Helper()
+	n := 0
+	for _, l := range e.logs.Lines(t) {
+		if l["msg"] == "worker: retry" && l["payment"] == id && l["look_up"] == true && l["outcome"] == "retrying" && l["err"] != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// TestGivingUpOutlastsAnOutage: the provider's look-ups answer 503 at the
+// end of the payment's retry window and for a few seconds after; the
+// retrier sends the message back itself, with a backoff, and looks the
+// charge up again until the provider answers. The payment ends settled as
+// the provider's record says (succeeded with the charge an earlier delivery
+// made, failed provider_unavailable with none), no message ever fails (none
+// would reach the dead-letter queue), and nothing is charged after the
+// window. The retry queue's delays are real.
+func TestGivingUpOutlastsAnOutage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		charged bool
+	}{
+		{"charged", true},
+		{"not charged", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newRetryEnv(t)
+			p := e.pay(t, simulator.TokenVisa)
+			var ch provider.Charge
+			if tc.charged {
+				ch = e.charge(t, p)
+			}
+			e.lookupsDown.Store(true)
+			offset := p.Created.Add(retryWindow + providerTimeout).Sub(time.Now())
+			w := e.worker_(t, sqstest.Sender(t, e.sqs, e.url), func(c *worker.Config) {
+				c.Now = func() time.Time { return time.Now().Add(offset) }
+			})
+			e.retryNow(t, w, p, retryMessage{Attempt: 9})
+			failed, _ := e.drain(t, w, 30*time.Second, func() bool { return e.failedLookUps(t, p.ID) >= 3 })
+			if got := e.get(t, p); got.Status != payments.StatusPending {
+				t.Fatalf("payment = %s %q during the outage, want pending", got.Status, got.FailureCode)
+			}
+			e.lookupsDown.Store(false)
+			f, _ := e.drain(t, w, 30*time.Second, func() bool { return e.get(t, p).Status != payments.StatusPending })
+			if failed += f; failed != 0 {
+				t.Errorf("%d messages failed, want none: each would count towards the dead-letter queue", failed)
+			}
+			got := e.get(t, p)
+			want := payments.StatusFailed
+			wantCode, wantCharges := "provider_unavailable", 0
+			if tc.charged {
+				want, wantCode, wantCharges = payments.StatusSucceeded, "", 1
+			}
+			if got.Status != want || got.FailureCode != wantCode || got.ProviderChargeID != ch.ID {
+				t.Errorf("payment = %s %q, charge %q; want %s %q, charge %q", got.Status, got.FailureCode, got.ProviderChargeID, want, wantCode, ch.ID)
+			}
+			if n := e.charges(t, p); n != wantCharges {
+				t.Errorf("provider charges = %d, want %d", n, wantCharges)
+			}
+			if visible, inFlight, delayed := sqstest.Counts(t, e.sqs, e.url); visible+inFlight+delayed != "000" {
+				t.Errorf("retry queue holds %s visible, %s in flight, %s delayed; want none", visible, inFlight, delayed)
+			}
+		})
+	}
+}
+
+// TestGivingUpEndsAtTheHorizon: the provider's look-ups answer 503 from the
+// end of the payment's retry window past its look-up horizon (3s in the
+// test). The retrier looks the charge up again and again, with a backoff,
+// then, with the horizon reached, fails the message as before: in AWS it
+// goes to the dead-letter queue (alarmed), and the payment stays pending,
+// never settled on a guess.
+func TestGivingUpEndsAtTheHorizon(t *testing.T) {
+	t.Parallel()
+	const horizon = 3 * time.Second
+	e := newRetryEnv(t)
+	p := e.pay(t, simulator.TokenVisa)
+	e.charge(t, p)
+	e.lookupsDown.Store(true)
+	offset := p.Created.Add(retryWindow + providerTimeout).Sub(time.Now())
+	now := func() time.Time { return time.Now().Add(offset) }
+	w := e.worker_(t, sqstest.Sender(t, e.sqs, e.url), func(c *worker.Config) {
+		c.Now = now
+		c.LookUpHorizon = horizon
+	})
+	e.retryNow(t, w, p, retryMessage{Attempt: 9})
+	var failedAt []time.Time
+	e.drain(t, w, 30*time.Second, func() bool {
+		failedAt = e.failures(t, p.ID)
+		return len(failedAt) > 0
+	})
+	if end := p.Created.Add(retryWindow + providerTimeout + horizon); len(failedAt) != 1 || failedAt[0].Add(offset).Before(end) {
+		t.Errorf("the message failed at %v (on the worker's clock), want once, at the horizon %v or after", failedAt, end)
+	}
+	if n := e.failedLookUps(t, p.ID); n < 2 {
+		t.Errorf("%d look-ups sent back before the horizon, want several", n)
+	}
+	if got := e.get(t, p); got.Status != payments.StatusPending {
+		t.Errorf("payment = %s %q past the horizon, want pending", got.Status, got.FailureCode)
+	}
+	if n := e.charges(t, p); n != 1 {
+		t.Errorf("provider charges = %d, want 1 (the one made before)", n)
+	}
+}
+
+// failures returns when the retrier logged an "error" outcome for payment
+// id (a message that failed), on the real clock.
+func (e *retryEnv) failures(t *testing.T, id string) []time.Time {
+	t.Helper()
+	var out []time.Time
+	for _, l := range e.logs.Lines(t) {
+		if l["msg"] == "worker: retry" && l["payment"] == id && l["outcome"] == "error" {
+			at, err := time.Parse(time.RFC3339Nano, l["time"].(string))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, at)
+		}
+	}
+	return out
 }

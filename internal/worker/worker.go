@@ -99,6 +99,13 @@ type Config struct {
 	// CallTimeout bounds one provider call: a charge whose outcome was
 	// unknown at t is looked up after t + CallTimeout (DefaultCallTimeout).
 	CallTimeout time.Duration
+	// LookUpHorizon bounds the look-ups of a payment's charge at the end of
+	// its retry window: a look-up that fails (the provider down, an answer
+	// that is not its record) before LookUpHorizon has passed since the
+	// first look-up was due is made again later, the message sent back with
+	// a backoff; one that fails after it fails the message, which ends in
+	// the retry queue's dead-letter queue (DefaultLookUpHorizon).
+	LookUpHorizon time.Duration
 	// Budget is the time a payment needs at least in the stream's
 	// invocation: its provider call and its settle. A pending payment met
 	// with less time left before the context's deadline is not charged:
@@ -122,6 +129,7 @@ type Worker struct {
 	window  time.Duration
 	base    time.Duration
 	call    time.Duration
+	horizon time.Duration
 	budget  time.Duration
 	now     func() time.Time
 }
@@ -145,7 +153,7 @@ func New(cfg Config) (*Worker, error) {
 	}
 	w := &Worker{
 		charger: cfg.Charger, settler: cfg.Settler, log: log, metrics: cfg.Metrics, retries: cfg.Retries,
-		window: cfg.RetryWindow, base: cfg.RetryBase, call: cfg.CallTimeout, budget: cfg.Budget, now: cfg.Now,
+		window: cfg.RetryWindow, base: cfg.RetryBase, call: cfg.CallTimeout, horizon: cfg.LookUpHorizon, budget: cfg.Budget, now: cfg.Now,
 	}
 	if w.window <= 0 {
 		w.window = DefaultRetryWindow
@@ -155,6 +163,9 @@ func New(cfg Config) (*Worker, error) {
 	}
 	if w.call <= 0 {
 		w.call = DefaultCallTimeout
+	}
+	if w.horizon <= 0 {
+		w.horizon = DefaultLookUpHorizon
 	}
 	if w.now == nil {
 		w.now = time.Now
