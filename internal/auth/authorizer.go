@@ -118,17 +118,35 @@ func BearerKey(authorization string) (string, bool) {
 }
 
 // header returns the value of the named header, whatever its case: API
-// Gateway passes header names as the client sent them.
+// Gateway passes header names as the client sent them. Two spellings of the
+// name with different values (Authorization and authorization, say) are
+// ambiguous, and which one API Gateway's identity source read is not
+// known: the header counts as absent (401), never as whichever map order
+// gives first.
 func header(req events.APIGatewayCustomAuthorizerRequestTypeRequest, name string) string {
+	var value string
+	found := false
 	for k, v := range req.Headers {
-		if strings.EqualFold(k, name) {
-			return v
+		if !strings.EqualFold(k, name) {
+			continue
 		}
+		if found && v != value {
+			return ""
+		}
+		value, found = v, true
+	}
+	if found {
+		return value
 	}
 	for k, vs := range req.MultiValueHeaders {
-		if strings.EqualFold(k, name) && len(vs) > 0 {
-			return vs[len(vs)-1]
+		if !strings.EqualFold(k, name) || len(vs) == 0 {
+			continue
 		}
+		v := vs[len(vs)-1]
+		if found && v != value {
+			return ""
+		}
+		value, found = v, true
 	}
-	return ""
+	return value
 }

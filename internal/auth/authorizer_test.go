@@ -84,6 +84,10 @@ func TestAuthorizer(t *testing.T) {
 		{name: "other tenant", headers: map[string]string{"Authorization": "Bearer sk_test_globex"}, want: allow("globex")},
 		{name: "scheme case", headers: map[string]string{"Authorization": "bEARER sk_test_acme"}, want: allow("acme")},
 		{name: "header case", headers: map[string]string{"authorization": "Bearer sk_test_acme"}, want: allow("acme")},
+		{name: "two spellings, one key", headers: map[string]string{"Authorization": "Bearer sk_test_acme", "authorization": "Bearer sk_test_acme"}, want: allow("acme")},
+		// Which of two keys API Gateway's identity source (and so its cache)
+		// read is unknown: neither is taken, whatever the map's order.
+		{name: "two spellings, two keys", headers: map[string]string{"Authorization": "Bearer sk_test_acme", "AUTHORIZATION": "Bearer sk_test_globex"}, wantErr: auth.ErrUnauthorized},
 		{name: "extra spaces", headers: map[string]string{"Authorization": " Bearer   sk_test_acme "}, want: allow("acme")},
 		{name: "unknown", headers: map[string]string{"Authorization": "Bearer sk_test_nobody"}, want: deny()},
 		{name: "key case matters", headers: map[string]string{"Authorization": "Bearer SK_TEST_ACME"}, want: deny()},
