@@ -195,18 +195,19 @@ func findTemplate() (string, error) {
 // the emulator caches on, the Authorization header: API Gateway keys its
 // authorizer cache on the template's sources, and an emulator keyed on
 // another would serve one caller's cached policy and context to another, or
-// none where AWS would. No Identity keeps the emulator's default.
+// none where AWS would. A REQUEST authorizer without sources is refused too:
+// SAM refuses it unless ReauthorizeEvery is 0, and then API Gateway calls the
+// authorizer for every request, a missing Authorization header included,
+// where the emulator answers 401 itself.
 func checkIdentity(identity map[string]any, vars map[string]string) error {
-	if identity == nil {
-		return nil
-	}
 	for _, k := range []string{"QueryStrings", "StageVariables", "Context"} {
 		if v, ok := identity[k]; ok {
 			return fmt.Errorf("Identity.%s %v: the emulator's only identity source is the Authorization header", k, v)
 		}
 	}
 	if _, ok := identity["Headers"]; !ok {
-		return nil
+		return errors.New("no Identity.Headers: the emulator's only identity source is the Authorization header, " +
+			"and SAM refuses a REQUEST authorizer without identity sources unless ReauthorizeEvery is 0")
 	}
 	headers, _ := identity["Headers"].([]any)
 	if len(headers) != 1 {

@@ -37,7 +37,7 @@ Resources:
 // BinaryMediaTypes as API Gateway does, SAM's ~1 read as a slash: none from
 // template.yaml, so that every body reaches the api function as text.
 func TestAPIBinaryMediaTypes(t *testing.T) {
-	minimal := fmt.Sprintf(minimalAPI, `[image~1png, "*~1*"]`, "{}")
+	minimal := fmt.Sprintf(minimalAPI, `[image~1png, "*~1*"]`, "{Headers: [Authorization]}")
 	repo, err := samtemplate.Load("../../template.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +71,9 @@ func TestAPIBinaryMediaTypes(t *testing.T) {
 // only with the identity sources the emulator caches on, as API Gateway caches
 // on the template's: the Authorization header alone. A template naming other
 // sources (another header, one more, a query string) is refused, not
-// emulated with a cache keyed on something else.
+// emulated with a cache keyed on something else, and so is one with none,
+// which SAM refuses too unless ReauthorizeEvery is 0 (aws-sam-translator
+// 1.110.0: "must specify Identity with at least one of Headers, ...").
 func TestAuthorizerIdentitySources(t *testing.T) {
 	tests := []struct {
 		identity string
@@ -85,6 +87,10 @@ func TestAuthorizerIdentitySources(t *testing.T) {
 		{"{Headers: [Authorization], StageVariables: [v]}", false},
 		{"{Headers: [Authorization], Context: [identity.sourceIp]}", false},
 		{"{QueryStrings: [key]}", false},
+		{"{}", false},
+		{"{ReauthorizeEvery: 300}", false},
+		{"{ReauthorizeEvery: 0}", false},
+		{"null", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.identity, func(t *testing.T) {
