@@ -72,12 +72,12 @@
 // one written after all makes the next a no-op). That ends at the look-up
 // horizon (Config.LookUpHorizon, ONCE_WORKER_LOOKUP_HORIZON,
 // DefaultLookUpHorizon: 24h after the first look-up was due): a look-up or
-// settle that fails then fails the message. A message that cannot be processed (undecodable, the payments
-// table failing to read it, the look-up or its settle failing past the
-// horizon) is a batch item
-// failure: the queue delivers it again and, after its maxReceiveCount,
-// moves it to its dead-letter queue (alarmed), the payment still pending.
-// Messages are handled concurrently.
+// settle that fails then fails the message. A message that cannot be
+// processed (undecodable, the payments table failing to read it, the
+// look-up or its settle failing past the horizon) is a batch item failure:
+// the queue delivers it again and, after its maxReceiveCount, moves it to
+// its dead-letter queue (alarmed), the payment still pending. Messages are
+// handled concurrently.
 //
 // The stream charges nothing after the window either: a record met once it
 // has ended (a window shorter than the mapping's MaximumRecordAgeInSeconds,
