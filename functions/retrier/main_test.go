@@ -13,7 +13,13 @@ func TestMain(m *testing.M) { lambdatest.Main(m, main) }
 // TestStartupFailureIsJSON runs main with a bad configuration: it exits
 // with status 1 after one JSON line saying why.
 func TestStartupFailureIsJSON(t *testing.T) {
-	lambdatest.CheckStartupFailure(t, map[string]string{"ONCE_WORKER_RETRY_WINDOW": "forever"}, "ONCE_WORKER_RETRY_WINDOW")
+	for _, tc := range []struct{ name, value string }{
+		{"ONCE_WORKER_RETRY_WINDOW", "forever"},
+		{"ONCE_WORKER_LOOKUP_HORIZON", "1m"},
+		{"ONCE_WORKER_LOOKUP_HORIZON", "720h"},
+	} {
+		lambdatest.CheckStartupFailure(t, map[string]string{tc.name: tc.value}, tc.name)
+	}
 }
 
 // TestManagedInstancesConcurrency runs main as Lambda Managed Instances run

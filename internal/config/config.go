@@ -43,7 +43,11 @@ const (
 	// EnvWorkerRetryWindow bounds how long the worker retries a payment
 	// whose provider call keeps failing transiently.
 	EnvWorkerRetryWindow = "ONCE_WORKER_RETRY_WINDOW"
-	EnvSQSEndpoint       = "SQS_ENDPOINT"
+	// EnvWorkerLookUpHorizon bounds how long, from the end of a payment's
+	// retry window, the retrier looks its charge up again (and settles it
+	// again) while the look-up or the settle fails.
+	EnvWorkerLookUpHorizon = "ONCE_WORKER_LOOKUP_HORIZON"
+	EnvSQSEndpoint         = "SQS_ENDPOINT"
 )
 
 // Defaults applied by FromEnv to unset variables.
@@ -56,8 +60,26 @@ const (
 	// whose charge keeps failing transiently is retried for this long after
 	// its creation, then settled failed (provider_unavailable).
 	DefaultWorkerRetryWindow = 6 * time.Hour
-	DefaultRetention         = 24 * time.Hour
-	DefaultLease             = 30 * time.Second
+	// DefaultWorkerLookUpHorizon: a provider (or payments table) outage at
+	// the end of a payment's retry window is outlasted for a day before the
+	// retry message fails towards its dead-letter queue.
+	DefaultWorkerLookUpHorizon = 24 * time.Hour
+	// MinWorkerLookUpHorizon is the least ONCE_WORKER_LOOKUP_HORIZON: SQS's
+	// longest DelaySeconds (15 minutes), which the look-ups' backoff (from
+	// 1s, doubling) reaches after about 17 minutes. A shorter horizon ends
+	// the look-ups before their backoff has grown, and a provider blip of a
+	// few minutes at the window's end would dead-letter the message.
+	MinWorkerLookUpHorizon = 15 * time.Minute
+	// MaxWorkerLookUpHorizon is the most ONCE_WORKER_LOOKUP_HORIZON: 14
+	// days, SQS's longest MessageRetentionPeriod (the retry dead-letter
+	// queue's). The horizon counts from the end of the retry window
+	// (ONCE_WORKER_RETRY_WINDOW, plus ONCE_PROVIDER_SETTLE): a payment whose
+	// charge cannot be looked up is dead-lettered, and alarmed, that long
+	// after its window; longer, it would stay pending, its look-ups retried
+	// silently, past what any queue of the stack keeps a message.
+	MaxWorkerLookUpHorizon = 14 * 24 * time.Hour
+	DefaultRetention       = 24 * time.Hour
+	DefaultLease           = 30 * time.Second
 	// MinRetention is the least ONCE_RETENTION (which must also be at least
 	// ONCE_LEASE). A record moved to UNKNOWN is kept for the retention from
 	// then on, and must outlive the reconciler's retries: its stream mapping
@@ -146,6 +168,12 @@ type Config struct {
 	// WorkerRetryWindow is how long after its creation a payment whose
 	// charge fails transiently is retried.
 	WorkerRetryWindow time.Duration
+	// WorkerLookUpHorizon is how long after the first look-up of a
+	// payment's charge at the end of its retry window the look-up, and the
+	// settle on its answer, are made again while they fail; then the retry
+	// message fails towards its dead-letter queue (MinWorkerLookUpHorizon
+	// to MaxWorkerLookUpHorizon).
+	WorkerLookUpHorizon time.Duration
 	// ReceiptRetryQueue and ReceiptRetryDLQ are the receipts' retry queue
 	// and its dead-letter queue (a queue name or a queue URL).
 	ReceiptRetryQueue string
@@ -236,16 +264,17 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		ProviderTimeout:  duration(EnvProviderTimeout, DefaultProviderTimeout),
 		ProviderSettle:   duration(EnvProviderSettle, 0),
 
-		CheckQueue:        queue(EnvCheckQueue, DefaultCheckQueue),
-		CheckDLQ:          queue(EnvCheckDLQ, DefaultCheckDLQ),
-		WorkerRetryQueue:  queue(EnvWorkerRetryQueue, DefaultWorkerRetryQueue),
-		WorkerRetryDLQ:    queue(EnvWorkerRetryDLQ, DefaultWorkerRetryDLQ),
-		WorkerRetryWindow: duration(EnvWorkerRetryWindow, DefaultWorkerRetryWindow),
-		ReceiptRetryQueue: queue(EnvReceiptRetryQueue, DefaultReceiptRetryQueue),
-		ReceiptRetryDLQ:   queue(EnvReceiptRetryDLQ, DefaultReceiptRetryDLQ),
-		ReceiptAttempts:   count(EnvReceiptAttempts, DefaultReceiptAttempts, 2, MaxReceiptAttempts),
-		SQSEndpoint:       endpoint(EnvSQSEndpoint),
-		MailURL:           endpoint(EnvMailURL),
+		CheckQueue:          queue(EnvCheckQueue, DefaultCheckQueue),
+		CheckDLQ:            queue(EnvCheckDLQ, DefaultCheckDLQ),
+		WorkerRetryQueue:    queue(EnvWorkerRetryQueue, DefaultWorkerRetryQueue),
+		WorkerRetryDLQ:      queue(EnvWorkerRetryDLQ, DefaultWorkerRetryDLQ),
+		WorkerRetryWindow:   duration(EnvWorkerRetryWindow, DefaultWorkerRetryWindow),
+		WorkerLookUpHorizon: duration(EnvWorkerLookUpHorizon, DefaultWorkerLookUpHorizon),
+		ReceiptRetryQueue:   queue(EnvReceiptRetryQueue, DefaultReceiptRetryQueue),
+		ReceiptRetryDLQ:     queue(EnvReceiptRetryDLQ, DefaultReceiptRetryDLQ),
+		ReceiptAttempts:     count(EnvReceiptAttempts, DefaultReceiptAttempts, 2, MaxReceiptAttempts),
+		SQSEndpoint:         endpoint(EnvSQSEndpoint),
+		MailURL:             endpoint(EnvMailURL),
 	}
 	if c.ProviderSettle == 0 { // unset: the default, and never less than the call's own timeout
 		c.ProviderSettle = max(DefaultProviderSettle, c.ProviderTimeout)
@@ -261,6 +290,14 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			" (the reconciler's retries of an UNKNOWN record), "+EnvLease+" ("+c.Lease.String()+") and "+
 			EnvProviderSettle+" ("+c.ProviderSettle.String()+", until which an UNKNOWN record's call may still land)"+
 			": a record expired sooner counts as absent, and a retry would run its request again")
+	}
+	switch h := c.WorkerLookUpHorizon; {
+	case h > 0 && h < MinWorkerLookUpHorizon:
+		bad(EnvWorkerLookUpHorizon, h.String(), "must be at least "+MinWorkerLookUpHorizon.String()+
+			" (SQS's longest message delay): a shorter horizon ends the look-ups before their backoff has grown, and a brief provider outage would dead-letter the payment's retry")
+	case h > MaxWorkerLookUpHorizon:
+		bad(EnvWorkerLookUpHorizon, h.String(), "must be at most "+MaxWorkerLookUpHorizon.String()+
+			" (14 days, SQS's longest message retention, the retry dead-letter queue's): past it a payment would stay pending, its look-ups retried silently, longer than any queue of the stack keeps a message")
 	}
 	auth := func(name string) string {
 		switch v := str(name, ProviderAuthNone); strings.ToLower(v) {

@@ -29,6 +29,7 @@ func TestParameters(t *testing.T) {
 	want := map[string]string{ // name -> default
 		"StageName": "prod", "Architecture": "arm64", "LogLevel": "info",
 		"Retention": "24h", "Lease": "30s", "ProviderTimeout": "5s", "ProviderSettle": "30s", "WorkerRetryWindow": "6h",
+		"WorkerLookUpHorizon":     "24h",
 		"ReceiptAttempts":         strconv.Itoa(config.DefaultReceiptAttempts),
 		"DeployProviderSimulator": "true", "ProviderUrl": "", "MailUrl": "", "AlarmTopicArn": "", "DynamoDBEndpoint": "", "SQSEndpoint": "",
 	}
@@ -59,7 +60,7 @@ func TestParameters(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"Retention", "Lease", "ProviderTimeout", "WorkerRetryWindow"} {
+	for _, name := range []string{"Retention", "Lease", "ProviderTimeout", "WorkerRetryWindow", "WorkerLookUpHorizon"} {
 		d, err := time.ParseDuration(defaults[name])
 		if err != nil || d <= 0 {
 			t.Errorf("%s Default %q is not a positive Go duration: %v", name, defaults[name], err)

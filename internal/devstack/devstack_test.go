@@ -37,11 +37,19 @@ func testEnv(t *testing.T) map[string]string {
 
 func start(t *testing.T, env map[string]string, out io.Writer) *devstack.Stack {
 	t.Helper()
+	return startWrapped(t, env, out, nil)
+}
+
+// startWrapped starts a stack as start does, the provider simulator's
+// handler wrapped by wrap (devstack.Options.WrapProvider) unless it is nil.
+func startWrapped(t *testing.T, env map[string]string, out io.Writer, wrap func(http.Handler) http.Handler) *devstack.Stack {
+	t.Helper()
 	stack, err := devstack.Start(t.Context(), devstack.Options{
 		Getenv:       func(k string) string { return env[k] },
 		Output:       out,
 		TemplatePath: dynamotest.TemplatePath(t),
 		StateDir:     t.TempDir(),
+		WrapProvider: wrap,
 	})
 	if err != nil {
 		t.Fatalf("Start = %v", err)

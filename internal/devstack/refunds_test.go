@@ -93,16 +93,8 @@ func TestRefundRecoveryMatrix(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				rs, _, err := pc.Refunds(t.Context(), p.ProviderChargeID)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var atProvider int64
-				for _, r := range rs {
-					atProvider += r.Amount
-				}
-				if atProvider != want.refunded || len(rs) > 1 {
-					t.Errorf("the provider refunded %d in %d refunds, want %d in at most one", atProvider, len(rs), want.refunded)
+				if atProvider, n := refunded(t, pc, p.ProviderChargeID); atProvider != want.refunded || n > 1 {
+					t.Errorf("the provider refunded %d in %d refunds, want %d in at most one", atProvider, n, want.refunded)
 				}
 				if p.AmountRefunded != want.refunded || p.Refundable != amount-want.refunded || len(p.Holds) != 0 {
 					t.Errorf("payment: refunded %d, refundable %d, holds %v; want %d, %d, none",
@@ -123,4 +115,18 @@ func TestRefundRecoveryMatrix(t *testing.T) {
 			t.Logf("stack output:\n%s", out.String())
 		}
 	})
+}
+
+// refunded returns the sum and the number of the refunds the provider made
+// of charge.
+func refunded(t *testing.T, pc *provider.Client, charge string) (sum int64, n int) {
+	t.Helper()
+	rs, _, err := pc.Refunds(t.Context(), charge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		sum += r.Amount
+	}
+	return sum, len(rs)
 }

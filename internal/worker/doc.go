@@ -62,17 +62,22 @@
 // record of the charge says: succeeded with it, failed with its failure
 // code, or failed with failure_code provider_unavailable when there is
 // none. A look-up that fails (the provider down, an answer that is not its
-// record) settles nothing: the retrier sends the message back itself, the
-// failed look-ups counted in it, delayed by the same backoff (from
-// RetryBase, up to MaxRetryDelay), and the message succeeds, so that an
-// outage at the window's end does not use up the queue's receives. That
-// ends at the look-up horizon (Config.LookUpHorizon, DefaultLookUpHorizon:
-// 24h after the first look-up was due): a look-up that fails then fails the
-// message. A message that cannot be processed (undecodable, the payments
-// table failing, the look-up failing past the horizon) is a batch item
-// failure: the queue delivers it again and, after its maxReceiveCount,
-// moves it to its dead-letter queue (alarmed), the payment still pending.
-// Messages are handled concurrently.
+// record) settles nothing, and neither does a settle on a look-up's answer
+// that cannot be written (the payments table unavailable): the retrier
+// sends the message back itself, the failures counted in it, delayed by the
+// same backoff (from RetryBase, up to MaxRetryDelay), and the message
+// succeeds, so that an outage at the window's end does not use up the
+// queue's receives; the next one looks the charge up again and settles on
+// that answer (the settle is conditional on the payment being pending, so
+// one written after all makes the next a no-op). That ends at the look-up
+// horizon (Config.LookUpHorizon, ONCE_WORKER_LOOKUP_HORIZON,
+// DefaultLookUpHorizon: 24h after the first look-up was due): a look-up or
+// settle that fails then fails the message. A message that cannot be
+// processed (undecodable, the payments table failing to read it, the
+// look-up or its settle failing past the horizon) is a batch item failure:
+// the queue delivers it again and, after its maxReceiveCount, moves it to
+// its dead-letter queue (alarmed), the payment still pending. Messages are
+// handled concurrently.
 //
 // The stream charges nothing after the window either: a record met once it
 // has ended (a window shorter than the mapping's MaximumRecordAgeInSeconds,

@@ -28,7 +28,9 @@ func Handler(ctx context.Context, cfg config.Config, c queue.Clients, opts app.O
 
 // RetryHandler returns the retrier function's handler: it charges again the
 // payments of cfg.WorkerRetryQueue, as Handler does the stream's, until
-// their retry window (cfg.WorkerRetryWindow) ends.
+// their retry window (cfg.WorkerRetryWindow) ends, then looks their charges
+// up, again while that fails, until the look-up horizon
+// (cfg.WorkerLookUpHorizon).
 func RetryHandler(ctx context.Context, cfg config.Config, c queue.Clients, opts app.Options) (queue.Handler, error) {
 	w, err := build(ctx, cfg, c, opts, "retrier")
 	if err != nil {
@@ -49,13 +51,14 @@ func build(ctx context.Context, cfg config.Config, c queue.Clients, opts app.Opt
 	}
 	opts = opts.WithDefaults(cfg)
 	w, err := New(Config{
-		Charger:     charger,
-		Settler:     payments.NewTable(c.DynamoDB, cfg.Table("PaymentsTable")),
-		Logger:      opts.Logger,
-		Metrics:     opts.Emitter(name),
-		Retries:     retries,
-		RetryWindow: cfg.WorkerRetryWindow,
-		CallTimeout: cfg.ProviderSettle,
+		Charger:       charger,
+		Settler:       payments.NewTable(c.DynamoDB, cfg.Table("PaymentsTable")),
+		Logger:        opts.Logger,
+		Metrics:       opts.Emitter(name),
+		Retries:       retries,
+		RetryWindow:   cfg.WorkerRetryWindow,
+		LookUpHorizon: cfg.WorkerLookUpHorizon,
+		CallTimeout:   cfg.ProviderSettle,
 		// One provider call, and the settle's DynamoDB write with the
 		// SDK's bounded retries.
 		Budget: cfg.ProviderTimeout + 2*time.Second,

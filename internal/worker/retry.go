@@ -29,7 +29,8 @@ const (
 	// DefaultLookUpHorizon is how long after the first look-up of a
 	// payment's charge at the end of its retry window failed look-ups are
 	// made again, the retrier sending the message back itself, before the
-	// message fails and goes to the dead-letter queue (Config.LookUpHorizon).
+	// message fails and goes to the dead-letter queue (Config.LookUpHorizon;
+	// config's ONCE_WORKER_LOOKUP_HORIZON default).
 	DefaultLookUpHorizon = 24 * time.Hour
 	// DefaultCallTimeout is the provider client's default bound on a call.
 	DefaultCallTimeout = 5 * time.Second
@@ -54,7 +55,8 @@ type retryMessage struct {
 	// every attempt provably charged nothing.
 	Unknown time.Time `json:"unknown,omitzero"`
 	// LookUps counts the look-ups of the charge, at the end of the window,
-	// that failed: the message was sent back to look it up again.
+	// that failed, or whose settle could not be written: the message was
+	// sent back to look it up (and settle) again.
 	LookUps int `json:"lookups,omitzero"`
 }
 
@@ -196,7 +198,11 @@ func (w *Worker) retry(ctx context.Context, sm events.SQSMessage) error {
 // once no attempt can be in flight (lookUpAt): an attempt outside m's chain
 // may have charged (a stream invocation that crashed after its charge, a
 // duplicate of the message), whatever m says. A look-up that fails settles
-// nothing (lookUpAgain).
+// nothing, and a settle that cannot be written (payments.ErrUnavailable)
+// after a look-up that succeeded is not retried here: both send m back to
+// look up and settle again (lookUpAgain). The settle is conditional on p
+// being pending, so a repeat of one that was written after all is a no-op
+// (the retry finds p settled).
 func (w *Worker) giveUp(ctx context.Context, log *slog.Logger, p payments.Payment, m retryMessage) error {
 	if at := w.lookUpAt(p, m); w.now().Before(at) {
 		delay := at.Sub(w.now())
@@ -227,7 +233,12 @@ func (w *Worker) giveUp(ctx context.Context, log *slog.Logger, p payments.Paymen
 		return w.lookUpAgain(ctx, log, p, m, fmt.Errorf("worker: look up the charge of payment %s: charge %q has status %q", p.ID, ch.ID, ch.Status))
 	}
 	res, err := w.settle(ctx, p, s)
-	if err != nil {
+	switch {
+	case errors.Is(err, payments.ErrUnavailable):
+		// The answer is the provider's, and stays so: looked up again
+		// next time, and settled then, as a failed look-up is.
+		return w.lookUpAgain(ctx, log, p, m, err)
+	case err != nil:
 		log.Warn("worker: retry", "outcome", outcomeError, "err", err)
 		return err
 	}
@@ -236,7 +247,8 @@ func (w *Worker) giveUp(ctx context.Context, log *slog.Logger, p payments.Paymen
 }
 
 // lookUpAgain handles a look-up of p's charge that failed with err (the
-// provider down, an answer that is not its record), settling nothing.
+// provider down, an answer that is not its record), or a settle on its
+// answer that could not be written (the payments table unavailable).
 // Before the look-up horizon (LookUpHorizon after lookUpAt) it sends m back
 // itself, one more look-up counted, due after the backoff of its look-ups
 // (from RetryBase, at most MaxRetryDelay, and no later than the horizon),

@@ -758,22 +758,29 @@ func (e *retryEnv) failedLookUps(t *testing.T, id string) int {
 	return n
 }
 
-// TestGivingUpOutlastsAnOutage: the provider's look-ups answer 503 at the
-// end of the payment's retry window and for a few seconds after; the
-// retrier sends the message back itself, with a backoff, and looks the
-// charge up again until the provider answers. The payment ends settled as
-// the provider's record says (succeeded with the charge an earlier delivery
-// made, failed provider_unavailable with none), no message ever fails (none
-// would reach the dead-letter queue), and nothing is charged after the
-// window. The retry queue's delays are real.
+// TestGivingUpOutlastsAnOutage: at the end of the payment's retry window,
+// and for a few seconds after, the provider's look-ups answer 503, or the
+// look-up succeeds and the settle on its answer cannot be written (the
+// payments table unreachable). Either way the retrier sends the message
+// back itself, with a backoff, one more look-up counted, and looks the
+// charge up (and settles) again until the outage ends. The payment ends
+// settled once, as the provider's record says (succeeded with the charge an
+// earlier delivery made, failed provider_unavailable with none), no message
+// ever fails (none would reach the dead-letter queue), and nothing is
+// charged after the window. The retry queue's delays are real.
 func TestGivingUpOutlastsAnOutage(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		charged bool
+		// settles: the settle cannot be written, rather than the look-up
+		// made.
+		settles bool
 	}{
-		{"charged", true},
-		{"not charged", false},
+		{"look-ups down, charged", true, false},
+		{"look-ups down, not charged", false, false},
+		{"settles down, charged", true, true},
+		{"settles down, not charged", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -783,17 +790,23 @@ func TestGivingUpOutlastsAnOutage(t *testing.T) {
 			if tc.charged {
 				ch = e.charge(t, p)
 			}
-			e.lookupsDown.Store(true)
+			table, settles := e.settlesThrough(t)
+			down, tried := &e.lookupsDown, func() bool { return e.failedLookUps(t, p.ID) >= 3 }
+			if tc.settles {
+				down, tried = &settles.down, func() bool { return settles.failed.Load() >= 3 }
+			}
+			down.Store(true)
 			offset := p.Created.Add(retryWindow + providerTimeout).Sub(time.Now())
 			w := e.worker_(t, sqstest.Sender(t, e.sqs, e.url), func(c *worker.Config) {
+				c.Settler = table
 				c.Now = func() time.Time { return time.Now().Add(offset) }
 			})
 			e.retryNow(t, w, p, retryMessage{Attempt: 9})
-			failed, _ := e.drain(t, w, 30*time.Second, func() bool { return e.failedLookUps(t, p.ID) >= 3 })
+			failed, _ := e.drain(t, w, 30*time.Second, tried)
 			if got := e.get(t, p); got.Status != payments.StatusPending {
 				t.Fatalf("payment = %s %q during the outage, want pending", got.Status, got.FailureCode)
 			}
-			e.lookupsDown.Store(false)
+			down.Store(false)
 			f, _ := e.drain(t, w, 30*time.Second, func() bool { return e.get(t, p).Status != payments.StatusPending })
 			if failed += f; failed != 0 {
 				t.Errorf("%d messages failed, want none: each would count towards the dead-letter queue", failed)
@@ -809,6 +822,12 @@ func TestGivingUpOutlastsAnOutage(t *testing.T) {
 			}
 			if n := e.charges(t, p); n != wantCharges {
 				t.Errorf("provider charges = %d, want %d", n, wantCharges)
+			}
+			if n := settles.written.Load(); n != 1 {
+				t.Errorf("settles written = %d, want 1", n)
+			}
+			if counts := e.counts(t); counts[worker.MetricCharged]+counts[worker.MetricFailed] != 1 {
+				t.Errorf("settlements counted = %v, want 1", counts)
 			}
 			if visible, inFlight, delayed := sqstest.Counts(t, e.sqs, e.url); visible+inFlight+delayed != "000" {
 				t.Errorf("retry queue holds %s visible, %s in flight, %s delayed; want none", visible, inFlight, delayed)

@@ -1,0 +1,104 @@
+package worker_test
+
+import (
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncehq/once/internal/payments"
+	"github.com/oncehq/once/internal/provider/simulator"
+	"github.com/oncehq/once/internal/sqstest"
+	"github.com/oncehq/once/internal/worker"
+)
+
+// settleWrites is an HTTP client for the DynamoDB SDK in front of DynamoDB
+// Local that, while down is set, fails every UpdateItem (the payments
+// table's only one is the settle) before it is sent, as a connection reset
+// would; it counts the UpdateItems failed so and those DynamoDB answered 200
+// (a settle written).
+type settleWrites struct {
+	next interface {
+		Do(*http.Request) (*http.Response, error)
+	}
+	down            atomic.Bool
+	failed, written atomic.Int64
+}
+
+func (s *settleWrites) Do(r *http.Request) (*http.Response, error) {
+	settle := r.Header.Get("X-Amz-Target") == "DynamoDB_20120810.UpdateItem"
+	if settle && s.down.Load() {
+		s.failed.Add(1)
+		return nil, errors.New("injected: connection reset while settling")
+	}
+	resp, err := s.next.Do(r)
+	if settle && err == nil && resp.StatusCode == http.StatusOK {
+		s.written.Add(1)
+	}
+	return resp, err
+}
+
+// settlesThrough returns a payments table on e's whose settles go through
+// a new settleWrites, and that settleWrites.
+func (e *retryEnv) settlesThrough(t *testing.T) (*payments.Table, *settleWrites) {
+	t.Helper()
+	s := &settleWrites{}
+	db := dynamodb.New(e.db.Options(), func(o *dynamodb.Options) {
+		s.next = o.HTTPClient
+		o.HTTPClient = s
+		o.RetryMaxAttempts = 1
+	})
+	return payments.NewTable(db, e.names.ByLogicalID["PaymentsTable"]), s
+}
+
+// TestGivingUpSettleFailureEndsAtTheHorizon: a settle that cannot be
+// written after a successful look-up is sent back only before the look-up
+// horizon, as a failed look-up is: at the horizon it fails the message,
+// which in AWS goes on to the dead-letter queue (alarmed), the payment
+// still pending; before it, it is sent back with one more look-up counted.
+func TestGivingUpSettleFailureEndsAtTheHorizon(t *testing.T) {
+	t.Parallel()
+	e := newRetryEnv(t)
+	table, settles := e.settlesThrough(t)
+	settles.down.Store(true)
+	w := e.worker_(t, sqstest.Sender(t, e.sqs, e.url), func(c *worker.Config) { c.Settler = table })
+	for _, tc := range []struct {
+		name       string
+		after      time.Duration // the clock, after the first look-up was due
+		wantFailed bool
+	}{
+		{name: "before the horizon", after: time.Hour},
+		{name: "the horizon reached", after: worker.DefaultLookUpHorizon, wantFailed: true},
+	} {
+		p := e.pay(t, simulator.TokenVisa)
+		e.charge(t, p)
+		e.now = p.Created.Add(retryWindow + providerTimeout + tc.after)
+		body := `{"tenant":"` + p.Tenant + `","payment":"` + p.ID + `","attempt":9,"lookups":1}`
+		resp, err := w.HandleRetries(t.Context(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m", Body: body}}})
+		var want []events.SQSBatchItemFailure
+		if tc.wantFailed {
+			want = []events.SQSBatchItemFailure{{ItemIdentifier: "m"}}
+		}
+		if diff := cmp.Diff(want, resp.BatchItemFailures); err != nil || diff != "" {
+			t.Errorf("%s: HandleRetries() error %v, batch item failures (-want +got):\n%s", tc.name, err, diff)
+		}
+		if got := e.get(t, p); got.Status != payments.StatusPending {
+			t.Errorf("%s: payment = %s, want pending", tc.name, got.Status)
+		}
+		var wantSent []retryMessage
+		if !tc.wantFailed {
+			wantSent = []retryMessage{{Tenant: p.Tenant, Payment: p.ID, Attempt: 9, LookUps: 2}}
+		}
+		if diff := cmp.Diff(wantSent, e.sent(t, 5*time.Second)); diff != "" {
+			t.Errorf("%s: sent back (-want +got):\n%s", tc.name, diff)
+		}
+	}
+	if n := settles.written.Load(); n != 0 || settles.failed.Load() != 2 {
+		t.Errorf("settles written = %d, failed = %d; want 0 and 2", n, settles.failed.Load())
+	}
+}
