@@ -3,8 +3,11 @@ package dynamo
 import (
 	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/oncehq/once/idempotency"
 )
@@ -41,9 +44,52 @@ var (
 	// payload_too_large, and nothing is written.
 	ErrRequestTooLarge = fmt.Errorf("dynamo: the request is too large to keep in its record: %w", idempotency.ErrBodyTooLarge)
 	// ErrDataTooLarge is returned (wrapped) by a write whose recovery
-	// point's data is larger than MaxData; nothing is written.
+	// point's data is larger than MaxData, or would make the record's item
+	// larger than DynamoDB's 400 KB; nothing is written.
 	ErrDataTooLarge = errors.New("dynamo: the recovery point's data is too large to keep in its record")
+	// ErrItemTooLarge is returned (wrapped) by a write that DynamoDB
+	// refused because an effect would make the item it writes larger than
+	// 400 KB: what an Update makes of the item it changes is known to
+	// DynamoDB only, so the store cannot refuse it beforehand. Nothing is
+	// written. It matches idempotency.ErrResponseTooLarge: the write is one
+	// the store can never make, and the middleware answers it as it answers
+	// a write over the transaction's limits (500 response_too_large, the key
+	// released, or an External record completed with that problem and
+	// without the effects).
+	ErrItemTooLarge = fmt.Errorf("dynamo: an effect would make its item too large for DynamoDB (over 400 KB): %w", idempotency.ErrResponseTooLarge)
 )
+
+// itemSizeExceeded is what DynamoDB's message says when a write would
+// make an item larger than 400 KB: "Item size has exceeded the maximum
+// allowed size" (PutItem) or "Item size to update has exceeded the maximum
+// allowed size" (UpdateItem, and a transaction's ValidationError
+// cancellation reason), as DynamoDB and DynamoDB Local word it.
+const itemSizeExceeded = "exceeded the maximum allowed size"
+
+// itemTooLarge reports whether err is DynamoDB's refusal of a write that
+// would make an item larger than 400 KB: a ValidationException, or in a
+// transaction a ValidationError cancellation reason. It returns the
+// position of the item refused in its transaction (0 for a single write)
+// and DynamoDB's message.
+func itemTooLarge(err error) (int, string, bool) {
+	tooLarge := func(msg string) bool {
+		return strings.Contains(msg, "Item size") && strings.Contains(msg, itemSizeExceeded)
+	}
+	var canceled *types.TransactionCanceledException
+	if errors.As(err, &canceled) {
+		for i, r := range canceled.CancellationReasons {
+			if aws.ToString(r.Code) == reasonValidationError && tooLarge(aws.ToString(r.Message)) {
+				return i, aws.ToString(r.Message), true
+			}
+		}
+		return 0, "", false
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) && api.ErrorCode() == "ValidationException" && tooLarge(api.ErrorMessage()) {
+		return 0, api.ErrorMessage(), true
+	}
+	return 0, "", false
+}
 
 // checkRecord refuses a record whose request or data the store does not
 // keep.
@@ -68,8 +114,8 @@ func checkData(data map[string]string) error {
 // checkTransaction refuses a transaction over DynamoDB's limits with
 // ErrTooLarge. The size of a Put is its item's; of an Update, Delete or
 // Check the key and values it sends (what an Update makes of the item it
-// changes is known to DynamoDB only, which still refuses such a
-// transaction itself).
+// changes is known to DynamoDB only, which refuses an item grown past 400
+// KB itself: ErrItemTooLarge).
 func checkTransaction(items []types.TransactWriteItem) error {
 	if len(items) > maxTransactItems {
 		return fmt.Errorf("%w: the write is %d items with the effects, over %d", ErrTooLarge, len(items), maxTransactItems)

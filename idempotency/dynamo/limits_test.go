@@ -151,13 +151,58 @@ func TestRecordItemBounds(t *testing.T) {
 	})
 }
 
+// grown is an item of 300 KB that growth, an Update effect, makes larger
+// than DynamoDB's 400 KB: DynamoDB alone can refuse it.
+func grown(t *testing.T, client *dynamodb.Client, table, pk string) dynamo.Update {
+	t.Helper()
+	if _, err := client.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: &table, Item: map[string]types.AttributeValue{
+		"pk":   &types.AttributeValueMemberS{Value: pk},
+		"blob": &types.AttributeValueMemberB{Value: randomBytes(t, 300_000)},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	return dynamo.Update{
+		Table: table, Key: map[string]any{"pk": pk},
+		Update: "SET #more = :more", Names: map[string]string{"#more": "more"},
+		Values: map[string]any{":more": randomBytes(t, 200_000)},
+	}
+}
+
+// TestItemGrownTooLarge: an Update effect that would make its item larger
+// than 400 KB, which DynamoDB refuses (DynamoDB Local too: a
+// TransactionCanceledException whose reason is a ValidationError, "Item
+// size to update has exceeded the maximum allowed size"), fails the write
+// with ErrItemTooLarge, naming the effect, which matches
+// idempotency.ErrResponseTooLarge; nothing is written.
+func TestItemGrownTooLarge(t *testing.T) {
+	store, client, names := newStore(t)
+	payments := names.ByLogicalID["PaymentsTable"]
+	k := idempotency.NewKey("acme", t.Name())
+	update := grown(t, client, payments, k.ID()+"#grown")
+	effects := []idempotency.Effect{dynamo.Insert(payments, "pk", map[string]string{"pk": k.ID() + "#new"}), update}
+	err := store.Commit(t.Context(), completedRecord(k, "", time.Now().Add(time.Hour)), effects, time.Now())
+	if !errors.Is(err, dynamo.ErrItemTooLarge) || !errors.Is(err, idempotency.ErrResponseTooLarge) || !strings.Contains(err.Error(), "effect 1 on "+payments) {
+		t.Errorf("Commit(an update growing its item past 400 KB) = %v, want ErrItemTooLarge (ErrResponseTooLarge) naming effect 1", err)
+	}
+	if _, err := store.Get(t.Context(), k); !errors.Is(err, idempotency.ErrNotFound) {
+		t.Errorf("record: %v, want none", err)
+	}
+	if dynamotest.Exists(t, client, payments, k.ID()+"#new") {
+		t.Error("the other effect was written, want nothing")
+	}
+	if _, ok := dynamotest.Item(t, client, payments, k.ID()+"#grown")["more"]; ok {
+		t.Error("the item grew, want it unchanged")
+	}
+}
+
 // TestTooLargeWrite: through the middleware, a write over DynamoDB's
-// transaction limits answers as "Large answers" says, never 500
-// internal_error, and leaves no key open: Atomic commits nothing; External
-// completes the record with the 500 response_too_large problem, with the
-// effects when they fit without the answer, and without them when they
-// alone are over the limits (they can never be written, and the key must
-// end).
+// limits (a transaction's, or an item an Update effect grows past 400 KB)
+// answers as "Large answers" says, never 500 internal_error, and leaves no
+// key open: Atomic commits nothing; Leased releases its reservation, so
+// that a retry executes again; External completes the record with the 500
+// response_too_large problem, with the effects when they fit without the
+// answer, and without them when they alone are over the limits (they can
+// never be written, and the key must end).
 func TestTooLargeWrite(t *testing.T) {
 	store, client, names := newStore(t)
 	mw := newMiddleware(t, store)
@@ -166,13 +211,17 @@ func TestTooLargeWrite(t *testing.T) {
 	tests := []struct {
 		name        string
 		mode        idempotency.Mode
-		effects     int // of 340 KB each
+		effects     int  // of 340 KB each
+		grow        bool // an Update effect growing an item past 400 KB instead, the answer small
 		wantRecord  bool
 		wantEffects bool
 	}{
-		{"atomic, answer and effects", idempotency.Atomic, 10, false, false},
-		{"external, answer and effects", idempotency.External, 10, true, true},
-		{"external, effects alone", idempotency.External, 13, true, false},
+		{name: "atomic, answer and effects", mode: idempotency.Atomic, effects: 10},
+		{name: "external, answer and effects", mode: idempotency.External, effects: 10, wantRecord: true, wantEffects: true},
+		{name: "external, effects alone", mode: idempotency.External, effects: 13, wantRecord: true},
+		{name: "atomic, an item grown too large", mode: idempotency.Atomic, grow: true},
+		{name: "leased, an item grown too large", mode: idempotency.Leased, grow: true},
+		{name: "external, an item grown too large", mode: idempotency.External, grow: true, wantRecord: true},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -182,10 +231,16 @@ func TestTooLargeWrite(t *testing.T) {
 				if !ok {
 					return
 				}
+				w.WriteHeader(http.StatusCreated)
+				if tt.grow {
+					call.AddEffect(dynamo.Insert(payments, "pk", map[string]string{"pk": key.ID() + "#0"}))
+					call.AddEffect(grown(t, client, payments, key.ID()+"#grown"))
+					w.Write([]byte(`{"id":"small"}`))
+					return
+				}
 				for _, e := range blobs(t, payments, key.ID(), tt.effects, 340_000) {
 					call.AddEffect(e)
 				}
-				w.WriteHeader(http.StatusCreated)
 				w.Write(oneMiB)
 			})
 			route := fmt.Sprintf("POST /v1/large/%d", i)
@@ -212,6 +267,11 @@ func TestTooLargeWrite(t *testing.T) {
 			}
 			if got := dynamotest.Exists(t, client, payments, key.ID()+"#0"); got != tt.wantEffects {
 				t.Errorf("effects written: %v, want %v", got, tt.wantEffects)
+			}
+			if tt.grow {
+				if _, got := dynamotest.Item(t, client, payments, key.ID()+"#grown")["more"]; got {
+					t.Error("the item grew past 400 KB, want it unchanged")
+				}
 			}
 		})
 	}
