@@ -636,7 +636,10 @@ func (c *Call) AddEffect(e Effect) { c.effects = append(c.effects, e) }
 
 // AddReleaseEffect adds a write to be committed if the reservation is
 // released instead (the handler answers 5xx: nothing happened), undoing what
-// Begin's holds took. Only External mode has holds to undo.
+// Begin's holds took. Only External mode has holds to undo. Release effects
+// that no write of the store can carry are not written at all: the request
+// answers 500 response_too_large, and the key is released without them
+// (Leased) or completed with that problem, the holds kept (External).
 func (c *Call) AddReleaseEffect(e Effect) { c.releaseEffects = append(c.releaseEffects, e) }
 
 // Unknown declares the outcome ambiguous (an external call timed out after it
@@ -734,15 +737,53 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 		}
 		rec.flush(w)
 	case rec.status >= 500:
-		err := c.timed(func() error { return c.m.cfg.Store.Release(ctx, c.key, c.rec.LeaseToken, c.releaseEffects) })
+		c.release(ctx, w, r, rec, now)
+	default:
+		c.complete(ctx, w, r, rec, now)
+	}
+}
+
+// release gives the reservation of a request that answered 5xx (nothing
+// happened) up, with its release effects, and sends the answer. Release
+// effects that no write of the store can carry (ErrResponseTooLarge: over
+// its limits on one write, or growing an item past them) must neither keep
+// the key reserved until its lease runs out nor be half-written: none is
+// written, the key ends all the same, and the client gets the
+// response_too_large problem, the observation saying what was not written.
+// Leased mode, which holds nothing, releases the key without them, so that
+// a retry executes again. External mode's release effects give the holds
+// back; releasing without them would let a retry take the holds a second
+// time, so the record is completed with that problem instead, the holds
+// kept, as a completion whose effects alone are too large is. ctx is the
+// writes' context.
+func (c *Call) release(ctx context.Context, w http.ResponseWriter, r *http.Request, rec *recorder, now time.Time) {
+	err := c.timed(func() error { return c.m.cfg.Store.Release(ctx, c.key, c.rec.LeaseToken, c.releaseEffects) })
+	if !errors.Is(err, ErrResponseTooLarge) {
 		c.obs.Outcome = OutcomeReleased
 		if err != nil {
 			c.obs.Err = err.Error()
 		}
 		rec.flush(w)
-	default:
-		c.complete(ctx, w, r, rec, now)
+		return
 	}
+	c.obs.Err = err.Error() + "; the release effects alone are too large for the store: "
+	if c.mode == External {
+		c.obs.Err += "the response_too_large problem recorded without them (the holds kept); they are not written"
+		small := c.render(r, ErrResponseTooLarge)
+		done := c.completed(&small, now)
+		err = c.timed(func() error { return c.m.cfg.Store.Complete(ctx, done, c.rec.LeaseToken, nil) })
+		if err == nil {
+			c.m.cfg.Cache.put(done)
+		}
+	} else {
+		c.obs.Err += "released without them; they are not written"
+		err = c.timed(func() error { return c.m.cfg.Store.Release(ctx, c.key, c.rec.LeaseToken, nil) })
+	}
+	if err != nil {
+		c.obs.Err += "; then: " + err.Error()
+	}
+	c.decide(OutcomeStoreError, c.errorAnswer(r, ErrResponseTooLarge))
+	c.answer(w)
 }
 
 // detach returns the context of the writes made once the handler has

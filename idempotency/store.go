@@ -107,7 +107,9 @@ var (
 	// to keep (500, logged): it is never sent. Atomic and Leased requests
 	// commit nothing (a Leased reservation is released); an External
 	// request, which has called out, is completed with this problem as its
-	// final answer, the one 5xx stored.
+	// final answer, the one 5xx stored. A store returns it (wrapped) for
+	// any write it can never make, the answer with the effects, or the
+	// effects alone (a release's included: see Call.AddReleaseEffect).
 	ErrResponseTooLarge = problem.New(http.StatusInternalServerError, "response_too_large", "Response too large",
 		"The answer to this request is too large to be stored, so it cannot be sent. Retrying will not help.").Logged()
 	// ErrNotFound: no record for the key (a store result, not an answer).

@@ -188,13 +188,7 @@ func TestWritesAfterHandlerOutliveRequest(t *testing.T) {
 				w.WriteHeader(http.StatusCreated)
 				io.WriteString(w, `{"id":"done"}`)
 			})
-			route := "POST /"
-			var h http.Handler
-			if tt.mode == idempotency.External {
-				h = mw.External(route, handler, unresolved(t))
-			} else {
-				h = mw.Wrap(tt.mode, route, handler)
-			}
+			h := wrap(t, mw, tt.mode, "POST /", handler)
 			l.leave(h, t.Name())
 
 			rec, err := store.Get(t.Context(), key)

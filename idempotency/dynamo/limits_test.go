@@ -243,13 +243,7 @@ func TestTooLargeWrite(t *testing.T) {
 				}
 				w.Write(oneMiB)
 			})
-			route := fmt.Sprintf("POST /v1/large/%d", i)
-			var h http.Handler
-			if tt.mode == idempotency.External {
-				h = mw.External(route, handler, unresolved(t))
-			} else {
-				h = mw.Wrap(tt.mode, route, handler)
-			}
+			h := wrap(t, mw, tt.mode, fmt.Sprintf("POST /v1/large/%d", i), handler)
 			w, obs := post(h, t.Name(), `{}`)
 			if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), `"code":"response_too_large"`) {
 				t.Errorf("answer = %d %.200s, want 500 response_too_large", w.Code, w.Body)
@@ -368,5 +362,86 @@ func TestRequestTooLargeToKeep(t *testing.T) {
 	}
 	if _, err := store.Get(t.Context(), idempotency.NewKey("acme", "large-request")); !errors.Is(err, idempotency.ErrNotFound) {
 		t.Errorf("record: %v, want none", err)
+	}
+}
+
+// TestTooLargeRelease: a request that answers 5xx gives its reservation up
+// with its release effects; release effects no write of the store can
+// carry (over the transaction's limits, or growing an item past 400 KB)
+// must neither keep the key reserved until its lease runs out nor be
+// half-written. None is written; the client gets 500 response_too_large,
+// the observation (the log line, reserve_store_error) says what was not
+// written, and the key ends: Leased, which holds nothing, releases it
+// without them, so a retry executes again; External, whose release effects
+// give its holds back, completes it with that problem (a retry replays
+// it), so that no retry takes the holds a second time.
+func TestTooLargeRelease(t *testing.T) {
+	store, client, names := newStore(t)
+	mw := newMiddleware(t, store)
+	payments := names.ByLogicalID["PaymentsTable"]
+	tests := []struct {
+		name      string
+		mode      idempotency.Mode
+		grow      bool // an Update growing an item past 400 KB, else effects over 4 MB
+		wantRetry int
+	}{
+		{name: "leased, effects over 4 MB", mode: idempotency.Leased, wantRetry: http.StatusCreated},
+		{name: "leased, an item grown too large", mode: idempotency.Leased, grow: true, wantRetry: http.StatusCreated},
+		{name: "external, effects over 4 MB", mode: idempotency.External, wantRetry: http.StatusInternalServerError},
+		{name: "external, an item grown too large", mode: idempotency.External, grow: true, wantRetry: http.StatusInternalServerError},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := idempotency.NewKey("acme", t.Name())
+			var runs atomic.Int32
+			handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				call, ok := idempotency.Begin(w, r)
+				if !ok {
+					return
+				}
+				if runs.Add(1) > 1 {
+					w.WriteHeader(http.StatusCreated)
+					return
+				}
+				if tt.grow {
+					call.AddReleaseEffect(dynamo.Insert(payments, "pk", map[string]string{"pk": key.ID() + "#0"}))
+					call.AddReleaseEffect(grown(t, client, payments, key.ID()+"#grown"))
+				} else {
+					for _, e := range blobs(t, payments, key.ID(), 13, 340_000) {
+						call.AddReleaseEffect(e)
+					}
+				}
+				w.WriteHeader(http.StatusServiceUnavailable)
+			})
+			h := wrap(t, mw, tt.mode, fmt.Sprintf("POST /v1/release/%d", i), handler)
+			w, obs := post(h, t.Name(), `{}`)
+			if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), `"code":"response_too_large"`) ||
+				w.Header().Get("Content-Type") != "application/problem+json" {
+				t.Errorf("answer = %d %s %.200s, want 500 response_too_large (application/problem+json)", w.Code, w.Header().Get("Content-Type"), w.Body)
+			}
+			if obs.Outcome != idempotency.OutcomeStoreError || !strings.Contains(obs.Err, "release effects") || !strings.Contains(obs.Err, "not written") {
+				t.Errorf("observation: outcome %s, err %q; want store_error saying the release effects were not written", obs.Outcome, obs.Err)
+			}
+			rec, err := store.Get(t.Context(), key)
+			switch {
+			case tt.mode == idempotency.Leased && !errors.Is(err, idempotency.ErrNotFound):
+				t.Errorf("record: %s (err %v), want none (released)", rec.Status, err)
+			case tt.mode == idempotency.External && (err != nil || rec.Status != idempotency.StatusCompleted || rec.Response == nil ||
+				rec.Response.Status != http.StatusInternalServerError || string(rec.Response.Body) != w.Body.String()):
+				t.Errorf("record: %s (err %v), want COMPLETED with the 500 sent", rec.Status, err)
+			}
+			if dynamotest.Exists(t, client, payments, key.ID()+"#0") {
+				t.Error("a release effect was written, want none")
+			}
+			if tt.grow {
+				if _, got := dynamotest.Item(t, client, payments, key.ID()+"#grown")["more"]; got {
+					t.Error("the item grew past 400 KB, want it unchanged")
+				}
+			}
+			again, _ := post(h, t.Name(), `{}`)
+			if again.Code != tt.wantRetry {
+				t.Errorf("retry = %d %.200s, want %d", again.Code, again.Body, tt.wantRetry)
+			}
+		})
 	}
 }
