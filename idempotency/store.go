@@ -67,6 +67,14 @@ type Progress struct {
 	Point string
 	// Data is everything the phases so far recorded (not only the last one's).
 	Data map[string]string
+	// Added is the part of Data this step gives (the data passed to
+	// Steps.Advance): keys it adds, or whose values it changes. The rest of
+	// Data is carried forward from the record as it stands, and nil Added
+	// (a take-over, a pause: the lease moves alone) carries all of it. A
+	// store that bounds the data it keeps checks what a step adds, never
+	// what earlier phases (or an earlier version) recorded, so that a
+	// record holding more than the bound can still be resumed.
+	Added map[string]string
 	// LeaseToken is the lease token from now on (a new one when the lease is
 	// taken over or given up).
 	LeaseToken string

@@ -31,9 +31,15 @@ const (
 	// small answer it leaves the record's item within 400 KB, so that a
 	// record can always be completed with the response_too_large problem.
 	MaxRequest = 300_000
-	// MaxData bounds a multi-step request's recorded data
-	// (Progress.Data, Record.Data: keys and values): Advance refuses more
-	// with ErrDataTooLarge.
+	// MaxData bounds a multi-step request's recorded data (Record.Data:
+	// keys and values): Reserve refuses more with ErrDataTooLarge, and so
+	// does Advance for a step (Progress.Added) that adds more, or takes
+	// data within the bound past it. Data a record already holds past it
+	// (written before the bound, or by another writer) is carried forward
+	// as it stands and never checked again: a take-over or a pause moves
+	// the lease whatever it holds, and a step is checked on what it adds,
+	// DynamoDB's 400 KB on the record's item being the last bound (its
+	// refusal is ErrDataTooLarge too, nothing written).
 	MaxData = 64 << 10
 )
 
@@ -91,8 +97,8 @@ func itemTooLarge(err error) (int, string, bool) {
 	return 0, "", false
 }
 
-// checkRecord refuses a record whose request or data the store does not
-// keep.
+// checkRecord refuses a reservation whose request or data the store does
+// not keep.
 func checkRecord(rec idempotency.Record) error {
 	if len(rec.Request) > MaxRequest {
 		return fmt.Errorf("%w: %d bytes, over %d", ErrRequestTooLarge, len(rec.Request), MaxRequest)
@@ -101,14 +107,38 @@ func checkRecord(rec idempotency.Record) error {
 }
 
 func checkData(data map[string]string) error {
+	if n := dataSize(data); n > MaxData {
+		return fmt.Errorf("%w: %d bytes, over %d", ErrDataTooLarge, n, MaxData)
+	}
+	return nil
+}
+
+// checkProgress refuses a step that adds more data than MaxData, or that
+// takes data within MaxData past it; what the record carries forward
+// beyond the bound is not the step's (see MaxData).
+func checkProgress(p idempotency.Progress) error {
+	if err := checkData(p.Added); err != nil {
+		return err
+	}
+	total, carried := 0, 0
+	for k, v := range p.Data {
+		total += len(k) + len(v)
+		if _, added := p.Added[k]; !added {
+			carried += len(k) + len(v)
+		}
+	}
+	if total > MaxData && carried <= MaxData {
+		return fmt.Errorf("%w: %d bytes with the step's, over %d", ErrDataTooLarge, total, MaxData)
+	}
+	return nil
+}
+
+func dataSize(data map[string]string) int {
 	n := 0
 	for k, v := range data {
 		n += len(k) + len(v)
 	}
-	if n > MaxData {
-		return fmt.Errorf("%w: %d bytes, over %d", ErrDataTooLarge, n, MaxData)
-	}
-	return nil
+	return n
 }
 
 // checkTransaction refuses a transaction over DynamoDB's limits with

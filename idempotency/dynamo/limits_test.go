@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
@@ -137,14 +139,16 @@ func TestRecordItemBounds(t *testing.T) {
 		if err := store.Reserve(ctx, rec, nil, now); err != nil {
 			t.Fatal(err)
 		}
-		p := idempotency.Progress{Point: "one", Data: map[string]string{"note": big}, LeaseToken: "lease", ExpiresAt: now.Add(time.Minute), UpdatedAt: now}
+		note := map[string]string{"note": big[:dynamo.MaxData]}
+		p := idempotency.Progress{Point: "one", Data: note, Added: note, LeaseToken: "lease", ExpiresAt: now.Add(time.Minute), UpdatedAt: now}
 		if err := store.Advance(ctx, k, "lease", p, nil); !errors.Is(err, dynamo.ErrDataTooLarge) {
-			t.Errorf("Advance(data of %d bytes) = %v, want ErrDataTooLarge", len(big), err)
+			t.Errorf("Advance(data of %d bytes) = %v, want ErrDataTooLarge", dynamo.MaxData+4, err)
 		}
 		if got, err := store.Get(ctx, k); err != nil || got.Point != "" {
 			t.Errorf("Get() = point %q, %v; want the reservation unchanged", got.Point, err)
 		}
-		p.Data = map[string]string{"note": big[:dynamo.MaxData-4]}
+		note = map[string]string{"note": big[:dynamo.MaxData-4]}
+		p.Data, p.Added = note, note
 		if err := store.Advance(ctx, k, "lease", p, nil); err != nil {
 			t.Errorf("Advance(data of MaxData bytes) = %v, want nil", err)
 		}
@@ -443,5 +447,123 @@ func TestTooLargeRelease(t *testing.T) {
 				t.Errorf("retry = %d %.200s, want %d", again.Code, again.Body, tt.wantRetry)
 			}
 		})
+	}
+}
+
+// carrying writes, directly as an older version or another writer could
+// have, the External reservation of key at recovery point "charged" whose
+// data is past MaxData (legacy bytes of it, and a charge), its lease
+// "dead" run out.
+func carrying(t *testing.T, client *dynamodb.Client, table string, key idempotency.Key, fingerprint string, legacy int) idempotency.Record {
+	t.Helper()
+	past := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	rec := idempotency.Record{
+		Key: key, Status: idempotency.StatusInProgress, Route: "POST /v1/orders", Fingerprint: fingerprint, External: true,
+		LeaseToken: "dead", ExpiresAt: past, Request: []byte(`{}`), Point: "charged",
+		Data:      map[string]string{"charge": "ch_1", "legacy": strings.Repeat("x", legacy)},
+		CreatedAt: past.Add(-time.Minute), UpdatedAt: past.Add(-time.Minute),
+	}
+	if _, err := client.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: &table, Item: dynamo.ItemFromRecord(rec)}); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// TestCarriedData: data a record already holds past MaxData is carried
+// forward, never the reason a step fails: a take-over or a pause (the lease
+// alone) and a step that adds a little succeed; a step that adds more than
+// MaxData, or would make the record's item larger than DynamoDB's 400 KB
+// (which DynamoDB refuses: a single UpdateItem, or a transaction with
+// effects), fails with ErrDataTooLarge and writes nothing.
+func TestCarriedData(t *testing.T) {
+	store, client, names := newStore(t)
+	records, payments := names.ByLogicalID["IdempotencyTable"], names.ByLogicalID["PaymentsTable"]
+	now := time.Now()
+	tests := []struct {
+		name    string
+		legacy  int // bytes carried
+		point   string
+		added   map[string]string
+		effects bool
+		wantErr bool
+	}{
+		{name: "take-over", legacy: 100_000, point: "charged"},
+		{name: "take-over, nearly 400 KB carried", legacy: 390_000, point: "charged"},
+		{name: "a step adding a little", legacy: 100_000, point: "shipped", added: map[string]string{"ship": "sh_1"}},
+		{name: "a step adding a little, with effects", legacy: 100_000, point: "shipped", added: map[string]string{"ship": "sh_1"}, effects: true},
+		{name: "a step adding over MaxData", legacy: 100_000, point: "shipped", added: map[string]string{"note": strings.Repeat("y", dynamo.MaxData+1)}, wantErr: true},
+		{name: "a step past 400 KB", legacy: 360_000, point: "shipped", added: map[string]string{"note": strings.Repeat("y", 60_000)}, wantErr: true},
+		{name: "a step past 400 KB, with effects", legacy: 360_000, point: "shipped", added: map[string]string{"note": strings.Repeat("y", 60_000)}, effects: true, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := idempotency.NewKey("acme", t.Name())
+			rec := carrying(t, client, records, k, "f", tt.legacy)
+			data := maps.Clone(rec.Data)
+			maps.Copy(data, tt.added)
+			p := idempotency.Progress{From: rec.Point, Point: tt.point, Data: data, Added: tt.added, LeaseToken: "next", ExpiresAt: now.Add(time.Minute), UpdatedAt: now}
+			var effects []idempotency.Effect
+			if tt.effects {
+				effects = append(effects, dynamo.Insert(payments, "pk", map[string]string{"pk": k.ID()}))
+			}
+			err := store.Advance(t.Context(), k, rec.LeaseToken, p, effects)
+			if tt.wantErr != (err != nil) || (err != nil && !errors.Is(err, dynamo.ErrDataTooLarge)) {
+				t.Fatalf("Advance() = %v, want ErrDataTooLarge: %v", err, tt.wantErr)
+			}
+			got, err := store.Get(t.Context(), k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := rec
+			if !tt.wantErr {
+				want.Point, want.Data, want.LeaseToken, want.ExpiresAt, want.UpdatedAt = p.Point, p.Data, p.LeaseToken, p.ExpiresAt.Truncate(time.Millisecond), p.UpdatedAt.Truncate(time.Millisecond)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("record after Advance (-want +got):\n%.2000s", diff)
+			}
+			if tt.effects && dynamotest.Exists(t, client, payments, k.ID()) == tt.wantErr {
+				t.Errorf("effect written: %v, want %v", !tt.wantErr, !tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestRetryCarriesData: a retry of a multi-step request abandoned at a
+// recovery point whose data is past MaxData (a record written before the
+// bound) takes it over and finishes it, its handler adding a phase, rather
+// than failing with 500 at every retry.
+func TestRetryCarriesData(t *testing.T) {
+	store, client, names := newStore(t)
+	mw := newMiddleware(t, store)
+	const route = "POST /v1/orders"
+	fingerprint, err := idempotency.RequestFingerprint("POST", route, []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := idempotency.NewKey("acme", t.Name())
+	rec := carrying(t, client, names.ByLogicalID["IdempotencyTable"], key, fingerprint, 100_000)
+	var resumedAt string
+	h := mw.External(route, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		call, ok := idempotency.BeginAt(w, r, "created", nil)
+		if !ok {
+			return
+		}
+		resumedAt = call.Steps().Point()
+		if err := call.Steps().Advance(r.Context(), "shipped", map[string]string{"ship": "sh_1"}); err != nil {
+			t.Errorf("Steps.Advance(shipped) = %v, want nil", err)
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		call.Finish("finished")
+		w.WriteHeader(http.StatusCreated)
+	}), unresolved(t))
+	w, obs := post(h, t.Name(), `{}`)
+	if w.Code != http.StatusCreated || resumedAt != "charged" {
+		t.Fatalf("retry = %d %.300s (outcome %s, err %q), resumed at %q; want 201, resumed at charged", w.Code, w.Body, obs.Outcome, obs.Err, resumedAt)
+	}
+	got, err := store.Get(t.Context(), key)
+	if err != nil || got.Status != idempotency.StatusCompleted || got.Point != "finished" ||
+		got.Data["ship"] != "sh_1" || got.Data["legacy"] != rec.Data["legacy"] {
+		t.Errorf("record = %s at %q (err %v; outcome %s, %q), want COMPLETED at finished with the carried data and the step's", got.Status, got.Point, err, obs.Outcome, obs.Err)
 	}
 }

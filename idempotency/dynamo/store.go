@@ -208,9 +208,11 @@ func (s *Store) Release(ctx context.Context, key idempotency.Key, lease string, 
 
 // Advance moves the record held under lease to the recovery point p with one
 // conditional UpdateItem, or with effects one TransactWriteItems, returning
-// a *idempotency.ConflictError as Complete does.
+// a *idempotency.ConflictError as Complete does, and ErrDataTooLarge for a
+// step whose data is over MaxData (p.Added; what the record carries is not
+// checked again) or would make the record larger than DynamoDB's 400 KB.
 func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, p idempotency.Progress, effects []idempotency.Effect) error {
-	if err := checkData(p.Data); err != nil {
+	if err := checkProgress(p); err != nil {
 		return fmt.Errorf("dynamo: advance: %w", err)
 	}
 	names, values := leaseExpr(lease)
