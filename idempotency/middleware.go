@@ -109,10 +109,11 @@ type Config struct {
 	// CompletionTimeout bounds the writes the Middleware makes once the
 	// handler has returned (DefaultCompletionTimeout): the completion with
 	// the answer and its effects, a release, UNKNOWN, a multi-step request's
-	// pause, and what a conflict of those (or of an Atomic commit) calls
-	// for: a refusal's answer stored, an abandoned reservation found under
-	// the key handed to reconciliation. They run detached from the request's cancellation (its
-	// context's values kept), so that a client hanging up or a deadline
+	// pause, and what a refused or conflicting write of those (or of an
+	// Atomic commit) then calls for: a refusal's answer stored, an
+	// abandoned reservation found under the key handed to reconciliation.
+	// They run detached from the request's cancellation (its context's
+	// values kept), so that a client hanging up or a deadline
 	// passing as the work is done does not leave the key reserved until its
 	// lease runs out, and its retry replays the answer rather than executing
 	// again; CompletionTimeout is their own bound instead (every retry of the

@@ -23,7 +23,7 @@ import (
 
 // The writes the middleware makes once the handler has returned (the
 // completion with the answer, a release, UNKNOWN, a multi-step request's
-// pause, and what a conflict of theirs calls for) outlive the request's
+// pause, and what a refused or conflicting write then calls for) outlive the request's
 // context: a client that hangs up as the work
 // is done must not leave the key reserved until its lease runs out, and a
 // retry must replay the answer rather than do the work again.
