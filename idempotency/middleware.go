@@ -113,20 +113,20 @@ type Config struct {
 	// Atomic commit) then calls for: a refusal's answer stored, an
 	// abandoned reservation found under the key handed to reconciliation.
 	// They run detached from the request's cancellation (its context's
-	// values kept), so that a client hanging up or a deadline
-	// passing as the work is done does not leave the key reserved until its
-	// lease runs out, and its retry replays the answer rather than executing
-	// again; CompletionTimeout is their own bound instead (every retry of the
+	// values kept), so that a client hanging up or a deadline passing as
+	// the work is done does not leave the key reserved until its lease runs
+	// out, and its retry replays the answer rather than executing again;
+	// CompletionTimeout is their own bound instead (every retry of the
 	// store's included). On Lambda the invocation still ends at the
 	// function's timeout whatever this says: a completion cut there is
 	// recovered through the lease, which outlasts the function (Lease).
 	// The handler, the reservation and an Atomic commit keep the request's
-	// context. A value
-	// set must be shorter than Lease (ErrCompletionTimeoutLong); the default
-	// stays DefaultCompletionTimeout whatever the lease, and with a lease
-	// shorter than it, off Lambda, a store that hangs past the lease after
-	// the handler has returned lets the request run again (its completion,
-	// fenced on the lease token, then fails).
+	// context. A value set must be shorter than Lease
+	// (ErrCompletionTimeoutLong); the default stays DefaultCompletionTimeout
+	// whatever the lease, and with a lease shorter than it, off Lambda, a
+	// store that hangs past the lease after the handler has returned lets
+	// the request run again (its completion, fenced on the lease token, then
+	// fails).
 	CompletionTimeout time.Duration
 	// MaxBody is the largest request body accepted, in bytes (DefaultMaxBody).
 	MaxBody int64
