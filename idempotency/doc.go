@@ -45,10 +45,11 @@
 // token and a lease deadline, the handler runs, and the completion, with its
 // effects, is conditioned on the lease token (a fencing token), so a late
 // zombie cannot overwrite a newer owner. An abandoned reservation is released.
-// The completion (and a release, UNKNOWN, a multi-step pause) is written once
-// the handler has returned even if the request's context has ended (a client
-// that hung up), bounded by Config.CompletionTimeout instead; the lease
-// (Config.Lease) must outlast the longest the handler can run.
+// The completion (and a release, UNKNOWN, a multi-step pause, or what a
+// refused or conflicting write then calls for) is written once the handler
+// has returned even if the request's context has ended (a client that hung
+// up), bounded by Config.CompletionTimeout instead; the lease (Config.Lease)
+// must outlast the longest the handler can run.
 //
 // External (Middleware.External): Leased for a handler that calls another
 // system, sending Call.ForwardKey as that system's idempotency key. An

@@ -109,20 +109,24 @@ type Config struct {
 	// CompletionTimeout bounds the writes the Middleware makes once the
 	// handler has returned (DefaultCompletionTimeout): the completion with
 	// the answer and its effects, a release, UNKNOWN, a multi-step request's
-	// pause. They run detached from the request's cancellation (its
-	// context's values kept), so that a client hanging up or a deadline
-	// passing as the work is done does not leave the key reserved until its
-	// lease runs out, and its retry replays the answer rather than executing
-	// again; CompletionTimeout is their own bound instead (every retry of the
+	// pause, and what a refused or conflicting write of those (or of an
+	// Atomic commit) then calls for: a refusal's answer stored, an
+	// abandoned reservation found under the key handed to reconciliation.
+	// They run detached from the request's cancellation (its context's
+	// values kept), so that a client hanging up or a deadline passing as
+	// the work is done does not leave the key reserved until its lease runs
+	// out, and its retry replays the answer rather than executing again;
+	// CompletionTimeout is their own bound instead (every retry of the
 	// store's included). On Lambda the invocation still ends at the
 	// function's timeout whatever this says: a completion cut there is
 	// recovered through the lease, which outlasts the function (Lease).
-	// The handler and the reservation keep the request's context. A value
-	// set must be shorter than Lease (ErrCompletionTimeoutLong); the default
-	// stays DefaultCompletionTimeout whatever the lease, and with a lease
-	// shorter than it, off Lambda, a store that hangs past the lease after
-	// the handler has returned lets the request run again (its completion,
-	// fenced on the lease token, then fails).
+	// The handler, the reservation and an Atomic commit keep the request's
+	// context. A value set must be shorter than Lease
+	// (ErrCompletionTimeoutLong); the default stays DefaultCompletionTimeout
+	// whatever the lease, and with a lease shorter than it, off Lambda, a
+	// store that hangs past the lease after the handler has returned lets
+	// the request run again (its completion, fenced on the lease token, then
+	// fails).
 	CompletionTimeout time.Duration
 	// MaxBody is the largest request body accepted, in bytes (DefaultMaxBody).
 	MaxBody int64
@@ -485,7 +489,7 @@ func (c *Call) begin(r *http.Request, holds []Effect) (*Call, bool) {
 	c.holds = holds
 	if cached, ok := c.m.cfg.Cache.get(c.key, c.m.cfg.Now()); ok {
 		c.obs.CacheHit = true
-		c.decideExisting(r, &cached, c.m.cfg.Now(), false)
+		c.decideExisting(r.Context(), r, &cached, c.m.cfg.Now(), false)
 		return nil, false
 	}
 	if c.mode == Atomic {
@@ -518,7 +522,7 @@ func (c *Call) begin(r *http.Request, holds []Effect) (*Call, bool) {
 		c.refuse(r.Context(), r, rejected, now)
 		return nil, false
 	case err != nil:
-		c.resolve(r, err, now)
+		c.resolve(r.Context(), r, err, now)
 		if !c.begun {
 			return nil, false
 		}
@@ -633,7 +637,10 @@ func (c *Call) AddEffect(e Effect) { c.effects = append(c.effects, e) }
 
 // AddReleaseEffect adds a write to be committed if the reservation is
 // released instead (the handler answers 5xx: nothing happened), undoing what
-// Begin's holds took. Only External mode has holds to undo.
+// Begin's holds took. Only External mode has holds to undo. Release effects
+// that no write of the store can carry are not written at all: the request
+// answers 500 response_too_large, and the key is released without them
+// (Leased) or completed with that problem, the holds kept (External).
 func (c *Call) AddReleaseEffect(e Effect) { c.releaseEffects = append(c.releaseEffects, e) }
 
 // Unknown declares the outcome ambiguous (an external call timed out after it
@@ -673,7 +680,7 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 		// could only fail, or, with the record gone, commit an answer the
 		// handler never gave). Answer from the store's state instead.
 		c.obs.Err = c.steps.lost.Error()
-		c.decideExisting(r, c.steps.lost.Existing, c.m.cfg.Now(), false)
+		c.decideExisting(r.Context(), r, c.steps.lost.Existing, c.m.cfg.Now(), false)
 		c.answer(w)
 		return
 	}
@@ -697,14 +704,19 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 	case c.mode == Atomic:
 		done := c.completed(rec.response(), now)
 		err := c.timed(func() error { return c.m.cfg.Store.Commit(ctx, done, c.commitEffects(), now) })
-		var rejected *RejectedError
-		switch {
-		case errors.As(err, &rejected):
-			c.refuse(ctx, r, rejected, now)
-			c.answer(w)
-			return
-		case err != nil:
-			c.resolve(r, err, now)
+		if err != nil {
+			// The commit has decided the request: what follows it (its
+			// refusal stored, an abandoned reservation under the key
+			// handed to reconciliation) is written detached, as the
+			// other modes' writes after the handler are.
+			wctx, cancel := c.m.detach(ctx)
+			defer cancel()
+			var rejected *RejectedError
+			if errors.As(err, &rejected) {
+				c.refuse(wctx, r, rejected, now)
+			} else {
+				c.resolve(wctx, r, err, now)
+			}
 			c.answer(w)
 			return
 		}
@@ -726,15 +738,53 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 		}
 		rec.flush(w)
 	case rec.status >= 500:
-		err := c.timed(func() error { return c.m.cfg.Store.Release(ctx, c.key, c.rec.LeaseToken, c.releaseEffects) })
+		c.release(ctx, w, r, rec, now)
+	default:
+		c.complete(ctx, w, r, rec, now)
+	}
+}
+
+// release gives the reservation of a request that answered 5xx (nothing
+// happened) up, with its release effects, and sends the answer. Release
+// effects that no write of the store can carry (ErrResponseTooLarge: over
+// its limits on one write, or growing an item past them) must neither keep
+// the key reserved until its lease runs out nor be half-written: none is
+// written, the key ends all the same, and the client gets the
+// response_too_large problem, the observation saying what was not written.
+// Leased mode, which holds nothing, releases the key without them, so that
+// a retry executes again. External mode's release effects give the holds
+// back; releasing without them would let a retry take the holds a second
+// time, so the record is completed with that problem instead, the holds
+// kept, as a completion whose effects alone are too large is. ctx is the
+// writes' context.
+func (c *Call) release(ctx context.Context, w http.ResponseWriter, r *http.Request, rec *recorder, now time.Time) {
+	err := c.timed(func() error { return c.m.cfg.Store.Release(ctx, c.key, c.rec.LeaseToken, c.releaseEffects) })
+	if !errors.Is(err, ErrResponseTooLarge) {
 		c.obs.Outcome = OutcomeReleased
 		if err != nil {
 			c.obs.Err = err.Error()
 		}
 		rec.flush(w)
-	default:
-		c.complete(ctx, w, r, rec, now)
+		return
 	}
+	c.obs.Err = err.Error() + "; the release effects alone are too large for the store: "
+	if c.mode == External {
+		c.obs.Err += "the response_too_large problem recorded without them (the holds kept); they are not written"
+		small := c.render(r, ErrResponseTooLarge)
+		done := c.completed(&small, now)
+		err = c.timed(func() error { return c.m.cfg.Store.Complete(ctx, done, c.rec.LeaseToken, nil) })
+		if err == nil {
+			c.m.cfg.Cache.put(done)
+		}
+	} else {
+		c.obs.Err += "released without them; they are not written"
+		err = c.timed(func() error { return c.m.cfg.Store.Release(ctx, c.key, c.rec.LeaseToken, nil) })
+	}
+	if err != nil {
+		c.obs.Err += "; then: " + err.Error()
+	}
+	c.decide(OutcomeStoreError, c.errorAnswer(r, ErrResponseTooLarge))
+	c.answer(w)
 }
 
 // detach returns the context of the writes made once the handler has
@@ -923,7 +973,7 @@ func (c *Call) refuse(ctx context.Context, r *http.Request, rejected *RejectedEr
 		err = c.timed(func() error { return c.m.cfg.Store.Commit(ctx, done, nil, now) })
 	}
 	if err != nil {
-		c.resolve(r, err, now)
+		c.resolve(ctx, r, err, now)
 		return
 	}
 	c.m.cfg.Cache.put(done)
@@ -970,14 +1020,14 @@ func createdAt(rec Record, now time.Time) time.Time {
 }
 
 // resolve decides the response for a failed store write: a replay, 409, 422
-// or 503.
-func (c *Call) resolve(r *http.Request, err error, now time.Time) {
+// or 503. ctx is the context of the writes it makes (decideExisting).
+func (c *Call) resolve(ctx context.Context, r *http.Request, err error, now time.Time) {
 	var conflict *ConflictError
 	if !errors.As(err, &conflict) {
 		c.storeFailed(r, err)
 		return
 	}
-	c.decideExisting(r, conflict.Existing, now, true)
+	c.decideExisting(ctx, r, conflict.Existing, now, true)
 }
 
 // storeFailed decides the answer to a store error that is no conflict:
@@ -995,7 +1045,12 @@ func (c *Call) storeFailed(r *http.Request, err error) {
 	c.decide(OutcomeStoreError, c.errorAnswer(r, err))
 }
 
-func (c *Call) decideExisting(r *http.Request, existing *Record, now time.Time, mayAbandon bool) {
+// decideExisting decides the response to existing, the record under the
+// key: a replay, 409 or 422. When mayAbandon is set, an abandoned record is
+// dealt with first (taken over at its recovery point, or handed to
+// reconciliation) in writes made with ctx: the request's context before
+// the handler has run, a detached one after.
+func (c *Call) decideExisting(ctx context.Context, r *http.Request, existing *Record, now time.Time, mayAbandon bool) {
 	inProgress := func(d time.Duration) {
 		c.decide(OutcomeInProgress, c.errorAnswer(r, &InProgressError{RetryAfter: d}))
 	}
@@ -1012,7 +1067,7 @@ func (c *Call) decideExisting(r *http.Request, existing *Record, now time.Time, 
 	case mayAbandon && c.phased && existing.Status == StatusInProgress && existing.Point != "":
 		// A multi-step request abandoned at a recovery point: take the
 		// lease over and resume there.
-		c.takeOver(r, *existing, now)
+		c.takeOver(ctx, r, *existing, now)
 	case mayAbandon && (existing.Status == StatusInProgress && existing.External ||
 		existing.Status == StatusUnknown && !now.Before(existing.UpdatedAt.Add(c.m.cfg.UnknownRedrive))):
 		// Either the owner lost its lease while calling out, so its effect is
@@ -1030,11 +1085,11 @@ func (c *Call) decideExisting(r *http.Request, existing *Record, now time.Time, 
 			expires = existing.ExpiresAt
 		}
 		err := c.timed(func() error {
-			return c.m.cfg.Store.MarkUnknown(r.Context(), c.key, existing.LeaseToken, NewToken(), expires, now)
+			return c.m.cfg.Store.MarkUnknown(ctx, c.key, existing.LeaseToken, NewToken(), expires, now)
 		})
 		var again *ConflictError
 		if errors.As(err, &again) {
-			c.decideExisting(r, again.Existing, now, false)
+			c.decideExisting(ctx, r, again.Existing, now, false)
 			return
 		}
 		if err != nil {
@@ -1048,17 +1103,18 @@ func (c *Call) decideExisting(r *http.Request, existing *Record, now time.Time, 
 }
 
 // takeOver takes the lease of existing, an abandoned multi-step request,
-// fenced on its lease token, and makes it the call's reservation.
-func (c *Call) takeOver(r *http.Request, existing Record, now time.Time) {
+// fenced on its lease token, and makes it the call's reservation. ctx is
+// the write's context.
+func (c *Call) takeOver(ctx context.Context, r *http.Request, existing Record, now time.Time) {
 	p := Progress{From: existing.Point, Point: existing.Point, Data: existing.Data, LeaseToken: NewToken(), ExpiresAt: now.Add(c.m.cfg.Lease), UpdatedAt: now}
-	err := c.timed(func() error { return c.m.cfg.Store.Advance(r.Context(), c.key, existing.LeaseToken, p, nil) })
+	err := c.timed(func() error { return c.m.cfg.Store.Advance(ctx, c.key, existing.LeaseToken, p, nil) })
 	var conflict *ConflictError
 	switch {
 	case errors.As(err, &conflict):
-		c.decideExisting(r, conflict.Existing, now, false)
+		c.decideExisting(ctx, r, conflict.Existing, now, false)
 		return
 	case err != nil:
-		c.resolve(r, err, now)
+		c.resolve(ctx, r, err, now)
 		return
 	}
 	rec := existing

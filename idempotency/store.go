@@ -67,6 +67,14 @@ type Progress struct {
 	Point string
 	// Data is everything the phases so far recorded (not only the last one's).
 	Data map[string]string
+	// Added is the part of Data this step gives (the data passed to
+	// Steps.Advance): keys it adds, or whose values it changes. The rest of
+	// Data is carried forward from the record as it stands, and nil Added
+	// (a take-over, a pause: the lease moves alone) carries all of it. A
+	// store that bounds the data it keeps checks what a step adds, never
+	// what earlier phases (or an earlier version) recorded, so that a
+	// record holding more than the bound can still be resumed.
+	Added map[string]string
 	// LeaseToken is the lease token from now on (a new one when the lease is
 	// taken over or given up).
 	LeaseToken string
@@ -107,7 +115,9 @@ var (
 	// to keep (500, logged): it is never sent. Atomic and Leased requests
 	// commit nothing (a Leased reservation is released); an External
 	// request, which has called out, is completed with this problem as its
-	// final answer, the one 5xx stored.
+	// final answer, the one 5xx stored. A store returns it (wrapped) for
+	// any write it can never make, the answer with the effects, or the
+	// effects alone (a release's included: see Call.AddReleaseEffect).
 	ErrResponseTooLarge = problem.New(http.StatusInternalServerError, "response_too_large", "Response too large",
 		"The answer to this request is too large to be stored, so it cannot be sent. Retrying will not help.").Logged()
 	// ErrNotFound: no record for the key (a store result, not an answer).

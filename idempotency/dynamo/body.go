@@ -162,14 +162,13 @@ func setSize[E any](elems []E, size func(E) int) int {
 }
 
 // recordItems is the record's item and, for a body too large to stay in it,
-// the chunk items that hold the body. A record whose request or data is
-// over its bound (checkRecord), or whose answer does not fit (a body over
-// MaxStoredBody once compressed, or headers that leave no room in the item),
-// is an error.
+// the chunk items that hold the body. A record whose answer does not fit (a
+// body over MaxStoredBody once compressed, or an item over maxItem without
+// it) is an error. Its request and data are not checked against their
+// bounds: a completion carries them from the reservation and the phases,
+// checked when they were written (checkRecord, checkProgress), and a record
+// holding more (written before the bounds) must still complete.
 func recordItems(rec idempotency.Record) (map[string]types.AttributeValue, []map[string]types.AttributeValue, error) {
-	if err := checkRecord(rec); err != nil {
-		return nil, nil, err
-	}
 	item := ItemFromRecord(rec)
 	if rec.Response == nil || itemSize(item) <= maxItem {
 		return item, nil, nil
@@ -199,7 +198,8 @@ func recordItems(rec idempotency.Record) (map[string]types.AttributeValue, []map
 	item[AttrResponseSHA256] = str(hex.EncodeToString(sum[:]))
 	if size := itemSize(item); size > maxItem {
 		// What is left is the answer's headers and Set-Cookie lines (the
-		// request and data are bounded: checkRecord).
+		// request and data are bounded when written: checkRecord,
+		// checkProgress), or a record written before those bounds.
 		return nil, nil, fmt.Errorf("%w: the record is %d bytes without its body, over %d", ErrTooLarge, size, maxItem)
 	}
 	return item, chunks, nil

@@ -11,14 +11,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/problem"
 	"github.com/oncehq/once/internal/dynamotest"
 )
 
 // The writes the middleware makes once the handler has returned (the
 // completion with the answer, a release, UNKNOWN, a multi-step request's
-// pause) outlive the request's context: a client that hangs up as the work
+// pause, and what a refused or conflicting write then calls for) outlive the request's
+// context: a client that hangs up as the work
 // is done must not leave the key reserved until its lease runs out, and a
 // retry must replay the answer rather than do the work again.
 
@@ -97,6 +103,13 @@ func TestWritesAfterHandlerOutliveRequest(t *testing.T) {
 		status int  // the handler's answer
 		// unknown: the handler calls Unknown.
 		unknown bool
+		// takenOver: an effect of the handler's is refused (its Reject
+		// answers 409, stored in place of the answer), and as it is, the
+		// key is taken by an External reservation of the same request,
+		// since abandoned (the route's mode changed while its records
+		// lived): the refusal's completion finds it, and hands it to
+		// reconciliation (UNKNOWN).
+		takenOver bool
 		// What the record is after the request (Status "" for none), and
 		// what a retry answers, and how often the work was done in all.
 		wantStatus  idempotency.Status
@@ -124,6 +137,8 @@ func TestWritesAfterHandlerOutliveRequest(t *testing.T) {
 		// point: a retry resumes there at once, without redoing the charge.
 		{name: "multi-step pause", mode: idempotency.External, phased: true, status: 503,
 			wantStatus: idempotency.StatusInProgress, wantPoint: "charged", wantRetry: 201, wantEffects: 1, wantWork: 1},
+		{name: "leased refusal meets an abandoned external reservation", mode: idempotency.Leased, status: 201, takenOver: true,
+			wantStatus: idempotency.StatusUnknown, wantRetry: 409, wantWork: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -152,6 +167,9 @@ func TestWritesAfterHandlerOutliveRequest(t *testing.T) {
 						return
 					}
 				}
+				if first && tt.takenOver {
+					call.AddEffect(takeOverOnReject(t, store, client, names.ByLogicalID["IdempotencyTable"], payments, key))
+				}
 				if first {
 					l.effect(r)
 				}
@@ -170,13 +188,7 @@ func TestWritesAfterHandlerOutliveRequest(t *testing.T) {
 				w.WriteHeader(http.StatusCreated)
 				io.WriteString(w, `{"id":"done"}`)
 			})
-			route := "POST /"
-			var h http.Handler
-			if tt.mode == idempotency.External {
-				h = mw.External(route, handler, unresolved(t))
-			} else {
-				h = mw.Wrap(tt.mode, route, handler)
-			}
+			h := wrap(t, mw, tt.mode, "POST /", handler)
 			l.leave(h, t.Name())
 
 			rec, err := store.Get(t.Context(), key)
@@ -189,6 +201,8 @@ func TestWritesAfterHandlerOutliveRequest(t *testing.T) {
 				t.Errorf("completed record's answer = %+v, want the handler's 201", rec.Response)
 			case tt.wantStatus == idempotency.StatusInProgress && rec.ExpiresAt.After(time.Now()):
 				t.Errorf("paused record's lease runs to %v, want it given up", rec.ExpiresAt)
+			case tt.takenOver && rec.LeaseToken == abandonedLease:
+				t.Errorf("record's lease token = %q, want a new one (handed to reconciliation)", rec.LeaseToken)
 			}
 
 			again, _ := post(h, t.Name(), `{"amount":100}`)
@@ -206,6 +220,37 @@ func TestWritesAfterHandlerOutliveRequest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// abandonedLease is the lease token of the reservation takeOverOnReject
+// writes.
+const abandonedLease = "abandoned"
+
+// takeOverOnReject is an effect whose condition fails, on an item it
+// writes first, and whose Reject, as the store calls it, replaces key's
+// record with an External reservation of the same request whose lease has
+// run out, as if an External instance of the route had taken the key and
+// died, then answers 409.
+func takeOverOnReject(t *testing.T, store *dynamo.Store, client *dynamodb.Client, records, table string, key idempotency.Key) idempotency.Effect {
+	t.Helper()
+	id := key.ID() + "#taken"
+	if _, err := client.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(table), Item: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: id}}}); err != nil {
+		t.Fatal(err)
+	}
+	effect := dynamo.Insert(table, "pk", map[string]string{"pk": id})
+	effect.Reject = func(map[string]types.AttributeValue) error {
+		rec, err := store.Get(t.Context(), key)
+		if err != nil {
+			t.Errorf("Get(%s) in Reject: %v", key.Short(), err)
+		}
+		rec.External, rec.LeaseToken = true, abandonedLease
+		rec.ExpiresAt, rec.UpdatedAt = time.Now().Add(-time.Minute), time.Now().Add(-2*time.Minute)
+		if _, err := client.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(records), Item: dynamo.ItemFromRecord(rec)}); err != nil {
+			t.Errorf("PutItem(abandoned reservation): %v", err)
+		}
+		return problem.New(http.StatusConflict, "taken", "Taken", "The item is taken.")
+	}
+	return effect
 }
 
 // blockingStore is the DynamoDB store whose writes after the handler

@@ -55,5 +55,12 @@
 //     it is a 4xx. Without Reject a failed condition is a 500.
 //
 // A transaction holds at most 100 items, the record included, and may write
-// an item only once.
+// an item only once. The store checks a write against DynamoDB's limits
+// before it sends it (limits.go: ErrTooLarge), but for what an Update makes
+// of the item it changes, which only DynamoDB knows: an Update that would
+// grow its item past 400 KB fails the write with ErrItemTooLarge, DynamoDB's
+// refusal ("Item size to update has exceeded the maximum allowed size"), and
+// the middleware answers it as it does a write over the limits (500
+// response_too_large; the key released, or an External record completed
+// with that problem), never as 500 internal_error.
 package dynamo

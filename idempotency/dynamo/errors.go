@@ -23,6 +23,7 @@ const (
 	reasonThrottlingError               = "ThrottlingError"
 	reasonProvisionedThroughputExceeded = "ProvisionedThroughputExceeded"
 	reasonRequestLimitExceeded          = "RequestLimitExceeded"
+	reasonValidationError               = "ValidationError"
 )
 
 // conflictRetry bounds the retries of a write cancelled by a concurrent

@@ -118,3 +118,40 @@ func TestConflictRetryDelay(t *testing.T) {
 		t.Errorf("delay(1000) = %v, want at most %v", got, want)
 	}
 }
+
+// TestItemTooLarge: DynamoDB's refusals of an item over 400 KB, in the
+// words DynamoDB and DynamoDB Local use, are recognised with the position
+// of the item refused; other validation errors are not.
+func TestItemTooLarge(t *testing.T) {
+	validation := func(msg string) error {
+		return sdk(&smithy.GenericAPIError{Code: "ValidationException", Message: msg, Fault: smithy.FaultClient})
+	}
+	canceled := func(reasons ...types.CancellationReason) error {
+		return sdk(&types.TransactionCanceledException{CancellationReasons: reasons})
+	}
+	reason := func(code, msg string) types.CancellationReason {
+		return types.CancellationReason{Code: aws.String(code), Message: aws.String(msg)}
+	}
+	tests := []struct {
+		name      string
+		err       error
+		wantIndex int
+		want      bool
+	}{
+		{"PutItem", validation("Item size has exceeded the maximum allowed size"), 0, true},
+		{"UpdateItem", validation("Item size to update has exceeded the maximum allowed size"), 0, true},
+		{"transaction", canceled(reason("None", ""), reason("None", ""), reason("ValidationError", "Item size to update has exceeded the maximum allowed size")), 2, true},
+		{"other validation", validation("One or more parameter values were invalid: Aggregated size of all range keys has exceeded the size limit of 1024 bytes"), 0, false},
+		{"transaction, other validation", canceled(reason("ValidationError", "Number overflow. Attempting to store a number with magnitude larger than supported range")), 0, false},
+		{"transaction, condition", canceled(reason("ConditionalCheckFailed", "The conditional request failed")), 0, false},
+		{"not DynamoDB's", errors.New("Item size has exceeded the maximum allowed size"), 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			i, _, ok := itemTooLarge(tt.err)
+			if ok != tt.want || (ok && i != tt.wantIndex) {
+				t.Errorf("itemTooLarge(%v) = %d, %v; want %d, %v", tt.err, i, ok, tt.wantIndex, tt.want)
+			}
+		})
+	}
+}

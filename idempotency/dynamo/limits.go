@@ -3,8 +3,11 @@ package dynamo
 import (
 	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/oncehq/once/idempotency"
 )
@@ -28,9 +31,15 @@ const (
 	// small answer it leaves the record's item within 400 KB, so that a
 	// record can always be completed with the response_too_large problem.
 	MaxRequest = 300_000
-	// MaxData bounds a multi-step request's recorded data
-	// (Progress.Data, Record.Data: keys and values): Advance refuses more
-	// with ErrDataTooLarge.
+	// MaxData bounds a multi-step request's recorded data (Record.Data:
+	// keys and values): Reserve refuses more with ErrDataTooLarge, and so
+	// does Advance for a step (Progress.Added) that adds more, or takes
+	// data within the bound past it. Data a record already holds past it
+	// (written before the bound, or by another writer) is carried forward
+	// as it stands and never checked again: a take-over or a pause moves
+	// the lease whatever it holds, and a step is checked on what it adds,
+	// DynamoDB's 400 KB on the record's item being the last bound (its
+	// refusal is ErrDataTooLarge too, nothing written).
 	MaxData = 64 << 10
 )
 
@@ -41,12 +50,55 @@ var (
 	// payload_too_large, and nothing is written.
 	ErrRequestTooLarge = fmt.Errorf("dynamo: the request is too large to keep in its record: %w", idempotency.ErrBodyTooLarge)
 	// ErrDataTooLarge is returned (wrapped) by a write whose recovery
-	// point's data is larger than MaxData; nothing is written.
+	// point's data is larger than MaxData, or would make the record's item
+	// larger than DynamoDB's 400 KB; nothing is written.
 	ErrDataTooLarge = errors.New("dynamo: the recovery point's data is too large to keep in its record")
+	// ErrItemTooLarge is returned (wrapped) by a write that DynamoDB
+	// refused because an effect would make the item it writes larger than
+	// 400 KB: what an Update makes of the item it changes is known to
+	// DynamoDB only, so the store cannot refuse it beforehand. Nothing is
+	// written. It matches idempotency.ErrResponseTooLarge: the write is one
+	// the store can never make, and the middleware answers it as it answers
+	// a write over the transaction's limits (500 response_too_large, the key
+	// released, or an External record completed with that problem and
+	// without the effects).
+	ErrItemTooLarge = fmt.Errorf("dynamo: an effect would make its item too large for DynamoDB (over 400 KB): %w", idempotency.ErrResponseTooLarge)
 )
 
-// checkRecord refuses a record whose request or data the store does not
-// keep.
+// itemSizeExceeded is what DynamoDB's message says when a write would
+// make an item larger than 400 KB: "Item size has exceeded the maximum
+// allowed size" (PutItem) or "Item size to update has exceeded the maximum
+// allowed size" (UpdateItem, and a transaction's ValidationError
+// cancellation reason), as DynamoDB and DynamoDB Local word it.
+const itemSizeExceeded = "exceeded the maximum allowed size"
+
+// itemTooLarge reports whether err is DynamoDB's refusal of a write that
+// would make an item larger than 400 KB: a ValidationException, or in a
+// transaction a ValidationError cancellation reason. It returns the
+// position of the item refused in its transaction (0 for a single write)
+// and DynamoDB's message.
+func itemTooLarge(err error) (int, string, bool) {
+	tooLarge := func(msg string) bool {
+		return strings.Contains(msg, "Item size") && strings.Contains(msg, itemSizeExceeded)
+	}
+	var canceled *types.TransactionCanceledException
+	if errors.As(err, &canceled) {
+		for i, r := range canceled.CancellationReasons {
+			if aws.ToString(r.Code) == reasonValidationError && tooLarge(aws.ToString(r.Message)) {
+				return i, aws.ToString(r.Message), true
+			}
+		}
+		return 0, "", false
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) && api.ErrorCode() == "ValidationException" && tooLarge(api.ErrorMessage()) {
+		return 0, api.ErrorMessage(), true
+	}
+	return 0, "", false
+}
+
+// checkRecord refuses a reservation whose request or data the store does
+// not keep.
 func checkRecord(rec idempotency.Record) error {
 	if len(rec.Request) > MaxRequest {
 		return fmt.Errorf("%w: %d bytes, over %d", ErrRequestTooLarge, len(rec.Request), MaxRequest)
@@ -55,21 +107,45 @@ func checkRecord(rec idempotency.Record) error {
 }
 
 func checkData(data map[string]string) error {
-	n := 0
-	for k, v := range data {
-		n += len(k) + len(v)
-	}
-	if n > MaxData {
+	if n := dataSize(data); n > MaxData {
 		return fmt.Errorf("%w: %d bytes, over %d", ErrDataTooLarge, n, MaxData)
 	}
 	return nil
 }
 
+// checkProgress refuses a step that adds more data than MaxData, or that
+// takes data within MaxData past it; what the record carries forward
+// beyond the bound is not the step's (see MaxData).
+func checkProgress(p idempotency.Progress) error {
+	if err := checkData(p.Added); err != nil {
+		return err
+	}
+	total, carried := 0, 0
+	for k, v := range p.Data {
+		total += len(k) + len(v)
+		if _, added := p.Added[k]; !added {
+			carried += len(k) + len(v)
+		}
+	}
+	if total > MaxData && carried <= MaxData {
+		return fmt.Errorf("%w: %d bytes with the step's, over %d", ErrDataTooLarge, total, MaxData)
+	}
+	return nil
+}
+
+func dataSize(data map[string]string) int {
+	n := 0
+	for k, v := range data {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
 // checkTransaction refuses a transaction over DynamoDB's limits with
 // ErrTooLarge. The size of a Put is its item's; of an Update, Delete or
 // Check the key and values it sends (what an Update makes of the item it
-// changes is known to DynamoDB only, which still refuses such a
-// transaction itself).
+// changes is known to DynamoDB only, which refuses an item grown past 400
+// KB itself: ErrItemTooLarge).
 func checkTransaction(items []types.TransactWriteItem) error {
 	if len(items) > maxTransactItems {
 		return fmt.Errorf("%w: the write is %d items with the effects, over %d", ErrTooLarge, len(items), maxTransactItems)

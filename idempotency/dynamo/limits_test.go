@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
@@ -137,27 +139,74 @@ func TestRecordItemBounds(t *testing.T) {
 		if err := store.Reserve(ctx, rec, nil, now); err != nil {
 			t.Fatal(err)
 		}
-		p := idempotency.Progress{Point: "one", Data: map[string]string{"note": big}, LeaseToken: "lease", ExpiresAt: now.Add(time.Minute), UpdatedAt: now}
+		note := map[string]string{"note": big[:dynamo.MaxData]}
+		p := idempotency.Progress{Point: "one", Data: note, Added: note, LeaseToken: "lease", ExpiresAt: now.Add(time.Minute), UpdatedAt: now}
 		if err := store.Advance(ctx, k, "lease", p, nil); !errors.Is(err, dynamo.ErrDataTooLarge) {
-			t.Errorf("Advance(data of %d bytes) = %v, want ErrDataTooLarge", len(big), err)
+			t.Errorf("Advance(data of %d bytes) = %v, want ErrDataTooLarge", dynamo.MaxData+4, err)
 		}
 		if got, err := store.Get(ctx, k); err != nil || got.Point != "" {
 			t.Errorf("Get() = point %q, %v; want the reservation unchanged", got.Point, err)
 		}
-		p.Data = map[string]string{"note": big[:dynamo.MaxData-4]}
+		note = map[string]string{"note": big[:dynamo.MaxData-4]}
+		p.Data, p.Added = note, note
 		if err := store.Advance(ctx, k, "lease", p, nil); err != nil {
 			t.Errorf("Advance(data of MaxData bytes) = %v, want nil", err)
 		}
 	})
 }
 
+// grown is an item of 300 KB that growth, an Update effect, makes larger
+// than DynamoDB's 400 KB: DynamoDB alone can refuse it.
+func grown(t *testing.T, client *dynamodb.Client, table, pk string) dynamo.Update {
+	t.Helper()
+	if _, err := client.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: &table, Item: map[string]types.AttributeValue{
+		"pk":   &types.AttributeValueMemberS{Value: pk},
+		"blob": &types.AttributeValueMemberB{Value: randomBytes(t, 300_000)},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	return dynamo.Update{
+		Table: table, Key: map[string]any{"pk": pk},
+		Update: "SET #more = :more", Names: map[string]string{"#more": "more"},
+		Values: map[string]any{":more": randomBytes(t, 200_000)},
+	}
+}
+
+// TestItemGrownTooLarge: an Update effect that would make its item larger
+// than 400 KB, which DynamoDB refuses (DynamoDB Local too: a
+// TransactionCanceledException whose reason is a ValidationError, "Item
+// size to update has exceeded the maximum allowed size"), fails the write
+// with ErrItemTooLarge, naming the effect, which matches
+// idempotency.ErrResponseTooLarge; nothing is written.
+func TestItemGrownTooLarge(t *testing.T) {
+	store, client, names := newStore(t)
+	payments := names.ByLogicalID["PaymentsTable"]
+	k := idempotency.NewKey("acme", t.Name())
+	update := grown(t, client, payments, k.ID()+"#grown")
+	effects := []idempotency.Effect{dynamo.Insert(payments, "pk", map[string]string{"pk": k.ID() + "#new"}), update}
+	err := store.Commit(t.Context(), completedRecord(k, "", time.Now().Add(time.Hour)), effects, time.Now())
+	if !errors.Is(err, dynamo.ErrItemTooLarge) || !errors.Is(err, idempotency.ErrResponseTooLarge) || !strings.Contains(err.Error(), "effect 1 on "+payments) {
+		t.Errorf("Commit(an update growing its item past 400 KB) = %v, want ErrItemTooLarge (ErrResponseTooLarge) naming effect 1", err)
+	}
+	if _, err := store.Get(t.Context(), k); !errors.Is(err, idempotency.ErrNotFound) {
+		t.Errorf("record: %v, want none", err)
+	}
+	if dynamotest.Exists(t, client, payments, k.ID()+"#new") {
+		t.Error("the other effect was written, want nothing")
+	}
+	if _, ok := dynamotest.Item(t, client, payments, k.ID()+"#grown")["more"]; ok {
+		t.Error("the item grew, want it unchanged")
+	}
+}
+
 // TestTooLargeWrite: through the middleware, a write over DynamoDB's
-// transaction limits answers as "Large answers" says, never 500
-// internal_error, and leaves no key open: Atomic commits nothing; External
-// completes the record with the 500 response_too_large problem, with the
-// effects when they fit without the answer, and without them when they
-// alone are over the limits (they can never be written, and the key must
-// end).
+// limits (a transaction's, or an item an Update effect grows past 400 KB)
+// answers as "Large answers" says, never 500 internal_error, and leaves no
+// key open: Atomic commits nothing; Leased releases its reservation, so
+// that a retry executes again; External completes the record with the 500
+// response_too_large problem, with the effects when they fit without the
+// answer, and without them when they alone are over the limits (they can
+// never be written, and the key must end).
 func TestTooLargeWrite(t *testing.T) {
 	store, client, names := newStore(t)
 	mw := newMiddleware(t, store)
@@ -166,13 +215,17 @@ func TestTooLargeWrite(t *testing.T) {
 	tests := []struct {
 		name        string
 		mode        idempotency.Mode
-		effects     int // of 340 KB each
+		effects     int  // of 340 KB each
+		grow        bool // an Update effect growing an item past 400 KB instead, the answer small
 		wantRecord  bool
 		wantEffects bool
 	}{
-		{"atomic, answer and effects", idempotency.Atomic, 10, false, false},
-		{"external, answer and effects", idempotency.External, 10, true, true},
-		{"external, effects alone", idempotency.External, 13, true, false},
+		{name: "atomic, answer and effects", mode: idempotency.Atomic, effects: 10},
+		{name: "external, answer and effects", mode: idempotency.External, effects: 10, wantRecord: true, wantEffects: true},
+		{name: "external, effects alone", mode: idempotency.External, effects: 13, wantRecord: true},
+		{name: "atomic, an item grown too large", mode: idempotency.Atomic, grow: true},
+		{name: "leased, an item grown too large", mode: idempotency.Leased, grow: true},
+		{name: "external, an item grown too large", mode: idempotency.External, grow: true, wantRecord: true},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -182,19 +235,19 @@ func TestTooLargeWrite(t *testing.T) {
 				if !ok {
 					return
 				}
+				w.WriteHeader(http.StatusCreated)
+				if tt.grow {
+					call.AddEffect(dynamo.Insert(payments, "pk", map[string]string{"pk": key.ID() + "#0"}))
+					call.AddEffect(grown(t, client, payments, key.ID()+"#grown"))
+					w.Write([]byte(`{"id":"small"}`))
+					return
+				}
 				for _, e := range blobs(t, payments, key.ID(), tt.effects, 340_000) {
 					call.AddEffect(e)
 				}
-				w.WriteHeader(http.StatusCreated)
 				w.Write(oneMiB)
 			})
-			route := fmt.Sprintf("POST /v1/large/%d", i)
-			var h http.Handler
-			if tt.mode == idempotency.External {
-				h = mw.External(route, handler, unresolved(t))
-			} else {
-				h = mw.Wrap(tt.mode, route, handler)
-			}
+			h := wrap(t, mw, tt.mode, fmt.Sprintf("POST /v1/large/%d", i), handler)
 			w, obs := post(h, t.Name(), `{}`)
 			if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), `"code":"response_too_large"`) {
 				t.Errorf("answer = %d %.200s, want 500 response_too_large", w.Code, w.Body)
@@ -212,6 +265,11 @@ func TestTooLargeWrite(t *testing.T) {
 			}
 			if got := dynamotest.Exists(t, client, payments, key.ID()+"#0"); got != tt.wantEffects {
 				t.Errorf("effects written: %v, want %v", got, tt.wantEffects)
+			}
+			if tt.grow {
+				if _, got := dynamotest.Item(t, client, payments, key.ID()+"#grown")["more"]; got {
+					t.Error("the item grew past 400 KB, want it unchanged")
+				}
 			}
 		})
 	}
@@ -308,5 +366,204 @@ func TestRequestTooLargeToKeep(t *testing.T) {
 	}
 	if _, err := store.Get(t.Context(), idempotency.NewKey("acme", "large-request")); !errors.Is(err, idempotency.ErrNotFound) {
 		t.Errorf("record: %v, want none", err)
+	}
+}
+
+// TestTooLargeRelease: a request that answers 5xx gives its reservation up
+// with its release effects; release effects no write of the store can
+// carry (over the transaction's limits, or growing an item past 400 KB)
+// must neither keep the key reserved until its lease runs out nor be
+// half-written. None is written; the client gets 500 response_too_large,
+// the observation (the log line, reserve_store_error) says what was not
+// written, and the key ends: Leased, which holds nothing, releases it
+// without them, so a retry executes again; External, whose release effects
+// give its holds back, completes it with that problem (a retry replays
+// it), so that no retry takes the holds a second time.
+func TestTooLargeRelease(t *testing.T) {
+	store, client, names := newStore(t)
+	mw := newMiddleware(t, store)
+	payments := names.ByLogicalID["PaymentsTable"]
+	tests := []struct {
+		name      string
+		mode      idempotency.Mode
+		grow      bool // an Update growing an item past 400 KB, else effects over 4 MB
+		wantRetry int
+	}{
+		{name: "leased, effects over 4 MB", mode: idempotency.Leased, wantRetry: http.StatusCreated},
+		{name: "leased, an item grown too large", mode: idempotency.Leased, grow: true, wantRetry: http.StatusCreated},
+		{name: "external, effects over 4 MB", mode: idempotency.External, wantRetry: http.StatusInternalServerError},
+		{name: "external, an item grown too large", mode: idempotency.External, grow: true, wantRetry: http.StatusInternalServerError},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := idempotency.NewKey("acme", t.Name())
+			var runs atomic.Int32
+			handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				call, ok := idempotency.Begin(w, r)
+				if !ok {
+					return
+				}
+				if runs.Add(1) > 1 {
+					w.WriteHeader(http.StatusCreated)
+					return
+				}
+				if tt.grow {
+					call.AddReleaseEffect(dynamo.Insert(payments, "pk", map[string]string{"pk": key.ID() + "#0"}))
+					call.AddReleaseEffect(grown(t, client, payments, key.ID()+"#grown"))
+				} else {
+					for _, e := range blobs(t, payments, key.ID(), 13, 340_000) {
+						call.AddReleaseEffect(e)
+					}
+				}
+				w.WriteHeader(http.StatusServiceUnavailable)
+			})
+			h := wrap(t, mw, tt.mode, fmt.Sprintf("POST /v1/release/%d", i), handler)
+			w, obs := post(h, t.Name(), `{}`)
+			if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), `"code":"response_too_large"`) ||
+				w.Header().Get("Content-Type") != "application/problem+json" {
+				t.Errorf("answer = %d %s %.200s, want 500 response_too_large (application/problem+json)", w.Code, w.Header().Get("Content-Type"), w.Body)
+			}
+			if obs.Outcome != idempotency.OutcomeStoreError || !strings.Contains(obs.Err, "release effects") || !strings.Contains(obs.Err, "not written") {
+				t.Errorf("observation: outcome %s, err %q; want store_error saying the release effects were not written", obs.Outcome, obs.Err)
+			}
+			rec, err := store.Get(t.Context(), key)
+			switch {
+			case tt.mode == idempotency.Leased && !errors.Is(err, idempotency.ErrNotFound):
+				t.Errorf("record: %s (err %v), want none (released)", rec.Status, err)
+			case tt.mode == idempotency.External && (err != nil || rec.Status != idempotency.StatusCompleted || rec.Response == nil ||
+				rec.Response.Status != http.StatusInternalServerError || string(rec.Response.Body) != w.Body.String()):
+				t.Errorf("record: %s (err %v), want COMPLETED with the 500 sent", rec.Status, err)
+			}
+			if dynamotest.Exists(t, client, payments, key.ID()+"#0") {
+				t.Error("a release effect was written, want none")
+			}
+			if tt.grow {
+				if _, got := dynamotest.Item(t, client, payments, key.ID()+"#grown")["more"]; got {
+					t.Error("the item grew past 400 KB, want it unchanged")
+				}
+			}
+			again, _ := post(h, t.Name(), `{}`)
+			if again.Code != tt.wantRetry {
+				t.Errorf("retry = %d %.200s, want %d", again.Code, again.Body, tt.wantRetry)
+			}
+		})
+	}
+}
+
+// carrying writes, directly as an older version or another writer could
+// have, the External reservation of key at recovery point "charged" whose
+// data is past MaxData (legacy bytes of it, and a charge), its lease
+// "dead" run out.
+func carrying(t *testing.T, client *dynamodb.Client, table string, key idempotency.Key, fingerprint string, legacy int) idempotency.Record {
+	t.Helper()
+	past := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	rec := idempotency.Record{
+		Key: key, Status: idempotency.StatusInProgress, Route: "POST /v1/orders", Fingerprint: fingerprint, External: true,
+		LeaseToken: "dead", ExpiresAt: past, Request: []byte(`{}`), Point: "charged",
+		Data:      map[string]string{"charge": "ch_1", "legacy": strings.Repeat("x", legacy)},
+		CreatedAt: past.Add(-time.Minute), UpdatedAt: past.Add(-time.Minute),
+	}
+	if _, err := client.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: &table, Item: dynamo.ItemFromRecord(rec)}); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// TestCarriedData: data a record already holds past MaxData is carried
+// forward, never the reason a step fails: a take-over or a pause (the lease
+// alone) and a step that adds a little succeed; a step that adds more than
+// MaxData, or would make the record's item larger than DynamoDB's 400 KB
+// (which DynamoDB refuses: a single UpdateItem, or a transaction with
+// effects), fails with ErrDataTooLarge and writes nothing.
+func TestCarriedData(t *testing.T) {
+	store, client, names := newStore(t)
+	records, payments := names.ByLogicalID["IdempotencyTable"], names.ByLogicalID["PaymentsTable"]
+	now := time.Now()
+	tests := []struct {
+		name    string
+		legacy  int // bytes carried
+		point   string
+		added   map[string]string
+		effects bool
+		wantErr bool
+	}{
+		{name: "take-over", legacy: 100_000, point: "charged"},
+		{name: "take-over, nearly 400 KB carried", legacy: 390_000, point: "charged"},
+		{name: "a step adding a little", legacy: 100_000, point: "shipped", added: map[string]string{"ship": "sh_1"}},
+		{name: "a step adding a little, with effects", legacy: 100_000, point: "shipped", added: map[string]string{"ship": "sh_1"}, effects: true},
+		{name: "a step adding over MaxData", legacy: 100_000, point: "shipped", added: map[string]string{"note": strings.Repeat("y", dynamo.MaxData+1)}, wantErr: true},
+		{name: "a step past 400 KB", legacy: 360_000, point: "shipped", added: map[string]string{"note": strings.Repeat("y", 60_000)}, wantErr: true},
+		{name: "a step past 400 KB, with effects", legacy: 360_000, point: "shipped", added: map[string]string{"note": strings.Repeat("y", 60_000)}, effects: true, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := idempotency.NewKey("acme", t.Name())
+			rec := carrying(t, client, records, k, "f", tt.legacy)
+			data := maps.Clone(rec.Data)
+			maps.Copy(data, tt.added)
+			p := idempotency.Progress{From: rec.Point, Point: tt.point, Data: data, Added: tt.added, LeaseToken: "next", ExpiresAt: now.Add(time.Minute), UpdatedAt: now}
+			var effects []idempotency.Effect
+			if tt.effects {
+				effects = append(effects, dynamo.Insert(payments, "pk", map[string]string{"pk": k.ID()}))
+			}
+			err := store.Advance(t.Context(), k, rec.LeaseToken, p, effects)
+			if tt.wantErr != (err != nil) || (err != nil && !errors.Is(err, dynamo.ErrDataTooLarge)) {
+				t.Fatalf("Advance() = %v, want ErrDataTooLarge: %v", err, tt.wantErr)
+			}
+			got, err := store.Get(t.Context(), k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := rec
+			if !tt.wantErr {
+				want.Point, want.Data, want.LeaseToken, want.ExpiresAt, want.UpdatedAt = p.Point, p.Data, p.LeaseToken, p.ExpiresAt.Truncate(time.Millisecond), p.UpdatedAt.Truncate(time.Millisecond)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("record after Advance (-want +got):\n%.2000s", diff)
+			}
+			if tt.effects && dynamotest.Exists(t, client, payments, k.ID()) == tt.wantErr {
+				t.Errorf("effect written: %v, want %v", !tt.wantErr, !tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestRetryCarriesData: a retry of a multi-step request abandoned at a
+// recovery point whose data is past MaxData (a record written before the
+// bound) takes it over and finishes it, its handler adding a phase, rather
+// than failing with 500 at every retry.
+func TestRetryCarriesData(t *testing.T) {
+	store, client, names := newStore(t)
+	mw := newMiddleware(t, store)
+	const route = "POST /v1/orders"
+	fingerprint, err := idempotency.RequestFingerprint("POST", route, []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := idempotency.NewKey("acme", t.Name())
+	rec := carrying(t, client, names.ByLogicalID["IdempotencyTable"], key, fingerprint, 100_000)
+	var resumedAt string
+	h := mw.External(route, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		call, ok := idempotency.BeginAt(w, r, "created", nil)
+		if !ok {
+			return
+		}
+		resumedAt = call.Steps().Point()
+		if err := call.Steps().Advance(r.Context(), "shipped", map[string]string{"ship": "sh_1"}); err != nil {
+			t.Errorf("Steps.Advance(shipped) = %v, want nil", err)
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		call.Finish("finished")
+		w.WriteHeader(http.StatusCreated)
+	}), unresolved(t))
+	w, obs := post(h, t.Name(), `{}`)
+	if w.Code != http.StatusCreated || resumedAt != "charged" {
+		t.Fatalf("retry = %d %.300s (outcome %s, err %q), resumed at %q; want 201, resumed at charged", w.Code, w.Body, obs.Outcome, obs.Err, resumedAt)
+	}
+	got, err := store.Get(t.Context(), key)
+	if err != nil || got.Status != idempotency.StatusCompleted || got.Point != "finished" ||
+		got.Data["ship"] != "sh_1" || got.Data["legacy"] != rec.Data["legacy"] {
+		t.Errorf("record = %s at %q (err %v; outcome %s, %q), want COMPLETED at finished with the carried data and the step's", got.Status, got.Point, err, obs.Outcome, obs.Err)
 	}
 }

@@ -27,6 +27,15 @@ func newMiddleware(t *testing.T, store idempotency.Store) *idempotency.Middlewar
 	return mw
 }
 
+// wrap wraps handler under route in mode; an External route's resolver
+// fails the test when asked.
+func wrap(t *testing.T, mw *idempotency.Middleware, mode idempotency.Mode, route string, handler http.Handler) http.Handler {
+	if mode == idempotency.External {
+		return mw.External(route, handler, unresolved(t))
+	}
+	return mw.Wrap(mode, route, handler)
+}
+
 // post sends a POST with body under key to h and returns the answer and the
 // middleware's observation.
 func post(h http.Handler, key, body string) (*httptest.ResponseRecorder, idempotency.Observation) {

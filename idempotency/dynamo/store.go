@@ -208,9 +208,11 @@ func (s *Store) Release(ctx context.Context, key idempotency.Key, lease string, 
 
 // Advance moves the record held under lease to the recovery point p with one
 // conditional UpdateItem, or with effects one TransactWriteItems, returning
-// a *idempotency.ConflictError as Complete does.
+// a *idempotency.ConflictError as Complete does, and ErrDataTooLarge for a
+// step whose data is over MaxData (p.Added; what the record carries is not
+// checked again) or would make the record larger than DynamoDB's 400 KB.
 func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, p idempotency.Progress, effects []idempotency.Effect) error {
-	if err := checkData(p.Data); err != nil {
+	if err := checkProgress(p); err != nil {
 		return fmt.Errorf("dynamo: advance: %w", err)
 	}
 	names, values := leaseExpr(lease)
@@ -382,6 +384,13 @@ func (s *Store) transact(ctx context.Context, op string, record types.TransactWr
 		_, err := s.client.TransactWriteItems(ctx, in)
 		return err
 	})
+	if i, msg, ok := itemTooLarge(err); ok {
+		if j := i - first; j >= 0 && j < len(effects) {
+			return fmt.Errorf("dynamo: %s: effect %d on %s: %w (DynamoDB: %s)", op, j, effects[j].EffectTable(), ErrItemTooLarge, msg)
+		}
+		// The record's item, or a chunk's: checked before the write, they
+		// grow past 400 KB only with a recovery point's data (Advance).
+	}
 	var canceled *types.TransactionCanceledException
 	if _, recordFailed := conditionFailed(err); !recordFailed && errors.As(err, &canceled) {
 		for i, r := range canceled.CancellationReasons {
@@ -429,6 +438,12 @@ func (s *Store) outcome(ctx context.Context, op string, err error, landed func(i
 	}
 	if unavailable(err) {
 		return fmt.Errorf("dynamo: %s: %w: %w", op, idempotency.ErrUnavailable, err)
+	}
+	if _, msg, ok := itemTooLarge(err); ok {
+		// The record's item (an effect's is the transaction's error): the
+		// store checks its size before it writes, but for what Advance
+		// adds to an item it does not read, a recovery point's data.
+		return fmt.Errorf("dynamo: %s: %w: the record would be larger than DynamoDB's 400 KB (DynamoDB: %s)", op, ErrDataTooLarge, msg)
 	}
 	return fmt.Errorf("dynamo: %s: %w", op, err)
 }

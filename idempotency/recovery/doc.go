@@ -143,7 +143,11 @@
 //     otherwise: an expected deferral, counted as reconcile_deferred and
 //     logged at WARN, not as a failure. Then the record is released with the
 //     resolution's effects (undoing what the reservation held), so that a
-//     retry executes anew. Counts reconcile_resolved.
+//     retry executes anew. Counts reconcile_resolved. Effects over the
+//     store's limits on one write can never be written: the record is
+//     completed with the response_too_large problem instead, the holds kept
+//     (a retry must not take them again), as the live request's release
+//     does, and reconcile_failed counted (alarmed).
 //   - The lease is no longer held (a *idempotency.ConflictError, from the
 //     completion or the release, or from the Resolver itself when it resumes
 //     a multi-step request's phases with idempotency.ResumeSteps from a stale

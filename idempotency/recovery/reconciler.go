@@ -228,32 +228,7 @@ func (r *Reconciler) waitUntil(ctx context.Context, t time.Time) error {
 
 // complete records the resolved response, with the resolution's effects.
 func (r *Reconciler) complete(ctx context.Context, log *slog.Logger, rec idempotency.Record, res idempotency.Resolution) error {
-	now := r.cfg.Now()
-	created := rec.CreatedAt
-	if created.IsZero() {
-		created = now
-	}
-	done := idempotency.Record{
-		Key:         rec.Key,
-		Status:      idempotency.StatusCompleted,
-		Route:       rec.Route,
-		Fingerprint: rec.Fingerprint,
-		External:    rec.External,
-		LeaseToken:  rec.LeaseToken,
-		ExpiresAt:   now.Add(r.cfg.Retention),
-		Request:     rec.Request,
-		Response:    res.Response,
-		Point:       rec.Point,
-		Data:        rec.Data,
-		CreatedAt:   created,
-		UpdatedAt:   now,
-	}
-	if res.Steps != nil {
-		done.Point, done.Data = res.Steps.Point(), res.Steps.Data()
-	}
-	if res.FinalPoint != "" {
-		done.Point = res.FinalPoint
-	}
+	done := r.completed(rec, res)
 	err := r.cfg.Store.Complete(ctx, done, rec.LeaseToken, res.Effects)
 	if errors.Is(err, idempotency.ErrResponseTooLarge) {
 		// The request took effect but its answer cannot be kept: record
@@ -288,6 +263,37 @@ func (r *Reconciler) complete(ctx context.Context, log *slog.Logger, rec idempot
 	return nil
 }
 
+// completed is rec COMPLETED with res's response, at its final point.
+func (r *Reconciler) completed(rec idempotency.Record, res idempotency.Resolution) idempotency.Record {
+	now := r.cfg.Now()
+	created := rec.CreatedAt
+	if created.IsZero() {
+		created = now
+	}
+	done := idempotency.Record{
+		Key:         rec.Key,
+		Status:      idempotency.StatusCompleted,
+		Route:       rec.Route,
+		Fingerprint: rec.Fingerprint,
+		External:    rec.External,
+		LeaseToken:  rec.LeaseToken,
+		ExpiresAt:   now.Add(r.cfg.Retention),
+		Request:     rec.Request,
+		Response:    res.Response,
+		Point:       rec.Point,
+		Data:        rec.Data,
+		CreatedAt:   created,
+		UpdatedAt:   now,
+	}
+	if res.Steps != nil {
+		done.Point, done.Data = res.Steps.Point(), res.Steps.Data()
+	}
+	if res.FinalPoint != "" {
+		done.Point = res.FinalPoint
+	}
+	return done
+}
+
 // tooLargeResponse is the answer recorded for a request whose own answer
 // is too large to store: idempotency.ErrResponseTooLarge as its problem.
 func tooLargeResponse() *idempotency.Response {
@@ -299,6 +305,21 @@ func tooLargeResponse() *idempotency.Response {
 // its holds with the resolution's effects.
 func (r *Reconciler) release(ctx context.Context, log *slog.Logger, rec idempotency.Record, res idempotency.Resolution) error {
 	err := r.cfg.Store.Release(ctx, rec.Key, rec.LeaseToken, res.Effects)
+	if errors.Is(err, idempotency.ErrResponseTooLarge) {
+		// The effects that undo the holds are more than one write of the
+		// store carries: they can never be written. Failing at every
+		// delivery would leave the key UNKNOWN for good, and releasing it
+		// without them would let a retry take the holds a second time. The
+		// key ends as the live request's release does: completed with the
+		// response_too_large problem, the holds kept, counted as a failure
+		// (alarmed) for an operator to give them back.
+		log.Error("the resolution's release effects alone are too large for the store: response_too_large recorded instead of the release, the holds kept; they are not written", "err", err.Error(), "effects", len(res.Effects))
+		done := r.completed(rec, idempotency.Resolution{Response: tooLargeResponse(), Steps: res.Steps})
+		if err = r.cfg.Store.Complete(ctx, done, rec.LeaseToken, nil); err == nil {
+			r.cfg.Metrics.Count(MetricFailed)
+			return nil
+		}
+	}
 	if superseded(log, err) {
 		return nil
 	}
