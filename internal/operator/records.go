@@ -148,6 +148,19 @@ type responseView struct {
 	Body      *string           `json:"body,omitempty"`
 }
 
+// view is rec as show prints it at now, without bodies.
+func view(rec idempotency.Record, now time.Time) recordView {
+	v := recordView{
+		Record: rec.Key.ID(), Tenant: rec.Key.Tenant, KeyHash: rec.Key.Hash, Status: string(rec.Status), Route: rec.Route,
+		External: rec.External, LeaseToken: rec.LeaseToken, Fingerprint: rec.Fingerprint,
+		CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.UpdatedAt.UTC(), ExpiresAt: rec.ExpiresAt.UTC(), Expired: rec.Expired(now),
+	}
+	if rec.External {
+		v.ForwardKey = rec.ForwardKey()
+	}
+	return v
+}
+
 // show prints one record as JSON.
 func (t *Tool) show(ctx context.Context, args []string) error {
 	fs := t.flags("show", "[-bodies] (RECORD | -tenant T -key KEY)", "Show one record (the raw key is never printed: its hash is).")
@@ -168,14 +181,7 @@ func (t *Tool) show(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	v := recordView{
-		Record: key.ID(), Tenant: key.Tenant, KeyHash: key.Hash, Status: string(rec.Status), Route: rec.Route,
-		External: rec.External, LeaseToken: rec.LeaseToken, Fingerprint: rec.Fingerprint,
-		CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.UpdatedAt.UTC(), ExpiresAt: rec.ExpiresAt.UTC(), Expired: rec.Expired(t.now()),
-	}
-	if rec.External {
-		v.ForwardKey = rec.ForwardKey()
-	}
+	v := view(rec, t.now())
 	if *bodies && len(rec.Request) > 0 {
 		v.Request = json.RawMessage(rec.Request) // canonical JSON
 	}
