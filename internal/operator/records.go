@@ -223,9 +223,9 @@ func (t *Tool) reannounce(ctx context.Context, args []string) error {
 	now := t.now()
 	// The record is kept a retention from now, as the checker keeps an
 	// External reservation whose lease ran out when it hands it to the
-	// reconciler: until then a new request cannot reclaim the key (a second
-	// execution while the first's outcome is unknown), nor TTL delete it
-	// while the reconciler works on it.
+	// reconciler: until then TTL does not delete it while the reconciler
+	// works on it. (A new request never reclaims an UNKNOWN record, expired
+	// or not.)
 	expires := now.Add(t.cfg.Retention)
 	switch {
 	case rec.Status == idempotency.StatusUnknown:
