@@ -125,12 +125,12 @@ func (t *Tool) deleteFenced(ctx context.Context, rec idempotency.Record) error {
 	case errors.As(err, &failed) && len(failed.Item) == 0:
 		return fmt.Errorf("%s is not forgotten: it is gone already", rec.Key.ID())
 	case errors.As(err, &failed):
-		now, derr := dynamo.RecordFromItem(failed.Item)
+		current, derr := dynamo.RecordFromItem(failed.Item)
 		if derr != nil {
 			return fmt.Errorf("%s is not forgotten: it changed meanwhile", rec.Key.ID())
 		}
 		return fmt.Errorf("%s is not forgotten: it changed meanwhile, to %s under lease token %q; look at it again",
-			rec.Key.ID(), now.Status, now.LeaseToken)
+			rec.Key.ID(), current.Status, current.LeaseToken)
 	case err != nil:
 		return fmt.Errorf("delete %s: %w", rec.Key.ID(), err)
 	}
