@@ -114,7 +114,17 @@
 // External reservation a day past it, until it is reconciled); a record
 // whose expiry has passed counts as absent at once, whether or not it has
 // been deleted yet, except an External reservation, which must go through
-// UNKNOWN (or, at a recovery point, be resumed) first.
+// UNKNOWN (or, at a recovery point, be resumed) first, and an UNKNOWN
+// record, which never does: its request may have had its effect at the
+// other system, so only its reconciliation (Complete or Release), or an
+// operator's fenced delete, ends it. Its expiry is only when the store's
+// TTL may delete it (the recovery package's Sweeper then restores it). A
+// retry of it gets 409 (InProgressError) however old it is, and one
+// UnknownRedrive or more after it last changed re-announces it to the
+// reconciler (MarkUnknown).
+//
+// Record.Reclaimable is that rule, and a Store's Commit and Reserve
+// conditions implement it.
 //
 // The package knows nothing of AWS or of any business domain: storage is the
 // Store interface, and errors answer as their problems (package problem;

@@ -123,8 +123,11 @@ func (r Record) Expired(now time.Time) bool {
 func (r Record) ForwardKey() string { return r.Key.Forward(r.Fingerprint) }
 
 // Reclaimable reports whether a new request may overwrite r at now: its expiry
-// has passed and it is not an External reservation (which must be reconciled
-// through UNKNOWN first). Stores implement the same rule in their conditions.
+// has passed and it is COMPLETED, or an IN_PROGRESS reservation that is not
+// External. An External reservation must be reconciled through UNKNOWN
+// first, and an UNKNOWN record never expires into a free key (its request
+// may have had its effect at the other system): only its reconciliation, or
+// an operator, ends it. Stores implement the same rule in their conditions.
 func (r Record) Reclaimable(now time.Time) bool {
-	return r.Expired(now) && !(r.Status == StatusInProgress && r.External)
+	return r.Expired(now) && (r.Status == StatusCompleted || r.Status == StatusInProgress && !r.External)
 }

@@ -1,7 +1,8 @@
 // Command oncectl is the operator's view of a once deployment: it lists the
 // records left UNKNOWN, the dead letters and the payments left pending,
 // shows one record (never its raw key: its hash), re-announces a record to
-// the reconciler, sends dead letters back to their queue and hands pending
+// the reconciler, forgets an UNKNOWN record that can never be reconciled
+// (a delete fenced on what it showed), sends dead letters back to their queue and hands pending
 // payments to the worker's retrier. It is configured like the functions, from the
 // environment, and works against AWS, LocalStack and the devstack alike. See
 // internal/operator, and `oncectl help`.

@@ -50,9 +50,11 @@ func New(client Client, table string, opts ...Option) *Store {
 // STATUS (and others) are DynamoDB reserved words.
 const (
 	// reclaimCondition is Record.Reclaimable: no record, or an expired one
-	// that is not an External reservation.
+	// that is COMPLETED or a reservation that is not External (never an
+	// UNKNOWN record, nor an External reservation). The states are named,
+	// not excluded, so that a record of any other status is never taken.
 	reclaimCondition = "attribute_not_exists(#pk) OR " +
-		"(#expires_ms <= :now AND (#status <> :in_progress OR #external = :false))"
+		"(#expires_ms <= :now AND (#status = :completed OR #status = :in_progress AND #external = :false))"
 	// leaseCondition holds while the lease is held: the record carries the
 	// lease token and is not COMPLETED.
 	leaseCondition = "#lease = :lease AND #status <> :completed"
@@ -66,6 +68,7 @@ func reclaimExpr(now time.Time) (map[string]string, map[string]types.AttributeVa
 			"#external":   AttrExternal,
 		}, map[string]types.AttributeValue{
 			":now":         num(now.UnixMilli()),
+			":completed":   str(string(idempotency.StatusCompleted)),
 			":in_progress": str(string(idempotency.StatusInProgress)),
 			":false":       &types.AttributeValueMemberBOOL{Value: false},
 		}

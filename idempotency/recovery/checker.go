@@ -34,11 +34,13 @@ type CheckerConfig struct {
 	// Queue receives the checks that arrive before their record's lease
 	// has run out, sent on for the rest.
 	Queue Queue
-	// Retention is how long a record moved to UNKNOWN is kept
-	// (idempotency.DefaultRetention), as the Sweeper keeps one. Expired, it
-	// counts as absent and a retry runs its request again: keep it longer
-	// than the reconciler can take to resolve it (its stream mapping's
-	// retries, the provider's settle time) and than the middleware's Lease.
+	// Retention is how long a record moved to UNKNOWN is kept before TTL
+	// may delete it (idempotency.DefaultRetention), as the Sweeper keeps
+	// one; expired, it is still UNKNOWN, never free for a new request, and
+	// once TTL deletes it the Sweeper restores it. Keep it longer than the
+	// reconciler can take to resolve it (its stream mapping's retries, the
+	// provider's settle time), so that TTL does not delete it meanwhile,
+	// and than the middleware's Lease.
 	Retention time.Duration
 	// Margin is added to the lease deadline of a check sent on
 	// (DefaultMargin).

@@ -84,8 +84,9 @@
 //     never overwritten, however late a retried stream record comes; such a
 //     conflict, like the one a redelivered stream record meets, is success.
 //     A newer record past its retention counts as absent, as it does for a
-//     new request, and a Leased reservation taken so is fenced by its lease
-//     token. It counts zombie_swept, and reconcile_scheduled when the record
+//     new request (a COMPLETED record or a reservation that is not
+//     External; never an UNKNOWN record), and a Leased reservation taken so
+//     is fenced by its lease token. It counts zombie_swept, and reconcile_scheduled when the record
 //     was restored.
 //
 // The Sweeper also restores an UNKNOWN record that TTL deleted before it
@@ -100,10 +101,12 @@
 // that the reconciler looks it up again; it counts reconcile_scheduled (or
 // zombie_unrestored). A record that can never be resolved thus comes back
 // once per retention, each time alarmed by the reconciler, until an
-// operator deletes it. The TTL identity is required here, with no
-// timestamp rule: the reconciler's release of a resolved record is a REMOVE
-// of an UNKNOWN record too, and LocalStack's TTL deletions, which carry no
-// identity, are not restored.
+// operator deletes it (a delete conditioned on its status and lease token,
+// as oncectl forget does in the once application): such a REMOVE carries no
+// TTL identity, so the Sweeper leaves it deleted. The TTL identity is
+// required here, with no timestamp rule: the reconciler's release of a
+// resolved record is a REMOVE of an UNKNOWN record too, and LocalStack's TTL
+// deletions, which carry no identity, are not restored.
 //
 // The api also deletes IN_PROGRESS records itself: it releases the key when a
 // request ends with a 5xx (Store.Release). Those REMOVEs must be ignored. A

@@ -306,12 +306,12 @@ func TestSweeperRetryMeetsNewerRecord(t *testing.T) {
 			},
 		},
 		{
-			name: "UNKNOWN past its retention (a new request would reclaim it too)",
+			// Never free: its outcome is unknown, however old.
+			name: "UNKNOWN past its retention",
 			newer: func(t *testing.T, key idempotency.Key, at time.Time) newer {
 				res := w.reserve(t, reservation(key, at.Add(-40*time.Second), 30*time.Second))
 				return newer{rec: w.markUnknown(t, res, at.Add(-time.Second), at.Add(-5*time.Second))}
 			},
-			restored: true,
 		},
 		{
 			name: "Leased reservation (another route) past its lease, its process still running",

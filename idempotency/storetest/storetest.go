@@ -257,10 +257,21 @@ func testReclaim(t *testing.T, newStore NewStore) {
 			r := unknown(reserved(k, "a", "lease-a", true, t0))
 			return &r
 		}, t0.Add(-ms), false},
+		// An UNKNOWN record's outcome at the other system is unknown: it
+		// never expires into a free key, only the reconciler (or an
+		// operator's fenced delete) ends it.
 		{"unknown expired", func(k idempotency.Key) *idempotency.Record {
 			r := unknown(reserved(k, "a", "lease-a", true, t0))
 			return &r
-		}, t0, true},
+		}, t0, false},
+		{"unknown expired long ago", func(k idempotency.Key) *idempotency.Record {
+			r := unknown(reserved(k, "a", "lease-a", true, t0))
+			return &r
+		}, t0.Add(365 * 24 * time.Hour), false},
+		{"unknown not external expired", func(k idempotency.Key) *idempotency.Record {
+			r := unknown(reserved(k, "a", "lease-a", false, t0))
+			return &r
+		}, t0, false},
 	}
 	for _, op := range []string{"Commit", "Reserve"} {
 		for _, tt := range tests {

@@ -289,7 +289,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		bad(EnvRetention, c.Retention.String(), "must be at least "+floor.String()+", the longest of "+MinRetention.String()+
 			" (the reconciler's retries of an UNKNOWN record), "+EnvLease+" ("+c.Lease.String()+") and "+
 			EnvProviderSettle+" ("+c.ProviderSettle.String()+", until which an UNKNOWN record's call may still land)"+
-			": a record expired sooner counts as absent, and a retry would run its request again")
+			": a completed record expired sooner counts as absent, and a retry would run its request again; "+
+			"an UNKNOWN one could be deleted by TTL while the reconciler works on it")
 	}
 	switch h := c.WorkerLookUpHorizon; {
 	case h > 0 && h < MinWorkerLookUpHorizon:

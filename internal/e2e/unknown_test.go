@@ -48,7 +48,9 @@ func (d failCompletion) Do(r *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		if bytes.Contains(body, []byte(`"S":"COMPLETED"`)) {
+		// The item's status, not a condition's :completed value (a
+		// reservation's condition names it too).
+		if bytes.Contains(body, []byte(`"status":{"S":"COMPLETED"}`)) {
 			return nil, errors.New("injected: connection reset while completing")
 		}
 	}

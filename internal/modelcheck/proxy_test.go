@@ -63,11 +63,11 @@ var plants = map[string]plant{
 		from: "#lease = :lease AND #status <> :completed",
 		to:   "(#lease = :lease OR :lease = :lease) AND #status <> :completed",
 	},
-	// The reclaim condition (reclaimCondition) takes any record that is not
-	// IN_PROGRESS for free, expired or not: a completed key executes again.
+	// The reclaim condition (reclaimCondition) takes a COMPLETED record for
+	// free, expired or not: a completed key executes again.
 	"reclaim-completed": {
-		from: "attribute_not_exists(#pk) OR (#expires_ms <= :now AND (#status <> :in_progress OR #external = :false))",
-		to:   "attribute_not_exists(#pk) OR ((#expires_ms <= :now OR #status <> :in_progress) AND (#status <> :in_progress OR #external = :false))",
+		from: "attribute_not_exists(#pk) OR (#expires_ms <= :now AND (#status = :completed OR #status = :in_progress AND #external = :false))",
+		to:   "attribute_not_exists(#pk) OR ((#expires_ms <= :now OR #status = :completed) AND (#status = :completed OR #status = :in_progress AND #external = :false))",
 	},
 	// A refund's hold (internal/refunds' holds) no longer checks what is
 	// left of the payment: refunds of different keys can together hold

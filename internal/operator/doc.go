@@ -15,13 +15,26 @@
 //     reservation whose lease has run out (its check may be a dead letter),
 //     and keeps it at least the retention (ONCE_RETENTION) from now: its
 //     expiry and TTL extended, never shortened, as the checker extends a
-//     reservation whose lease ran out. An expired UNKNOWN record would
-//     otherwise be free for a new request to reclaim (a second execution
-//     while the first's outcome is unknown), and one about to expire
-//     deleted by TTL while the reconciler works on it. (A client's redrive
-//     keeps the expiry: it is automatic, and an UNKNOWN record that can
-//     never be reconciled must still end; a re-announcement is an
-//     operator's.)
+//     reservation whose lease ran out, so that TTL does not delete one
+//     about to expire while the reconciler works on it. (A client's
+//     redrive keeps the expiry: it is automatic; a re-announcement is an
+//     operator's. An UNKNOWN record is never free for a new request,
+//     expired or not.)
+//   - forget deletes an UNKNOWN record that can never be reconciled, the
+//     operator's way out of its reconcile_failed alarm, once what its
+//     request did at the other system is settled: a retry of its key then
+//     runs the request again. It reads the record and prints it as JSON
+//     (ID, tenant, route, status, lease token, expiry), and deletes it only
+//     with -confirm naming the lease token shown, with a DeleteItem
+//     conditioned on the status and lease token read: a record that changed
+//     meanwhile is left as it is, and the command fails saying so. It
+//     refuses any record but an UNKNOWN one: a COMPLETED one, a reservation
+//     within its lease or of a route that is not External, and an External
+//     reservation whose lease ran out, which is re-announced first (deleted
+//     after its lease, its stream REMOVE looks like TTL's, and the sweeper
+//     would restore it). The deletion is logged as one JSON line on
+//     stderr. Its REMOVE carries no TTL identity, so the sweeper, which
+//     restores only the UNKNOWN records that TTL deleted, leaves it deleted.
 //   - dlq list lists the dead letters of the check queue and of the worker's
 //     retry queue, leaving them where they are; dlq redrive sends some, or
 //     all, back to the queue they came from, where their function handles
@@ -43,8 +56,8 @@
 //
 // It is configured like the functions, by config.FromEnv: DYNAMODB_ENDPOINT
 // and SQS_ENDPOINT (unset: AWS), AWS_REGION, the table and queue variables.
-// Against AWS it needs dynamodb:Scan, GetItem, BatchGetItem and UpdateItem on the
-// idempotency table, dynamodb:Scan and GetItem on the payments table, and
+// Against AWS it needs dynamodb:Scan, GetItem, BatchGetItem, UpdateItem and
+// (for forget) DeleteItem on the idempotency table, dynamodb:Scan and GetItem on the payments table, and
 // sqs:GetQueueUrl, ReceiveMessage, ChangeMessageVisibility, DeleteMessage on
 // the dead-letter queues and SendMessage on their source queues (the
 // worker's retry queue among them).

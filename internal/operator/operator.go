@@ -72,6 +72,8 @@ Commands:
   unknown [-tenant T] [-limit N] [-json]       list the UNKNOWN records
   show [-bodies] (RECORD | -tenant T -key K)   show one record (never the raw key: its hash)
   reannounce (RECORD | -tenant T -key K)       hand a record to the reconciler again
+  forget [-confirm LEASE] (RECORD | -tenant T -key K)
+                                               delete an UNKNOWN record for good (fenced)
   dlq list [QUEUE] [-limit N] [-json]          list dead letters
   dlq redrive QUEUE (ID... | -all)             send dead letters back to their queue
   pending [-tenant T] [-older-than D] [-limit N] [-json]
@@ -118,6 +120,7 @@ func (t *Tool) Run(ctx context.Context, args []string) int {
 		"unknown":         t.unknown,
 		"show":            t.show,
 		"reannounce":      t.reannounce,
+		"forget":          t.forget,
 		"dlq":             t.dlq,
 		"pending":         t.pending,
 		"requeue-payment": t.requeuePayment,

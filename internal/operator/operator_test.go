@@ -323,10 +323,9 @@ func TestReannounce(t *testing.T) {
 
 // TestReannounceExtendsExpiry: a re-announced UNKNOWN record is kept for a
 // full retention from the re-announcement (its expiry and its TTL attribute),
-// as the checker does when an External lease runs out: an expired one would
-// otherwise be free for a new request to reclaim (a second execution while
-// the first's outcome is unknown), and one about to expire deleted by TTL
-// while the reconciler works on it. A later expiry is kept.
+// as the checker does when an External lease runs out: one about to expire
+// would otherwise be deleted by TTL while the reconciler works on it. A
+// later expiry is kept.
 func TestReannounceExtendsExpiry(t *testing.T) {
 	e := newEnv(t)
 	table := e.names.ByLogicalID["IdempotencyTable"]

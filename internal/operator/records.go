@@ -148,6 +148,19 @@ type responseView struct {
 	Body      *string           `json:"body,omitempty"`
 }
 
+// view is rec as show prints it at now, without bodies.
+func view(rec idempotency.Record, now time.Time) recordView {
+	v := recordView{
+		Record: rec.Key.ID(), Tenant: rec.Key.Tenant, KeyHash: rec.Key.Hash, Status: string(rec.Status), Route: rec.Route,
+		External: rec.External, LeaseToken: rec.LeaseToken, Fingerprint: rec.Fingerprint,
+		CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.UpdatedAt.UTC(), ExpiresAt: rec.ExpiresAt.UTC(), Expired: rec.Expired(now),
+	}
+	if rec.External {
+		v.ForwardKey = rec.ForwardKey()
+	}
+	return v
+}
+
 // show prints one record as JSON.
 func (t *Tool) show(ctx context.Context, args []string) error {
 	fs := t.flags("show", "[-bodies] (RECORD | -tenant T -key KEY)", "Show one record (the raw key is never printed: its hash is).")
@@ -168,14 +181,7 @@ func (t *Tool) show(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	v := recordView{
-		Record: key.ID(), Tenant: key.Tenant, KeyHash: key.Hash, Status: string(rec.Status), Route: rec.Route,
-		External: rec.External, LeaseToken: rec.LeaseToken, Fingerprint: rec.Fingerprint,
-		CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.UpdatedAt.UTC(), ExpiresAt: rec.ExpiresAt.UTC(), Expired: rec.Expired(t.now()),
-	}
-	if rec.External {
-		v.ForwardKey = rec.ForwardKey()
-	}
+	v := view(rec, t.now())
 	if *bodies && len(rec.Request) > 0 {
 		v.Request = json.RawMessage(rec.Request) // canonical JSON
 	}
@@ -217,9 +223,9 @@ func (t *Tool) reannounce(ctx context.Context, args []string) error {
 	now := t.now()
 	// The record is kept a retention from now, as the checker keeps an
 	// External reservation whose lease ran out when it hands it to the
-	// reconciler: until then a new request cannot reclaim the key (a second
-	// execution while the first's outcome is unknown), nor TTL delete it
-	// while the reconciler works on it.
+	// reconciler: until then TTL does not delete it while the reconciler
+	// works on it. (A new request never reclaims an UNKNOWN record, expired
+	// or not.)
 	expires := now.Add(t.cfg.Retention)
 	switch {
 	case rec.Status == idempotency.StatusUnknown:
