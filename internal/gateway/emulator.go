@@ -166,6 +166,7 @@ type exchange struct {
 	w         http.ResponseWriter
 	r         *http.Request
 	path      string // as the client sent it, percent-encoded
+	domain    string // the API's domain name (Emulator.DomainName or its default)
 	requestID string
 	start     time.Time
 	route     Route
@@ -176,7 +177,7 @@ type exchange struct {
 
 // ServeHTTP serves one request as API Gateway would.
 func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	x := &exchange{e: e, w: w, r: r, path: r.URL.EscapedPath(), requestID: NewRequestID(), start: e.now(), auth: "none"}
+	x := &exchange{e: e, w: w, r: r, path: r.URL.EscapedPath(), domain: e.domainName(), requestID: NewRequestID(), start: e.now(), auth: "none"}
 	status, reason := x.serve()
 	e.logger().LogAttrs(r.Context(), slog.LevelInfo, "gateway: request",
 		slog.String("request_id", x.requestID),
@@ -260,8 +261,8 @@ func (x *exchange) event(body []byte) events.APIGatewayProxyRequest {
 			AccountID:         e.accountID(),
 			ResourceID:        resourceID(x.route.Resource),
 			Stage:             e.stage(),
-			DomainName:        e.domainName(),
-			DomainPrefix:      domainPrefix(e.domainName()),
+			DomainName:        x.domain,
+			DomainPrefix:      domainPrefix(x.domain),
 			RequestID:         x.requestID,
 			ExtendedRequestID: extendedRequestID(),
 			Protocol:          r.Proto,
@@ -316,10 +317,17 @@ func (e *Emulator) binary(header string) bool {
 func (x *exchange) headers() (map[string]string, map[string][]string) {
 	r := x.r
 	multi := make(map[string][]string, len(r.Header)+4)
-	for k, vs := range r.Header {
-		multi[k] = append([]string(nil), vs...)
+	n := 0
+	for _, vs := range r.Header {
+		n += len(vs)
 	}
-	multi["Host"] = []string{x.e.domainName()}
+	values := make([]string, 0, n) // every copied value, in one array
+	for k, vs := range r.Header {
+		start := len(values)
+		values = append(values, vs...)
+		multi[k] = values[start:len(values):len(values)]
+	}
+	multi["Host"] = []string{x.domain}
 	ip := sourceIP(r)
 	if prior := r.Header.Values("X-Forwarded-For"); len(prior) > 0 {
 		multi["X-Forwarded-For"] = []string{strings.Join(prior, ", ") + ", " + ip}
@@ -511,13 +519,13 @@ func (x *exchange) respond(resp events.APIGatewayProxyResponse) (int, string) {
 	if resp.StatusCode < 100 || resp.StatusCode > 599 {
 		return x.fail(badGateway(fmt.Sprintf("malformed proxy response: statusCode %d", resp.StatusCode)))
 	}
-	body := []byte(resp.Body)
+	var decoded []byte // the body, when it goes out decoded from base64
 	if resp.IsBase64Encoded && x.e.binary(x.r.Header.Get("Accept")) {
 		b, err := base64.StdEncoding.DecodeString(resp.Body)
 		if err != nil {
 			return x.fail(badGateway("malformed proxy response: body is not base64"))
 		}
-		body = b
+		decoded = b
 	}
 	h := x.w.Header()
 	for k, vs := range resp.MultiValueHeaders {
@@ -540,7 +548,11 @@ func (x *exchange) respond(resp events.APIGatewayProxyResponse) (int, string) {
 	h.Set("X-Amzn-Requestid", x.requestID)
 	x.w.WriteHeader(resp.StatusCode)
 	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotModified {
-		_, _ = x.w.Write(body)
+		if decoded != nil {
+			_, _ = x.w.Write(decoded)
+		} else {
+			_, _ = io.WriteString(x.w, resp.Body)
+		}
 	}
 	return resp.StatusCode, ""
 }
@@ -602,9 +614,12 @@ func evaluate(doc events.APIGatewayCustomAuthorizerPolicy, methodArn string) dec
 }
 
 func matchAny(patterns []string, s string, fold bool) bool {
+	if fold {
+		s = strings.ToLower(s)
+	}
 	for _, p := range patterns {
 		if fold {
-			p, s = strings.ToLower(p), strings.ToLower(s)
+			p = strings.ToLower(p)
 		}
 		if wildcard(p, s) {
 			return true
@@ -758,8 +773,7 @@ func matchResource(resource, path string) (map[string]string, bool) {
 // methodArn is the ARN of a method call, as the authorizer receives it:
 // arn:aws:execute-api:region:account:api/stage/METHOD/path.
 func (e *Emulator) methodArn(method, path string) string {
-	return fmt.Sprintf("arn:aws:execute-api:%s:%s:%s/%s/%s%s",
-		e.region(), e.accountID(), e.apiID(), e.stage(), method, path)
+	return "arn:aws:execute-api:" + e.region() + ":" + e.accountID() + ":" + e.apiID() + "/" + e.stage() + "/" + method + path
 }
 
 func (e *Emulator) now() time.Time {
@@ -840,8 +854,17 @@ func NewRequestID() string {
 	_, _ = rand.Read(b[:])
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+	var id [36]byte
+	hex.Encode(id[0:8], b[0:4])
+	id[8] = '-'
+	hex.Encode(id[9:13], b[4:6])
+	id[13] = '-'
+	hex.Encode(id[14:18], b[6:8])
+	id[18] = '-'
+	hex.Encode(id[19:23], b[8:10])
+	id[23] = '-'
+	hex.Encode(id[24:36], b[10:16])
+	return string(id[:])
 }
 
 // LambdaProxy returns an InvokeFunc that runs h as the Lambda service runs a

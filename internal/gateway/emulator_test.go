@@ -927,3 +927,35 @@ func TestEmulatorUnauthorizedFromALambdaEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// answerHandler is a lambda.Handler, as the api function's adapter is, that
+// answers every event with itself.
+type answerHandler []byte
+
+func (a answerHandler) Invoke(context.Context, []byte) ([]byte, error) { return a, nil }
+
+// BenchmarkServeHTTP measures the emulator's own work for the peers
+// harness's payment (the authorizer's result cached): the event built from
+// the request and marshalled, a Lambda function (one that answers at once)
+// invoked with it, its answer decoded and written.
+func BenchmarkServeHTTP(b *testing.B) {
+	answer := []byte(`{"statusCode":201,"headers":{"Content-Type":"application/json","Location":"/v1/payments/pay_1"},` +
+		`"multiValueHeaders":{"Request-Id":["r1"]},"body":"{\"id\":\"pay_1\",\"status\":\"pending\"}"}`)
+	fn := lambdaenv.New("api", func() (any, error) { return answerHandler(answer), nil })
+	f := &fakes{}
+	e := &gateway.Emulator{Authorize: f.Authorize, Invoke: gateway.LambdaProxy(fn), Routes: routes,
+		Stage: "test", Region: "eu-west-1", AccountID: "123456789012", APIID: "api0123456"}
+	b.ReportAllocs()
+	for b.Loop() {
+		r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(`{"amount": 1234, "currency": "usd", "customer": "cus_1"}`))
+		r.Header.Set("Idempotency-Key", "k-0001")
+		r.Header.Set("Authorization", "Bearer sk_test_acme")
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("User-Agent", "loadgen/1")
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, r)
+		if w.Code != http.StatusCreated {
+			b.Fatalf("status %d, want 201: %s", w.Code, w.Body)
+		}
+	}
+}
