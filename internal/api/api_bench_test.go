@@ -12,7 +12,9 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -131,10 +133,36 @@ func (s *benchStack) event(b *testing.B) []byte {
 	return payload
 }
 
+// cpuMeter reports the CPU time (user and system) the process spent per
+// operation: the server's CPU per request, which the peers harness
+// compares, where the wall time is mostly DynamoDB Local's.
+type cpuMeter struct {
+	b     *testing.B
+	start time.Duration
+}
+
+func startCPU(b *testing.B) cpuMeter { return cpuMeter{b: b, start: processCPU(b)} }
+
+// report reports the CPU time per operation of the n operations since the
+// meter started, as cpu-ns/op.
+func (m cpuMeter) report(n int) {
+	if n > 0 {
+		m.b.ReportMetric(float64(processCPU(m.b)-m.start)/float64(n), "cpu-ns/op")
+	}
+}
+
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // BenchmarkFirstPayment measures a first POST /v1/payments (a new key: one
 // TransactWriteItems of the payment with the stored answer) against
-// DynamoDB Local, the allocations of the process while it runs included
-// (the SDK's connection loops):
+// DynamoDB Local, the allocations and the CPU time (cpu-ns/op) of the
+// process while it runs included (the SDK's connection loops):
 //
 //   - function: the api function's Lambda handler, the REST API event's
 //     JSON in and the proxy response's JSON out, as `make bench`'s "first"
@@ -151,6 +179,7 @@ func BenchmarkFirstPayment(b *testing.B) {
 		ctx := context.Background()
 		i := 0
 		b.ReportAllocs()
+		cpu := startCPU(b)
 		for b.Loop() {
 			i++
 			payload := bytes.ReplaceAll(event, []byte(keyPlaceholder), []byte(s.key(i)))
@@ -162,15 +191,18 @@ func BenchmarkFirstPayment(b *testing.B) {
 				b.Fatalf("answer %s, want 201", out)
 			}
 		}
+		cpu.report(i)
 	})
 	b.Run("gateway", func(b *testing.B) {
 		s := newBenchStack(b)
 		s.serve(b, request(s.key(0)))
 		i := 0
 		b.ReportAllocs()
+		cpu := startCPU(b)
 		for b.Loop() {
 			i++
 			s.serve(b, request(s.key(i)))
 		}
+		cpu.report(i)
 	})
 }
