@@ -149,7 +149,15 @@ type Emulator struct {
 	mu       sync.Mutex
 	cache    map[string]cachedAuth
 	inflight sync.WaitGroup
+
+	// invokers are the goroutines that run invocations (see run).
+	invokersOnce sync.Once
+	invokers     chan func() // to an idle one
 }
+
+// invokerIdle is how long an idle invoker waits for another invocation
+// before it ends.
+const invokerIdle = 30 * time.Second
 
 type cachedAuth struct {
 	resp    events.APIGatewayCustomAuthorizerResponse
@@ -462,7 +470,7 @@ func (x *exchange) invoke(ev events.APIGatewayProxyRequest) (int, string) {
 	}
 	done := make(chan result, 1)
 	e.inflight.Add(1)
-	go func() {
+	e.run(func() {
 		defer e.inflight.Done()
 		defer cancel()
 		var res result
@@ -478,7 +486,7 @@ func (x *exchange) invoke(ev events.APIGatewayProxyRequest) (int, string) {
 			}
 		}()
 		res.resp, res.err = e.Invoke(ctx, ev)
-	}()
+	})
 
 	timer := time.NewTimer(e.timeout())
 	defer timer.Stop()
@@ -501,6 +509,38 @@ func (x *exchange) invoke(ev events.APIGatewayProxyRequest) (int, string) {
 		return x.fail(badGateway("function error: " + res.err.Error()))
 	}
 	return x.respond(res.resp)
+}
+
+// run runs f, which must not panic, on an idle invoker, or on a new one
+// when none is idle. An invoker is a goroutine that runs invocations one
+// after the other and ends once none has come for invokerIdle: a goroutine
+// per invocation would grow its stack anew each time to the depth a
+// function's call goes to (the AWS SDK's middleware), copying it at each
+// step, where a Lambda runtime's loop keeps its stack from one invocation
+// to the next.
+func (e *Emulator) run(f func()) {
+	e.invokersOnce.Do(func() { e.invokers = make(chan func()) })
+	select {
+	case e.invokers <- f:
+	default:
+		go e.invoker(f)
+	}
+}
+
+// invoker runs f, then each invocation handed to it, until it has been idle
+// for invokerIdle.
+func (e *Emulator) invoker(f func()) {
+	idle := time.NewTimer(invokerIdle)
+	defer idle.Stop()
+	for {
+		f()
+		idle.Reset(invokerIdle)
+		select {
+		case f = <-e.invokers:
+		case <-idle.C:
+			return
+		}
+	}
 }
 
 // hopHeaders are not passed on from the function's response; Content-Length is
