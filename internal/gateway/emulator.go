@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -153,6 +154,14 @@ type Emulator struct {
 	// invokers are the goroutines that run invocations (see run).
 	invokersOnce sync.Once
 	invokers     chan func() // to an idle one
+
+	lastRequestTime atomic.Pointer[stamp] // see requestTime
+}
+
+// stamp is a requestContext.requestTime and the second it names.
+type stamp struct {
+	unix int64
+	text string
 }
 
 // invokerIdle is how long an idle invoker waits for another invocation
@@ -281,7 +290,7 @@ func (x *exchange) event(body []byte) events.APIGatewayProxyRequest {
 			ResourcePath:     x.route.Resource,
 			Path:             "/" + e.stage() + x.path,
 			HTTPMethod:       r.Method,
-			RequestTime:      x.start.UTC().Format("02/Jan/2006:15:04:05 -0700"),
+			RequestTime:      e.requestTime(x.start),
 			RequestTimeEpoch: x.start.UnixMilli(),
 			APIID:            e.apiID(),
 		},
@@ -295,6 +304,19 @@ func (x *exchange) event(body []byte) events.APIGatewayProxyRequest {
 		}
 	}
 	return ev
+}
+
+// requestTime formats t as requestContext.requestTime, to the second: the
+// text is made once per second and kept, as every request of that second
+// has the same.
+func (e *Emulator) requestTime(t time.Time) string {
+	unix := t.Unix()
+	if last := e.lastRequestTime.Load(); last != nil && last.unix == unix {
+		return last.text
+	}
+	text := t.UTC().Format("02/Jan/2006:15:04:05 -0700")
+	e.lastRequestTime.Store(&stamp{unix: unix, text: text})
+	return text
 }
 
 // binary reports whether a media type (a Content-Type or Accept value, of

@@ -251,6 +251,37 @@ func TestEmulatorEvent(t *testing.T) {
 	}
 }
 
+// TestEmulatorRequestTime: requestContext.requestTime is each request's
+// time, to the second, in UTC, whichever request of a second came first.
+func TestEmulatorRequestTime(t *testing.T) {
+	f := &fakes{}
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 25, 1, 2, 3, 400e6, time.FixedZone("X", 3600))
+	srv, _ := serve(t, f, func(e *gateway.Emulator) {
+		e.Now = func() time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			return now
+		}
+	})
+	for _, step := range []time.Duration{0, 500 * time.Millisecond, time.Second, 24 * time.Hour} {
+		mu.Lock()
+		now = now.Add(step)
+		mu.Unlock()
+		if r := do(t, "POST", srv.URL+"/v1/payments", "{}", bearer); r.status != 201 {
+			t.Fatalf("status %d, want 201", r.status)
+		}
+	}
+	var got []string
+	for _, ev := range f.invoked() {
+		got = append(got, ev.RequestContext.RequestTime)
+	}
+	want := []string{"25/Nov/2026:00:02:03 +0000", "25/Nov/2026:00:02:03 +0000", "25/Nov/2026:00:02:04 +0000", "26/Nov/2026:00:02:04 +0000"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("requestTime (-want +got):\n%s", diff)
+	}
+}
+
 func TestEmulatorPathParameters(t *testing.T) {
 	f := &fakes{}
 	srv, _ := serve(t, f, nil)
