@@ -39,12 +39,27 @@ func Canonical(body []byte) ([]byte, error) {
 // canonical body. The three parts are length-prefixed so that no two distinct
 // requests share an encoding.
 func Fingerprint(method, route string, canonicalBody []byte) string {
-	h := sha256.New()
-	for _, part := range [][]byte{[]byte(method), []byte(route), canonicalBody} {
-		fmt.Fprintf(h, "%d:", len(part))
-		h.Write(part)
+	return fingerprint(canonicalBody, method, route)
+}
+
+// fingerprint is the lower-case hex SHA-256 of parts and then body, each
+// written as its length in decimal, a colon and itself.
+func fingerprint(body []byte, parts ...string) string {
+	n := len(body) + 24
+	for _, p := range parts {
+		n += len(p) + 24
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	b := make([]byte, 0, n)
+	for _, p := range parts {
+		b = strconv.AppendInt(b, int64(len(p)), 10)
+		b = append(b, ':')
+		b = append(b, p...)
+	}
+	b = strconv.AppendInt(b, int64(len(body)), 10)
+	b = append(b, ':')
+	b = append(b, body...)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // RequestFingerprint is the fingerprint the middleware gives a request to
@@ -81,12 +96,7 @@ func fingerprintAt(method, route, path string, canonical []byte) string {
 	if path == "" {
 		return Fingerprint(method, route, canonical)
 	}
-	h := sha256.New()
-	for _, part := range [][]byte{[]byte(method), []byte(route), []byte(path), canonical} {
-		fmt.Fprintf(h, "%d:", len(part))
-		h.Write(part)
-	}
-	return hex.EncodeToString(h.Sum(nil))
+	return fingerprint(canonical, method, route, path)
 }
 
 // pathPart is what of r's path a fingerprint on route must cover: nothing

@@ -35,6 +35,28 @@ func TestFingerprint(t *testing.T) {
 	}
 }
 
+// TestFingerprintStored holds fingerprints to the values stored records
+// have: a change of the encoding would make every replay a mismatch.
+func TestFingerprintStored(t *testing.T) {
+	tests := []struct {
+		method, route, path, body, want string
+	}{
+		{"POST", "POST /v1/payments", "", `{"amount":1234,"currency":"usd","customer":"cus_1"}`, "6ce9c5921aa7e94fc11653ed495e23a9d1f77055e68fea03ecd1d794cb22cf6e"},
+		{"POST", "POST /v1/x", "", "", "ee8521782547de31563cdf817633a904e02a7fbb71b708bac45a2fc682ba5924"},
+		{"POST", "POST /v1/payments/{id}/capture", "2:id6:pay_12", `{}`, "6c21ac0ef3562b220bd146e04224c69b5dcbe0abcc0fcf0a4243549e1c342e99"},
+		{"DELETE", "/v1/a", "path=/v1/a", `[1]`, "bb3e27aed59df731e2f8a16d575438df80f15ec7efd4ecda7c2455b6d8fb2b84"},
+	}
+	for _, tt := range tests {
+		var body []byte
+		if tt.body != "" {
+			body = []byte(tt.body)
+		}
+		if got := fingerprintAt(tt.method, tt.route, tt.path, body); got != tt.want {
+			t.Errorf("fingerprintAt(%q, %q, %q, %q) = %s, want %s", tt.method, tt.route, tt.path, tt.body, got, tt.want)
+		}
+	}
+}
+
 func TestFingerprintUnambiguous(t *testing.T) {
 	// Without length prefixes these two would hash the same bytes.
 	if Fingerprint("POST", "ab", []byte("c")) == Fingerprint("POST", "a", []byte("bc")) {
@@ -294,5 +316,14 @@ func BenchmarkCanonical(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkFingerprint measures the fingerprint of the harness's payment.
+func BenchmarkFingerprint(b *testing.B) {
+	body := []byte(`{"amount":1234,"currency":"usd","customer":"cus_1"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = fingerprintAt("POST", "POST /v1/payments", "", body)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -149,7 +150,23 @@ type Emulator struct {
 	mu       sync.Mutex
 	cache    map[string]cachedAuth
 	inflight sync.WaitGroup
+
+	// invokers are the goroutines that run invocations (see run).
+	invokersOnce sync.Once
+	invokers     chan func() // to an idle one
+
+	lastRequestTime atomic.Pointer[stamp] // see requestTime
 }
+
+// stamp is a requestContext.requestTime and the second it names.
+type stamp struct {
+	unix int64
+	text string
+}
+
+// invokerIdle is how long an idle invoker waits for another invocation
+// before it ends.
+const invokerIdle = 30 * time.Second
 
 type cachedAuth struct {
 	resp    events.APIGatewayCustomAuthorizerResponse
@@ -166,6 +183,7 @@ type exchange struct {
 	w         http.ResponseWriter
 	r         *http.Request
 	path      string // as the client sent it, percent-encoded
+	domain    string // the API's domain name (Emulator.DomainName or its default)
 	requestID string
 	start     time.Time
 	route     Route
@@ -176,7 +194,7 @@ type exchange struct {
 
 // ServeHTTP serves one request as API Gateway would.
 func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	x := &exchange{e: e, w: w, r: r, path: r.URL.EscapedPath(), requestID: NewRequestID(), start: e.now(), auth: "none"}
+	x := &exchange{e: e, w: w, r: r, path: r.URL.EscapedPath(), domain: e.domainName(), requestID: NewRequestID(), start: e.now(), auth: "none"}
 	status, reason := x.serve()
 	e.logger().LogAttrs(r.Context(), slog.LevelInfo, "gateway: request",
 		slog.String("request_id", x.requestID),
@@ -260,8 +278,8 @@ func (x *exchange) event(body []byte) events.APIGatewayProxyRequest {
 			AccountID:         e.accountID(),
 			ResourceID:        resourceID(x.route.Resource),
 			Stage:             e.stage(),
-			DomainName:        e.domainName(),
-			DomainPrefix:      domainPrefix(e.domainName()),
+			DomainName:        x.domain,
+			DomainPrefix:      domainPrefix(x.domain),
 			RequestID:         x.requestID,
 			ExtendedRequestID: extendedRequestID(),
 			Protocol:          r.Proto,
@@ -272,7 +290,7 @@ func (x *exchange) event(body []byte) events.APIGatewayProxyRequest {
 			ResourcePath:     x.route.Resource,
 			Path:             "/" + e.stage() + x.path,
 			HTTPMethod:       r.Method,
-			RequestTime:      x.start.UTC().Format("02/Jan/2006:15:04:05 -0700"),
+			RequestTime:      e.requestTime(x.start),
 			RequestTimeEpoch: x.start.UnixMilli(),
 			APIID:            e.apiID(),
 		},
@@ -286,6 +304,19 @@ func (x *exchange) event(body []byte) events.APIGatewayProxyRequest {
 		}
 	}
 	return ev
+}
+
+// requestTime formats t as requestContext.requestTime, to the second: the
+// text is made once per second and kept, as every request of that second
+// has the same.
+func (e *Emulator) requestTime(t time.Time) string {
+	unix := t.Unix()
+	if last := e.lastRequestTime.Load(); last != nil && last.unix == unix {
+		return last.text
+	}
+	text := t.UTC().Format("02/Jan/2006:15:04:05 -0700")
+	e.lastRequestTime.Store(&stamp{unix: unix, text: text})
+	return text
 }
 
 // binary reports whether a media type (a Content-Type or Accept value, of
@@ -316,10 +347,17 @@ func (e *Emulator) binary(header string) bool {
 func (x *exchange) headers() (map[string]string, map[string][]string) {
 	r := x.r
 	multi := make(map[string][]string, len(r.Header)+4)
-	for k, vs := range r.Header {
-		multi[k] = append([]string(nil), vs...)
+	n := 0
+	for _, vs := range r.Header {
+		n += len(vs)
 	}
-	multi["Host"] = []string{x.e.domainName()}
+	values := make([]string, 0, n) // every copied value, in one array
+	for k, vs := range r.Header {
+		start := len(values)
+		values = append(values, vs...)
+		multi[k] = values[start:len(values):len(values)]
+	}
+	multi["Host"] = []string{x.domain}
 	ip := sourceIP(r)
 	if prior := r.Header.Values("X-Forwarded-For"); len(prior) > 0 {
 		multi["X-Forwarded-For"] = []string{strings.Join(prior, ", ") + ", " + ip}
@@ -454,7 +492,7 @@ func (x *exchange) invoke(ev events.APIGatewayProxyRequest) (int, string) {
 	}
 	done := make(chan result, 1)
 	e.inflight.Add(1)
-	go func() {
+	e.run(func() {
 		defer e.inflight.Done()
 		defer cancel()
 		var res result
@@ -470,7 +508,7 @@ func (x *exchange) invoke(ev events.APIGatewayProxyRequest) (int, string) {
 			}
 		}()
 		res.resp, res.err = e.Invoke(ctx, ev)
-	}()
+	})
 
 	timer := time.NewTimer(e.timeout())
 	defer timer.Stop()
@@ -495,6 +533,38 @@ func (x *exchange) invoke(ev events.APIGatewayProxyRequest) (int, string) {
 	return x.respond(res.resp)
 }
 
+// run runs f, which must not panic, on an idle invoker, or on a new one
+// when none is idle. An invoker is a goroutine that runs invocations one
+// after the other and ends once none has come for invokerIdle: a goroutine
+// per invocation would grow its stack anew each time to the depth a
+// function's call goes to (the AWS SDK's middleware), copying it at each
+// step, where a Lambda runtime's loop keeps its stack from one invocation
+// to the next.
+func (e *Emulator) run(f func()) {
+	e.invokersOnce.Do(func() { e.invokers = make(chan func()) })
+	select {
+	case e.invokers <- f:
+	default:
+		go e.invoker(f)
+	}
+}
+
+// invoker runs f, then each invocation handed to it, until it has been idle
+// for invokerIdle.
+func (e *Emulator) invoker(f func()) {
+	idle := time.NewTimer(invokerIdle)
+	defer idle.Stop()
+	for {
+		f()
+		idle.Reset(invokerIdle)
+		select {
+		case f = <-e.invokers:
+		case <-idle.C:
+			return
+		}
+	}
+}
+
 // hopHeaders are not passed on from the function's response; Content-Length is
 // recomputed.
 var hopHeaders = map[string]bool{
@@ -511,13 +581,13 @@ func (x *exchange) respond(resp events.APIGatewayProxyResponse) (int, string) {
 	if resp.StatusCode < 100 || resp.StatusCode > 599 {
 		return x.fail(badGateway(fmt.Sprintf("malformed proxy response: statusCode %d", resp.StatusCode)))
 	}
-	body := []byte(resp.Body)
+	var decoded []byte // the body, when it goes out decoded from base64
 	if resp.IsBase64Encoded && x.e.binary(x.r.Header.Get("Accept")) {
 		b, err := base64.StdEncoding.DecodeString(resp.Body)
 		if err != nil {
 			return x.fail(badGateway("malformed proxy response: body is not base64"))
 		}
-		body = b
+		decoded = b
 	}
 	h := x.w.Header()
 	for k, vs := range resp.MultiValueHeaders {
@@ -540,7 +610,11 @@ func (x *exchange) respond(resp events.APIGatewayProxyResponse) (int, string) {
 	h.Set("X-Amzn-Requestid", x.requestID)
 	x.w.WriteHeader(resp.StatusCode)
 	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotModified {
-		_, _ = x.w.Write(body)
+		if decoded != nil {
+			_, _ = x.w.Write(decoded)
+		} else {
+			_, _ = io.WriteString(x.w, resp.Body)
+		}
 	}
 	return resp.StatusCode, ""
 }
@@ -602,9 +676,12 @@ func evaluate(doc events.APIGatewayCustomAuthorizerPolicy, methodArn string) dec
 }
 
 func matchAny(patterns []string, s string, fold bool) bool {
+	if fold {
+		s = strings.ToLower(s)
+	}
 	for _, p := range patterns {
 		if fold {
-			p, s = strings.ToLower(p), strings.ToLower(s)
+			p = strings.ToLower(p)
 		}
 		if wildcard(p, s) {
 			return true
@@ -758,8 +835,7 @@ func matchResource(resource, path string) (map[string]string, bool) {
 // methodArn is the ARN of a method call, as the authorizer receives it:
 // arn:aws:execute-api:region:account:api/stage/METHOD/path.
 func (e *Emulator) methodArn(method, path string) string {
-	return fmt.Sprintf("arn:aws:execute-api:%s:%s:%s/%s/%s%s",
-		e.region(), e.accountID(), e.apiID(), e.stage(), method, path)
+	return "arn:aws:execute-api:" + e.region() + ":" + e.accountID() + ":" + e.apiID() + "/" + e.stage() + "/" + method + path
 }
 
 func (e *Emulator) now() time.Time {
@@ -840,8 +916,17 @@ func NewRequestID() string {
 	_, _ = rand.Read(b[:])
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+	var id [36]byte
+	hex.Encode(id[0:8], b[0:4])
+	id[8] = '-'
+	hex.Encode(id[9:13], b[4:6])
+	id[13] = '-'
+	hex.Encode(id[14:18], b[6:8])
+	id[18] = '-'
+	hex.Encode(id[19:23], b[8:10])
+	id[23] = '-'
+	hex.Encode(id[24:36], b[10:16])
+	return string(id[:])
 }
 
 // LambdaProxy returns an InvokeFunc that runs h as the Lambda service runs a

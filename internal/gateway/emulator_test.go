@@ -251,6 +251,37 @@ func TestEmulatorEvent(t *testing.T) {
 	}
 }
 
+// TestEmulatorRequestTime: requestContext.requestTime is each request's
+// time, to the second, in UTC, whichever request of a second came first.
+func TestEmulatorRequestTime(t *testing.T) {
+	f := &fakes{}
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 25, 1, 2, 3, 400e6, time.FixedZone("X", 3600))
+	srv, _ := serve(t, f, func(e *gateway.Emulator) {
+		e.Now = func() time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			return now
+		}
+	})
+	for _, step := range []time.Duration{0, 500 * time.Millisecond, time.Second, 24 * time.Hour} {
+		mu.Lock()
+		now = now.Add(step)
+		mu.Unlock()
+		if r := do(t, "POST", srv.URL+"/v1/payments", "{}", bearer); r.status != 201 {
+			t.Fatalf("status %d, want 201", r.status)
+		}
+	}
+	var got []string
+	for _, ev := range f.invoked() {
+		got = append(got, ev.RequestContext.RequestTime)
+	}
+	want := []string{"25/Nov/2026:00:02:03 +0000", "25/Nov/2026:00:02:03 +0000", "25/Nov/2026:00:02:04 +0000", "26/Nov/2026:00:02:04 +0000"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("requestTime (-want +got):\n%s", diff)
+	}
+}
+
 func TestEmulatorPathParameters(t *testing.T) {
 	f := &fakes{}
 	srv, _ := serve(t, f, nil)
@@ -924,6 +955,38 @@ func TestEmulatorUnauthorizedFromALambdaEnvironment(t *testing.T) {
 		}
 		if n := len(f.invoked()); n != 0 {
 			t.Errorf("authorizer error %q: the function ran %d times, want 0", tt.err, n)
+		}
+	}
+}
+
+// answerHandler is a lambda.Handler, as the api function's adapter is, that
+// answers every event with itself.
+type answerHandler []byte
+
+func (a answerHandler) Invoke(context.Context, []byte) ([]byte, error) { return a, nil }
+
+// BenchmarkServeHTTP measures the emulator's own work for the peers
+// harness's payment (the authorizer's result cached): the event built from
+// the request and marshalled, a Lambda function (one that answers at once)
+// invoked with it, its answer decoded and written.
+func BenchmarkServeHTTP(b *testing.B) {
+	answer := []byte(`{"statusCode":201,"headers":{"Content-Type":"application/json","Location":"/v1/payments/pay_1"},` +
+		`"multiValueHeaders":{"Request-Id":["r1"]},"body":"{\"id\":\"pay_1\",\"status\":\"pending\"}"}`)
+	fn := lambdaenv.New("api", func() (any, error) { return answerHandler(answer), nil })
+	f := &fakes{}
+	e := &gateway.Emulator{Authorize: f.Authorize, Invoke: gateway.LambdaProxy(fn), Routes: routes,
+		Stage: "test", Region: "eu-west-1", AccountID: "123456789012", APIID: "api0123456"}
+	b.ReportAllocs()
+	for b.Loop() {
+		r := httptest.NewRequest(http.MethodPost, "/v1/payments", strings.NewReader(`{"amount": 1234, "currency": "usd", "customer": "cus_1"}`))
+		r.Header.Set("Idempotency-Key", "k-0001")
+		r.Header.Set("Authorization", "Bearer sk_test_acme")
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("User-Agent", "loadgen/1")
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, r)
+		if w.Code != http.StatusCreated {
+			b.Fatalf("status %d, want 201: %s", w.Code, w.Body)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -51,7 +52,15 @@ type conn struct {
 	log *slog.Logger
 }
 
+// goErrorHeaders are the headers of every reply goErrorReply matches: a
+// write without them (every answer of the Emulator) goes out without the
+// regular expression being run on it.
+var goErrorHeaders = []byte("\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n")
+
 func (c *conn) Write(p []byte) (int, error) {
+	if !bytes.Contains(p, goErrorHeaders) {
+		return c.Conn.Write(p)
+	}
 	m := goErrorReply.FindSubmatch(p)
 	if m == nil {
 		return c.Conn.Write(p)

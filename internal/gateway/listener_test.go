@@ -132,3 +132,34 @@ func TestListenerPassesServedRequests(t *testing.T) {
 		t.Errorf("served requests logged as refused:\n%s", s)
 	}
 }
+
+// discardConn is a connection whose writes go nowhere.
+type discardConn struct{ net.Conn }
+
+func (discardConn) Write(p []byte) (int, error) { return len(p), nil }
+
+// oneConn is a listener with one connection to accept.
+type oneConn struct {
+	net.Listener
+	c net.Conn
+}
+
+func (l oneConn) Accept() (net.Conn, error) { return l.c, nil }
+
+// BenchmarkListenerWrite measures what the listener adds to the write of an
+// answer of the emulator (a payment's 201).
+func BenchmarkListenerWrite(b *testing.B) {
+	c, err := gateway.Listener(oneConn{c: discardConn{}}, nil).Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	reply := []byte("HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nLocation: /v1/payments/pay_1\r\n" +
+		"Request-Id: r1\r\nX-Amzn-Requestid: 7d2b5c4e-1f0a-4c3b-9e8d-6a5b4c3d2e1f\r\nDate: Wed, 25 Nov 2026 00:00:00 GMT\r\n" +
+		"Content-Length: 150\r\n\r\n" + `{"id":"pay_1","object":"payment","amount":1234,"currency":"usd","customer":"cus_1","status":"pending"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Write(reply); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

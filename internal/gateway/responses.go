@@ -231,7 +231,7 @@ func (x *exchange) context(g gatewayError) Context {
 		APIID:             e.apiID(),
 		AccountID:         e.accountID(),
 		Stage:             e.stage(),
-		DomainName:        e.domainName(),
+		DomainName:        x.domain,
 		HTTPMethod:        x.r.Method,
 		Path:              "/" + e.stage() + x.path,
 		ResourcePath:      x.route.Resource,

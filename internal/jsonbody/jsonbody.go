@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 
@@ -27,36 +28,35 @@ const MaxDepth = 32
 // for each of its members, in order, with the member's raw value. It returns
 // member's first error, or a *problem.FieldError. Members named in required
 // that do not appear are reported as required, in the order given.
+//
+// The body is tokenized once: the check hands back the top-level members,
+// each raw value a slice of body (the value's bytes, without the blanks
+// around it), valid while body is.
 func Object(body []byte, required []string, member func(name string, raw json.RawMessage) error) error {
-	if err := check(body); err != nil {
+	members, object, err := check(body)
+	if err != nil {
 		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if tok, _ := dec.Token(); tok != json.Delim('{') {
+	if !object {
 		return problem.Invalid("", "the body must be a JSON object")
 	}
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return problem.Invalid("", "the body is not valid JSON")
-		}
-		name, _ := tok.(string)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return problem.Invalid(name, "is not valid JSON")
-		}
-		seen[name] = true
-		if err := member(name, raw); err != nil {
+	for _, m := range members {
+		if err := member(m.name, m.raw); err != nil {
 			return err
 		}
 	}
 	for _, name := range required {
-		if !seen[name] {
+		if !slices.ContainsFunc(members, func(m rawMember) bool { return m.name == name }) {
 			return problem.Invalid(name, "is required")
 		}
 	}
 	return nil
+}
+
+// rawMember is a member of the body's top-level object.
+type rawMember struct {
+	name string
+	raw  json.RawMessage
 }
 
 // Kind is a JSON value's type, from its first byte: '"', '{', '[', 't', 'f',
@@ -106,25 +106,27 @@ func Int(field string, raw json.RawMessage, min, max int64) (int64, error) {
 }
 
 // check checks that body is one well-formed UTF-8 JSON value with no
-// duplicate object member at any depth and no lone surrogate escape.
-func check(body []byte) error {
+// duplicate object member at any depth and no lone surrogate escape. When
+// the value is an object, object is set and members are its members.
+func check(body []byte) (members []rawMember, object bool, err error) {
 	if !utf8.Valid(body) {
-		return problem.Invalid("", "the body is not valid UTF-8")
+		return nil, false, problem.Invalid("", "the body is not valid UTF-8")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	if err := scanValue(dec, "", 0); err != nil {
-		return err
+	s := scan{dec: dec, body: body, members: make([]rawMember, 0, 8)}
+	if err := s.value("", 0); err != nil {
+		return nil, false, err
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return problem.Invalid("", "the body must hold a single JSON value")
+		return nil, false, problem.Invalid("", "the body must hold a single JSON value")
 	}
 	if loneSurrogate(body) {
 		// encoding/json would turn it into U+FFFD; the canonical form that
 		// the idempotency fingerprint needs (RFC 8785) refuses it.
-		return problem.Invalid("", "the body holds a \\u escape of a lone UTF-16 surrogate")
+		return nil, false, problem.Invalid("", "the body holds a \\u escape of a lone UTF-16 surrogate")
 	}
-	return nil
+	return s.members, s.object, nil
 }
 
 // loneSurrogate reports whether a string of body, well-formed JSON, holds a
@@ -166,16 +168,27 @@ func hex4(b []byte) rune {
 	return rune(n)
 }
 
-func scanValue(dec *json.Decoder, path string, depth int) error {
+// scan walks a body's tokens, keeping the members of its top-level object.
+type scan struct {
+	dec     *json.Decoder
+	body    []byte
+	object  bool // the body is an object
+	members []rawMember
+}
+
+func (s *scan) value(path string, depth int) error {
 	if depth > MaxDepth {
 		return problem.Invalid(path, "is nested too deeply")
 	}
+	dec := s.dec
 	tok, err := dec.Token()
 	if err != nil {
 		return syntaxError(err)
 	}
 	switch tok {
 	case json.Delim('{'):
+		top := depth == 0
+		s.object = s.object || top
 		seen := map[string]bool{}
 		for dec.More() {
 			tok, err := dec.Token()
@@ -191,13 +204,19 @@ func scanValue(dec *json.Decoder, path string, depth int) error {
 				return problem.Invalid(p, "is given more than once")
 			}
 			seen[key] = true
-			if err := scanValue(dec, p, depth+1); err != nil {
+			start := dec.InputOffset() // after the key: blanks, ':', blanks, then the value
+			if err := s.value(p, depth+1); err != nil {
 				return err
+			}
+			if top {
+				raw := bytes.TrimLeft(s.body[start:dec.InputOffset()], " \t\r\n")
+				raw = bytes.TrimLeft(raw[1:], " \t\r\n") // raw[0] is the ':'
+				s.members = append(s.members, rawMember{name: key, raw: raw})
 			}
 		}
 	case json.Delim('['):
 		for i := 0; dec.More(); i++ {
-			if err := scanValue(dec, fmt.Sprintf("%s[%d]", path, i), depth+1); err != nil {
+			if err := s.value(fmt.Sprintf("%s[%d]", path, i), depth+1); err != nil {
 				return err
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -16,10 +17,16 @@ type Emitter struct {
 	dims      map[string]string
 	dimNames  []string // sorted keys of dims
 
-	mu  sync.Mutex
-	w   io.Writer
-	now func() time.Time
+	mu    sync.Mutex
+	w     io.Writer
+	now   func() time.Time
+	tails map[string][]byte // by metric name: a one-name document after its timestamp
+	buf   []byte            // the document being written
 }
+
+// maxTails bounds the documents an Emitter keeps, one per metric name: a
+// program counts a few names; past the bound a document is built anew.
+const maxTails = 64
 
 // New returns an Emitter writing to w under namespace, every metric carrying
 // the dimensions dims (one dimension set with all of them).
@@ -34,10 +41,42 @@ func New(w io.Writer, namespace string, dims map[string]string) *Emitter {
 
 // Count writes one document counting 1 for each of names (usually one).
 // Metric names must differ from the dimension names.
+//
+// A document is the same for every count of a name but for its timestamp,
+// which comes first: the rest is built once per name (for up to maxTails
+// names) and kept.
 func (e *Emitter) Count(names ...string) {
 	if e == nil || len(names) == 0 {
 		return
 	}
+	ts := e.now().UnixMilli()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var tail []byte
+	if len(names) == 1 {
+		tail = e.tails[names[0]]
+	}
+	if tail == nil {
+		tail = e.tail(names)
+		if len(names) == 1 && len(e.tails) < maxTails {
+			if e.tails == nil {
+				e.tails = map[string][]byte{}
+			}
+			e.tails[names[0]] = tail
+		}
+	}
+	b := append(e.buf[:0], timestampPrefix...)
+	b = strconv.AppendInt(b, ts, 10)
+	b = append(b, tail...)
+	e.buf = b
+	_, _ = e.w.Write(b) // metrics are best effort
+}
+
+// timestampPrefix starts every document, up to its timestamp's digits.
+const timestampPrefix = `{"_aws":{"Timestamp":`
+
+// tail returns the document counting names after its timestamp.
+func (e *Emitter) tail(names []string) []byte {
 	metrics := make([]metric, len(names))
 	for i, n := range names {
 		metrics[i] = metric{Name: n, Unit: "Count"}
@@ -47,7 +86,6 @@ func (e *Emitter) Count(names ...string) {
 		dims = []string{}
 	}
 	doc := envelope{
-		Timestamp: e.now().UnixMilli(),
 		CloudWatchMetrics: []directive{{
 			Namespace:  e.namespace,
 			Dimensions: [][]string{dims},
@@ -69,10 +107,8 @@ func (e *Emitter) Count(names ...string) {
 		b.WriteString(":1")
 	}
 	b.WriteString("}\n")
-
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	_, _ = e.w.Write(b.Bytes()) // metrics are best effort
+	// The envelope's first field is its Timestamp, zero here.
+	return bytes.Clone(bytes.TrimPrefix(b.Bytes(), []byte(timestampPrefix+"0")))
 }
 
 type envelope struct {

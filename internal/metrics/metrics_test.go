@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -90,5 +91,40 @@ func TestConcurrent(t *testing.T) {
 	}
 	if n != 1000 {
 		t.Errorf("%d lines, want 1000", n)
+	}
+}
+
+// TestCountAgain: a name counted again gets the same document but for its
+// timestamp, whatever was counted in between.
+func TestCountAgain(t *testing.T) {
+	var buf bytes.Buffer
+	e := New(&buf, "once", map[string]string{"Service": "api"})
+	ts := int64(1700000000123)
+	e.now = func() time.Time { ts++; return time.UnixMilli(ts) }
+	e.Count("reserve_created")
+	e.Count("a", "b")
+	e.Count("reserve_replayed")
+	e.Count("reserve_created")
+
+	doc := func(ts, name string) string {
+		return `{"_aws":{"Timestamp":` + ts + `,"CloudWatchMetrics":[{"Namespace":"once","Dimensions":[["Service"]],"Metrics":[{"Name":"` + name + `","Unit":"Count"}]}]},"Service":"api","` + name + `":1}`
+	}
+	want := []string{
+		doc("1700000000124", "reserve_created"),
+		`{"_aws":{"Timestamp":1700000000125,"CloudWatchMetrics":[{"Namespace":"once","Dimensions":[["Service"]],"Metrics":[{"Name":"a","Unit":"Count"},{"Name":"b","Unit":"Count"}]}]},"Service":"api","a":1,"b":1}`,
+		doc("1700000000126", "reserve_replayed"),
+		doc("1700000000127", "reserve_created"),
+	}
+	if diff := cmp.Diff(want, strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")); diff != "" {
+		t.Errorf("Count() wrote (-want +got):\n%s", diff)
+	}
+}
+
+// BenchmarkCount measures the api function's counter of each request.
+func BenchmarkCount(b *testing.B) {
+	e := New(io.Discard, "once", map[string]string{"Service": "api"})
+	b.ReportAllocs()
+	for b.Loop() {
+		e.Count("reserve_created")
 	}
 }
