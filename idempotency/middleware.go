@@ -827,9 +827,16 @@ func (c *Call) complete(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		c.obs.Err = err.Error()
 		if c.mode != External {
 			// Nothing happened outside the store: give the key up, so
-			// that a retry executes again rather than finding it held.
+			// that a retry executes again rather than finding it held,
+			// without the release effects when they are too large too
+			// (Leased mode holds nothing: see release).
 			if reserved {
-				if err := c.timed(func() error { return c.m.cfg.Store.Release(ctx, c.key, c.rec.LeaseToken, c.releaseEffects) }); err != nil {
+				err := c.timed(func() error { return c.m.cfg.Store.Release(ctx, c.key, c.rec.LeaseToken, c.releaseEffects) })
+				if errors.Is(err, ErrResponseTooLarge) {
+					c.obs.Err += "; the release effects alone are too large for the store: released without them; they are not written"
+					err = c.timed(func() error { return c.m.cfg.Store.Release(ctx, c.key, c.rec.LeaseToken, nil) })
+				}
+				if err != nil {
 					c.obs.Err += "; release: " + err.Error()
 				}
 			}

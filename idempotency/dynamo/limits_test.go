@@ -567,3 +567,69 @@ func TestRetryCarriesData(t *testing.T) {
 		t.Errorf("record = %s at %q (err %v; outcome %s, %q), want COMPLETED at finished with the carried data and the step's", got.Status, got.Point, err, obs.Outcome, obs.Err)
 	}
 }
+
+// TestTooLargeCompletionReleases: a Leased request whose completion is too
+// large for the store (its answer with its effects) is released, so that a
+// retry executes again, even when its release effects are too large as
+// well: the key is released without them, never left reserved until its
+// lease runs out (a retry answered 409 meanwhile), as a 5xx's release is
+// (TestTooLargeRelease).
+func TestTooLargeCompletionReleases(t *testing.T) {
+	store, client, names := newStore(t)
+	mw := newMiddleware(t, store)
+	payments := names.ByLogicalID["PaymentsTable"]
+	tests := []struct {
+		name string
+		grow bool // the release effects grow an item past 400 KB, else they are over 4 MB
+	}{
+		{name: "release effects over 4 MB"},
+		{name: "a release effect growing an item too large", grow: true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := idempotency.NewKey("acme", t.Name())
+			var runs atomic.Int32
+			handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				call, ok := idempotency.Begin(w, r)
+				if !ok {
+					return
+				}
+				if runs.Add(1) > 1 {
+					w.WriteHeader(http.StatusCreated)
+					return
+				}
+				for _, e := range blobs(t, payments, key.ID()+"#effect", 13, 340_000) {
+					call.AddEffect(e)
+				}
+				if tt.grow {
+					call.AddReleaseEffect(dynamo.Insert(payments, "pk", map[string]string{"pk": key.ID() + "#0"}))
+					call.AddReleaseEffect(grown(t, client, payments, key.ID()+"#grown"))
+				} else {
+					call.AddReleaseEffect(dynamo.Insert(payments, "pk", map[string]string{"pk": key.ID() + "#0"}))
+					for _, e := range blobs(t, payments, key.ID()+"#release", 13, 340_000) {
+						call.AddReleaseEffect(e)
+					}
+				}
+				w.WriteHeader(http.StatusCreated)
+			})
+			h := wrap(t, mw, idempotency.Leased, fmt.Sprintf("POST /v1/complete-release/%d", i), handler)
+			w, obs := post(h, t.Name(), `{}`)
+			if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), `"code":"response_too_large"`) {
+				t.Errorf("answer = %d %.200s, want 500 response_too_large", w.Code, w.Body)
+			}
+			if obs.Outcome != idempotency.OutcomeStoreError {
+				t.Errorf("observation: outcome %s, err %q; want store_error", obs.Outcome, obs.Err)
+			}
+			if rec, err := store.Get(t.Context(), key); !errors.Is(err, idempotency.ErrNotFound) {
+				t.Errorf("record: %s (err %v), want none (released)", rec.Status, err)
+			}
+			if dynamotest.Exists(t, client, payments, key.ID()+"#0") || dynamotest.Exists(t, client, payments, key.ID()+"#effect#0") {
+				t.Error("an effect or a release effect was written, want none")
+			}
+			again, _ := post(h, t.Name(), `{}`)
+			if again.Code != http.StatusCreated || runs.Load() != 2 {
+				t.Errorf("retry = %d %.200s after %d runs, want 201 from a second run", again.Code, again.Body, runs.Load())
+			}
+		})
+	}
+}
