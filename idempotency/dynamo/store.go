@@ -108,10 +108,16 @@ func (s *Store) Commit(ctx context.Context, rec idempotency.Record, effects []id
 
 // Reserve writes rec with one conditional PutItem, under Commit's condition,
 // or with effects (the reservation's holds) one TransactWriteItems, and
-// returns the same errors as Commit.
+// returns the same errors as Commit. A new reservation (IN_PROGRESS) whose
+// request or data is over its bound (MaxRequest, MaxData) is refused with
+// ErrRequestTooLarge or ErrDataTooLarge; a record restored as it stood (the
+// recovery sweeper's UNKNOWN) carries them as they are, DynamoDB's 400 KB
+// being its only bound.
 func (s *Store) Reserve(ctx context.Context, rec idempotency.Record, effects []idempotency.Effect, now time.Time) error {
-	if err := checkRecord(rec); err != nil {
-		return fmt.Errorf("dynamo: reserve: %w", err)
+	if rec.Status == idempotency.StatusInProgress {
+		if err := checkRecord(rec); err != nil {
+			return fmt.Errorf("dynamo: reserve: %w", err)
+		}
 	}
 	names, values := reclaimExpr(now)
 	if len(effects) > 0 {

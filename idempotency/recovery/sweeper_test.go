@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/google/go-cmp/cmp"
 
@@ -508,5 +509,51 @@ func TestNew(t *testing.T) {
 				t.Errorf("NewSweeper(%s) = %v, want an error naming Store", tt.name, err)
 			}
 		})
+	}
+}
+
+// TestSweeperRestoresCarriedData: an UNKNOWN record whose recovery point
+// carries more data than dynamo.MaxData (written before the bound, or by
+// another writer: data a record holds is carried forward, never checked
+// again) is restored when TTL deletes it, as any other: refused, it would
+// fail at every delivery and its outcome, and its holds, would be dropped
+// with the stream record.
+func TestSweeperRestoresCarriedData(t *testing.T) {
+	e := newSweepEnv(t)
+	key := idempotency.NewKey("acme", "carried-data")
+	removed := time.Now()
+	created := removed.Add(-3 * 24 * time.Hour)
+	old := sweptReservation(key, true, created, created.Add(30*time.Second))
+	old.Status, old.ExpiresAt = idempotency.StatusUnknown, created.Add(24*time.Hour)
+	old.Point, old.Data = "charged", map[string]string{"charge": "ch_1", "legacy": strings.Repeat("x", dynamo.MaxData+1)}
+	old.CreatedAt, old.UpdatedAt = old.CreatedAt.Truncate(time.Millisecond).UTC(), old.UpdatedAt.Truncate(time.Millisecond).UTC()
+	old.ExpiresAt = old.ExpiresAt.Truncate(time.Millisecond).UTC()
+	if _, err := e.db.PutItem(t.Context(), &dynamodb.PutItemInput{
+		TableName: aws.String(e.names.ByLogicalID["IdempotencyTable"]), Item: dynamo.ItemFromRecord(old),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	item := e.image(t, key)
+	e.expire(t, key)
+	rec := lambdatest.Record(events.DynamoDBOperationTypeRemove, item, nil, lambdatest.TTLIdentity(), removed)
+
+	now := time.Now()
+	h := newSweepHarness(t, e.store, func() time.Time { return now })
+	if failed := h.handle(t, rec); failed != nil {
+		t.Fatalf("Handle() failures = %v, want none", failed)
+	}
+	got, err := e.store.Get(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Get() = %v, want the restored UNKNOWN record", err)
+	}
+	want := old
+	want.LeaseToken = got.LeaseToken
+	want.ExpiresAt = now.Add(retention).Truncate(time.Millisecond).UTC()
+	want.UpdatedAt = now.Truncate(time.Millisecond).UTC()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("restored record mismatch (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]int{"reconcile_scheduled": 1}, lambdatest.Counts(t, h.metrics.String(), "sweeper")); diff != "" {
+		t.Errorf("metrics mismatch (-want +got):\n%s", diff)
 	}
 }
