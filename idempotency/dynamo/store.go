@@ -248,7 +248,8 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 	// a TTL already past, which DynamoDB may act on at any moment, freeing
 	// the key while its owner runs. (An UNKNOWN record a Resolver resumes
 	// keeps its expiry, and so is deleted a day after it rather than at
-	// it; until then it counts as absent all the same.)
+	// it: expired or not, an UNKNOWN record is never reclaimable, and once
+	// TTL deletes it the recovery sweeper restores it.)
 	update := "SET #point = :point, #data = :data, #lease = :new_lease, " +
 		"#expires = :expires, #expires_ms = :expires_ms, #updated = :now"
 	k := map[string]types.AttributeValue{AttrPK: str(key.ID())}
