@@ -378,7 +378,9 @@ func TestRequestTooLargeToKeep(t *testing.T) {
 // written, and the key ends: Leased, which holds nothing, releases it
 // without them, so a retry executes again; External, whose release effects
 // give its holds back, completes it with that problem (a retry replays
-// it), so that no retry takes the holds a second time.
+// it), so that no retry takes the holds a second time. A Leased request
+// whose completion is too large (its answer with its effects) is released
+// the same way, without release effects that are too large as well.
 func TestTooLargeRelease(t *testing.T) {
 	store, client, names := newStore(t)
 	mw := newMiddleware(t, store)
@@ -387,9 +389,12 @@ func TestTooLargeRelease(t *testing.T) {
 		name      string
 		mode      idempotency.Mode
 		grow      bool // an Update growing an item past 400 KB, else effects over 4 MB
+		complete  bool // the handler answers 201 with effects over 4 MB, else 503
 		wantRetry int
 	}{
 		{name: "leased, effects over 4 MB", mode: idempotency.Leased, wantRetry: http.StatusCreated},
+		{name: "leased completion too large, effects over 4 MB", mode: idempotency.Leased, complete: true, wantRetry: http.StatusCreated},
+		{name: "leased completion too large, an item grown too large", mode: idempotency.Leased, complete: true, grow: true, wantRetry: http.StatusCreated},
 		{name: "leased, an item grown too large", mode: idempotency.Leased, grow: true, wantRetry: http.StatusCreated},
 		{name: "external, effects over 4 MB", mode: idempotency.External, wantRetry: http.StatusInternalServerError},
 		{name: "external, an item grown too large", mode: idempotency.External, grow: true, wantRetry: http.StatusInternalServerError},
@@ -415,6 +420,13 @@ func TestTooLargeRelease(t *testing.T) {
 						call.AddReleaseEffect(e)
 					}
 				}
+				if tt.complete {
+					for _, e := range blobs(t, payments, key.ID()+"#effect", 13, 340_000) {
+						call.AddEffect(e)
+					}
+					w.WriteHeader(http.StatusCreated)
+					return
+				}
 				w.WriteHeader(http.StatusServiceUnavailable)
 			})
 			h := wrap(t, mw, tt.mode, fmt.Sprintf("POST /v1/release/%d", i), handler)
@@ -434,8 +446,8 @@ func TestTooLargeRelease(t *testing.T) {
 				rec.Response.Status != http.StatusInternalServerError || string(rec.Response.Body) != w.Body.String()):
 				t.Errorf("record: %s (err %v), want COMPLETED with the 500 sent", rec.Status, err)
 			}
-			if dynamotest.Exists(t, client, payments, key.ID()+"#0") {
-				t.Error("a release effect was written, want none")
+			if dynamotest.Exists(t, client, payments, key.ID()+"#0") || dynamotest.Exists(t, client, payments, key.ID()+"#effect#0") {
+				t.Error("a release effect or an effect was written, want none")
 			}
 			if tt.grow {
 				if _, got := dynamotest.Item(t, client, payments, key.ID()+"#grown")["more"]; got {
@@ -565,71 +577,5 @@ func TestRetryCarriesData(t *testing.T) {
 	if err != nil || got.Status != idempotency.StatusCompleted || got.Point != "finished" ||
 		got.Data["ship"] != "sh_1" || got.Data["legacy"] != rec.Data["legacy"] {
 		t.Errorf("record = %s at %q (err %v; outcome %s, %q), want COMPLETED at finished with the carried data and the step's", got.Status, got.Point, err, obs.Outcome, obs.Err)
-	}
-}
-
-// TestTooLargeCompletionReleases: a Leased request whose completion is too
-// large for the store (its answer with its effects) is released, so that a
-// retry executes again, even when its release effects are too large as
-// well: the key is released without them, never left reserved until its
-// lease runs out (a retry answered 409 meanwhile), as a 5xx's release is
-// (TestTooLargeRelease).
-func TestTooLargeCompletionReleases(t *testing.T) {
-	store, client, names := newStore(t)
-	mw := newMiddleware(t, store)
-	payments := names.ByLogicalID["PaymentsTable"]
-	tests := []struct {
-		name string
-		grow bool // the release effects grow an item past 400 KB, else they are over 4 MB
-	}{
-		{name: "release effects over 4 MB"},
-		{name: "a release effect growing an item too large", grow: true},
-	}
-	for i, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			key := idempotency.NewKey("acme", t.Name())
-			var runs atomic.Int32
-			handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				call, ok := idempotency.Begin(w, r)
-				if !ok {
-					return
-				}
-				if runs.Add(1) > 1 {
-					w.WriteHeader(http.StatusCreated)
-					return
-				}
-				for _, e := range blobs(t, payments, key.ID()+"#effect", 13, 340_000) {
-					call.AddEffect(e)
-				}
-				if tt.grow {
-					call.AddReleaseEffect(dynamo.Insert(payments, "pk", map[string]string{"pk": key.ID() + "#0"}))
-					call.AddReleaseEffect(grown(t, client, payments, key.ID()+"#grown"))
-				} else {
-					call.AddReleaseEffect(dynamo.Insert(payments, "pk", map[string]string{"pk": key.ID() + "#0"}))
-					for _, e := range blobs(t, payments, key.ID()+"#release", 13, 340_000) {
-						call.AddReleaseEffect(e)
-					}
-				}
-				w.WriteHeader(http.StatusCreated)
-			})
-			h := wrap(t, mw, idempotency.Leased, fmt.Sprintf("POST /v1/complete-release/%d", i), handler)
-			w, obs := post(h, t.Name(), `{}`)
-			if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), `"code":"response_too_large"`) {
-				t.Errorf("answer = %d %.200s, want 500 response_too_large", w.Code, w.Body)
-			}
-			if obs.Outcome != idempotency.OutcomeStoreError {
-				t.Errorf("observation: outcome %s, err %q; want store_error", obs.Outcome, obs.Err)
-			}
-			if rec, err := store.Get(t.Context(), key); !errors.Is(err, idempotency.ErrNotFound) {
-				t.Errorf("record: %s (err %v), want none (released)", rec.Status, err)
-			}
-			if dynamotest.Exists(t, client, payments, key.ID()+"#0") || dynamotest.Exists(t, client, payments, key.ID()+"#effect#0") {
-				t.Error("an effect or a release effect was written, want none")
-			}
-			again, _ := post(h, t.Name(), `{}`)
-			if again.Code != http.StatusCreated || runs.Load() != 2 {
-				t.Errorf("retry = %d %.200s after %d runs, want 201 from a second run", again.Code, again.Body, runs.Load())
-			}
-		})
 	}
 }
