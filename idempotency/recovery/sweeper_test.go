@@ -318,7 +318,11 @@ func TestSweeperRestoresExpiredUnknown(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			key := idempotency.NewKey("acme", "expired-unknown-"+string(rune('a'+i)))
 			removed := time.Now()
-			created := removed.Add(-3 * 24 * time.Hour)
+			// Recent enough that the record's TTL attribute (a day past
+			// its lease, then past its UNKNOWN expiry) is in the future:
+			// DynamoDB Local's TTL would otherwise delete it before the
+			// test does (e.expire), between its writes and its reads.
+			created := removed.Add(-time.Hour)
 			res := sweptReservation(key, true, created, created.Add(30*time.Second))
 			res.Point, res.Data = "order_created", map[string]string{"order": "ord_1"}
 			if err := e.store.Reserve(t.Context(), res, nil, created); err != nil {
@@ -522,7 +526,7 @@ func TestSweeperRestoresCarriedData(t *testing.T) {
 	e := newSweepEnv(t)
 	key := idempotency.NewKey("acme", "carried-data")
 	removed := time.Now()
-	created := removed.Add(-3 * 24 * time.Hour)
+	created := removed.Add(-time.Hour) // its TTL in the future: deleted by the test only
 	old := sweptReservation(key, true, created, created.Add(30*time.Second))
 	old.Status, old.ExpiresAt = idempotency.StatusUnknown, created.Add(24*time.Hour)
 	old.Point, old.Data = "charged", map[string]string{"charge": "ch_1", "legacy": strings.Repeat("x", dynamo.MaxData+1)}
