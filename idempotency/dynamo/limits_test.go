@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/problem"
 	"github.com/oncehq/once/internal/dynamotest"
 )
 
@@ -577,5 +579,46 @@ func TestRetryCarriesData(t *testing.T) {
 	if err != nil || got.Status != idempotency.StatusCompleted || got.Point != "finished" ||
 		got.Data["ship"] != "sh_1" || got.Data["legacy"] != rec.Data["legacy"] {
 		t.Errorf("record = %s at %q (err %v; outcome %s, %q), want COMPLETED at finished with the carried data and the step's", got.Status, got.Point, err, obs.Outcome, obs.Err)
+	}
+}
+
+// TestTooLargeReleaseAnswersAsStored: an External request completed with
+// the response_too_large problem in place of a release whose effects are
+// too large sends the very answer it stored, so that its retries replay
+// what the first attempt got, even from an OnError whose answers differ
+// from one call to the next (a request ID, a trace).
+func TestTooLargeReleaseAnswersAsStored(t *testing.T) {
+	store, _, names := newStore(t)
+	payments := names.ByLogicalID["PaymentsTable"]
+	var calls atomic.Int32
+	mw, err := idempotency.New(idempotency.Config{
+		Store:  store,
+		Tenant: func(*http.Request) (string, bool) { return "acme", true },
+		OnError: func(w http.ResponseWriter, r *http.Request, err error) {
+			w.Header().Set("X-Error-Call", strconv.Itoa(int(calls.Add(1))))
+			problem.Write(w, r, err)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := idempotency.NewKey("acme", t.Name())
+	h := mw.External("POST /v1/release-answer", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		call, ok := idempotency.Begin(w, r)
+		if !ok {
+			return
+		}
+		for _, e := range blobs(t, payments, key.ID(), 13, 340_000) {
+			call.AddReleaseEffect(e)
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}), unresolved(t))
+	first, _ := post(h, t.Name(), `{}`)
+	again, _ := post(h, t.Name(), `{}`)
+	if first.Code != http.StatusInternalServerError || again.Code != http.StatusInternalServerError || again.Header().Get(idempotency.ReplayedHeader) != "true" {
+		t.Fatalf("answers = %d, then %d (replayed %q); want 500, then that 500 replayed", first.Code, again.Code, again.Header().Get(idempotency.ReplayedHeader))
+	}
+	if got, want := first.Header().Get("X-Error-Call"), again.Header().Get("X-Error-Call"); got != want || first.Body.String() != again.Body.String() {
+		t.Errorf("first answer (OnError call %q) %s, replay (call %q) %s; want the same answer", got, first.Body, want, again.Body)
 	}
 }
