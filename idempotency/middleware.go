@@ -768,13 +768,17 @@ func (c *Call) release(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		return
 	}
 	c.obs.Err = err.Error() + "; the release effects alone are too large for the store: "
+	answer := c.errorAnswer(r, ErrResponseTooLarge)
 	if c.mode == External {
 		c.obs.Err += "the response_too_large problem recorded without them (the holds kept); they are not written"
 		small := c.render(r, ErrResponseTooLarge)
 		done := c.completed(&small, now)
 		err = c.timed(func() error { return c.m.cfg.Store.Complete(ctx, done, c.rec.LeaseToken, nil) })
 		if err == nil {
+			// The answer its retries replay, sent as stored (as
+			// complete sends a substituted answer).
 			c.m.cfg.Cache.put(done)
+			answer = replayAs(small, false)
 		}
 	} else {
 		c.obs.Err += "released without them; they are not written"
@@ -783,7 +787,7 @@ func (c *Call) release(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	if err != nil {
 		c.obs.Err += "; then: " + err.Error()
 	}
-	c.decide(OutcomeStoreError, c.errorAnswer(r, ErrResponseTooLarge))
+	c.decide(OutcomeStoreError, answer)
 	c.answer(w)
 }
 
@@ -827,9 +831,16 @@ func (c *Call) complete(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		c.obs.Err = err.Error()
 		if c.mode != External {
 			// Nothing happened outside the store: give the key up, so
-			// that a retry executes again rather than finding it held.
+			// that a retry executes again rather than finding it held,
+			// without the release effects when they are too large too
+			// (Leased mode holds nothing: see release).
 			if reserved {
-				if err := c.timed(func() error { return c.m.cfg.Store.Release(ctx, c.key, c.rec.LeaseToken, c.releaseEffects) }); err != nil {
+				err := c.timed(func() error { return c.m.cfg.Store.Release(ctx, c.key, c.rec.LeaseToken, c.releaseEffects) })
+				if errors.Is(err, ErrResponseTooLarge) {
+					c.obs.Err += "; the release effects alone are too large for the store: released without them; they are not written"
+					err = c.timed(func() error { return c.m.cfg.Store.Release(ctx, c.key, c.rec.LeaseToken, nil) })
+				}
+				if err != nil {
 					c.obs.Err += "; release: " + err.Error()
 				}
 			}

@@ -32,7 +32,8 @@ const (
 	// record can always be completed with the response_too_large problem.
 	MaxRequest = 300_000
 	// MaxData bounds a multi-step request's recorded data (Record.Data:
-	// keys and values): Reserve refuses more with ErrDataTooLarge, and so
+	// keys and values): Reserve refuses a reservation with more with
+	// ErrDataTooLarge (not a record restored as it stood), and so
 	// does Advance for a step (Progress.Added) that adds more, or takes
 	// data within the bound past it. Data a record already holds past it
 	// (written before the bound, or by another writer) is carried forward

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/problem"
 	"github.com/oncehq/once/internal/dynamotest"
 )
 
@@ -378,7 +380,9 @@ func TestRequestTooLargeToKeep(t *testing.T) {
 // written, and the key ends: Leased, which holds nothing, releases it
 // without them, so a retry executes again; External, whose release effects
 // give its holds back, completes it with that problem (a retry replays
-// it), so that no retry takes the holds a second time.
+// it), so that no retry takes the holds a second time. A Leased request
+// whose completion is too large (its answer with its effects) is released
+// the same way, without release effects that are too large as well.
 func TestTooLargeRelease(t *testing.T) {
 	store, client, names := newStore(t)
 	mw := newMiddleware(t, store)
@@ -387,9 +391,12 @@ func TestTooLargeRelease(t *testing.T) {
 		name      string
 		mode      idempotency.Mode
 		grow      bool // an Update growing an item past 400 KB, else effects over 4 MB
+		complete  bool // the handler answers 201 with effects over 4 MB, else 503
 		wantRetry int
 	}{
 		{name: "leased, effects over 4 MB", mode: idempotency.Leased, wantRetry: http.StatusCreated},
+		{name: "leased completion too large, effects over 4 MB", mode: idempotency.Leased, complete: true, wantRetry: http.StatusCreated},
+		{name: "leased completion too large, an item grown too large", mode: idempotency.Leased, complete: true, grow: true, wantRetry: http.StatusCreated},
 		{name: "leased, an item grown too large", mode: idempotency.Leased, grow: true, wantRetry: http.StatusCreated},
 		{name: "external, effects over 4 MB", mode: idempotency.External, wantRetry: http.StatusInternalServerError},
 		{name: "external, an item grown too large", mode: idempotency.External, grow: true, wantRetry: http.StatusInternalServerError},
@@ -415,6 +422,13 @@ func TestTooLargeRelease(t *testing.T) {
 						call.AddReleaseEffect(e)
 					}
 				}
+				if tt.complete {
+					for _, e := range blobs(t, payments, key.ID()+"#effect", 13, 340_000) {
+						call.AddEffect(e)
+					}
+					w.WriteHeader(http.StatusCreated)
+					return
+				}
 				w.WriteHeader(http.StatusServiceUnavailable)
 			})
 			h := wrap(t, mw, tt.mode, fmt.Sprintf("POST /v1/release/%d", i), handler)
@@ -434,8 +448,8 @@ func TestTooLargeRelease(t *testing.T) {
 				rec.Response.Status != http.StatusInternalServerError || string(rec.Response.Body) != w.Body.String()):
 				t.Errorf("record: %s (err %v), want COMPLETED with the 500 sent", rec.Status, err)
 			}
-			if dynamotest.Exists(t, client, payments, key.ID()+"#0") {
-				t.Error("a release effect was written, want none")
+			if dynamotest.Exists(t, client, payments, key.ID()+"#0") || dynamotest.Exists(t, client, payments, key.ID()+"#effect#0") {
+				t.Error("a release effect or an effect was written, want none")
 			}
 			if tt.grow {
 				if _, got := dynamotest.Item(t, client, payments, key.ID()+"#grown")["more"]; got {
@@ -565,5 +579,46 @@ func TestRetryCarriesData(t *testing.T) {
 	if err != nil || got.Status != idempotency.StatusCompleted || got.Point != "finished" ||
 		got.Data["ship"] != "sh_1" || got.Data["legacy"] != rec.Data["legacy"] {
 		t.Errorf("record = %s at %q (err %v; outcome %s, %q), want COMPLETED at finished with the carried data and the step's", got.Status, got.Point, err, obs.Outcome, obs.Err)
+	}
+}
+
+// TestTooLargeReleaseAnswersAsStored: an External request completed with
+// the response_too_large problem in place of a release whose effects are
+// too large sends the very answer it stored, so that its retries replay
+// what the first attempt got, even from an OnError whose answers differ
+// from one call to the next (a request ID, a trace).
+func TestTooLargeReleaseAnswersAsStored(t *testing.T) {
+	store, _, names := newStore(t)
+	payments := names.ByLogicalID["PaymentsTable"]
+	var calls atomic.Int32
+	mw, err := idempotency.New(idempotency.Config{
+		Store:  store,
+		Tenant: func(*http.Request) (string, bool) { return "acme", true },
+		OnError: func(w http.ResponseWriter, r *http.Request, err error) {
+			w.Header().Set("X-Error-Call", strconv.Itoa(int(calls.Add(1))))
+			problem.Write(w, r, err)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := idempotency.NewKey("acme", t.Name())
+	h := mw.External("POST /v1/release-answer", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		call, ok := idempotency.Begin(w, r)
+		if !ok {
+			return
+		}
+		for _, e := range blobs(t, payments, key.ID(), 13, 340_000) {
+			call.AddReleaseEffect(e)
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}), unresolved(t))
+	first, _ := post(h, t.Name(), `{}`)
+	again, _ := post(h, t.Name(), `{}`)
+	if first.Code != http.StatusInternalServerError || again.Code != http.StatusInternalServerError || again.Header().Get(idempotency.ReplayedHeader) != "true" {
+		t.Fatalf("answers = %d, then %d (replayed %q); want 500, then that 500 replayed", first.Code, again.Code, again.Header().Get(idempotency.ReplayedHeader))
+	}
+	if got, want := first.Header().Get("X-Error-Call"), again.Header().Get("X-Error-Call"); got != want || first.Body.String() != again.Body.String() {
+		t.Errorf("first answer (OnError call %q) %s, replay (call %q) %s; want the same answer", got, first.Body, want, again.Body)
 	}
 }

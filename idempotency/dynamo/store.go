@@ -108,10 +108,16 @@ func (s *Store) Commit(ctx context.Context, rec idempotency.Record, effects []id
 
 // Reserve writes rec with one conditional PutItem, under Commit's condition,
 // or with effects (the reservation's holds) one TransactWriteItems, and
-// returns the same errors as Commit.
+// returns the same errors as Commit. A new reservation (IN_PROGRESS) whose
+// request or data is over its bound (MaxRequest, MaxData) is refused with
+// ErrRequestTooLarge or ErrDataTooLarge; a record restored as it stood (the
+// recovery sweeper's UNKNOWN) carries them as they are, DynamoDB's 400 KB
+// being its only bound.
 func (s *Store) Reserve(ctx context.Context, rec idempotency.Record, effects []idempotency.Effect, now time.Time) error {
-	if err := checkRecord(rec); err != nil {
-		return fmt.Errorf("dynamo: reserve: %w", err)
+	if rec.Status == idempotency.StatusInProgress {
+		if err := checkRecord(rec); err != nil {
+			return fmt.Errorf("dynamo: reserve: %w", err)
+		}
 	}
 	names, values := reclaimExpr(now)
 	if len(effects) > 0 {
@@ -242,7 +248,8 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 	// a TTL already past, which DynamoDB may act on at any moment, freeing
 	// the key while its owner runs. (An UNKNOWN record a Resolver resumes
 	// keeps its expiry, and so is deleted a day after it rather than at
-	// it; until then it counts as absent all the same.)
+	// it: expired or not, an UNKNOWN record is never reclaimable, and once
+	// TTL deletes it the recovery sweeper restores it.)
 	update := "SET #point = :point, #data = :data, #lease = :new_lease, " +
 		"#expires = :expires, #expires_ms = :expires_ms, #updated = :now"
 	k := map[string]types.AttributeValue{AttrPK: str(key.ID())}

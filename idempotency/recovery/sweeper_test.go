@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/google/go-cmp/cmp"
 
@@ -317,7 +318,11 @@ func TestSweeperRestoresExpiredUnknown(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			key := idempotency.NewKey("acme", "expired-unknown-"+string(rune('a'+i)))
 			removed := time.Now()
-			created := removed.Add(-3 * 24 * time.Hour)
+			// Recent enough that the record's TTL attribute (a day past
+			// its lease, then past its UNKNOWN expiry) is in the future:
+			// DynamoDB Local's TTL would otherwise delete it before the
+			// test does (e.expire), between its writes and its reads.
+			created := removed.Add(-time.Hour)
 			res := sweptReservation(key, true, created, created.Add(30*time.Second))
 			res.Point, res.Data = "order_created", map[string]string{"order": "ord_1"}
 			if err := e.store.Reserve(t.Context(), res, nil, created); err != nil {
@@ -508,5 +513,51 @@ func TestNew(t *testing.T) {
 				t.Errorf("NewSweeper(%s) = %v, want an error naming Store", tt.name, err)
 			}
 		})
+	}
+}
+
+// TestSweeperRestoresCarriedData: an UNKNOWN record whose recovery point
+// carries more data than dynamo.MaxData (written before the bound, or by
+// another writer: data a record holds is carried forward, never checked
+// again) is restored when TTL deletes it, as any other: refused, it would
+// fail at every delivery and its outcome, and its holds, would be dropped
+// with the stream record.
+func TestSweeperRestoresCarriedData(t *testing.T) {
+	e := newSweepEnv(t)
+	key := idempotency.NewKey("acme", "carried-data")
+	removed := time.Now()
+	created := removed.Add(-time.Hour) // its TTL in the future: deleted by the test only
+	old := sweptReservation(key, true, created, created.Add(30*time.Second))
+	old.Status, old.ExpiresAt = idempotency.StatusUnknown, created.Add(24*time.Hour)
+	old.Point, old.Data = "charged", map[string]string{"charge": "ch_1", "legacy": strings.Repeat("x", dynamo.MaxData+1)}
+	old.CreatedAt, old.UpdatedAt = old.CreatedAt.Truncate(time.Millisecond).UTC(), old.UpdatedAt.Truncate(time.Millisecond).UTC()
+	old.ExpiresAt = old.ExpiresAt.Truncate(time.Millisecond).UTC()
+	if _, err := e.db.PutItem(t.Context(), &dynamodb.PutItemInput{
+		TableName: aws.String(e.names.ByLogicalID["IdempotencyTable"]), Item: dynamo.ItemFromRecord(old),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	item := e.image(t, key)
+	e.expire(t, key)
+	rec := lambdatest.Record(events.DynamoDBOperationTypeRemove, item, nil, lambdatest.TTLIdentity(), removed)
+
+	now := time.Now()
+	h := newSweepHarness(t, e.store, func() time.Time { return now })
+	if failed := h.handle(t, rec); failed != nil {
+		t.Fatalf("Handle() failures = %v, want none", failed)
+	}
+	got, err := e.store.Get(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Get() = %v, want the restored UNKNOWN record", err)
+	}
+	want := old
+	want.LeaseToken = got.LeaseToken
+	want.ExpiresAt = now.Add(retention).Truncate(time.Millisecond).UTC()
+	want.UpdatedAt = now.Truncate(time.Millisecond).UTC()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("restored record mismatch (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]int{"reconcile_scheduled": 1}, lambdatest.Counts(t, h.metrics.String(), "sweeper")); diff != "" {
+		t.Errorf("metrics mismatch (-want +got):\n%s", diff)
 	}
 }

@@ -23,7 +23,9 @@
 //   - forget deletes an UNKNOWN record that can never be reconciled, the
 //     operator's way out of its reconcile_failed alarm, once what its
 //     request did at the other system is settled: a retry of its key then
-//     runs the request again. It reads the record and prints it as JSON
+//     runs the request again. What the reservation held is not given back:
+//     a refund's hold stays on its payment, and the refund's retries answer
+//     500 until an operator removes it. It reads the record and prints it as JSON
 //     (ID, tenant, route, status, lease token, expiry), and deletes it only
 //     with -confirm naming the lease token shown, with a DeleteItem
 //     conditioned on the status and lease token read: a record that changed
