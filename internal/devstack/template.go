@@ -75,6 +75,11 @@ func apiFromTemplate(tmpl *samtemplate.Template) (api, error) {
 	}
 	authorizers, _ := authProps["Authorizers"].(map[string]any)
 	authorizer, _ := authorizers[name].(map[string]any)
+	// SAM's default payload type is TOKEN, whose event (a bare token) the
+	// emulator does not send: it sends the REQUEST authorizer's.
+	if pt, err := samtemplate.String(authorizer["FunctionPayloadType"], vars); err != nil || pt != "REQUEST" {
+		return api{}, fmt.Errorf("devstack: %s: FunctionPayloadType %v: the emulator runs REQUEST authorizers only", name, authorizer["FunctionPayloadType"])
+	}
 	identity, _ := authorizer["Identity"].(map[string]any)
 	if err := checkIdentity(identity, vars); err != nil {
 		return api{}, fmt.Errorf("devstack: %s: %w", name, err)
@@ -195,7 +200,7 @@ func findTemplate() (string, error) {
 // the emulator caches on, the Authorization header: API Gateway keys its
 // authorizer cache on the template's sources, and an emulator keyed on
 // another would serve one caller's cached policy and context to another, or
-// none where AWS would. A REQUEST authorizer without sources is refused too:
+// none where AWS would. An authorizer without sources is refused too:
 // SAM refuses it unless ReauthorizeEvery is 0, and then API Gateway calls the
 // authorizer for every request, a missing Authorization header included,
 // where the emulator answers 401 itself.

@@ -22,7 +22,7 @@ Resources:
         DefaultAuthorizer: A
         Authorizers:
           A:
-            FunctionPayloadType: REQUEST
+            FunctionPayloadType: %s
             Identity: %s
   ApiFunction:
     Type: AWS::Serverless::Function
@@ -37,7 +37,7 @@ Resources:
 // BinaryMediaTypes as API Gateway does, SAM's ~1 read as a slash: none from
 // template.yaml, so that every body reaches the api function as text.
 func TestAPIBinaryMediaTypes(t *testing.T) {
-	minimal := fmt.Sprintf(minimalAPI, `[image~1png, "*~1*"]`, "{Headers: [Authorization]}")
+	minimal := fmt.Sprintf(minimalAPI, `[image~1png, "*~1*"]`, "REQUEST", "{Headers: [Authorization]}")
 	repo, err := samtemplate.Load("../../template.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -94,13 +94,40 @@ func TestAuthorizerIdentitySources(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.identity, func(t *testing.T) {
-			parsed, err := samtemplate.Parse(fmt.Appendf(nil, minimalAPI, "[]", tt.identity))
+			parsed, err := samtemplate.Parse(fmt.Appendf(nil, minimalAPI, "[]", "REQUEST", tt.identity))
 			if err != nil {
 				t.Fatal(err)
 			}
 			_, err = apiFromTemplate(parsed)
 			if got := err == nil; got != tt.ok {
 				t.Errorf("apiFromTemplate(Identity %s) error = %v, want ok %v", tt.identity, err, tt.ok)
+			}
+		})
+	}
+}
+
+// TestAuthorizerPayloadType checks that the devstack runs only a REQUEST
+// authorizer, whose event the emulator sends: SAM's default, TOKEN, gets
+// another event (a bare token) on AWS, so it is refused, not emulated.
+func TestAuthorizerPayloadType(t *testing.T) {
+	tests := []struct {
+		payloadType string
+		ok          bool
+	}{
+		{"REQUEST", true},
+		{"TOKEN", false},
+		{"request", false},
+		{"null", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.payloadType, func(t *testing.T) {
+			parsed, err := samtemplate.Parse(fmt.Appendf(nil, minimalAPI, "[]", tt.payloadType, "{Headers: [Authorization]}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = apiFromTemplate(parsed)
+			if got := err == nil; got != tt.ok {
+				t.Errorf("apiFromTemplate(FunctionPayloadType %s) error = %v, want ok %v", tt.payloadType, err, tt.ok)
 			}
 		})
 	}
