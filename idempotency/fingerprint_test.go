@@ -265,8 +265,8 @@ func exactEqual(a, b any) bool {
 		if !ok {
 			return false
 		}
-		ra, oka := new(big.Rat).SetString(a.String())
-		rb, okb := new(big.Rat).SetString(b.String())
+		ra, oka := exactNumber(a.String())
+		rb, okb := exactNumber(b.String())
 		return oka && okb && ra.Cmp(rb) == 0
 	case map[string]any:
 		b, ok := b.(map[string]any)
@@ -294,6 +294,20 @@ func exactEqual(a, b any) bool {
 	default:
 		return a == b
 	}
+}
+
+// exactNumber is the exact value of a JSON number. big.Rat cannot hold an
+// exponent past int64's range, which Canonical accepts on a zero (0E10000000000000000000
+// is 0): a mantissa of zeros is 0 whatever its exponent.
+func exactNumber(s string) (*big.Rat, bool) {
+	if r, ok := new(big.Rat).SetString(s); ok {
+		return r, true
+	}
+	mantissa, _, _ := strings.Cut(strings.ToLower(s), "e")
+	if strings.Trim(mantissa, "-0.") == "" {
+		return new(big.Rat), true
+	}
+	return nil, false
 }
 
 // BenchmarkCanonical measures the canonical form of request bodies: a
