@@ -121,7 +121,8 @@
 // TTL may delete it (the recovery package's Sweeper then restores it). A
 // retry of it gets 409 (InProgressError) however old it is, and one
 // UnknownRedrive or more after it last changed re-announces it to the
-// reconciler (MarkUnknown).
+// reconciler (MarkUnknown), extending its expiry to at least Retention from
+// then, so that TTL does not delete a record that is still retried.
 //
 // Record.Reclaimable is that rule, and a Store's Commit and Reserve
 // conditions implement it.

@@ -136,7 +136,8 @@ type Config struct {
 	// UnknownRedrive is how long a record may stay UNKNOWN before a retry of
 	// its request announces it to the reconciler again (DefaultUnknownRedrive):
 	// the reconciler may have given up on it after its bounded retries, and a
-	// client that keeps retrying must still reach a final answer.
+	// client that keeps retrying must still reach a final answer. A redrive
+	// keeps the record at least Retention from then.
 	UnknownRedrive time.Duration
 	// Now returns the current time (time.Now).
 	Now func() time.Time
@@ -1087,12 +1088,15 @@ func (c *Call) decideExisting(ctx context.Context, r *http.Request, existing *Re
 		// reconciliation (again) rather than executing again: the new lease
 		// token is a stream MODIFY to UNKNOWN that triggers the reconciler,
 		// and the write's condition on the old token lets one request per
-		// UnknownRedrive do it. An UNKNOWN record keeps its expiry: however
-		// often it is retried, it does not outlive its retention that way
-		// (once TTL deletes one still unresolved, the recovery sweeper
-		// restores it, once per retention: see recovery.Sweeper).
+		// UnknownRedrive do it. The record is kept at least Retention from
+		// now (an UNKNOWN record's expiry extended, never shortened), as
+		// oncectl reannounce and the sweeper's restore keep it: its expiry is
+		// when the store's TTL may delete it, and one deleted while it is
+		// reconciled and retried leaves its key free for a new request, a
+		// second execution, until the recovery sweeper restores it. A record
+		// nobody retries is left to TTL a Retention after its last redrive.
 		expires := now.Add(c.m.cfg.Retention)
-		if existing.Status == StatusUnknown {
+		if existing.Status == StatusUnknown && existing.ExpiresAt.After(expires) {
 			expires = existing.ExpiresAt
 		}
 		err := c.timed(func() error {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/internal/dynamotest"
 )
 
 // clock is a settable Config.Now, safe for concurrent use.
@@ -48,11 +50,14 @@ func (s *markCounter) MarkUnknown(ctx context.Context, key idempotency.Key, leas
 // other system may have taken the request's effect) is not a free key. Retries
 // racing each other, from every goroutine, get 409 with Retry-After and run
 // the handler 0 times; the first retry UnknownRedrive after the record
-// became UNKNOWN hands it to the reconciler again (a new lease token, the
-// expiry kept), exactly one of the racing retries, and so does a retry a
-// minute later.
+// became UNKNOWN hands it to the reconciler again (a new lease token),
+// exactly one of the racing retries, and so does a retry a minute later.
+// Each redrive keeps the record at least the retention from then: its
+// expiry and its TTL attribute move to the redrive + retention (never
+// back), so that DynamoDB's TTL does not delete a record that is being
+// reconciled and retried, which would free its key for a second execution.
 func TestExpiredUnknownNeverRunsAgain(t *testing.T) {
-	dynamoStore, _, _ := newStore(t)
+	dynamoStore, client, names := newStore(t)
 	store := &markCounter{Store: dynamoStore}
 	// The fake clock starts at the real time, so that the TTL attribute
 	// DynamoDB Local sees is in the future and it never deletes the record:
@@ -119,23 +124,39 @@ func TestExpiredUnknownNeverRunsAgain(t *testing.T) {
 			t.Errorf("%d of %d racing retries handed the record to the reconciler again, want %d", got, n, redrives)
 		}
 	}
-	lease := func() idempotency.Record {
+	// lease returns the UNKNOWN record, checking that its expiry, and its
+	// TTL attribute (unix seconds, rounded up), are expires.
+	lease := func(expires time.Time) idempotency.Record {
 		t.Helper()
 		rec, err := store.Get(t.Context(), key)
 		if err != nil || rec.Status != idempotency.StatusUnknown {
 			t.Fatalf("record: %s, %v; want UNKNOWN", rec.Status, err)
 		}
-		if !rec.ExpiresAt.Equal(first.ExpiresAt) {
-			t.Errorf("expiry = %v, want %v kept (a redrive keeps it)", rec.ExpiresAt, first.ExpiresAt)
+		expires = expires.Truncate(time.Millisecond)
+		if !rec.ExpiresAt.Equal(expires) {
+			t.Errorf("expiry = %v, want %v", rec.ExpiresAt, expires)
+		}
+		item := dynamotest.Item(t, client, names.ByLogicalID["IdempotencyTable"], key.ID())
+		ttl, err := strconv.ParseInt(attrText(item[dynamo.AttrExpiresAt]), 10, 64)
+		if err != nil {
+			t.Fatalf("%s = %v: %v", dynamo.AttrExpiresAt, item[dynamo.AttrExpiresAt], err)
+		}
+		want := expires.Unix()
+		if expires.After(time.Unix(want, 0)) {
+			want++
+		}
+		if ttl != want {
+			t.Errorf("%s = %s, want %s (the expiry, rounded up)", dynamo.AttrExpiresAt, time.Unix(ttl, 0).UTC(), time.Unix(want, 0).UTC())
 		}
 		return rec
 	}
 
 	// Past the retention, long past UnknownRedrive: one retry of the race
-	// re-announces the record, every retry gets 409.
+	// re-announces the record, and keeps it a retention from then; every
+	// retry gets 409.
 	clk.advance(retention + time.Hour)
 	race(t, 8, 1)
-	second := lease()
+	second := lease(clk.Now().Add(retention))
 	if second.LeaseToken == first.LeaseToken {
 		t.Errorf("lease token kept %q: no retry handed the expired UNKNOWN record to the reconciler again", first.LeaseToken)
 	}
@@ -143,17 +164,31 @@ func TestExpiredUnknownNeverRunsAgain(t *testing.T) {
 		t.Errorf("updated at %v, want %v (the redrive)", second.UpdatedAt, clk.Now())
 	}
 
-	// Within a minute of that redrive: 409, no redrive.
+	// Within a minute of that redrive: 409, no redrive, the expiry as the
+	// redrive left it.
 	clk.advance(30 * time.Second)
 	race(t, 4, 0)
-	if got := lease(); got.LeaseToken != second.LeaseToken {
+	if got := lease(second.ExpiresAt); got.LeaseToken != second.LeaseToken {
 		t.Errorf("lease token changed within UnknownRedrive of the last redrive: %q -> %q", second.LeaseToken, got.LeaseToken)
 	}
 
-	// A minute after it: redriven again, still 409, still never run.
+	// A minute after it: redriven again, still 409, still never run, kept a
+	// retention from this redrive.
 	clk.advance(31 * time.Second)
 	race(t, 4, 1)
-	if got := lease(); got.LeaseToken == second.LeaseToken {
+	third := lease(clk.Now().Add(retention))
+	if third.LeaseToken == second.LeaseToken {
 		t.Errorf("lease token kept %q a minute after the last redrive: the record was not handed to the reconciler again", second.LeaseToken)
 	}
+
+	// A record kept longer than a retention from now (by an operator's
+	// reannounce with a longer retention, say) keeps its expiry: a redrive
+	// extends it, never shortens it.
+	later := clk.Now().Add(10 * retention)
+	if err := dynamoStore.MarkUnknown(t.Context(), key, third.LeaseToken, idempotency.NewToken(), later, clk.Now()); err != nil {
+		t.Fatalf("MarkUnknown(kept longer): %v", err)
+	}
+	clk.advance(61 * time.Second)
+	race(t, 4, 1)
+	lease(later)
 }

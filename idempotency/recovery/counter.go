@@ -22,10 +22,13 @@ const (
 	MetricResolved           = "reconcile_resolved"
 	MetricFailed             = "reconcile_failed"
 	MetricUnroutable         = "reconcile_unroutable"
-	// MetricUnrestored counts the abandoned External reservations a
-	// Sweeper could not restore because another request (another
-	// fingerprint) holds their key: what the abandoned one did at the
-	// other system is left unreconciled, an operator's to settle.
+	// MetricUnrestored counts the abandoned External reservations, and the
+	// UNKNOWN records TTL deleted, that a Sweeper could not restore
+	// because a new reservation (a retry of the same request, or another
+	// request: not the record's own earlier restore) took their key after
+	// the deletion: the request may have run twice, and what the first
+	// attempt did at the other system is left unreconciled, an operator's
+	// to settle.
 	MetricUnrestored = "zombie_unrestored"
 	// MetricDeferred counts the records a Reconciler failed, to be
 	// retried, because nothing had happened yet but Settle had not passed

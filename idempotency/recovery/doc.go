@@ -81,9 +81,16 @@
 //     with Store.Reserve, whose condition (no record, or a reclaimable one)
 //     lets it take the key exactly when a new request could: a record within
 //     its retention and an External reservation, whatever its lease, are
-//     never overwritten, however late a retried stream record comes; such a
-//     conflict, like the one a redelivered stream record meets, is success.
-//     A newer record past its retention counts as absent, as it does for a
+//     never overwritten, however late a retried stream record comes. Such a
+//     conflict is success. When the record it meets is the request
+//     continuing (an earlier restore of it, the same fingerprint and
+//     creation time, UNKNOWN or since completed: a redelivered stream
+//     record) it counts nothing more; any other is a new reservation that
+//     took the key between the deletion and the restore (a retry of the
+//     same request or another request, created since, IN_PROGRESS or
+//     completed), which may have called the other system again while the
+//     first outcome is unknown: it counts zombie_unrestored (alarmed) and
+//     logs an Error naming the record. A newer record past its retention counts as absent, as it does for a
 //     new request (a COMPLETED record or a reservation that is not
 //     External; never an UNKNOWN record), and a Leased reservation taken so
 //     is fenced by its lease token. It counts zombie_swept, and reconcile_scheduled when the record
@@ -99,7 +106,8 @@
 // with a fresh lease token and the retention as expiry, by the same
 // Store.Reserve and with the same conflicts as an abandoned reservation, so
 // that the reconciler looks it up again; it counts reconcile_scheduled (or
-// zombie_unrestored). A record that can never be resolved thus comes back
+// zombie_unrestored, when a new request reserved the key in the seconds
+// between the deletion and the restore). A record that can never be resolved thus comes back
 // once per retention, each time alarmed by the reconciler, until an
 // operator deletes it (a delete conditioned on its status and lease token,
 // as oncectl forget does in the once application): such a REMOVE carries no

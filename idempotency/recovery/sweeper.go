@@ -147,26 +147,30 @@ func (s *Sweeper) restore(ctx context.Context, log *slog.Logger, old idempotency
 	var conflict *idempotency.ConflictError
 	switch {
 	case errors.As(err, &conflict):
-		// A newer request owns the key, or an earlier delivery of this
-		// record restored it already: nothing to do.
-		existing := "none"
-		if conflict.Existing != nil {
-			existing = string(conflict.Existing.Status)
-		}
-		if conflict.Existing != nil && conflict.Existing.Fingerprint != old.Fingerprint {
-			// Another request took the key (the reservation's check was
-			// lost, or the UNKNOWN record expired, TTL deleted it, and the
-			// key was reused): nothing will ask what the earlier request
-			// did at the other system.
-			s.cfg.Metrics.Count(append(counts, MetricUnrestored)...)
-			log.Error(what+" not restored: another request holds its key; its outcome at the other system is unreconciled",
-				"existing", existing, "created_at", old.CreatedAt)
+		ex := conflict.Existing
+		if ex == nil || continues(*ex, old) {
+			// An earlier delivery of this record restored it already (and
+			// a retry may have redriven it, the reconciler completed it
+			// since), or the record under the key could not be read:
+			// nothing to do.
+			existing := "none"
+			if ex != nil {
+				existing = string(ex.Status)
+			}
+			if len(counts) > 0 {
+				s.cfg.Metrics.Count(counts...)
+			}
+			log.Info(what+"; not restored: the key is held already", "existing", existing)
 			return nil
 		}
-		if len(counts) > 0 {
-			s.cfg.Metrics.Count(counts...)
-		}
-		log.Info(what+"; not restored: the key is held already", "existing", existing)
+		// A new reservation took the key between the deletion and now,
+		// the same request's (a retry) or another's: it may have called
+		// the other system again, and nothing will ask what the earlier
+		// request did there.
+		s.cfg.Metrics.Count(append(counts, MetricUnrestored)...)
+		log.Error(what+" not restored: a new reservation holds its key; the request may have run twice, its first outcome at the other system is unreconciled",
+			"created_at", old.CreatedAt, "existing", string(ex.Status), "existing_created_at", ex.CreatedAt,
+			"same_fingerprint", ex.Fingerprint == old.Fingerprint)
 		return nil
 	case err != nil:
 		err = fmt.Errorf("recovery: sweep: restore %s as UNKNOWN: %w", old.Key.Short(), err)
@@ -176,6 +180,18 @@ func (s *Sweeper) restore(ctx context.Context, log *slog.Logger, old idempotency
 	s.cfg.Metrics.Count(append(counts, MetricReconcileScheduled)...)
 	log.Info(what + ": restored as UNKNOWN for reconciliation")
 	return nil
+}
+
+// continues reports whether ex, the record a restore of old met under its
+// key, is old's request continuing rather than a new reservation: an
+// earlier restore of old (the same fingerprint and creation time, which a
+// restore, a redrive and a Resolver's Advance keep), UNKNOWN still or
+// completed by the reconciler since. A reservation made after the deletion
+// has a creation time of its own, and is IN_PROGRESS until it completes;
+// nothing moves a restored UNKNOWN record back to IN_PROGRESS.
+func continues(ex, old idempotency.Record) bool {
+	return ex.Fingerprint == old.Fingerprint && ex.CreatedAt.Equal(old.CreatedAt) &&
+		(ex.Status == idempotency.StatusUnknown || ex.Status == idempotency.StatusCompleted)
 }
 
 // RemovedByTTL reports whether rec, the REMOVE of the IN_PROGRESS record old,

@@ -150,9 +150,13 @@ func TestSweeper(t *testing.T) {
 			metrics: map[string]int{},
 		},
 		{
-			name: "external, newer owner: not overwritten", external: true,
+			// A new reservation (a retry of the same request: the same
+			// fingerprint, created later) took the key in the gap and runs
+			// the request again, while what the abandoned one did at the
+			// other system is unknown: alarmed.
+			name: "external, newer owner: not overwritten, alarmed", external: true,
 			lease: -3 * time.Second, identity: lambdatest.TTLIdentity(), newer: true,
-			want: idempotency.StatusInProgress, metrics: map[string]int{"zombie_swept": 1},
+			want: idempotency.StatusInProgress, metrics: map[string]int{"zombie_swept": 1, "zombie_unrestored": 1},
 		},
 		{
 			name: "external, redelivered: restored once", external: true,
@@ -301,18 +305,58 @@ func TestSweeperIgnores(t *testing.T) {
 // unknown, and what its reservation held (a refund's hold on the payment)
 // would otherwise stay held with nothing left to resolve it, while a retry
 // ran the request again.
+//
+// Between the deletion and the restore (seconds) a new request may take the
+// key and call the other system again: the restore then meets its record
+// (a reservation, or its completion) and counts zombie_unrestored, with an
+// Error line, since the request may have run twice. A redelivered REMOVE
+// that meets its own earlier restore, whatever the reconciler or a retry
+// did with it since (a redrive, a completion), counts nothing.
 func TestSweeperRestoresExpiredUnknown(t *testing.T) {
 	e := newSweepEnv(t)
 	tests := []struct {
-		name    string
-		newer   bool // a newer request reserves the key after the removal
-		twice   bool // the stream delivers the record twice
+		name      string
+		newer     bool // a newer request reserves the key after the removal
+		newerDone bool // and completes
+		twice     bool // the stream delivers the record twice
+		// since changes the first restore before the second delivery, as
+		// the request continues.
+		since   func(t *testing.T, restored idempotency.Record)
 		want    idempotency.Status
 		metrics map[string]int
 	}{
 		{name: "restored", want: idempotency.StatusUnknown, metrics: map[string]int{"reconcile_scheduled": 1}},
 		{name: "redelivered: restored once", twice: true, want: idempotency.StatusUnknown, metrics: map[string]int{"reconcile_scheduled": 1}},
-		{name: "newer owner: not overwritten", newer: true, want: idempotency.StatusInProgress, metrics: map[string]int{}},
+		{
+			name: "newer owner: not overwritten, alarmed", newer: true,
+			want: idempotency.StatusInProgress, metrics: map[string]int{"zombie_unrestored": 1},
+		},
+		{
+			name: "newer owner completed: not overwritten, alarmed", newer: true, newerDone: true,
+			want: idempotency.StatusCompleted, metrics: map[string]int{"zombie_unrestored": 1},
+		},
+		{
+			name: "redelivered after a retry redrove the restore: left alone", twice: true,
+			since: func(t *testing.T, restored idempotency.Record) {
+				at := time.Now()
+				if err := e.store.MarkUnknown(t.Context(), restored.Key, restored.LeaseToken, idempotency.NewToken(), at.Add(retention), at); err != nil {
+					t.Fatalf("MarkUnknown(redrive): %v", err)
+				}
+			},
+			want: idempotency.StatusUnknown, metrics: map[string]int{"reconcile_scheduled": 1},
+		},
+		{
+			name: "redelivered after the reconciler completed the restore: left alone", twice: true,
+			since: func(t *testing.T, restored idempotency.Record) {
+				done := restored
+				done.Status, done.Request = idempotency.StatusCompleted, nil
+				done.Response = &idempotency.Response{Status: 201, Body: []byte(`{"reconciled":true}`)}
+				if err := e.store.Complete(t.Context(), done, restored.LeaseToken, nil); err != nil {
+					t.Fatalf("Complete(reconciled): %v", err)
+				}
+			},
+			want: idempotency.StatusCompleted, metrics: map[string]int{"reconcile_scheduled": 1},
+		},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -344,6 +388,17 @@ func TestSweeperRestoresExpiredUnknown(t *testing.T) {
 				if err := e.store.Reserve(t.Context(), newer, nil, removed); err != nil {
 					t.Fatalf("Reserve(newer): %v", err)
 				}
+				if tt.newerDone {
+					done := newer
+					done.Status, done.Request = idempotency.StatusCompleted, nil
+					done.Response = &idempotency.Response{Status: 201, Body: []byte(`{"newer":true}`)}
+					if err := e.store.Complete(t.Context(), done, newer.LeaseToken, nil); err != nil {
+						t.Fatalf("Complete(newer): %v", err)
+					}
+				}
+				if newer, err = e.store.Get(t.Context(), key); err != nil {
+					t.Fatal(err)
+				}
 			}
 			rec := lambdatest.Record(events.DynamoDBOperationTypeRemove, item, nil, lambdatest.TTLIdentity(), removed)
 
@@ -353,18 +408,36 @@ func TestSweeperRestoresExpiredUnknown(t *testing.T) {
 				t.Fatalf("Handle() failures = %v, want none", failed)
 			}
 			first, _ := e.store.Get(t.Context(), key)
+			var since idempotency.Record
+			if tt.since != nil {
+				tt.since(t, first)
+				if since, err = e.store.Get(t.Context(), key); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if tt.twice {
 				if failed := h.handle(t, rec); failed != nil {
 					t.Fatalf("Handle() again: failures = %v, want none", failed)
 				}
 			}
 			got, err := e.store.Get(t.Context(), key)
+			logs := h.logs.String()
 			switch {
 			case err != nil:
 				t.Fatalf("Get() = %v, want a %s record", err, tt.want)
 			case tt.newer:
-				if got.LeaseToken != newer.LeaseToken || got.Status != idempotency.StatusInProgress {
-					t.Errorf("Get() = %s under lease %q, want the newer owner's IN_PROGRESS under %q", got.Status, got.LeaseToken, newer.LeaseToken)
+				if !cmp.Equal(newer, got) {
+					t.Errorf("Get() = %+v, want the newer owner's record unchanged: %+v", got, newer)
+				}
+				if !strings.Contains(logs, `"level":"ERROR"`) || !strings.Contains(logs, key.Short()) {
+					t.Errorf("no Error line naming the record %s:\n%s", key.Short(), logs)
+				}
+			case tt.since != nil:
+				if !cmp.Equal(since, got) || got.Status != tt.want {
+					t.Errorf("Get() = %+v, want the continued restore unchanged: %+v", got, since)
+				}
+				if strings.Contains(logs, `"level":"ERROR"`) {
+					t.Errorf("an Error line for a restore meeting its own continuation:\n%s", logs)
 				}
 			default:
 				want := old
@@ -384,7 +457,7 @@ func TestSweeperRestoresExpiredUnknown(t *testing.T) {
 			if diff := cmp.Diff(tt.metrics, lambdatest.Counts(t, h.metrics.String(), "sweeper")); diff != "" {
 				t.Errorf("metrics mismatch (-want +got):\n%s", diff)
 			}
-			if logs := h.logs.String(); strings.Contains(logs, key.Hash) {
+			if strings.Contains(logs, key.Hash) {
 				t.Errorf("logs hold the full key hash:\n%s", logs)
 			}
 		})

@@ -87,7 +87,10 @@ func TestChargeCompletionUnrecorded(t *testing.T) {
 // TestUnknownRedrive: a record left UNKNOWN longer than the redrive interval
 // (its reconciliation went to the on-failure queue) is announced to the
 // reconciler again by the next retry: a new lease token, which is a stream
-// MODIFY to UNKNOWN; at most once per interval.
+// MODIFY to UNKNOWN; at most once per interval. A redrive keeps the record
+// at least the retention from then (its expiry extended, never shortened),
+// past its retention too, so that TTL does not delete a record still
+// retried.
 func TestUnknownRedrive(t *testing.T) {
 	s := newStack(t, withConfig(func(c *config.Config) { c.ProviderTimeout = chargeTimeout }))
 	const key = "charge-stuck"
@@ -98,19 +101,18 @@ func TestUnknownRedrive(t *testing.T) {
 
 	steps := []struct {
 		name    string
-		advance bool
+		advance time.Duration
 		redrive bool
 	}{
-		{"within the interval", false, false},
-		{"after the interval", true, true},
-		{"again within the new interval", false, false},
-		{"after the next interval", true, true},
+		{"within the interval", 0, false},
+		{"after the interval", idempotency.DefaultUnknownRedrive, true},
+		{"again within the new interval", 0, false},
+		{"after the next interval", idempotency.DefaultUnknownRedrive, true},
+		{"past its retention", s.cfg.Retention + idempotency.DefaultUnknownRedrive, true},
 	}
 	prev := marked
 	for _, step := range steps {
-		if step.advance {
-			s.clock.Advance(idempotency.DefaultUnknownRedrive)
-		}
+		s.clock.Advance(step.advance)
 		wantProblem(t, s.charge(t, key, body, nil), http.StatusConflict, "idempotency_request_in_progress", "2")
 		got, err := s.record(t, key)
 		wantStatus(t, key, got, err, idempotency.StatusUnknown)
@@ -120,10 +122,12 @@ func TestUnknownRedrive(t *testing.T) {
 		if step.redrive && (!got.UpdatedAt.Equal(s.clock.Now().Truncate(1e6)) || got.Fingerprint != marked.Fingerprint || !bytes.Equal(got.Request, marked.Request)) {
 			t.Errorf("%s: record = updated %v fingerprint %s; want updated now (%v) and the same request", step.name, got.UpdatedAt, got.Fingerprint, s.clock.Now())
 		}
-		// A redrive never extends the retention: a record that cannot be
-		// reconciled still expires when it would have.
-		if !got.ExpiresAt.Equal(marked.ExpiresAt) {
-			t.Errorf("%s: expires %v, want %v as when it became UNKNOWN", step.name, got.ExpiresAt, marked.ExpiresAt)
+		want := prev.ExpiresAt
+		if step.redrive {
+			want = s.clock.Now().Add(s.cfg.Retention).Truncate(time.Millisecond)
+		}
+		if !got.ExpiresAt.Equal(want) {
+			t.Errorf("%s: expires %v, want %v", step.name, got.ExpiresAt, want)
 		}
 		prev = got
 	}

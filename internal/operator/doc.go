@@ -16,10 +16,9 @@
 //     and keeps it at least the retention (ONCE_RETENTION) from now: its
 //     expiry and TTL extended, never shortened, as the checker extends a
 //     reservation whose lease ran out, so that TTL does not delete one
-//     about to expire while the reconciler works on it. (A client's
-//     redrive keeps the expiry: it is automatic; a re-announcement is an
-//     operator's. An UNKNOWN record is never free for a new request,
-//     expired or not.)
+//     about to expire while the reconciler works on it (a client's
+//     automatic redrive extends it the same way). An UNKNOWN record is
+//     never free for a new request, expired or not.
 //   - forget deletes an UNKNOWN record that can never be reconciled, the
 //     operator's way out of its reconcile_failed alarm, once what its
 //     request did at the other system is settled: a retry of its key then
