@@ -26,7 +26,10 @@
 // (ErrResponseTooLarge) has called out, so its record is completed with the
 // 500 response_too_large problem in place of the answer rather than left
 // open (a Leased request's reservation is released instead, and a retry
-// executes again).
+// executes again). When its effects, or the release effects giving its
+// holds back, are by themselves too large, that problem is stored without
+// them (the holds kept), and the Observation's outcome is
+// OutcomeEffectsDropped: the one outcome an operator must act on.
 //
 // Store errors other than a failed condition answer 503 store_unavailable
 // with Retry-After only when the store wraps ErrUnavailable (unreachable,

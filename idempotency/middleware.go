@@ -42,6 +42,13 @@ const (
 	OutcomeUnknown    = "unknown"     // ambiguous outcome: record left UNKNOWN for reconciliation
 	OutcomeFenced     = "fenced"      // lease lost before completion: response not stored
 	OutcomeResumed    = "resumed"     // an abandoned multi-step request taken over at its recovery point
+	// OutcomeEffectsDropped: an External request's answer, the 500
+	// response_too_large problem, stored without the effects it should have
+	// carried, because they alone are too large for one write of the store:
+	// a completion's effects (the holds too, when the reservation was gone),
+	// or a release's (the holds kept, never given back). The key ends, but
+	// the state it left needs an operator: alarm on it.
+	OutcomeEffectsDropped = "effects_dropped"
 )
 
 // Defaults for Config.
@@ -777,9 +784,12 @@ func (c *Call) release(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		err = c.timed(func() error { return c.m.cfg.Store.Complete(ctx, done, c.rec.LeaseToken, nil) })
 		if err == nil {
 			// The answer its retries replay, sent as stored (as
-			// complete sends a substituted answer).
+			// complete sends a substituted answer), the holds kept
+			// for good: an operator's to give back.
 			c.m.cfg.Cache.put(done)
-			answer = replayAs(small, false)
+			c.decide(OutcomeEffectsDropped, replayAs(small, false))
+			c.answer(w)
+			return
 		}
 	} else {
 		c.obs.Err += "released without them; they are not written"
@@ -924,9 +934,13 @@ func (c *Call) complete(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	if c.phased && c.finalPoint != "" {
 		c.m.cfg.Hook(ctx, PointAfter(c.finalPoint))
 	}
-	c.obs.Outcome = OutcomeCreated
-	if substituted {
+	switch {
+	case !effects:
+		c.obs.Outcome = OutcomeEffectsDropped // response_too_large, stored without the effects
+	case substituted:
 		c.obs.Outcome = OutcomeStoreError // response_too_large, stored in place of the answer
+	default:
+		c.obs.Outcome = OutcomeCreated
 	}
 	send(w)
 }

@@ -254,8 +254,14 @@ func TestTooLargeWrite(t *testing.T) {
 			if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), `"code":"response_too_large"`) {
 				t.Errorf("answer = %d %.200s, want 500 response_too_large", w.Code, w.Body)
 			}
-			if obs.Outcome != idempotency.OutcomeStoreError || !strings.Contains(obs.Err, "too large") {
-				t.Errorf("observation: outcome %s, err %q; want store_error saying the write is too large", obs.Outcome, obs.Err)
+			// An answer stored without its effects is an outcome of
+			// its own (alarmed): the key ends, the effects never written.
+			wantOutcome := idempotency.OutcomeStoreError
+			if tt.wantRecord && !tt.wantEffects {
+				wantOutcome = idempotency.OutcomeEffectsDropped
+			}
+			if obs.Outcome != wantOutcome || !strings.Contains(obs.Err, "too large") {
+				t.Errorf("observation: outcome %s, err %q; want %s saying the write is too large", obs.Outcome, obs.Err, wantOutcome)
 			}
 			rec, err := store.Get(t.Context(), key)
 			switch {
@@ -376,11 +382,12 @@ func TestRequestTooLargeToKeep(t *testing.T) {
 // carry (over the transaction's limits, or growing an item past 400 KB)
 // must neither keep the key reserved until its lease runs out nor be
 // half-written. None is written; the client gets 500 response_too_large,
-// the observation (the log line, reserve_store_error) says what was not
-// written, and the key ends: Leased, which holds nothing, releases it
-// without them, so a retry executes again; External, whose release effects
+// the observation (the log line) says what was not written, and the key
+// ends: Leased, which holds nothing, releases it without them (outcome
+// store_error), so a retry executes again; External, whose release effects
 // give its holds back, completes it with that problem (a retry replays
-// it), so that no retry takes the holds a second time. A Leased request
+// it), so that no retry takes the holds a second time, the holds kept
+// (outcome effects_dropped, alarmed). A Leased request
 // whose completion is too large (its answer with its effects) is released
 // the same way, without release effects that are too large as well.
 func TestTooLargeRelease(t *testing.T) {
@@ -437,8 +444,15 @@ func TestTooLargeRelease(t *testing.T) {
 				w.Header().Get("Content-Type") != "application/problem+json" {
 				t.Errorf("answer = %d %s %.200s, want 500 response_too_large (application/problem+json)", w.Code, w.Header().Get("Content-Type"), w.Body)
 			}
-			if obs.Outcome != idempotency.OutcomeStoreError || !strings.Contains(obs.Err, "release effects") || !strings.Contains(obs.Err, "not written") {
-				t.Errorf("observation: outcome %s, err %q; want store_error saying the release effects were not written", obs.Outcome, obs.Err)
+			// External keeps its holds for good: an answer stored
+			// without its release effects, an outcome of its own
+			// (alarmed); Leased stores nothing.
+			wantOutcome := idempotency.OutcomeStoreError
+			if tt.mode == idempotency.External {
+				wantOutcome = idempotency.OutcomeEffectsDropped
+			}
+			if obs.Outcome != wantOutcome || !strings.Contains(obs.Err, "release effects") || !strings.Contains(obs.Err, "not written") {
+				t.Errorf("observation: outcome %s, err %q; want %s saying the release effects were not written", obs.Outcome, obs.Err, wantOutcome)
 			}
 			rec, err := store.Get(t.Context(), key)
 			switch {

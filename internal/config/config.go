@@ -45,7 +45,8 @@ const (
 	EnvWorkerRetryWindow = "ONCE_WORKER_RETRY_WINDOW"
 	// EnvWorkerLookUpHorizon bounds how long, from the end of a payment's
 	// retry window, the retrier looks its charge up again (and settles it
-	// again) while the look-up or the settle fails.
+	// again) while the look-up or the settle fails; and how long, from the
+	// first of a run of failed reads of a payment, it reads it again.
 	EnvWorkerLookUpHorizon = "ONCE_WORKER_LOOKUP_HORIZON"
 	EnvSQSEndpoint         = "SQS_ENDPOINT"
 )
@@ -172,7 +173,8 @@ type Config struct {
 	// payment's charge at the end of its retry window the look-up, and the
 	// settle on its answer, are made again while they fail; then the retry
 	// message fails towards its dead-letter queue (MinWorkerLookUpHorizon
-	// to MaxWorkerLookUpHorizon).
+	// to MaxWorkerLookUpHorizon). It bounds a run of failed reads of the
+	// payment the same way, from the run's first.
 	WorkerLookUpHorizon time.Duration
 	// ReceiptRetryQueue and ReceiptRetryDLQ are the receipts' retry queue
 	// and its dead-letter queue (a queue name or a queue URL).

@@ -309,10 +309,10 @@ func TestApi(t *testing.T) {
 const maxQueueAge = 3600
 
 // TestAlarms: an alarm on every dead-letter queue's messages, on every
-// function's errors and throttles, on reconcile_failed and
-// reconcile_unroutable (each a metric its function's code emits), and on
-// the age of
-// every work queue's oldest message (a consumer that does not consume
+// function's errors and throttles, on reconcile_failed,
+// reconcile_unroutable, zombie_unrestored and reserve_effects_dropped (each
+// a metric its function's code emits), and on the age of every work
+// queue's oldest message (a consumer that does not consume
 // sends nothing to its dead-letter queue). Every alarm fires on any
 // occurrence but the age alarms, which fire above what a healthy message
 // can wait: SQS's longest delay, then the receives that fail before its
@@ -370,7 +370,8 @@ func TestAlarms(t *testing.T) {
 	for id := range template(t).Functions() {
 		want = append(want, "AWS/Lambda Errors FunctionName="+id, "AWS/Lambda Throttles FunctionName="+id)
 	}
-	want = append(want, "once reconcile_failed Service=reconciler", "once reconcile_unroutable Service=reconciler", "once zombie_unrestored Service=sweeper")
+	want = append(want, "once reconcile_failed Service=reconciler", "once reconcile_unroutable Service=reconciler", "once zombie_unrestored Service=sweeper",
+		"once reserve_effects_dropped Service=api")
 	for _, q := range work {
 		want = append(want, "AWS/SQS ApproximateAgeOfOldestMessage QueueName="+q.LogicalID+".QueueName")
 		visibility, err := strconv.Atoi(q.Attributes["VisibilityTimeout"])

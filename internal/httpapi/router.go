@@ -230,6 +230,8 @@ var outcomeMetrics = map[string]string{
 	idempotency.OutcomeInProgress: "reserve_in_progress",
 	idempotency.OutcomeMismatch:   "reserve_key_misuse",
 	idempotency.OutcomeStoreError: "reserve_store_error",
+	// Alarmed (template.yaml): an answer stored without its effects.
+	idempotency.OutcomeEffectsDropped: "reserve_effects_dropped",
 }
 
 // OutcomeRead is the outcome logged for a read (GET).

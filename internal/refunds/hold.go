@@ -23,9 +23,10 @@ type Tables struct {
 // errStaleHold: the payment holds an amount for the key although no live
 // reservation of the key does: an UNKNOWN record an operator deleted
 // (oncectl forget), or one completed with the response_too_large problem
-// because the effects giving the hold back could not be written, since
-// expired. The hold is an operator's to settle; until then every retry of
-// the key answers 500 and nothing is written.
+// because the effects giving the hold back could not be written (the api
+// counted reserve_effects_dropped, alarmed; the reconciler
+// reconcile_failed), since expired. The hold is an operator's to settle;
+// until then every retry of the key answers 500 and nothing is written.
 var errStaleHold = errors.New("refunds: the payment already holds an amount for this key")
 
 // Holds are the effects written with the reservation of key for req (Begin's

@@ -72,9 +72,14 @@
 // one written after all makes the next a no-op). That ends at the look-up
 // horizon (Config.LookUpHorizon, ONCE_WORKER_LOOKUP_HORIZON,
 // DefaultLookUpHorizon: 24h after the first look-up was due): a look-up or
-// settle that fails then fails the message. A message that cannot be
-// processed (undecodable, the payments table failing to read it, the
-// look-up or its settle failing past the horizon) is a batch item failure:
+// settle that fails then fails the message. A read of the payment that
+// fails (payments.ErrUnavailable: the table down, at any point of the
+// chain) is sent back the same way, the run of failed reads carried in the
+// message (when its first was made, and how many), until LookUpHorizon
+// after its first; a read that succeeds ends the run. A message that
+// cannot be processed (undecodable, the payments table failing to read it
+// past that horizon or refusing the read, the look-up or its settle
+// failing past the horizon) is a batch item failure:
 // the queue delivers it again and, after its maxReceiveCount, moves it to
 // its dead-letter queue (alarmed), the payment still pending. Messages are
 // handled concurrently.

@@ -58,6 +58,14 @@ type retryMessage struct {
 	// that failed, or whose settle could not be written: the message was
 	// sent back to look it up (and settle) again.
 	LookUps int `json:"lookups,omitzero"`
+	// ReadFailed is when the first of the latest run of failed reads of
+	// the payment (the payments table unavailable) was made: the message
+	// was sent back to read it again (readAgain), until LookUpHorizon
+	// after it. Zero once a read succeeds. It bounds the run without the
+	// payment, which the failed read did not get.
+	ReadFailed time.Time `json:"read_failed,omitzero"`
+	// Reads counts the failed reads of that run, for their backoff.
+	Reads int `json:"reads,omitzero"`
 }
 
 // RetryBody returns the retry queue message of tenant's payment id, as the
@@ -156,6 +164,8 @@ func (w *Worker) retry(ctx context.Context, sm events.SQSMessage) error {
 		// Nothing to charge, and nothing retrying would find.
 		log.Error("worker: retry", "outcome", outcomeIgnored, "err", err)
 		return nil
+	case errors.Is(err, payments.ErrUnavailable):
+		return w.readAgain(ctx, log, m, err)
 	case err != nil:
 		log.Warn("worker: retry", "outcome", outcomeError, "err", err)
 		return err
@@ -163,6 +173,7 @@ func (w *Worker) retry(ctx context.Context, sm events.SQSMessage) error {
 		log.Info("worker: retry", "outcome", outcomeAlreadySettled, "status", string(p.Status))
 		return nil
 	}
+	m.ReadFailed, m.Reads = time.Time{}, 0 // the run of failed reads, if any, is over
 	if !w.now().Before(p.Created.Add(w.window)) {
 		return w.giveUp(ctx, log, p, m)
 	}
@@ -273,5 +284,45 @@ func (w *Worker) lookUpAgain(ctx context.Context, log *slog.Logger, p payments.P
 		return err
 	}
 	log.Warn("worker: retry", "outcome", outcomeRetrying, "retry_in", delay.String(), "look_up", true, "look_ups", m.LookUps, "err", err)
+	return nil
+}
+
+// readAgain handles a read of m's payment that failed with err wrapping
+// payments.ErrUnavailable (DynamoDB unreachable or throttling, past the
+// client's own retries). The message carries the run of failed reads it is
+// in (m.ReadFailed, set now at the first, never later than now): before
+// LookUpHorizon has passed since that first failed read, it sends m back
+// itself, one more read counted, due after the backoff of the run's reads
+// (from RetryBase, at most MaxRetryDelay, no later than the horizon), and
+// the message succeeds: an outage of the payments table does not use up
+// the queue's receives and dead-letter the payment within half an hour.
+// Once the horizon is reached, or when m cannot be sent, it returns the
+// error: the message fails, the queue delivers it again, up to its
+// maxReceiveCount, then moves it to its dead-letter queue (alarmed).
+//
+// Every chain of messages still ends: a read that succeeds clears the run
+// and carries on as before (an attempt before the payment's retry window
+// ends, a look-up before its look-up horizon, and after that no message is
+// sent), so past the payment's look-up horizon a run is never cleared
+// again and ends LookUpHorizon after it began.
+func (w *Worker) readAgain(ctx context.Context, log *slog.Logger, m retryMessage, err error) error {
+	now := w.now()
+	if m.ReadFailed.IsZero() || m.ReadFailed.After(now) {
+		m.ReadFailed = now
+	}
+	horizon := m.ReadFailed.Add(w.horizon)
+	if !now.Before(horizon) {
+		err = fmt.Errorf("%w (read horizon %s reached after %d reads)", err, w.horizon, m.Reads+1)
+		log.Error("worker: retry", "outcome", outcomeError, "read_again", true, "reads", m.Reads+1, "err", err)
+		return err
+	}
+	m.Reads++
+	delay := min(w.backoff(m.Reads), horizon.Sub(now))
+	if serr := w.send(ctx, m, delay); serr != nil {
+		err = errors.Join(err, serr)
+		log.Warn("worker: retry", "outcome", outcomeError, "read_again", true, "reads", m.Reads, "err", err)
+		return err
+	}
+	log.Warn("worker: retry", "outcome", outcomeRetrying, "retry_in", delay.String(), "read_again", true, "reads", m.Reads, "err", err)
 	return nil
 }

@@ -79,6 +79,9 @@ type retryMessage struct {
 	Attempt int       `json:"attempt"`
 	Unknown time.Time `json:"unknown"`
 	LookUps int       `json:"lookups"`
+	// ReadFailed and Reads are the run of failed reads of the payment.
+	ReadFailed time.Time `json:"read_failed"`
+	Reads      int       `json:"reads"`
 }
 
 // sent receives (and deletes) the retries on the queue, waiting up to wait
@@ -823,7 +826,7 @@ func TestGivingUpOutlastsAnOutage(t *testing.T) {
 			if n := e.charges(t, p); n != wantCharges {
 				t.Errorf("provider charges = %d, want %d", n, wantCharges)
 			}
-			if n := settles.written.Load(); n != 1 {
+			if n := settles.answered.Load(); n != 1 {
 				t.Errorf("settles written = %d, want 1", n)
 			}
 			if counts := e.counts(t); counts[worker.MetricCharged]+counts[worker.MetricFailed] != 1 {

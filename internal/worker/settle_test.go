@@ -17,37 +17,50 @@ import (
 	"github.com/oncehq/once/internal/worker"
 )
 
-// settleWrites is an HTTP client for the DynamoDB SDK in front of DynamoDB
-// Local that, while down is set, fails every UpdateItem (the payments
-// table's only one is the settle) before it is sent, as a connection reset
-// would; it counts the UpdateItems failed so and those DynamoDB answered 200
-// (a settle written).
-type settleWrites struct {
+// failingCalls is an HTTP client for the DynamoDB SDK in front of DynamoDB
+// Local that, while down is set, fails every call of one operation (op:
+// the payments table's UpdateItem is the settle, its GetItem the read of a
+// payment) before it is sent, as a connection reset would; it counts the
+// calls failed so and those DynamoDB answered 200.
+type failingCalls struct {
+	op   string
 	next interface {
 		Do(*http.Request) (*http.Response, error)
 	}
-	down            atomic.Bool
-	failed, written atomic.Int64
+	down             atomic.Bool
+	failed, answered atomic.Int64
 }
 
-func (s *settleWrites) Do(r *http.Request) (*http.Response, error) {
-	settle := r.Header.Get("X-Amz-Target") == "DynamoDB_20120810.UpdateItem"
-	if settle && s.down.Load() {
+func (s *failingCalls) Do(r *http.Request) (*http.Response, error) {
+	match := r.Header.Get("X-Amz-Target") == "DynamoDB_20120810."+s.op
+	if match && s.down.Load() {
 		s.failed.Add(1)
-		return nil, errors.New("injected: connection reset while settling")
+		return nil, errors.New("injected: connection reset during " + s.op)
 	}
 	resp, err := s.next.Do(r)
-	if settle && err == nil && resp.StatusCode == http.StatusOK {
-		s.written.Add(1)
+	if match && err == nil && resp.StatusCode == http.StatusOK {
+		s.answered.Add(1)
 	}
 	return resp, err
 }
 
 // settlesThrough returns a payments table on e's whose settles go through
-// a new settleWrites, and that settleWrites.
-func (e *retryEnv) settlesThrough(t *testing.T) (*payments.Table, *settleWrites) {
+// a new failingCalls, and that failingCalls (answered: settles written).
+func (e *retryEnv) settlesThrough(t *testing.T) (*payments.Table, *failingCalls) {
 	t.Helper()
-	s := &settleWrites{}
+	return e.failingThrough(t, "UpdateItem")
+}
+
+// readsThrough returns a payments table on e's whose reads of a payment go
+// through a new failingCalls, and that failingCalls.
+func (e *retryEnv) readsThrough(t *testing.T) (*payments.Table, *failingCalls) {
+	t.Helper()
+	return e.failingThrough(t, "GetItem")
+}
+
+func (e *retryEnv) failingThrough(t *testing.T, op string) (*payments.Table, *failingCalls) {
+	t.Helper()
+	s := &failingCalls{op: op}
 	db := dynamodb.New(e.db.Options(), func(o *dynamodb.Options) {
 		s.next = o.HTTPClient
 		o.HTTPClient = s
@@ -98,7 +111,7 @@ func TestGivingUpSettleFailureEndsAtTheHorizon(t *testing.T) {
 			t.Errorf("%s: sent back (-want +got):\n%s", tc.name, diff)
 		}
 	}
-	if n := settles.written.Load(); n != 0 || settles.failed.Load() != 2 {
+	if n := settles.answered.Load(); n != 0 || settles.failed.Load() != 2 {
 		t.Errorf("settles written = %d, failed = %d; want 0 and 2", n, settles.failed.Load())
 	}
 }

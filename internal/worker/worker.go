@@ -104,7 +104,9 @@ type Config struct {
 	// that is not its record) before LookUpHorizon has passed since the
 	// first look-up was due is made again later, the message sent back with
 	// a backoff; one that fails after it fails the message, which ends in
-	// the retry queue's dead-letter queue (DefaultLookUpHorizon).
+	// the retry queue's dead-letter queue (DefaultLookUpHorizon). It
+	// bounds a run of failed reads of the payment the same way, from the
+	// run's first failed read (which the message carries).
 	LookUpHorizon time.Duration
 	// Budget is the time a payment needs at least in the stream's
 	// invocation: its provider call and its settle. A pending payment met
