@@ -53,9 +53,10 @@ func (s *markCounter) MarkUnknown(ctx context.Context, key idempotency.Key, leas
 // became UNKNOWN hands it to the reconciler again (a new lease token),
 // exactly one of the racing retries, and so does a retry a minute later.
 // Each redrive keeps the record at least the retention from then: its
-// expiry and its TTL attribute move to the redrive + retention (never
-// back), so that DynamoDB's TTL does not delete a record that is being
-// reconciled and retried, which would free its key for a second execution.
+// expiry moves to the redrive + retention (never back), and its TTL
+// attribute to that expiry, so that DynamoDB's TTL does not delete a record
+// that is being reconciled and retried, which would free its key for a
+// second execution.
 func TestExpiredUnknownNeverRunsAgain(t *testing.T) {
 	dynamoStore, client, names := newStore(t)
 	store := &markCounter{Store: dynamoStore}
