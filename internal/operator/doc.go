@@ -14,7 +14,7 @@
 //     reconciler is triggered by. It takes an UNKNOWN record or an External
 //     reservation whose lease has run out (its check may be a dead letter),
 //     and keeps it at least the retention (ONCE_RETENTION) from now: its
-//     expiry and TTL extended, never shortened, as the checker extends a
+//     expiry extended, never shortened, and its TTL set to it, as the checker extends a
 //     reservation whose lease ran out, so that TTL does not delete one
 //     about to expire while the reconciler works on it (a client's
 //     automatic redrive extends it the same way). An UNKNOWN record is
