@@ -103,7 +103,10 @@ type Config struct {
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
 	// Retention is how long a completed (or UNKNOWN) record is kept
 	// (DefaultRetention); at least Lease (ErrRetentionShort). A deployment
-	// with a reconciler keeps it above the reconciler's retries too.
+	// with a reconciler keeps it above the reconciler's retries too, and
+	// above UnknownRedrive: an UNKNOWN record that retries keep redriving is
+	// kept a Retention from each redrive, so a shorter Retention lets it
+	// expire between two, and TTL delete it (the sweeper restores it).
 	Retention time.Duration
 	// Lease is how long a reservation is held before it counts as abandoned
 	// (DefaultLease). It must exceed the longest a handler can run, by
