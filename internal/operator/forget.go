@@ -31,23 +31,13 @@ type forgetView struct {
 // reconcile_failed alarm. It needs -confirm with the lease token shown.
 func (t *Tool) forget(ctx context.Context, args []string) error {
 	fs := t.flags("forget", "[-confirm LEASE-TOKEN] (RECORD | -tenant T -key KEY)",
-		"Delete an UNKNOWN record that can never be reconciled, for good: a retry of its key then runs again.\n"+
+		"Delete an UNKNOWN record that can never be reconciled, for good: a retry of its key then runs again\n"+
+			"(a refund's hold stays on its payment: see the README).\n"+
 			"Without -confirm it only shows the record; -confirm takes the lease token shown, and the record\n"+
 			"is deleted only if it is still UNKNOWN under that token.")
-	tenant := fs.String("tenant", "", "the record's tenant, with -key")
-	raw := fs.String("key", "", "the raw Idempotency-Key, with -tenant (hashed, never printed)")
+	read := t.recordArg(fs)
 	confirm := fs.String("confirm", "", "the record's lease token, as shown: forget it")
-	if err := t.parse(fs, args, -1); err != nil {
-		return err
-	}
-	key, err := keyArg(fs, *tenant, *raw)
-	if err != nil {
-		return err
-	}
-	rec, err := t.store.Get(ctx, key)
-	if errors.Is(err, idempotency.ErrNotFound) {
-		return fmt.Errorf("no record %s", key.ID())
-	}
+	key, rec, err := read(ctx, args)
 	if err != nil {
 		return err
 	}

@@ -122,6 +122,27 @@ func keyArg(fs *flag.FlagSet, tenant, raw string) (idempotency.Key, error) {
 	return idempotency.Key{}, usageError{fs, "give a record ID, or -tenant and -key"}
 }
 
+// recordArg adds -tenant and -key to fs and returns what, given the
+// command's arguments, parses them and reads the record they name (keyArg).
+func (t *Tool) recordArg(fs *flag.FlagSet) func(ctx context.Context, args []string) (idempotency.Key, idempotency.Record, error) {
+	tenant := fs.String("tenant", "", "the record's tenant, with -key")
+	raw := fs.String("key", "", "the raw Idempotency-Key, with -tenant (hashed, never printed)")
+	return func(ctx context.Context, args []string) (idempotency.Key, idempotency.Record, error) {
+		if err := t.parse(fs, args, -1); err != nil {
+			return idempotency.Key{}, idempotency.Record{}, err
+		}
+		key, err := keyArg(fs, *tenant, *raw)
+		if err != nil {
+			return key, idempotency.Record{}, err
+		}
+		rec, err := t.store.Get(ctx, key)
+		if errors.Is(err, idempotency.ErrNotFound) {
+			return key, rec, fmt.Errorf("no record %s", key.ID())
+		}
+		return key, rec, err
+	}
+}
+
 // recordView is a record as show prints it.
 type recordView struct {
 	Record      string          `json:"record"`
@@ -164,20 +185,9 @@ func view(rec idempotency.Record, now time.Time) recordView {
 // show prints one record as JSON.
 func (t *Tool) show(ctx context.Context, args []string) error {
 	fs := t.flags("show", "[-bodies] (RECORD | -tenant T -key KEY)", "Show one record (the raw key is never printed: its hash is).")
-	tenant := fs.String("tenant", "", "the record's tenant, with -key")
-	raw := fs.String("key", "", "the raw Idempotency-Key, with -tenant (hashed, never printed)")
+	read := t.recordArg(fs)
 	bodies := fs.Bool("bodies", false, "include the request and response bodies")
-	if err := t.parse(fs, args, -1); err != nil {
-		return err
-	}
-	key, err := keyArg(fs, *tenant, *raw)
-	if err != nil {
-		return err
-	}
-	rec, err := t.store.Get(ctx, key)
-	if errors.Is(err, idempotency.ErrNotFound) {
-		return fmt.Errorf("no record %s", key.ID())
-	}
+	_, rec, err := read(ctx, args)
 	if err != nil {
 		return err
 	}
@@ -204,19 +214,7 @@ func (t *Tool) show(ctx context.Context, args []string) error {
 func (t *Tool) reannounce(ctx context.Context, args []string) error {
 	fs := t.flags("reannounce", "(RECORD | -tenant T -key KEY)",
 		"Hand a record to the reconciler again: an UNKNOWN record, or an External reservation whose lease ran out; either is then kept at least ONCE_RETENTION from now.")
-	tenant := fs.String("tenant", "", "the record's tenant, with -key")
-	raw := fs.String("key", "", "the raw Idempotency-Key, with -tenant (hashed, never printed)")
-	if err := t.parse(fs, args, -1); err != nil {
-		return err
-	}
-	key, err := keyArg(fs, *tenant, *raw)
-	if err != nil {
-		return err
-	}
-	rec, err := t.store.Get(ctx, key)
-	if errors.Is(err, idempotency.ErrNotFound) {
-		return fmt.Errorf("no record %s", key.ID())
-	}
+	key, rec, err := t.recordArg(fs)(ctx, args)
 	if err != nil {
 		return err
 	}
