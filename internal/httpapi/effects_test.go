@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/idempotency"
@@ -26,7 +29,8 @@ import (
 // carried, against DynamoDB Local: an External request whose completion's
 // effects alone, or whose release effects (the holds given back), are too
 // large for one write, completed with response_too_large without them (the
-// holds kept). Never where nothing is stored without its effects: an
+// holds kept), also when its reservation was released meanwhile and the
+// answer is committed in its place. Never where nothing is stored without its effects: an
 // External answer too large stored as response_too_large with its effects,
 // a Leased request released (its completion or its release too large:
 // nothing is stored, Leased holds nothing, a retry executes again), an
@@ -54,9 +58,12 @@ func TestEffectsDroppedMetric(t *testing.T) {
 		effects     int  // completion effects of 340 KB each
 		release     bool // release effects over 4 MB, the handler answering 503
 		answerLarge bool // a 1 MiB answer
+		gone        bool // the reservation released (deleted) while the handler runs
 		want        map[string]int
 	}{
 		{name: "external, effects alone too large", mode: idempotency.External, effects: 13,
+			want: map[string]int{"reserve_effects_dropped": 1}},
+		{name: "external, reservation gone, effects alone too large", mode: idempotency.External, effects: 13, gone: true,
 			want: map[string]int{"reserve_effects_dropped": 1}},
 		{name: "external, release effects too large", mode: idempotency.External, release: true,
 			want: map[string]int{"reserve_effects_dropped": 1}},
@@ -81,6 +88,19 @@ func TestEffectsDroppedMetric(t *testing.T) {
 				call, ok := idempotency.Begin(w, r)
 				if !ok {
 					return
+				}
+				if tt.gone {
+					// As the reconciler's release of a reservation it
+					// found had no effect: the key is free when the
+					// request completes, and its answer is committed.
+					_, err := client.DeleteItem(r.Context(), &dynamodb.DeleteItemInput{
+						TableName:           aws.String(names.ByLogicalID["IdempotencyTable"]),
+						Key:                 map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: idempotency.NewKey("acme", fmt.Sprintf("dropped-%d", i)).ID()}},
+						ConditionExpression: aws.String("attribute_exists(" + dynamo.AttrPK + ")"),
+					})
+					if err != nil {
+						t.Errorf("delete the reservation: %v", err)
+					}
 				}
 				if tt.release {
 					for _, e := range over(prefix + "#release") {
