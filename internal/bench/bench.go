@@ -278,7 +278,10 @@ var notes = []string{
 	"Front door: the devstack (the API Gateway emulator, the REQUEST authorizer, its answer cached, and the api function in Lambda execution environments " +
 		"through the Lambda runtime's JSON path) on a DynamoDB Local of its own, with the streams of the functions downstream of the API (worker, receipts) not polled, and so not created (devstack.Options.StreamsOff); " +
 		"16 clients over keep-alive HTTP, after a warm-up, in alternating rounds; the replays resend keys created before, to whichever environment is free. " +
-		"The bench's route without idempotency decodes and validates the body as POST /v1/payments does, writes the same payment item with one conditional PutItem and answers the same JSON.",
+		"The bench's route without idempotency decodes and validates the body as POST /v1/payments does, writes the same payment item with one conditional PutItem and answers the same JSON. " +
+		"The row \"the idempotency table without its stream\" is a second devstack on the same DynamoDB Local whose tables have no stream (no sweeper, no reconciler: no recovery), " +
+		"driven in the same rounds: what the stream that recovery reads costs DynamoDB Local, which writes each stream record as part of the write (AWS does not add it to the request). " +
+		"DynamoDB Local CPU: the emulator process's user and system time (/proc, 10 ms ticks) while the clients ran, per request; it includes the stream pollers' reads. Only when the bench started DynamoDB Local (not with DYNAMODB_ENDPOINT), on Linux.",
 	"Duplicate storm: waves of 10 keys, each sent 8 times at once (80 requests in flight), then one follow-up per key; effects are counted where they land " +
 		"(payment items, the provider's charges and refunds) and include the follow-up's, so the route without idempotency makes 9 per key; " +
 		"a key's answers differ when two of its final answers (2xx, 4xx but 409) are not the same bytes.",

@@ -129,8 +129,8 @@ func TestRunSmall(t *testing.T) {
 			t.Errorf("%s: %v", r.Case, r.Figures)
 		}
 	}
-	if door := byGroup[frontDoorGroup]; len(door) != 3 {
-		t.Errorf("front door rows %v, want 3", door)
+	if door := byGroup[frontDoorGroup]; len(door) != 4 || door[3].Case != casePlain {
+		t.Errorf("front door rows %v, want 4, the last without the stream", door)
 	} else {
 		for _, r := range door {
 			if r.Figures[FigReqPerSec] <= 0 || r.Figures[FigErrors] != 0 {

@@ -30,6 +30,10 @@ const (
 	stormGroup     = "duplicate storm"
 )
 
+// casePlain is the front door's row of new keys on the devstack whose
+// idempotency table has no stream.
+const casePlain = "POST /v1/payments, new keys, the idempotency table without its stream"
+
 // bareResource is the bench's route without idempotency, beside the API's.
 const bareResource = "/bench/payments"
 
@@ -81,53 +85,23 @@ func bareRoute(cfg config.Config, client *dynamodb.Client, opts app.Options) htt
 // clients, the duplicate storms, then the cold starts of the built
 // functions in the same environment.
 func frontDoor(ctx context.Context, opts Options, tmpl *samtemplate.Template, tables map[string]string, runID string, rep *Report) error {
-	stateDir, err := os.MkdirTemp("", "once-bench-")
+	stack, stop, err := startStack(ctx, opts, tables, runID+"-devstack-", "", streamReaders(tmpl, "IdempotencyTable"))
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(stateDir)
-	vars := map[string]string{
-		devstack.EnvPort:         "0",
-		devstack.EnvProviderPort: "0",
-		devstack.EnvSQSPort:      "0",
-		devstack.EnvDevAPIKeys:   tenant + ":" + apiKey,
-	}
-	for id, env := range tables {
-		vars[env] = runID + "-devstack-" + id
-	}
-	if !opts.FreshDynamoDB {
-		vars[config.EnvDynamoDBEndpoint] = opts.DynamoDB
-	}
-	opts.progress("front door: starting the devstack (a fresh DynamoDB Local: %t)", opts.FreshDynamoDB)
-	stack, err := devstack.Start(ctx, devstack.Options{
-		Getenv:       func(k string) string { return vars[k] },
-		TemplatePath: opts.TemplatePath,
-		StateDir:     stateDir,
-		Routes:       []devstack.Route{{Method: http.MethodPost, Resource: bareResource, Handler: bareRoute}},
-		StreamsOff:   downstream(tmpl),
-	})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		_ = stack.Close()
-		if !opts.FreshDynamoDB {
-			dropTables(stack.Config(), tables, vars)
-		}
-		opts.progress("front door: devstack stopped")
-	}()
+	defer stop()
 	cfg := stack.Config()
 	dbClient, err := app.DynamoDB(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	e := &env{cfg: cfg, client: dbClient, provider: provider.New(cfg.ProviderURL, stack.ProviderClient()), tenant: tenant}
-	fd := &door{opts: opts, url: stack.URL(), env: e, runID: runID, http: &http.Client{
+	fd := &door{opts: opts, url: stack.URL(), env: e, runID: runID, dynamoPID: stack.DynamoDBLocalPID(), http: &http.Client{
 		Timeout:   time.Minute,
 		Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute},
 	}}
 	if opts.runs("throughput") {
-		if err := fd.throughput(ctx, rep); err != nil {
+		if err := fd.throughputBeside(ctx, tmpl, tables, stack.DynamoDBEndpoint(), rep); err != nil {
 			return err
 		}
 	}
@@ -144,17 +118,85 @@ func frontDoor(ctx context.Context, opts Options, tmpl *samtemplate.Template, ta
 		return nil
 	}
 	tableEnv := make([]string, 0, len(tables))
-	for _, env := range tables {
-		tableEnv = append(tableEnv, env+"="+vars[env])
+	for id, env := range tables {
+		tableEnv = append(tableEnv, env+"="+runID+"-devstack-"+id)
 	}
 	return coldStarts(ctx, opts, cfg, tableEnv, stack, rep)
 }
 
-// downstream returns the functions triggered by the stream of a table
-// other than the idempotency table (the worker, which charges every
+// startStack starts a devstack with the bench's route beside the API, its
+// tables named prefix+logical ID, on endpoint (empty: the bench's DynamoDB,
+// or a fresh DynamoDB Local when Options.FreshDynamoDB), with the stream
+// mappings of the functions in streamsOff left off (and the streams only
+// they read not created). stop closes it and drops its tables unless they
+// went with a DynamoDB Local of its own.
+func startStack(ctx context.Context, opts Options, tables map[string]string, prefix, endpoint string, streamsOff []string) (*devstack.Stack, func(), error) {
+	stateDir, err := os.MkdirTemp("", "once-bench-")
+	if err != nil {
+		return nil, nil, err
+	}
+	vars := map[string]string{
+		devstack.EnvPort:         "0",
+		devstack.EnvProviderPort: "0",
+		devstack.EnvSQSPort:      "0",
+		devstack.EnvDevAPIKeys:   tenant + ":" + apiKey,
+	}
+	for id, env := range tables {
+		vars[env] = prefix + id
+	}
+	own := endpoint == "" && opts.FreshDynamoDB
+	switch {
+	case endpoint != "":
+		vars[config.EnvDynamoDBEndpoint] = endpoint
+	case !opts.FreshDynamoDB:
+		vars[config.EnvDynamoDBEndpoint] = opts.DynamoDB
+	}
+	opts.progress("front door: starting a devstack (%s*, a fresh DynamoDB Local: %t)", prefix, own)
+	stack, err := devstack.Start(ctx, devstack.Options{
+		Getenv:       func(k string) string { return vars[k] },
+		TemplatePath: opts.TemplatePath,
+		StateDir:     stateDir,
+		Routes:       []devstack.Route{{Method: http.MethodPost, Resource: bareResource, Handler: bareRoute}},
+		StreamsOff:   streamsOff,
+	})
+	if err != nil {
+		os.RemoveAll(stateDir)
+		return nil, nil, err
+	}
+	stop := func() {
+		_ = stack.Close()
+		if !own {
+			dropTables(stack.Config(), tables, vars)
+		}
+		os.RemoveAll(stateDir)
+		opts.progress("front door: devstack %s* stopped", prefix)
+	}
+	return stack, stop, nil
+}
+
+// withoutStream checks that the idempotency table of cfg has no stream:
+// the front door's row without it says so.
+func withoutStream(ctx context.Context, cfg config.Config) error {
+	client, err := app.DynamoDB(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	out, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(cfg.Table("IdempotencyTable"))})
+	if err != nil {
+		return fmt.Errorf("bench: describe the idempotency table: %w", err)
+	}
+	if spec := out.Table.StreamSpecification; spec != nil && aws.ToBool(spec.StreamEnabled) {
+		return fmt.Errorf("bench: the idempotency table %s has a stream: want none", aws.ToString(out.Table.TableName))
+	}
+	return nil
+}
+
+// streamReaders returns the functions triggered by the stream of a table
+// other than keep (keep "IdempotencyTable": the worker, which charges every
 // payment, the receipts function): the front door measures the API and the
-// recovery that is part of it, not the work the API hands on.
-func downstream(tmpl *samtemplate.Template) []string {
+// recovery that is part of it, not the work the API hands on. With keep
+// empty it returns every stream-triggered function.
+func streamReaders(tmpl *samtemplate.Template, keep string) []string {
 	var out []string
 	for id, fn := range tmpl.Functions() {
 		for _, ev := range fn.Events() {
@@ -162,7 +204,7 @@ func downstream(tmpl *samtemplate.Template) []string {
 				continue
 			}
 			for _, r := range samtemplate.Refs(ev.Properties["Stream"]) {
-				if r.Attribute == "StreamArn" && r.Name != "IdempotencyTable" {
+				if r.Attribute == "StreamArn" && (keep == "" || r.Name != keep) {
 					out = append(out, id)
 				}
 			}
@@ -187,13 +229,19 @@ func dropTables(cfg config.Config, tables, vars map[string]string) {
 
 // door sends requests to the devstack's front door.
 type door struct {
-	opts  Options
-	url   string
-	env   *env
-	runID string
-	http  *http.Client
-	seq   int
-	mu    sync.Mutex
+	opts Options
+	url  string
+	// plainURL is the devstack whose idempotency table has no stream
+	// (throughputBeside).
+	plainURL string
+	// dynamoPID is DynamoDB Local's process, whose CPU time the
+	// throughput reads; 0 when the bench did not start it.
+	dynamoPID int
+	env       *env
+	runID     string
+	http      *http.Client
+	seq       int
+	mu        sync.Mutex
 }
 
 func (d *door) tag(what string) string {
@@ -206,7 +254,12 @@ func (d *door) tag(what string) string {
 // post sends a POST to path with key and body, as a client of the API
 // does, and returns its answer.
 func (d *door) post(ctx context.Context, path, key, body string) (answer, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.url+path, strings.NewReader(body))
+	return d.postTo(ctx, d.url, path, key, body)
+}
+
+// postTo is post to the devstack at base.
+func (d *door) postTo(ctx context.Context, base, path, key, body string) (answer, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, strings.NewReader(body))
 	if err != nil {
 		return answer{}, err
 	}
@@ -231,13 +284,20 @@ type load struct {
 	ok, bad int
 	elapsed time.Duration
 	keys    []string
-	mu      sync.Mutex
+	// dynamoCPU is DynamoDB Local's CPU time while the clients ran, when
+	// dynamoRead (every drive could read it).
+	dynamoCPU  time.Duration
+	dynamoRead bool
+	drives     int
+	mu         sync.Mutex
 }
 
-// drive has the clients send requests to path for d, each its own next
-// (a key and a body) after the other, and adds what they measured to l.
-func (d *door) drive(ctx context.Context, path string, dur time.Duration, next func(client, i int) (key, body string), l *load) {
+// drive has the clients send requests to path of the devstack at base for
+// d, each its own next (a key and a body) after the other, and adds what
+// they measured to l.
+func (d *door) drive(ctx context.Context, base, path string, dur time.Duration, next func(client, i int) (key, body string), l *load) {
 	var wg sync.WaitGroup
+	cpu0, ok0 := processCPU(d.dynamoPID)
 	start := time.Now()
 	deadline := start.Add(dur)
 	for c := range d.opts.Settings.Clients {
@@ -248,7 +308,7 @@ func (d *door) drive(ctx context.Context, path string, dur time.Duration, next f
 			for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
 				key, body := next(c, i)
 				t := time.Now()
-				a, err := d.post(ctx, path, key, body)
+				a, err := d.postTo(ctx, base, path, key, body)
 				lat = append(lat, time.Since(t))
 				if err != nil || a.status >= 300 {
 					bad++
@@ -267,6 +327,28 @@ func (d *door) drive(ctx context.Context, path string, dur time.Duration, next f
 	}
 	wg.Wait()
 	l.elapsed += time.Since(start)
+	cpu1, ok1 := processCPU(d.dynamoPID)
+	l.dynamoRead = (l.drives == 0 || l.dynamoRead) && ok0 && ok1
+	l.dynamoCPU += cpu1 - cpu0
+	l.drives++
+}
+
+// throughputBeside starts a second devstack on the same DynamoDB Local
+// (endpoint), whose idempotency table has no stream (no sweeper, no
+// reconciler), for the throughput's row of new keys without it: what that
+// stream costs DynamoDB Local per request. It is stopped once the
+// throughput is measured.
+func (d *door) throughputBeside(ctx context.Context, tmpl *samtemplate.Template, tables map[string]string, endpoint string, rep *Report) error {
+	plain, stop, err := startStack(ctx, d.opts, tables, d.runID+"-nostream-", endpoint, streamReaders(tmpl, ""))
+	if err != nil {
+		return fmt.Errorf("bench: the devstack without streams: %w", err)
+	}
+	defer stop()
+	if err := withoutStream(ctx, plain.Config()); err != nil {
+		return err
+	}
+	d.plainURL = plain.URL()
+	return d.throughput(ctx, rep)
 }
 
 // throughput measures POST /v1/payments (new keys), replays of those keys,
@@ -280,15 +362,17 @@ func (d *door) throughput(ctx context.Context, rep *Report) error {
 	}
 	rounds := max(1, min(s.Rounds, 3))
 	per := s.Duration / time.Duration(rounds)
-	var once, replays, bare, warm load
+	var once, replays, bare, plain, warm load
 	d.opts.progress("front door: %d clients, %s per route in %d rounds", s.Clients, s.Duration, rounds)
-	d.drive(ctx, "/v1/payments", 2*time.Second, fresh, &warm)
-	d.drive(ctx, bareResource, 2*time.Second, fresh, &warm)
+	d.drive(ctx, d.url, "/v1/payments", 2*time.Second, fresh, &warm)
+	d.drive(ctx, d.url, bareResource, 2*time.Second, fresh, &warm)
+	d.drive(ctx, d.plainURL, "/v1/payments", 2*time.Second, fresh, &warm)
 	for range rounds {
-		d.drive(ctx, "/v1/payments", per, fresh, &once)
-		d.drive(ctx, bareResource, per, fresh, &bare)
+		d.drive(ctx, d.url, "/v1/payments", per, fresh, &once)
+		d.drive(ctx, d.url, bareResource, per, fresh, &bare)
+		d.drive(ctx, d.plainURL, "/v1/payments", per, fresh, &plain)
 		keys := once.keys
-		d.drive(ctx, "/v1/payments", per, func(client, i int) (string, string) {
+		d.drive(ctx, d.url, "/v1/payments", per, func(client, i int) (string, string) {
 			k := keys[(client*7919+i*s.Clients)%len(keys)]
 			return k, paymentBody(k, 1999, "")
 		}, &replays)
@@ -297,16 +381,25 @@ func (d *door) throughput(ctx context.Context, rep *Report) error {
 		return fmt.Errorf("bench: no payment was created through the front door (%d failures)", once.bad)
 	}
 	rowOf := func(name string, l *load) Row {
-		return Row{Group: frontDoorGroup, Case: name, N: l.ok + l.bad, Figures: map[string]float64{
+		r := Row{Group: frontDoorGroup, Case: name, N: l.ok + l.bad, Figures: map[string]float64{
 			FigReqPerSec: float64(l.ok) / l.elapsed.Seconds(), FigErrors: float64(l.bad),
 			FigP50: ms(quantile(l.lat, 0.50)), FigP99: ms(quantile(l.lat, 0.99)),
 		}}
+		if l.dynamoRead && r.N > 0 {
+			r.Figures[FigDynamoCPU] = ms(l.dynamoCPU) / float64(r.N)
+		}
+		return r
 	}
 	base := rowOf("POST "+bareResource+" (no idempotency)", &bare)
 	base.Baseline = true
-	rows := []Row{base, rowOf("POST /v1/payments, new keys", &once), rowOf("POST /v1/payments, replays", &replays)}
+	rows := []Row{
+		base,
+		rowOf("POST /v1/payments, new keys", &once),
+		rowOf("POST /v1/payments, replays", &replays),
+		rowOf(casePlain, &plain),
+	}
 	for i := range rows {
-		rows[i].compare(base, FigReqPerSec, FigP50, FigP99)
+		rows[i].compare(base, FigReqPerSec, FigP50, FigP99, FigDynamoCPU)
 	}
 	rep.Rows = append(rep.Rows, rows...)
 	return nil

@@ -22,6 +22,7 @@ const (
 	FigP99         = "p99_ms"
 	FigAllocs      = "allocs" // heap allocations per operation
 	FigReqPerSec   = "req_per_s"
+	FigDynamoCPU   = "dynamodb_cpu_ms" // DynamoDB Local's CPU time per request, the front door's (Linux)
 	FigErrors      = "errors"
 	FigBytes       = "bytes"  // item bytes stored, as DynamoDB counts them
 	FigItems       = "items"  // items stored
@@ -245,6 +246,7 @@ func otherCell(r Row) string {
 		}
 	}
 	add(FigReqPerSec, "%s req/s")
+	add(FigDynamoCPU, "DynamoDB Local CPU %s ms/req")
 	add(FigErrors, "%s errors")
 	add(FigExtra, "%s effects beyond one per key")
 	add(FigDiffering, "%s keys with differing answers")
@@ -262,7 +264,7 @@ func otherCell(r Row) string {
 // figureNames are the short names of figures in the ratio column.
 var figureNames = map[string]string{
 	FigCalls: "calls", FigRCU: "RCU", FigWCU: "WCU", FigP50: "p50", FigP99: "p99", FigAllocs: "allocs",
-	FigReqPerSec: "req/s", FigBytes: "bytes", FigSizeMB: "size", FigExtra: "extra effects",
+	FigReqPerSec: "req/s", FigDynamoCPU: "DynamoDB Local CPU", FigBytes: "bytes", FigSizeMB: "size", FigExtra: "extra effects",
 }
 
 // ratiosCell renders a row's ratios figure by figure, one per baseline in

@@ -203,6 +203,10 @@ func answers(ctx context.Context, client *http.Client, endpoint string) bool {
 // Endpoint returns the server's base URL, http://127.0.0.1:PORT.
 func (s *Server) Endpoint() string { return s.endpoint }
 
+// PID returns the process ID of the emulator's JVM (a benchmark reads its
+// CPU time).
+func (s *Server) PID() int { return s.cmd.Process.Pid }
+
 // Stop stops the server: SIGTERM, SIGKILL if it is still
 // running after StopTimeout, then waits for it to be reaped. It is safe to
 // call more than once; it returns an error only if the server had already

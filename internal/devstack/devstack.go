@@ -130,10 +130,13 @@ type Stack struct {
 	tmpl         *samtemplate.Template
 	api          api
 
-	client   *dynamodb.Client
-	clients  queue.Clients // client and the SQS client, for the functions that use queues
-	emulator *gateway.Emulator
-	url      string
+	client *dynamodb.Client
+	// dynamoPID is the process ID of the DynamoDB Local the stack started,
+	// 0 when it uses another.
+	dynamoPID int
+	clients   queue.Clients // client and the SQS client, for the functions that use queues
+	emulator  *gateway.Emulator
+	url       string
 
 	components []component // started, in order
 	failed     chan error  // a component that failed while running
@@ -288,6 +291,7 @@ func (s *Stack) startDynamoDB(ctx context.Context) error {
 			return srv.Stop()
 		})
 		s.cfg.DynamoDBEndpoint = srv.Endpoint()
+		s.dynamoPID = srv.PID()
 	}
 	client, err := app.DynamoDB(ctx, s.cfg)
 	if err != nil {
@@ -481,6 +485,11 @@ func (s *Stack) fail(err error) {
 
 // URL is the API's base URL, http://127.0.0.1:PORT.
 func (s *Stack) URL() string { return s.url }
+
+// DynamoDBLocalPID is the process ID of the DynamoDB Local the stack
+// started, 0 when DYNAMODB_ENDPOINT named one (a benchmark reads its CPU
+// time).
+func (s *Stack) DynamoDBLocalPID() int { return s.dynamoPID }
 
 // DynamoDBEndpoint is the DynamoDB endpoint the stack uses.
 func (s *Stack) DynamoDBEndpoint() string { return s.cfg.DynamoDBEndpoint }
