@@ -267,6 +267,25 @@ func TestWiring(t *testing.T) {
 		}
 	}
 	for _, tt := range []struct {
+		retention, redrive time.Duration
+		wantErr            error
+	}{
+		{time.Minute, 2 * time.Minute, idempotency.ErrUnknownRedriveLong},
+		{59 * time.Second, 0, idempotency.ErrUnknownRedriveLong}, // the default redrive, a minute
+		{0, 25 * time.Hour, idempotency.ErrUnknownRedriveLong},   // the default retention
+		{time.Minute, 0, nil}, // equal is enough
+		{0, idempotency.DefaultRetention, nil},
+		{2 * time.Hour, time.Hour, nil},
+	} {
+		_, err := idempotency.New(idempotency.Config{Store: memory.New(), Tenant: tenant, Retention: tt.retention, Lease: time.Second, UnknownRedrive: tt.redrive})
+		if !errors.Is(err, tt.wantErr) {
+			t.Errorf("New(Retention %v, UnknownRedrive %v) = %v, want %v", tt.retention, tt.redrive, err, tt.wantErr)
+		}
+		if err != nil && (errors.Is(err, idempotency.ErrRetentionShort) || !strings.Contains(err.Error(), "UnknownRedrive")) {
+			t.Errorf("New(Retention %v, UnknownRedrive %v) = %v, want an error naming UnknownRedrive, not ErrRetentionShort", tt.retention, tt.redrive, err)
+		}
+	}
+	for _, tt := range []struct {
 		completion, lease time.Duration
 		wantErr           error
 	}{

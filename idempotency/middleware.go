@@ -81,6 +81,14 @@ const LeaseMargin = 2 * time.Second
 // retries, and the retry would run the request again.
 var ErrRetentionShort = errors.New("idempotency: Config.Retention is shorter than Config.Lease")
 
+// ErrUnknownRedriveLong is New's error for a Config whose UnknownRedrive is
+// longer than its Retention (after defaults): an UNKNOWN record is kept a
+// Retention from each redrive, and a retry redrives it no sooner than
+// UnknownRedrive after the last, so it would expire between two redrives
+// while its client keeps retrying, and TTL could delete it, leaving its key
+// free for a second execution until the recovery sweeper restores it.
+var ErrUnknownRedriveLong = errors.New("idempotency: Config.UnknownRedrive is longer than Config.Retention")
+
 // ErrCompletionTimeoutLong is New's error for a Config whose
 // CompletionTimeout, set, is not shorter than its Lease (after defaults): a
 // completion still in flight when the lease runs out lets a retry, or the
@@ -102,11 +110,12 @@ type Config struct {
 	// its problem (application/problem+json).
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
 	// Retention is how long a completed (or UNKNOWN) record is kept
-	// (DefaultRetention); at least Lease (ErrRetentionShort). A deployment
-	// with a reconciler keeps it above the reconciler's retries too, and
-	// above UnknownRedrive: an UNKNOWN record that retries keep redriving is
-	// kept a Retention from each redrive, so a shorter Retention lets it
-	// expire between two, and TTL delete it (the sweeper restores it).
+	// (DefaultRetention); at least Lease (ErrRetentionShort) and at least
+	// UnknownRedrive (ErrUnknownRedriveLong): an UNKNOWN record that retries
+	// keep redriving is kept a Retention from each redrive, so a shorter
+	// Retention would let it expire between two, and TTL delete it (the
+	// sweeper restores it). A deployment with a reconciler keeps it above
+	// the reconciler's retries too.
 	Retention time.Duration
 	// Lease is how long a reservation is held before it counts as abandoned
 	// (DefaultLease). It must exceed the longest a handler can run, by
@@ -147,7 +156,8 @@ type Config struct {
 	// its request announces it to the reconciler again (DefaultUnknownRedrive):
 	// the reconciler may have given up on it after its bounded retries, and a
 	// client that keeps retrying must still reach a final answer. A redrive
-	// keeps the record at least Retention from then.
+	// keeps the record at least Retention from then, so it must not be
+	// longer than Retention (ErrUnknownRedriveLong).
 	UnknownRedrive time.Duration
 	// Now returns the current time (time.Now).
 	Now func() time.Time
@@ -211,6 +221,9 @@ func New(cfg Config) (*Middleware, error) {
 	}
 	if cfg.UnknownRedrive <= 0 {
 		cfg.UnknownRedrive = DefaultUnknownRedrive
+	}
+	if cfg.Retention < cfg.UnknownRedrive {
+		return nil, fmt.Errorf("%w: UnknownRedrive %v > Retention %v", ErrUnknownRedriveLong, cfg.UnknownRedrive, cfg.Retention)
 	}
 	if cfg.CompletionTimeout >= cfg.Lease {
 		return nil, fmt.Errorf("%w: %v >= %v", ErrCompletionTimeoutLong, cfg.CompletionTimeout, cfg.Lease)

@@ -16,6 +16,7 @@ import (
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamoclient"
 	"github.com/oncehq/once/internal/samtemplate"
+	"github.com/oncehq/once/internal/worker"
 )
 
 func TestTransform(t *testing.T) {
@@ -308,15 +309,23 @@ func TestApi(t *testing.T) {
 // oldest message, in seconds.
 const maxQueueAge = 3600
 
+// persistentAlarms are the alarms that fire on their metric persisting,
+// not on its first occurrence: the retrier's failed reads of payments,
+// which it sends back with backoff (each its own new message, so no queue
+// age grows and nothing is dead-lettered before the look-up horizon).
+var persistentAlarms = map[string]bool{"WorkerRetryReadFailedAlarm": true}
+
 // TestAlarms: an alarm on every dead-letter queue's messages, on every
 // function's errors and throttles, on reconcile_failed,
-// reconcile_unroutable, zombie_unrestored and reserve_effects_dropped (each
-// a metric its function's code emits), and on the age of every work
-// queue's oldest message (a consumer that does not consume
-// sends nothing to its dead-letter queue). Every alarm fires on any
-// occurrence but the age alarms, which fire above what a healthy message
-// can wait: SQS's longest delay, then the receives that fail before its
-// redrive policy moves it.
+// reconcile_unroutable, zombie_unrestored, reserve_effects_dropped and the
+// retrier's worker_read_failed (each a metric its function's code emits),
+// and on the age of every work queue's oldest message (a consumer that
+// does not consume sends nothing to its dead-letter queue). Every alarm
+// notifies AlarmTopicArn when it is set. Every alarm fires on any
+// occurrence in one period but the age alarms, which fire above what a
+// healthy message can wait: SQS's longest delay, then the receives that
+// fail before its redrive policy moves it; and the persistent alarms (see
+// TestPersistentAlarms).
 func TestAlarms(t *testing.T) {
 	queues, err := template(t).Queues()
 	if err != nil {
@@ -345,6 +354,13 @@ func TestAlarms(t *testing.T) {
 		if p["TreatMissingData"] != "notBreaching" {
 			t.Errorf("%s TreatMissingData = %v, want notBreaching", id, p["TreatMissingData"])
 		}
+		wantActions := map[string]any{"Fn::If": []any{"HasAlarmTopic", []any{map[string]any{"Ref": "AlarmTopicArn"}}, map[string]any{"Ref": "AWS::NoValue"}}}
+		if diff := cmp.Diff(wantActions, p["AlarmActions"]); diff != "" {
+			t.Errorf("%s AlarmActions mismatch (-want +got):\n%s", id, diff)
+		}
+		if !persistentAlarms[id] && (p["EvaluationPeriods"] != 1 || p["DatapointsToAlarm"] != nil) {
+			t.Errorf("%s: EvaluationPeriods %v, DatapointsToAlarm %v; want 1 and none (it fires on one period)", id, p["EvaluationPeriods"], p["DatapointsToAlarm"])
+		}
 		dims := list(p["Dimensions"])
 		if len(dims) != 1 {
 			t.Errorf("%s Dimensions = %v, want one", id, dims)
@@ -371,7 +387,7 @@ func TestAlarms(t *testing.T) {
 		want = append(want, "AWS/Lambda Errors FunctionName="+id, "AWS/Lambda Throttles FunctionName="+id)
 	}
 	want = append(want, "once reconcile_failed Service=reconciler", "once reconcile_unroutable Service=reconciler", "once zombie_unrestored Service=sweeper",
-		"once reserve_effects_dropped Service=api")
+		"once reserve_effects_dropped Service=api", "once worker_read_failed Service=retrier")
 	for _, q := range work {
 		want = append(want, "AWS/SQS ApproximateAgeOfOldestMessage QueueName="+q.LogicalID+".QueueName")
 		visibility, err := strconv.Atoi(q.Attributes["VisibilityTimeout"])
@@ -403,6 +419,51 @@ func TestAlarms(t *testing.T) {
 			if !s.Strings[lit] {
 				t.Errorf("the %s function's code has no %q literal: the alarms on once %v {Service: %s} would never fire", service, lit, metrics, service)
 			}
+		}
+	}
+}
+
+// TestPersistentAlarms: an alarm on a metric persisting (the retrier's
+// worker_read_failed, a run of failed reads of payments) fires on
+// DatapointsToAlarm periods with a count out of EvaluationPeriods, and does
+// so for an outage however few messages it holds back, not for a fault
+// that passes within one period. One message alone is read again every
+// MaxRetryDelay/2 to MaxRetryDelay once its backoff is capped (equal
+// jitter), give or take a minute of polling and the SDK's own retries: so
+// each of its reads falls in a period of its own when a Period is at most
+// MaxRetryDelay/2, and the evaluation range holds DatapointsToAlarm of them
+// when it is at least DatapointsToAlarm intervals long. A fault shorter
+// than a Period touches at most 2 periods: DatapointsToAlarm must be more.
+func TestPersistentAlarms(t *testing.T) {
+	alarms := template(t).ResourcesOfType("AWS::CloudWatch::Alarm")
+	maxDelay := int(worker.MaxRetryDelay / time.Second)
+	for _, id := range sortedKeys(persistentAlarms) {
+		r, ok := alarms[id]
+		if !ok {
+			t.Errorf("%s: no such alarm", id)
+			continue
+		}
+		p := r.Properties
+		period, _ := p["Period"].(int)
+		evaluations, _ := p["EvaluationPeriods"].(int)
+		datapoints, _ := p["DatapointsToAlarm"].(int)
+		if p["Statistic"] != "Sum" || period <= 0 || evaluations <= 0 || datapoints <= 0 || datapoints > evaluations {
+			t.Errorf("%s: Statistic %v, Period %v, EvaluationPeriods %v, DatapointsToAlarm %v; want Sum, positive numbers, DatapointsToAlarm at most EvaluationPeriods",
+				id, p["Statistic"], p["Period"], p["EvaluationPeriods"], p["DatapointsToAlarm"])
+			continue
+		}
+		if datapoints < 3 {
+			t.Errorf("%s DatapointsToAlarm = %d, want 3 or more: a fault shorter than a period touches 2", id, datapoints)
+		}
+		if period > maxDelay/2 {
+			t.Errorf("%s Period = %ds, want at most %ds (half the retries' longest delay): one message's reads would share periods", id, period, maxDelay/2)
+		}
+		if window, need := period*evaluations, datapoints*(maxDelay+60); window < need {
+			t.Errorf("%s: %d periods of %ds = %ds, want at least %ds: one message's %d reads, %ds apart at most, would not fit",
+				id, evaluations, period, window, need, datapoints, maxDelay+60)
+		}
+		if period*evaluations > 86400 {
+			t.Errorf("%s: %d periods of %ds, over CloudWatch's one day of evaluation", id, evaluations, period)
 		}
 	}
 }

@@ -72,10 +72,10 @@ func TestSameKeyOtherRoute(t *testing.T) {
 }
 
 // TestRetention moves the clock past the retention, as short as the
-// middleware takes (the lease): the key executes anew although DynamoDB's
-// TTL has not deleted the record.
+// middleware takes (the lease, and the UNKNOWN redrive interval): the key
+// executes anew although DynamoDB's TTL has not deleted the record.
 func TestRetention(t *testing.T) {
-	s := newStack(t, withConfig(func(c *config.Config) { c.Retention = c.Lease }))
+	s := newStack(t, withConfig(func(c *config.Config) { c.Retention = max(c.Lease, idempotency.DefaultUnknownRedrive) }))
 	first := s.do(t, request{tenant: "acme", keys: []string{"short-lived"}, body: body1001})
 	if first.status != http.StatusCreated {
 		t.Fatalf("POST = %d %s, want 201", first.status, first.body)

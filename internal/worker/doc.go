@@ -124,6 +124,10 @@
 // however many times its record is delivered: worker_charged when it settles
 // a payment succeeded, worker_failed when it settles one failed (declined,
 // rejected or provider_unavailable); worker_retried counts the retries sent.
+// worker_read_failed counts the retrier's reads of a payment that failed
+// with payments.ErrUnavailable (the payments table down), one per read:
+// such a message is sent back, not failed, so it is the one sign of a read
+// outage before the look-up horizon (alarmed when it persists).
 // Records that fail are not counted; they show in the logs, the function's
 // Errors and IteratorAge metrics and the on-failure destination.
 package worker

@@ -155,8 +155,9 @@ func TestRetryOutlastsAReadOutage(t *testing.T) {
 	if n := int(reads.failed.Load()); sent != n || n < 7 {
 		t.Errorf("failed reads sent back = %d of %d, want each of at least 7", sent, n)
 	}
-	if counts := e.counts(t); counts[worker.MetricRetried] != sent || counts[worker.MetricCharged] != 1 {
-		t.Errorf("metrics = %v, want %s = %d (the sends back) and %s = 1", counts, worker.MetricRetried, sent, worker.MetricCharged)
+	if counts := e.counts(t); counts[worker.MetricRetried] != sent || counts[worker.MetricReadFailed] != sent || counts[worker.MetricCharged] != 1 {
+		t.Errorf("metrics = %v, want %s = %s = %d (the failed reads, each sent back) and %s = 1",
+			counts, worker.MetricRetried, worker.MetricReadFailed, sent, worker.MetricCharged)
 	}
 	if visible, inFlight, delayed := sqstest.Counts(t, e.sqs, e.url); visible+inFlight+delayed != "000" {
 		t.Errorf("retry queue holds %s visible, %s in flight, %s delayed; want none", visible, inFlight, delayed)
@@ -192,6 +193,11 @@ func TestRetryReadsEndAtTheHorizon(t *testing.T) {
 	if n := e.charges(t, p); n != 0 {
 		t.Errorf("provider charges = %d, want 0", n)
 	}
+	// Every failed read counts, the sent back ones and those past the
+	// horizon that failed the message alike.
+	if got, want := e.counts(t)[worker.MetricReadFailed], sent+failed; got != want {
+		t.Errorf("%s = %d, want %d (%d sent back, %d failed)", worker.MetricReadFailed, got, want, sent, failed)
+	}
 }
 
 // TestRetryReadFailureSendsBack: what a failed read of the payment sends
@@ -199,7 +205,9 @@ func TestRetryReadsEndAtTheHorizon(t *testing.T) {
 // starts or continues (its first failure's time kept, never later than
 // now; one more read counted), nothing once LookUpHorizon has passed since
 // that first failure (the message fails); and a read that succeeds clears
-// the run from what it sends next.
+// the run from what it sends next. Each failed read counts
+// worker_read_failed once, whether sent back or failed; a read that
+// succeeds counts none.
 func TestRetryReadFailureSendsBack(t *testing.T) {
 	t.Parallel()
 	e := newRetryEnv(t)
@@ -223,15 +231,22 @@ func TestRetryReadFailureSendsBack(t *testing.T) {
 		in         retryMessage
 		wantFailed bool
 		wantSent   []retryMessage
+		wantCounts map[string]int
 	}{
-		{name: "the first failed read", readsDown: true, in: m, wantSent: []retryMessage{with(now, 1)}},
-		{name: "a run of failed reads", readsDown: true, in: with(now.Add(-time.Hour), 4), wantSent: []retryMessage{with(now.Add(-time.Hour), 5)}},
-		{name: "a run's first failure in the future", readsDown: true, in: with(now.Add(time.Hour), 2), wantSent: []retryMessage{with(now, 3)}},
-		{name: "the horizon reached", readsDown: true, in: with(now.Add(-worker.DefaultLookUpHorizon), 9), wantFailed: true},
-		{name: "a read that succeeds", in: with(now.Add(-time.Hour), 4), wantSent: []retryMessage{{Tenant: p.Tenant, Payment: p.ID, Attempt: 4}}},
+		{name: "the first failed read", readsDown: true, in: m, wantSent: []retryMessage{with(now, 1)},
+			wantCounts: map[string]int{worker.MetricReadFailed: 1, worker.MetricRetried: 1}},
+		{name: "a run of failed reads", readsDown: true, in: with(now.Add(-time.Hour), 4), wantSent: []retryMessage{with(now.Add(-time.Hour), 5)},
+			wantCounts: map[string]int{worker.MetricReadFailed: 1, worker.MetricRetried: 1}},
+		{name: "a run's first failure in the future", readsDown: true, in: with(now.Add(time.Hour), 2), wantSent: []retryMessage{with(now, 3)},
+			wantCounts: map[string]int{worker.MetricReadFailed: 1, worker.MetricRetried: 1}},
+		{name: "the horizon reached", readsDown: true, in: with(now.Add(-worker.DefaultLookUpHorizon), 9), wantFailed: true,
+			wantCounts: map[string]int{worker.MetricReadFailed: 1}},
+		{name: "a read that succeeds", in: with(now.Add(-time.Hour), 4), wantSent: []retryMessage{{Tenant: p.Tenant, Payment: p.ID, Attempt: 4}},
+			wantCounts: map[string]int{worker.MetricRetried: 1}},
 	}
 	e.chargesDown.Store(true) // an attempt after a read that succeeds is sent back as such
 	for _, tt := range tests {
+		before := e.counts(t)
 		reads.down.Store(tt.readsDown)
 		b, _ := json.Marshal(tt.in)
 		resp, err := w.HandleRetries(t.Context(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m", Body: string(b)}}})
@@ -244,6 +259,15 @@ func TestRetryReadFailureSendsBack(t *testing.T) {
 		}
 		if diff := cmp.Diff(tt.wantSent, e.sent(t, 5*time.Second)); diff != "" {
 			t.Errorf("%s: sent back (-want +got):\n%s", tt.name, diff)
+		}
+		counts := e.counts(t)
+		for k, n := range before {
+			if counts[k] -= n; counts[k] == 0 {
+				delete(counts, k)
+			}
+		}
+		if diff := cmp.Diff(tt.wantCounts, counts); diff != "" {
+			t.Errorf("%s: metrics counted (-want +got):\n%s", tt.name, diff)
 		}
 	}
 	if n := e.charges(t, p); n != 0 {

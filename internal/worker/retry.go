@@ -299,6 +299,8 @@ func (w *Worker) lookUpAgain(ctx context.Context, log *slog.Logger, p payments.P
 // Once the horizon is reached, or when m cannot be sent, it returns the
 // error: the message fails, the queue delivers it again, up to its
 // maxReceiveCount, then moves it to its dead-letter queue (alarmed).
+// Each failed read counts MetricReadFailed, whose persistence is alarmed:
+// an outage shorter than the horizon fails no message.
 //
 // Every chain of messages still ends: a read that succeeds clears the run
 // and carries on as before (an attempt before the payment's retry window
@@ -306,6 +308,7 @@ func (w *Worker) lookUpAgain(ctx context.Context, log *slog.Logger, p payments.P
 // sent), so past the payment's look-up horizon a run is never cleared
 // again and ends LookUpHorizon after it began.
 func (w *Worker) readAgain(ctx context.Context, log *slog.Logger, m retryMessage, err error) error {
+	w.metrics.Count(MetricReadFailed)
 	now := w.now()
 	if m.ReadFailed.IsZero() || m.ReadFailed.After(now) {
 		m.ReadFailed = now

@@ -23,6 +23,13 @@ const (
 	// MetricRetried counts the charges sent to the retry queue after a
 	// transient failure, one per attempt.
 	MetricRetried = "worker_retried"
+	// MetricReadFailed counts the retrier's reads of a retry's payment that
+	// failed with payments.ErrUnavailable (the payments table down), one
+	// per failed read: each such message is sent back as a new one, so
+	// the retry queue's age alarm never sees an outage, and nothing is
+	// dead-lettered until the look-up horizon; template.yaml alarms on
+	// this metric persisting instead.
+	MetricReadFailed = "worker_read_failed"
 )
 
 // Outcomes of a record, as logged in the "outcome" attribute.
@@ -83,8 +90,8 @@ type Config struct {
 	Settler Settler
 	// Logger receives one line per record (default: discard).
 	Logger *slog.Logger
-	// Metrics receives worker_charged, worker_failed and worker_retried
-	// (nil discards).
+	// Metrics receives worker_charged, worker_failed, worker_retried and
+	// worker_read_failed (nil discards).
 	Metrics *metrics.Emitter
 	// Retries, when set, receives the payments whose charge failed
 	// transiently (see the package documentation); without it such a
