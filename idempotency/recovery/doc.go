@@ -158,7 +158,13 @@
 //     store's limits on one write can never be written: the record is
 //     completed with the response_too_large problem instead, the holds kept
 //     (a retry must not take them again), as the live request's release
-//     does, and reconcile_failed counted (alarmed).
+//     does. So is a completion whose effects alone are over them: the
+//     problem recorded without them. Either way the record is final and
+//     counts reconcile_effects_dropped (alarm on it: an operator must write
+//     what the effects would have, or give the holds back), once, by the
+//     write that ends it (a redelivery finds the lease gone); not
+//     reconcile_failed, which counts what is retried, as the middleware
+//     counts such a request effects_dropped rather than store_error.
 //   - The lease is no longer held (a *idempotency.ConflictError, from the
 //     completion or the release, or from the Resolver itself when it resumes
 //     a multi-step request's phases with idempotency.ResumeSteps from a stale

@@ -310,7 +310,8 @@ const maxQueueAge = 3600
 
 // TestAlarms: an alarm on every dead-letter queue's messages, on every
 // function's errors and throttles, on reconcile_failed,
-// reconcile_unroutable, zombie_unrestored and reserve_effects_dropped (each
+// reconcile_unroutable, reconcile_effects_dropped, zombie_unrestored and
+// reserve_effects_dropped (each
 // a metric its function's code emits), and on the age of every work
 // queue's oldest message (a consumer that does not consume
 // sends nothing to its dead-letter queue). Every alarm fires on any
@@ -370,7 +371,8 @@ func TestAlarms(t *testing.T) {
 	for id := range template(t).Functions() {
 		want = append(want, "AWS/Lambda Errors FunctionName="+id, "AWS/Lambda Throttles FunctionName="+id)
 	}
-	want = append(want, "once reconcile_failed Service=reconciler", "once reconcile_unroutable Service=reconciler", "once zombie_unrestored Service=sweeper",
+	want = append(want, "once reconcile_failed Service=reconciler", "once reconcile_unroutable Service=reconciler",
+		"once reconcile_effects_dropped Service=reconciler", "once zombie_unrestored Service=sweeper",
 		"once reserve_effects_dropped Service=api")
 	for _, q := range work {
 		want = append(want, "AWS/SQS ApproximateAgeOfOldestMessage QueueName="+q.LogicalID+".QueueName")
