@@ -35,8 +35,9 @@ const (
 	// MetricUnrestored counts the abandoned External reservations, and the
 	// UNKNOWN records TTL deleted, that a Sweeper could not restore
 	// because a new reservation (a retry of the same request, or another
-	// request: not the record's own earlier restore) took their key after
-	// the deletion: the request may have run twice, and what the first
+	// request: not the record's own earlier restore, nor a reservation made
+	// after the reconciler released that restore, which its mark tells)
+	// took their key after the deletion: the request may have run twice, and what the first
 	// attempt did at the other system is left unreconciled, an operator's
 	// to settle.
 	MetricUnrestored = "zombie_unrestored"
