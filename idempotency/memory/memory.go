@@ -268,6 +268,27 @@ type itemWrite struct {
 	keep       bool
 }
 
+// restoreMarks is the effect table of the marks of restores (RestoreMark).
+const restoreMarks = "restore-marks"
+
+// RestoreMark returns the effect that marks the restore named id of key's
+// record, for recovery.Sweeper, as the DynamoDB store's does: an item of the
+// restoreMarks table ("restore-marks") that fails Reserve with an
+// *idempotency.RejectedError when it exists already. The in-memory store
+// keeps it for good; expiresAt is the DynamoDB store's TTL.
+func (s *Store) RestoreMark(key idempotency.Key, id string, expiresAt time.Time) idempotency.Effect {
+	return Insert(restoreMarks, key.ID()+"#restored#"+id, expiresAt)
+}
+
+// Restored reports whether the restore named id of key's record landed: its
+// mark (RestoreMark) exists.
+func (s *Store) Restored(ctx context.Context, key idempotency.Key, id string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.items[restoreMarks][key.ID()+"#restored#"+id]
+	return ok, nil
+}
+
 // applyEffects computes the effects' writes without applying them. It fails
 // with a *idempotency.RejectedError when an effect's condition fails, and
 // with another error when an effect is not the store's or two effects name

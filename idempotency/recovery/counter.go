@@ -10,8 +10,8 @@ type Counter interface {
 }
 
 // Metric names counted by the Sweeper, the Reconciler, the Scheduler and
-// the Checker. Alarm on MetricFailed, MetricUnroutable and
-// MetricUnrestored, not on MetricDeferred nor MetricCheckFailed: a failed
+// the Checker. Alarm on MetricFailed, MetricUnroutable, MetricEffectsDropped
+// and MetricUnrestored, not on MetricDeferred nor MetricCheckFailed: a failed
 // check is retried, and one that keeps failing ends in a dead-letter queue
 // to alarm on instead (the Scheduler's stream's on-failure destination, the
 // Checker's queue's redrive target; template.yaml's SweeperDLQAlarm and
@@ -22,11 +22,22 @@ const (
 	MetricResolved           = "reconcile_resolved"
 	MetricFailed             = "reconcile_failed"
 	MetricUnroutable         = "reconcile_unroutable"
+	// MetricEffectsDropped counts the UNKNOWN records a Reconciler ended
+	// without the effects their resolution gave, because those effects
+	// alone are more than one write of the store carries: the record is
+	// completed with the 500 response_too_large problem, and the effects
+	// are never written (for a release's, the holds they would have given
+	// back stay held). Counted once per record, by the delivery whose write
+	// ended it, and not as MetricFailed: the record is final, nothing is
+	// retried. An operator must act on it (alarm on it): write what the
+	// effects would have, or give the holds back.
+	MetricEffectsDropped = "reconcile_effects_dropped"
 	// MetricUnrestored counts the abandoned External reservations, and the
 	// UNKNOWN records TTL deleted, that a Sweeper could not restore
 	// because a new reservation (a retry of the same request, or another
-	// request: not the record's own earlier restore) took their key after
-	// the deletion: the request may have run twice, and what the first
+	// request: not the record's own earlier restore, nor a reservation made
+	// after the reconciler released that restore, which its mark tells)
+	// took their key after the deletion: the request may have run twice, and what the first
 	// attempt did at the other system is left unreconciled, an operator's
 	// to settle.
 	MetricUnrestored = "zombie_unrestored"

@@ -85,7 +85,8 @@
 //     conflict is success. When the record it meets is the request
 //     continuing (an earlier restore of it, the same fingerprint and
 //     creation time, UNKNOWN or since completed: a redelivered stream
-//     record) it counts nothing more; any other is a new reservation that
+//     record), or finds the mark its earlier restore wrote (below), it
+//     counts nothing more; any other is a new reservation that
 //     took the key between the deletion and the restore (a retry of the
 //     same request or another request, created since, IN_PROGRESS or
 //     completed), which may have called the other system again while the
@@ -95,6 +96,17 @@
 //     External; never an UNKNOWN record), and a Leased reservation taken so
 //     is fenced by its lease token. It counts zombie_swept, and reconcile_scheduled when the record
 //     was restored.
+//
+// Every restore is written with a mark naming the stream REMOVE it restores
+// from (Reserver.RestoreMark: its event ID, in the same write as the
+// record, kept 48 hours, past the 24 hours a stream keeps a record), so
+// that a redelivery of that REMOVE tells its own restore from a new
+// reservation even once the record has moved on in a way continuing cannot
+// see: released by the reconciler (the request had no effect), after which
+// the key is free (the mark's condition fails the write: nothing is
+// restored a second time) or reserved anew by a retry (the conflict finds
+// the mark, Reserver.Restored: no zombie_unrestored, as the first attempt's
+// outcome was reconciled). Only a restore that never landed leaves no mark.
 //
 // The Sweeper also restores an UNKNOWN record that TTL deleted before it
 // was resolved (the reconciler's retries exhausted, and no retry or operator
@@ -158,7 +170,13 @@
 //     store's limits on one write can never be written: the record is
 //     completed with the response_too_large problem instead, the holds kept
 //     (a retry must not take them again), as the live request's release
-//     does, and reconcile_failed counted (alarmed).
+//     does. So is a completion whose effects alone are over them: the
+//     problem recorded without them. Either way the record is final and
+//     counts reconcile_effects_dropped (alarm on it: an operator must write
+//     what the effects would have, or give the holds back), once, by the
+//     write that ends it (a redelivery finds the lease gone); not
+//     reconcile_failed, which counts what is retried, as the middleware
+//     counts such a request effects_dropped rather than store_error.
 //   - The lease is no longer held (a *idempotency.ConflictError, from the
 //     completion or the release, or from the Resolver itself when it resumes
 //     a multi-step request's phases with idempotency.ResumeSteps from a stale

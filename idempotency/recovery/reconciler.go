@@ -49,7 +49,7 @@ type ReconcilerConfig struct {
 	// discard).
 	Logger *slog.Logger
 	// Metrics counts reconcile_resolved, reconcile_deferred,
-	// reconcile_failed and reconcile_unroutable.
+	// reconcile_failed, reconcile_unroutable and reconcile_effects_dropped.
 	Metrics Counter
 	// Now returns the current time (time.Now).
 	Now func() time.Time
@@ -241,13 +241,15 @@ func (r *Reconciler) complete(ctx context.Context, log *slog.Logger, rec idempot
 			// The effects alone are more than one write of the store
 			// carries: no answer can be stored with them, ever. Retrying
 			// would fail the same way on every delivery, so the key ends
-			// here: the problem recorded without them, counted as a
-			// failure (alarmed) for an operator to repair what they
-			// would have written (counted once the key has ended: a
-			// failed write is delivered again).
+			// here: the problem recorded without them, counted as
+			// reconcile_effects_dropped (alarmed) for an operator to
+			// repair what they would have written. Counted only by the
+			// write that ends the key: a failed write is delivered again
+			// (and counted as a failure then), a redelivery finds the
+			// lease gone.
 			log.Error("the resolution's effects alone are too large for the store: response_too_large recorded without them; they are not written", "err", err.Error(), "effects", len(res.Effects))
 			if err = r.cfg.Store.Complete(ctx, done, rec.LeaseToken, nil); err == nil {
-				r.cfg.Metrics.Count(MetricFailed)
+				r.cfg.Metrics.Count(MetricEffectsDropped)
 				return nil
 			}
 		}
@@ -311,12 +313,13 @@ func (r *Reconciler) release(ctx context.Context, log *slog.Logger, rec idempote
 		// delivery would leave the key UNKNOWN for good, and releasing it
 		// without them would let a retry take the holds a second time. The
 		// key ends as the live request's release does: completed with the
-		// response_too_large problem, the holds kept, counted as a failure
-		// (alarmed) for an operator to give them back.
+		// response_too_large problem, the holds kept, counted as
+		// reconcile_effects_dropped (alarmed; once, by the write that ends
+		// the key) for an operator to give them back.
 		log.Error("the resolution's release effects alone are too large for the store: response_too_large recorded instead of the release, the holds kept; they are not written", "err", err.Error(), "effects", len(res.Effects))
 		done := r.completed(rec, idempotency.Resolution{Response: tooLargeResponse(), Steps: res.Steps})
 		if err = r.cfg.Store.Complete(ctx, done, rec.LeaseToken, nil); err == nil {
-			r.cfg.Metrics.Count(MetricFailed)
+			r.cfg.Metrics.Count(MetricEffectsDropped)
 			return nil
 		}
 	}

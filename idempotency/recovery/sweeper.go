@@ -15,14 +15,30 @@ import (
 	"github.com/oncehq/once/idempotency/stream"
 )
 
-// Reserver is the part of idempotency.Store the Sweeper uses.
+// Reserver is the part of a store the Sweeper uses: idempotency.Store's
+// Reserve, and the marks of its restores (dynamo.Store and memory.Store
+// implement it).
 type Reserver interface {
-	// Reserve writes rec provided no record for its key exists or the
-	// existing one is reclaimable at now; otherwise it returns an
-	// *idempotency.ConflictError. Other errors mean the store could not be
-	// written.
+	// Reserve writes rec and effects provided no record for its key exists
+	// or the existing one is reclaimable at now; otherwise it returns an
+	// *idempotency.ConflictError. When an effect's condition fails it
+	// returns an *idempotency.RejectedError. Either way it writes nothing.
+	// Other errors mean the store could not be written.
 	Reserve(ctx context.Context, rec idempotency.Record, effects []idempotency.Effect, now time.Time) error
+	// RestoreMark returns the effect, written with a restore, that marks
+	// the restore named id (the REMOVE's event ID) of key's record until
+	// expiresAt; its condition fails (a *idempotency.RejectedError from
+	// Reserve) when the mark exists already.
+	RestoreMark(key idempotency.Key, id string, expiresAt time.Time) idempotency.Effect
+	// Restored reports whether the mark of the restore named id of key's
+	// record exists: that restore landed.
+	Restored(ctx context.Context, key idempotency.Key, id string) (bool, error)
 }
+
+// restoreMarkKeep is how long a restore's mark is kept: a stream keeps a
+// record for 24 hours, so a REMOVE is delivered again, if at all, within
+// 24 hours of it (and of its first restore); a day more is the margin.
+const restoreMarkKeep = 48 * time.Hour
 
 // SweeperConfig configures a Sweeper. Store is required.
 type SweeperConfig struct {
@@ -99,7 +115,7 @@ func (s *Sweeper) record(ctx context.Context, er events.DynamoDBEventRecord) err
 	now := s.cfg.Now()
 	if status == idempotency.StatusUnknown {
 		// TTL deleted it before the reconciler resolved it (see unknown).
-		return s.restore(ctx, log.With("expired_at", old.ExpiresAt), old, now, nil,
+		return s.restore(ctx, log.With("expired_at", old.ExpiresAt), c, old, now, nil,
 			"UNKNOWN record deleted by TTL before it was resolved")
 	}
 
@@ -114,7 +130,7 @@ func (s *Sweeper) record(ctx context.Context, er events.DynamoDBEventRecord) err
 		log.Info("abandoned reservation swept")
 		return nil
 	}
-	return s.restore(ctx, log, old, now, []string{MetricZombieSwept}, "abandoned external reservation")
+	return s.restore(ctx, log, c, old, now, []string{MetricZombieSwept}, "abandoned external reservation")
 }
 
 // restore writes old, an External record that TTL deleted before its
@@ -128,7 +144,17 @@ func (s *Sweeper) record(ctx context.Context, er events.DynamoDBEventRecord) err
 // identity gets here: the reconciler's release of a resolved record is a
 // REMOVE of an UNKNOWN record too. counts are counted whatever happens;
 // what names the record in the log lines.
-func (s *Sweeper) restore(ctx context.Context, log *slog.Logger, old idempotency.Record, now time.Time, counts []string, what string) error {
+//
+// The restore is written with a mark naming c, the REMOVE (Reserve's
+// condition and the mark's, in one write), so that a delivery of c again
+// recognises its own restore even once the record has moved on from it: a
+// redrive or a completion keeps the record's fingerprint and creation time
+// (continues), but the reconciler's release of a request that had no effect
+// deletes it, after which the key is free, or reserved anew by a retry that
+// runs the request again, as it should. Without the mark that redelivery
+// would restore the released record a second time, or count
+// zombie_unrestored for a first attempt whose outcome was reconciled.
+func (s *Sweeper) restore(ctx context.Context, log *slog.Logger, c stream.Change, old idempotency.Record, now time.Time, counts []string, what string) error {
 	restored := idempotency.Record{
 		Key:         old.Key,
 		Status:      idempotency.StatusUnknown,
@@ -143,9 +169,27 @@ func (s *Sweeper) restore(ctx context.Context, log *slog.Logger, old idempotency
 		CreatedAt:   old.CreatedAt,
 		UpdatedAt:   now,
 	}
-	err := s.cfg.Store.Reserve(ctx, restored, nil, now)
+	id := c.EventID
+	if id == "" {
+		id = c.SequenceNumber
+	}
+	var marks []idempotency.Effect
+	if id != "" { // every stream record has both; a hand-made one may not
+		marks = []idempotency.Effect{s.cfg.Store.RestoreMark(old.Key, id, now.Add(restoreMarkKeep))}
+	}
+	err := s.cfg.Store.Reserve(ctx, restored, marks, now)
 	var conflict *idempotency.ConflictError
+	var rejected *idempotency.RejectedError
 	switch {
+	case errors.As(err, &rejected) && len(marks) > 0 && rejected.Index == 0:
+		// The key is free (or reclaimable) and the mark is there: an
+		// earlier delivery of this record restored it, and the record
+		// was finalised since (released: the request had no effect).
+		if len(counts) > 0 {
+			s.cfg.Metrics.Count(counts...)
+		}
+		log.Info(what + "; not restored: an earlier delivery restored it, and it was finalised since")
+		return nil
 	case errors.As(err, &conflict):
 		ex := conflict.Existing
 		if ex == nil || continues(*ex, old) {
@@ -162,6 +206,26 @@ func (s *Sweeper) restore(ctx context.Context, log *slog.Logger, old idempotency
 			}
 			log.Info(what+"; not restored: the key is held already", "existing", existing)
 			return nil
+		}
+		if len(marks) > 0 {
+			mine, err := s.cfg.Store.Restored(ctx, old.Key, id)
+			if err != nil {
+				err = fmt.Errorf("recovery: sweep: read the mark of the restore of %s: %w", old.Key.Short(), err)
+				log.Error("restoring "+what+" failed", "err", err.Error())
+				return err
+			}
+			if mine {
+				// An earlier delivery of this record restored it; the
+				// record was finalised since (released) and the key
+				// reserved anew, by a retry that may run the request
+				// again now that its outcome is settled.
+				if len(counts) > 0 {
+					s.cfg.Metrics.Count(counts...)
+				}
+				log.Info(what+"; not restored: an earlier delivery restored it, it was finalised since and its key reserved anew",
+					"existing", string(ex.Status))
+				return nil
+			}
 		}
 		// A new reservation took the key between the deletion and now,
 		// the same request's (a retry) or another's: it may have called

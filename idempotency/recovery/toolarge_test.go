@@ -25,8 +25,10 @@ import (
 // reconciler must not fail on it at every delivery (a key that never
 // resolves), nor release the key without them (a retry would take the
 // holds they give back a second time): it records the response_too_large
-// problem without the effects, counts reconcile_failed (alarmed) and
-// reports no failure.
+// problem without the effects, counts reconcile_effects_dropped (alarmed)
+// once, not reconcile_failed (the record is final, nothing is retried), and
+// reports no failure. The same stream record delivered again (streams
+// deliver at least once) finds the record completed and counts nothing.
 func TestReconcileEffectsTooLarge(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
@@ -70,6 +72,10 @@ func TestReconcileEffectsTooLarge(t *testing.T) {
 			if failed := h.handle(t.Context(), t, change); len(failed) != 0 {
 				t.Fatalf("failed records %v, want none: the key must end here\n%s", failed, h.logs)
 			}
+			// Redelivered: the record is completed already.
+			if failed := h.handle(t.Context(), t, change); len(failed) != 0 {
+				t.Fatalf("redelivery: failed records %v, want none\n%s", failed, h.logs)
+			}
 			rec, err := w.store.Get(t.Context(), key)
 			if err != nil || rec.Status != idempotency.StatusCompleted || rec.Response == nil ||
 				rec.Response.Status != http.StatusInternalServerError || !strings.Contains(string(rec.Response.Body), "response_too_large") {
@@ -79,11 +85,14 @@ func TestReconcileEffectsTooLarge(t *testing.T) {
 				t.Error("an effect was written, want none: they are over the limit together")
 			}
 			counts := lambdatest.Counts(t, h.metrics.String(), "reconciler")
-			if n := counts[recovery.MetricFailed]; n != 1 {
-				t.Errorf("%s = %d, want 1 (alarmed: the effects were not written)", recovery.MetricFailed, n)
+			if n := counts[recovery.MetricEffectsDropped]; n != 1 {
+				t.Errorf("%s = %d, want 1 (alarmed: the effects were not written; once, not again on the redelivery)", recovery.MetricEffectsDropped, n)
+			}
+			if n := counts[recovery.MetricFailed]; n != 0 {
+				t.Errorf("%s = %d, want 0: the record ended completed, nothing is retried", recovery.MetricFailed, n)
 			}
 			if n := counts[recovery.MetricResolved]; n != 0 {
-				t.Errorf("%s = %d, want 0: the key ended as a failure, not as resolved", recovery.MetricResolved, n)
+				t.Errorf("%s = %d, want 0: the key ended with its effects dropped, not as resolved", recovery.MetricResolved, n)
 			}
 			if !strings.Contains(h.logs.String(), "not written") {
 				t.Errorf("logs say nothing of the effects not written:\n%s", h.logs)

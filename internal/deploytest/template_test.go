@@ -317,15 +317,15 @@ var persistentAlarms = map[string]bool{"WorkerRetryReadFailedAlarm": true}
 
 // TestAlarms: an alarm on every dead-letter queue's messages, on every
 // function's errors and throttles, on reconcile_failed,
-// reconcile_unroutable, zombie_unrestored, reserve_effects_dropped and the
-// retrier's worker_read_failed (each a metric its function's code emits),
-// and on the age of every work queue's oldest message (a consumer that
-// does not consume sends nothing to its dead-letter queue). Every alarm
-// notifies AlarmTopicArn when it is set. Every alarm fires on any
-// occurrence in one period but the age alarms, which fire above what a
-// healthy message can wait: SQS's longest delay, then the receives that
-// fail before its redrive policy moves it; and the persistent alarms (see
-// TestPersistentAlarms).
+// reconcile_unroutable, reconcile_effects_dropped, zombie_unrestored,
+// reserve_effects_dropped and the retrier's worker_read_failed (each a
+// metric its function's code emits), and on the age of every work queue's
+// oldest message (a consumer that does not consume sends nothing to its
+// dead-letter queue). Every alarm notifies AlarmTopicArn when it is set.
+// Every alarm fires on any occurrence in one period but the age alarms,
+// which fire above what a healthy message can wait: SQS's longest delay,
+// then the receives that fail before its redrive policy moves it; and the
+// persistent alarms (see TestPersistentAlarms).
 func TestAlarms(t *testing.T) {
 	queues, err := template(t).Queues()
 	if err != nil {
@@ -386,7 +386,8 @@ func TestAlarms(t *testing.T) {
 	for id := range template(t).Functions() {
 		want = append(want, "AWS/Lambda Errors FunctionName="+id, "AWS/Lambda Throttles FunctionName="+id)
 	}
-	want = append(want, "once reconcile_failed Service=reconciler", "once reconcile_unroutable Service=reconciler", "once zombie_unrestored Service=sweeper",
+	want = append(want, "once reconcile_failed Service=reconciler", "once reconcile_unroutable Service=reconciler",
+		"once reconcile_effects_dropped Service=reconciler", "once zombie_unrestored Service=sweeper",
 		"once reserve_effects_dropped Service=api", "once worker_read_failed Service=retrier")
 	for _, q := range work {
 		want = append(want, "AWS/SQS ApproximateAgeOfOldestMessage QueueName="+q.LogicalID+".QueueName")

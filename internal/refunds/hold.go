@@ -25,7 +25,7 @@ type Tables struct {
 // (oncectl forget), or one completed with the response_too_large problem
 // because the effects giving the hold back could not be written (the api
 // counted reserve_effects_dropped, alarmed; the reconciler
-// reconcile_failed), since expired. The hold is an operator's to settle;
+// reconcile_effects_dropped), since expired. The hold is an operator's to settle;
 // until then every retry of the key answers 500 and nothing is written.
 var errStaleHold = errors.New("refunds: the payment already holds an amount for this key")
 
