@@ -311,16 +311,23 @@ const maxQueueAge = 3600
 
 // persistentAlarms are the alarms that fire on their metric persisting,
 // not on its first occurrence: the retrier's failed reads of payments,
-// which it sends back with backoff (each its own new message, so no queue
-// age grows and nothing is dead-lettered before the look-up horizon).
-var persistentAlarms = map[string]bool{"WorkerRetryReadFailedAlarm": true}
+// failed look-ups of charges at the provider and failed settles on a
+// look-up's answer, each of which it sends back with backoff (each its own
+// new message, so no queue age grows and nothing is dead-lettered before
+// the look-up horizon).
+var persistentAlarms = map[string]bool{
+	"WorkerRetryReadFailedAlarm":   true,
+	"WorkerRetryLookUpFailedAlarm": true,
+	"WorkerRetrySettleFailedAlarm": true,
+}
 
 // TestAlarms: an alarm on every dead-letter queue's messages, on every
 // function's errors and throttles, on reconcile_failed,
 // reconcile_unroutable, reconcile_effects_dropped, zombie_unrestored,
-// reserve_effects_dropped and the retrier's worker_read_failed (each a
-// metric its function's code emits), and on the age of every work queue's
-// oldest message (a consumer that does not consume sends nothing to its
+// reserve_effects_dropped and the retrier's worker_read_failed,
+// worker_lookup_failed and worker_settle_failed (each a metric its
+// function's code emits), and on the age of every work queue's oldest
+// message (a consumer that does not consume sends nothing to its
 // dead-letter queue). Every alarm notifies AlarmTopicArn when it is set.
 // Every alarm fires on any occurrence in one period but the age alarms,
 // which fire above what a healthy message can wait: SQS's longest delay,
@@ -388,7 +395,8 @@ func TestAlarms(t *testing.T) {
 	}
 	want = append(want, "once reconcile_failed Service=reconciler", "once reconcile_unroutable Service=reconciler",
 		"once reconcile_effects_dropped Service=reconciler", "once zombie_unrestored Service=sweeper",
-		"once reserve_effects_dropped Service=api", "once worker_read_failed Service=retrier")
+		"once reserve_effects_dropped Service=api", "once worker_read_failed Service=retrier",
+		"once worker_lookup_failed Service=retrier", "once worker_settle_failed Service=retrier")
 	for _, q := range work {
 		want = append(want, "AWS/SQS ApproximateAgeOfOldestMessage QueueName="+q.LogicalID+".QueueName")
 		visibility, err := strconv.Atoi(q.Attributes["VisibilityTimeout"])
@@ -425,19 +433,26 @@ func TestAlarms(t *testing.T) {
 }
 
 // TestPersistentAlarms: an alarm on a metric persisting (the retrier's
-// worker_read_failed, a run of failed reads of payments) fires on
-// DatapointsToAlarm periods with a count out of EvaluationPeriods, and does
-// so for an outage however few messages it holds back, not for a fault
-// that passes within one period. One message alone is read again every
-// MaxRetryDelay/2 to MaxRetryDelay once its backoff is capped (equal
-// jitter), give or take a minute of polling and the SDK's own retries: so
-// each of its reads falls in a period of its own when a Period is at most
-// MaxRetryDelay/2, and the evaluation range holds DatapointsToAlarm of them
-// when it is at least DatapointsToAlarm intervals long. A fault shorter
-// than a Period touches at most 2 periods: DatapointsToAlarm must be more.
+// worker_read_failed, a run of failed reads of payments;
+// worker_lookup_failed and worker_settle_failed, a run of failed look-ups
+// of charges or of settles on their answer) fires on DatapointsToAlarm
+// periods with a count out of EvaluationPeriods, and does so for an outage
+// however few messages it holds back, not for a fault that passes within
+// one period. One message alone is read, or looked up, again every
+// MaxRetryDelay/2 to MaxRetryDelay once its backoff is capped (the reads'
+// and the look-ups' backoffs alike, equal jitter), give or take a minute
+// of polling, the SDK's own retries and one provider call (ProviderTimeout,
+// well under the minute): so each of its failures falls in a period of its
+// own when a Period is at most MaxRetryDelay/2, and the evaluation range
+// holds DatapointsToAlarm of them when it is at least DatapointsToAlarm
+// intervals long. A fault shorter than a Period touches at most 2 periods:
+// DatapointsToAlarm must be more.
 func TestPersistentAlarms(t *testing.T) {
 	alarms := template(t).ResourcesOfType("AWS::CloudWatch::Alarm")
 	maxDelay := int(worker.MaxRetryDelay / time.Second)
+	if call, err := time.ParseDuration(template(t).ParameterDefaults()["ProviderTimeout"]); err != nil || call > 30*time.Second {
+		t.Errorf("ProviderTimeout default = %v (%v), want at most 30s: a failed look-up must hold its message well under the minute of slack", call, err)
+	}
 	for _, id := range sortedKeys(persistentAlarms) {
 		r, ok := alarms[id]
 		if !ok {
@@ -457,10 +472,10 @@ func TestPersistentAlarms(t *testing.T) {
 			t.Errorf("%s DatapointsToAlarm = %d, want 3 or more: a fault shorter than a period touches 2", id, datapoints)
 		}
 		if period > maxDelay/2 {
-			t.Errorf("%s Period = %ds, want at most %ds (half the retries' longest delay): one message's reads would share periods", id, period, maxDelay/2)
+			t.Errorf("%s Period = %ds, want at most %ds (half the retries' longest delay): one message's failures would share periods", id, period, maxDelay/2)
 		}
 		if window, need := period*evaluations, datapoints*(maxDelay+60); window < need {
-			t.Errorf("%s: %d periods of %ds = %ds, want at least %ds: one message's %d reads, %ds apart at most, would not fit",
+			t.Errorf("%s: %d periods of %ds = %ds, want at least %ds: one message's %d failures, %ds apart at most, would not fit",
 				id, evaluations, period, window, need, datapoints, maxDelay+60)
 		}
 		if period*evaluations > 86400 {

@@ -127,7 +127,12 @@
 // worker_read_failed counts the retrier's reads of a payment that failed
 // with payments.ErrUnavailable (the payments table down), one per read:
 // such a message is sent back, not failed, so it is the one sign of a read
-// outage before the look-up horizon (alarmed when it persists).
+// outage before the look-up horizon (alarmed when it persists). The
+// retrier's other send-back path, at the end of a payment's retry window,
+// counts the same way: worker_lookup_failed per look-up of the charge that
+// failed (the provider down or erroring), worker_settle_failed per settle
+// on a look-up's answer that could not be written (the payments table
+// down), each alarmed when it persists.
 // Records that fail are not counted; they show in the logs, the function's
 // Errors and IteratorAge metrics and the on-failure destination.
 package worker

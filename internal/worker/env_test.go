@@ -206,6 +206,19 @@ func (e *env) counts(t *testing.T) map[string]int {
 	return lambdatest.Counts(t, e.metrics.String(), "worker")
 }
 
+// countsSince returns the EMF metrics counted since e.counts returned
+// before, without those counted none.
+func (e *env) countsSince(t *testing.T, before map[string]int) map[string]int {
+	t.Helper()
+	counts := e.counts(t)
+	for k, n := range before {
+		if counts[k] -= n; counts[k] == 0 {
+			delete(counts, k)
+		}
+	}
+	return counts
+}
+
 // recordLogs returns the "worker: record" log lines about payment id.
 func (e *env) recordLogs(t *testing.T, id string) []map[string]any {
 	t.Helper()

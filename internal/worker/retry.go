@@ -230,7 +230,7 @@ func (w *Worker) giveUp(ctx context.Context, log *slog.Logger, p payments.Paymen
 	case errors.Is(err, provider.ErrNoCharge):
 		s = settlement{status: payments.StatusFailed, failureCode: unavailableCode}
 	case err != nil:
-		return w.lookUpAgain(ctx, log, p, m, fmt.Errorf("worker: look up the charge of payment %s: %w", p.ID, err))
+		return w.lookUpAgain(ctx, log, p, m, MetricLookUpFailed, fmt.Errorf("worker: look up the charge of payment %s: %w", p.ID, err))
 	case ch.Status == provider.StatusSucceeded && ch.ID != "":
 		s = settlement{status: payments.StatusSucceeded, chargeID: ch.ID}
 	case ch.Status == provider.StatusFailed:
@@ -241,14 +241,14 @@ func (w *Worker) giveUp(ctx context.Context, log *slog.Logger, p payments.Paymen
 		s = settlement{status: payments.StatusFailed, chargeID: ch.ID, failureCode: code}
 	default:
 		// Not an answer to settle on.
-		return w.lookUpAgain(ctx, log, p, m, fmt.Errorf("worker: look up the charge of payment %s: charge %q has status %q", p.ID, ch.ID, ch.Status))
+		return w.lookUpAgain(ctx, log, p, m, MetricLookUpFailed, fmt.Errorf("worker: look up the charge of payment %s: charge %q has status %q", p.ID, ch.ID, ch.Status))
 	}
 	res, err := w.settle(ctx, p, s)
 	switch {
 	case errors.Is(err, payments.ErrUnavailable):
 		// The answer is the provider's, and stays so: looked up again
 		// next time, and settled then, as a failed look-up is.
-		return w.lookUpAgain(ctx, log, p, m, err)
+		return w.lookUpAgain(ctx, log, p, m, MetricSettleFailed, err)
 	case err != nil:
 		log.Warn("worker: retry", "outcome", outcomeError, "err", err)
 		return err
@@ -267,8 +267,12 @@ func (w *Worker) giveUp(ctx context.Context, log *slog.Logger, p payments.Paymen
 // the queue's receives. Once the horizon is reached, or when m cannot be
 // sent, it returns the error: the message fails, the queue delivers it
 // again, up to its maxReceiveCount, then moves it to its dead-letter queue
-// (alarmed), the payment still pending.
-func (w *Worker) lookUpAgain(ctx context.Context, log *slog.Logger, p payments.Payment, m retryMessage, err error) error {
+// (alarmed), the payment still pending. Each call counts failed, the
+// metric of what failed (MetricLookUpFailed: the provider;
+// MetricSettleFailed: the payments table), whose persistence is alarmed:
+// an outage shorter than the horizon fails no message.
+func (w *Worker) lookUpAgain(ctx context.Context, log *slog.Logger, p payments.Payment, m retryMessage, failed string, err error) error {
+	w.metrics.Count(failed)
 	now := w.now()
 	horizon := w.lookUpAt(p, m).Add(w.horizon)
 	if !now.Before(horizon) {

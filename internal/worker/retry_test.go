@@ -665,7 +665,8 @@ func TestGivingUpWaitsForTheLastAttempt(t *testing.T) {
 // retrier sends the message back itself, with a backoff and one more
 // look-up counted, and the message succeeds; once the horizon is reached
 // the message fails, and the queue delivers it again and, after its
-// maxReceiveCount, moves it to its dead-letter queue.
+// maxReceiveCount, moves it to its dead-letter queue. Each failed look-up
+// counts worker_lookup_failed once, whether sent back or failed.
 func TestGivingUpNeedsTheProvidersAnswer(t *testing.T) {
 	t.Parallel()
 	e := newRetryEnv(t)
@@ -710,15 +711,15 @@ func TestGivingUpNeedsTheProvidersAnswer(t *testing.T) {
 		if visible, inFlight, delayed := sqstest.Counts(t, e.sqs, e.url); visible+inFlight+delayed != "000" {
 			t.Errorf("%s: retry queue holds %s visible, %s in flight, %s delayed after the messages sent back", tc.name, visible, inFlight, delayed)
 		}
-		wantSent := 0
+		wantCounts := map[string]int{worker.MetricLookUpFailed: 1}
 		if !tc.wantFailed {
-			wantSent = 1
+			wantCounts[worker.MetricRetried] = 1
 			if len(next) != 1 || next[0].Payment != p.ID || next[0].Attempt != 9 || next[0].LookUps != tc.wantLookUps {
 				t.Errorf("%s: sent back %+v, want one, attempt 9, %d look-ups", tc.name, next, tc.wantLookUps)
 			}
 		}
-		if got := e.counts(t)[worker.MetricRetried] - before[worker.MetricRetried]; got != wantSent {
-			t.Errorf("%s: %s = %d, want %d", tc.name, worker.MetricRetried, got, wantSent)
+		if diff := cmp.Diff(wantCounts, e.countsSince(t, before)); diff != "" {
+			t.Errorf("%s: metrics counted (-want +got):\n%s", tc.name, diff)
 		}
 	}
 	if got := e.counts(t); got[worker.MetricCharged]+got[worker.MetricFailed] != 0 {
@@ -770,7 +771,9 @@ func (e *retryEnv) failedLookUps(t *testing.T, id string) int {
 // settled once, as the provider's record says (succeeded with the charge an
 // earlier delivery made, failed provider_unavailable with none), no message
 // ever fails (none would reach the dead-letter queue), and nothing is
-// charged after the window. The retry queue's delays are real.
+// charged after the window. The retry queue's delays are real. Each failed
+// look-up counts worker_lookup_failed, each failed settle
+// worker_settle_failed, and neither counts the other.
 func TestGivingUpOutlastsAnOutage(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -809,6 +812,19 @@ func TestGivingUpOutlastsAnOutage(t *testing.T) {
 			if got := e.get(t, p); got.Status != payments.StatusPending {
 				t.Fatalf("payment = %s %q during the outage, want pending", got.Status, got.FailureCode)
 			}
+			// Every failure so far was sent back (none failed the
+			// message: checked below), and logged so.
+			sentBack := e.failedLookUps(t, p.ID)
+			wantCounts := map[string]int{worker.MetricLookUpFailed: sentBack}
+			if tc.settles {
+				wantCounts = map[string]int{worker.MetricSettleFailed: sentBack}
+				if n := int(settles.failed.Load()); n != sentBack {
+					t.Errorf("settles failed = %d, sent back = %d; want each sent back", n, sentBack)
+				}
+			}
+			if got := e.counts(t); got[worker.MetricLookUpFailed] != wantCounts[worker.MetricLookUpFailed] || got[worker.MetricSettleFailed] != wantCounts[worker.MetricSettleFailed] {
+				t.Errorf("metrics = %v during the outage, want %v", got, wantCounts)
+			}
 			down.Store(false)
 			f, _ := e.drain(t, w, 30*time.Second, func() bool { return e.get(t, p).Status != payments.StatusPending })
 			if failed += f; failed != 0 {
@@ -829,8 +845,12 @@ func TestGivingUpOutlastsAnOutage(t *testing.T) {
 			if n := settles.answered.Load(); n != 1 {
 				t.Errorf("settles written = %d, want 1", n)
 			}
-			if counts := e.counts(t); counts[worker.MetricCharged]+counts[worker.MetricFailed] != 1 {
+			counts := e.counts(t)
+			if counts[worker.MetricCharged]+counts[worker.MetricFailed] != 1 {
 				t.Errorf("settlements counted = %v, want 1", counts)
+			}
+			if counts[worker.MetricLookUpFailed] != wantCounts[worker.MetricLookUpFailed] || counts[worker.MetricSettleFailed] != wantCounts[worker.MetricSettleFailed] {
+				t.Errorf("metrics = %v after the outage, want %v: a look-up or settle that succeeds counts neither", counts, wantCounts)
 			}
 			if visible, inFlight, delayed := sqstest.Counts(t, e.sqs, e.url); visible+inFlight+delayed != "000" {
 				t.Errorf("retry queue holds %s visible, %s in flight, %s delayed; want none", visible, inFlight, delayed)
@@ -844,7 +864,8 @@ func TestGivingUpOutlastsAnOutage(t *testing.T) {
 // test). The retrier looks the charge up again and again, with a backoff,
 // then, with the horizon reached, fails the message as before: in AWS it
 // goes to the dead-letter queue (alarmed), and the payment stays pending,
-// never settled on a guess.
+// never settled on a guess. Every failed look-up counts
+// worker_lookup_failed, those sent back and the one that failed the message.
 func TestGivingUpEndsAtTheHorizon(t *testing.T) {
 	t.Parallel()
 	const horizon = 3 * time.Second
@@ -867,8 +888,12 @@ func TestGivingUpEndsAtTheHorizon(t *testing.T) {
 	if end := p.Created.Add(retryWindow + providerTimeout + horizon); len(failedAt) != 1 || failedAt[0].Add(offset).Before(end) {
 		t.Errorf("the message failed at %v (on the worker's clock), want once, at the horizon %v or after", failedAt, end)
 	}
-	if n := e.failedLookUps(t, p.ID); n < 2 {
+	n := e.failedLookUps(t, p.ID)
+	if n < 2 {
 		t.Errorf("%d look-ups sent back before the horizon, want several", n)
+	}
+	if got, want := e.counts(t)[worker.MetricLookUpFailed], n+len(failedAt); got != want {
+		t.Errorf("%s = %d, want %d (%d sent back, %d failed)", worker.MetricLookUpFailed, got, want, n, len(failedAt))
 	}
 	if got := e.get(t, p); got.Status != payments.StatusPending {
 		t.Errorf("payment = %s %q past the horizon, want pending", got.Status, got.FailureCode)

@@ -74,6 +74,8 @@ func (e *retryEnv) failingThrough(t *testing.T, op string) (*payments.Table, *fa
 // horizon, as a failed look-up is: at the horizon it fails the message,
 // which in AWS goes on to the dead-letter queue (alarmed), the payment
 // still pending; before it, it is sent back with one more look-up counted.
+// Each failed settle counts worker_settle_failed once, sent back or failed,
+// and no worker_lookup_failed: the look-up succeeded.
 func TestGivingUpSettleFailureEndsAtTheHorizon(t *testing.T) {
 	t.Parallel()
 	e := newRetryEnv(t)
@@ -92,6 +94,7 @@ func TestGivingUpSettleFailureEndsAtTheHorizon(t *testing.T) {
 		e.charge(t, p)
 		e.now = p.Created.Add(retryWindow + providerTimeout + tc.after)
 		body := `{"tenant":"` + p.Tenant + `","payment":"` + p.ID + `","attempt":9,"lookups":1}`
+		before := e.counts(t)
 		resp, err := w.HandleRetries(t.Context(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m", Body: body}}})
 		var want []events.SQSBatchItemFailure
 		if tc.wantFailed {
@@ -104,11 +107,16 @@ func TestGivingUpSettleFailureEndsAtTheHorizon(t *testing.T) {
 			t.Errorf("%s: payment = %s, want pending", tc.name, got.Status)
 		}
 		var wantSent []retryMessage
+		wantCounts := map[string]int{worker.MetricSettleFailed: 1}
 		if !tc.wantFailed {
 			wantSent = []retryMessage{{Tenant: p.Tenant, Payment: p.ID, Attempt: 9, LookUps: 2}}
+			wantCounts[worker.MetricRetried] = 1
 		}
 		if diff := cmp.Diff(wantSent, e.sent(t, 5*time.Second)); diff != "" {
 			t.Errorf("%s: sent back (-want +got):\n%s", tc.name, diff)
+		}
+		if diff := cmp.Diff(wantCounts, e.countsSince(t, before)); diff != "" {
+			t.Errorf("%s: metrics counted (-want +got):\n%s", tc.name, diff)
 		}
 	}
 	if n := settles.answered.Load(); n != 0 || settles.failed.Load() != 2 {

@@ -30,6 +30,22 @@ const (
 	// dead-lettered until the look-up horizon; template.yaml alarms on
 	// this metric persisting instead.
 	MetricReadFailed = "worker_read_failed"
+	// MetricLookUpFailed counts the retrier's look-ups of a payment's
+	// charge, at the end of its retry window, that failed (the provider
+	// down or erroring, or an answer that is not its record of the
+	// charge), one per failed look-up: like a failed read, each such
+	// message is sent back as a new one until the look-up horizon, so this
+	// metric persisting (alarmed in template.yaml) is the one sign of a
+	// provider outage before then.
+	MetricLookUpFailed = "worker_lookup_failed"
+	// MetricSettleFailed counts the retrier's settles, on the answer of a
+	// look-up that succeeded, that could not be written with
+	// payments.ErrUnavailable (the payments table down), one per failed
+	// settle: the message is sent back to look the charge up and settle
+	// again as a failed look-up is, so this metric persisting (alarmed in
+	// template.yaml) is the one sign of a payments table that refuses
+	// writes before the look-up horizon.
+	MetricSettleFailed = "worker_settle_failed"
 )
 
 // Outcomes of a record, as logged in the "outcome" attribute.
@@ -90,8 +106,9 @@ type Config struct {
 	Settler Settler
 	// Logger receives one line per record (default: discard).
 	Logger *slog.Logger
-	// Metrics receives worker_charged, worker_failed, worker_retried and
-	// worker_read_failed (nil discards).
+	// Metrics receives worker_charged, worker_failed, worker_retried,
+	// worker_read_failed, worker_lookup_failed and worker_settle_failed
+	// (nil discards).
 	Metrics *metrics.Emitter
 	// Retries, when set, receives the payments whose charge failed
 	// transiently (see the package documentation); without it such a
