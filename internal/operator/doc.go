@@ -23,8 +23,8 @@
 //     operator's way out of its reconcile_failed alarm, once what its
 //     request did at the other system is settled: a retry of its key then
 //     runs the request again. What the reservation held is not given back:
-//     a refund's hold stays on its payment, and the refund's retries answer
-//     500 until an operator removes it. It reads the record and prints it as JSON
+//     a refund's hold stays on its payment, stale, and the refund's retries
+//     answer 500 until an operator settles it with settle-hold. It reads the record and prints it as JSON
 //     (ID, tenant, route, status, lease token, expiry), and deletes it only
 //     with -confirm naming the lease token shown, with a DeleteItem
 //     conditioned on the status and lease token read: a record that changed
@@ -54,12 +54,41 @@
 //     the retry window looks the charge up, so a payment requeued any
 //     number of times is charged at most once. It refuses a payment that is
 //     not pending.
+//   - holds prints a payment's refund figures and holds as JSON: each
+//     hold's key hash, record ID (tenant#key-hash), the refund ID its key
+//     names and its amount, with the status and expiry of its key's record.
+//     A hold whose key has no live record (none, or one a new request may
+//     reclaim: idempotency.Record.Reclaimable) is stale: nothing will
+//     complete or release it, and every retry of its key answers 500. It
+//     gets so when its UNKNOWN record was forgotten, or when its record was
+//     completed with the response_too_large problem without the effects
+//     that give it back (reserve_effects_dropped, reconcile_effects_dropped)
+//     and has since expired.
+//   - settle-hold settles a stale hold as the operator found the provider
+//     (the refunds of the payment's charge): release (nothing was refunded:
+//     the amount goes back into refundable; a retry of the key refunds
+//     again) or refunded (the amount goes into amount_refunded, and the
+//     refund item the key names is written, with -provider-refund, the
+//     payment's currency, created now, no reason or metadata: a retry of the
+//     key answers 422 idempotency_key_reused instead of refunding again, and
+//     GET shows the refund). It prints the hold, and writes only with
+//     -confirm naming the amount shown, in one TransactWriteItems: the
+//     payment's Update conditioned on the hold still being that amount, a
+//     ConditionCheck that no record holds the key (the store's own
+//     reservation condition), and for refunded the refund's Put, conditioned
+//     on there being none. When the hold changed, the key got a live record
+//     (a sweeper's restore) or the refund exists, nothing is written, and
+//     the command says what it is now. The settlement is logged as one JSON line
+//     on stderr.
 //
 // It is configured like the functions, by config.FromEnv: DYNAMODB_ENDPOINT
 // and SQS_ENDPOINT (unset: AWS), AWS_REGION, the table and queue variables.
-// Against AWS it needs dynamodb:Scan, GetItem, BatchGetItem, UpdateItem and
-// (for forget) DeleteItem on the idempotency table, dynamodb:Scan and GetItem on the payments table, and
-// sqs:GetQueueUrl, ReceiveMessage, ChangeMessageVisibility, DeleteMessage on
-// the dead-letter queues and SendMessage on their source queues (the
+// Against AWS it needs dynamodb:Scan, GetItem, BatchGetItem, UpdateItem,
+// (for forget) DeleteItem and (for settle-hold) ConditionCheckItem on the
+// idempotency table, dynamodb:Scan, GetItem and (for settle-hold) UpdateItem
+// on the payments table, dynamodb:PutItem on the refunds table (settle-hold
+// refunded; a TransactWriteItems is authorized item by item, as these
+// actions), and sqs:GetQueueUrl, ReceiveMessage, ChangeMessageVisibility,
+// DeleteMessage on the dead-letter queues and SendMessage on their source queues (the
 // worker's retry queue among them).
 package operator

@@ -32,7 +32,7 @@ type forgetView struct {
 func (t *Tool) forget(ctx context.Context, args []string) error {
 	fs := t.flags("forget", "[-confirm LEASE-TOKEN] (RECORD | -tenant T -key KEY)",
 		"Delete an UNKNOWN record that can never be reconciled, for good: a retry of its key then runs again\n"+
-			"(a refund's hold stays on its payment: see the README).\n"+
+			"(a refund's hold stays on its payment, stale: settle it with `oncectl settle-hold`, see `oncectl holds`).\n"+
 			"Without -confirm it only shows the record; -confirm takes the lease token shown, and the record\n"+
 			"is deleted only if it is still UNKNOWN under that token.")
 	read := t.recordArg(fs)

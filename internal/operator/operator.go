@@ -63,7 +63,7 @@ const usage = `oncectl: the operator's view of a once deployment.
 
 Configured like the functions, from the environment: DYNAMODB_ENDPOINT and
 SQS_ENDPOINT (unset: AWS), AWS_REGION, ONCE_IDEMPOTENCY_TABLE,
-ONCE_PAYMENTS_TABLE, ONCE_CHECK_QUEUE, ONCE_CHECK_DLQ,
+ONCE_PAYMENTS_TABLE, ONCE_REFUNDS_TABLE, ONCE_CHECK_QUEUE, ONCE_CHECK_DLQ,
 ONCE_WORKER_RETRY_QUEUE, ONCE_WORKER_RETRY_DLQ, ONCE_WORKER_RETRY_WINDOW,
 ONCE_RECEIPT_RETRY_QUEUE, ONCE_RECEIPT_RETRY_DLQ, ONCE_RETENTION (queue
 names or URLs; AWS credentials as the AWS SDK finds them).
@@ -79,10 +79,13 @@ Commands:
   pending [-tenant T] [-older-than D] [-limit N] [-json]
                                                list the payments still pending
   requeue-payment PAYMENT...                   hand pending payments to the retrier
+  holds (PAYMENT | -tenant T -payment P)       show a payment's refund holds, and which are stale
+  settle-hold (release | refunded -provider-refund ID) -hold HASH [-confirm AMOUNT]
+      (PAYMENT | -tenant T -payment P)         settle a stale hold as the provider says (fenced)
 
 RECORD is a record's ID, tenant#key-hash, as unknown lists them. QUEUE is
 check, worker-retry or receipt-retry. PAYMENT is tenant#pay_id, as pending
-lists them.
+lists them. HASH is a hold's key hash, as holds shows it.
 `
 
 // Run runs the command args and returns the process's exit code: 0, 1 when
@@ -96,7 +99,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, out, er
 		return 0
 	}
 	cfg, err := config.FromEnv(getenv)
-	if err := errors.Join(err, config.CheckTables(getenv, "IdempotencyTable", "PaymentsTable")); err != nil {
+	if err := errors.Join(err, config.CheckTables(getenv, "IdempotencyTable", "PaymentsTable", "RefundsTable")); err != nil {
 		fmt.Fprintln(errOut, "oncectl:", err)
 		return 2
 	}
@@ -124,6 +127,8 @@ func (t *Tool) Run(ctx context.Context, args []string) int {
 		"dlq":             t.dlq,
 		"pending":         t.pending,
 		"requeue-payment": t.requeuePayment,
+		"holds":           t.holds,
+		"settle-hold":     t.settleHold,
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {

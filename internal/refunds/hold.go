@@ -27,6 +27,11 @@ type Tables struct {
 // counted reserve_effects_dropped, alarmed; the reconciler
 // reconcile_effects_dropped), since expired. The hold is an operator's to settle;
 // until then every retry of the key answers 500 and nothing is written.
+// `oncectl holds` shows it stale, and `oncectl settle-hold` settles it as
+// the provider says, in one transaction fenced on the hold and on the key
+// having no live record: release (refundable back) or refunded
+// (amount_refunded, and the refund item, so that a retry answers
+// ErrKeyUsed rather than refunding again).
 var errStaleHold = errors.New("refunds: the payment already holds an amount for this key")
 
 // Holds are the effects written with the reservation of key for req (Begin's

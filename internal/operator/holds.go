@@ -1,0 +1,411 @@
+package operator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/internal/payments"
+	"github.com/oncehq/once/internal/refunds"
+	"github.com/oncehq/once/internal/tenant"
+)
+
+// The outcomes settle-hold writes, as the operator names them.
+const (
+	// settleRelease: the provider did not refund; the hold goes back into
+	// refundable.
+	settleRelease = "release"
+	// settleRefunded: the provider refunded; the hold goes into
+	// amount_refunded, and the refund item is written.
+	settleRefunded = "refunded"
+)
+
+// Conditions of settle-hold's transaction, fencing it on what the operator
+// was shown.
+const (
+	// holdCondition: the payment still holds the amount shown for the key.
+	holdCondition = "#holds.#key = :amount"
+	// freeKeyCondition: no record of the key holds it: none, or one a new
+	// request may reclaim (idempotency.Record.Reclaimable, the store's own
+	// reservation condition): an expired COMPLETED record, or an expired
+	// reservation that is not External. An UNKNOWN record, or an External
+	// reservation, expired or not, still owns its hold.
+	freeKeyCondition = "attribute_not_exists(#pk) OR " +
+		"(#expires_ms <= :now AND (#status = :completed OR #status = :in_progress AND #external = :false))"
+	// newRefundCondition: the refunds table has no refund of the key.
+	newRefundCondition = "attribute_not_exists(#pk)"
+)
+
+// keyHash is the shape of an idempotency key's hash (idempotency.Key.Hash).
+var keyHash = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// paymentHolds is what holds prints: a payment's refund figures and its
+// holds.
+type paymentHolds struct {
+	Payment          string     `json:"payment"`
+	Tenant           string     `json:"tenant"`
+	Status           string     `json:"status"`
+	Currency         string     `json:"currency"`
+	Amount           int64      `json:"amount"`
+	AmountRefunded   int64      `json:"amount_refunded"`
+	Refundable       int64      `json:"refundable"`
+	ProviderChargeID string     `json:"provider_charge_id,omitempty"`
+	Holds            []holdView `json:"holds"`
+}
+
+// holdView is one hold: its key's hash and record ID, the refund ID its key
+// names, its amount, and the key's idempotency record, if any.
+type holdView struct {
+	KeyHash string `json:"key_hash"`
+	Record  string `json:"record"`
+	Refund  string `json:"refund"`
+	Amount  int64  `json:"amount"`
+	// RecordStatus is the status of the key's record, "" when there is
+	// none.
+	RecordStatus    string     `json:"record_status,omitempty"`
+	RecordExpiresAt *time.Time `json:"record_expires_at,omitempty"`
+	// Stale: no live record of the key (none, or one a new request may
+	// reclaim): nothing will ever complete or release the hold.
+	Stale bool `json:"stale"`
+}
+
+// paymentArg adds -tenant and -payment to fs and returns what, given the
+// arguments left once the flags are parsed, names the payment: PAYMENT
+// (tenant#pay_id) as the one argument, or -tenant and -payment.
+func paymentArg(fs *flag.FlagSet) func(args []string) (tnt, id string, err error) {
+	tenantFlag := fs.String("tenant", "", "the payment's tenant, with -payment")
+	idFlag := fs.String("payment", "", "the payment's ID (pay_...), with -tenant")
+	return func(args []string) (string, string, error) {
+		tnt, id := *tenantFlag, *idFlag
+		switch {
+		case len(args) == 1 && tnt == "" && id == "":
+			var ok bool
+			if tnt, id, ok = strings.Cut(args[0], "#"); !ok {
+				tnt, id = "", ""
+			}
+		case len(args) == 0 && tnt != "" && id != "":
+		default:
+			return "", "", usageError{fs, "give a payment (tenant#pay_id), or -tenant and -payment"}
+		}
+		if !tenant.Valid(tnt) || !payments.ValidID(id) {
+			return "", "", usageError{fs, fmt.Sprintf("%q is not a payment (tenant#pay_id, as `oncectl pending` lists them)", tnt+"#"+id)}
+		}
+		return tnt, id, nil
+	}
+}
+
+// readHolds reads tenant's payment id and the record of each of its holds'
+// keys, as of now.
+func (t *Tool) readHolds(ctx context.Context, tnt, id string, now time.Time) (paymentHolds, error) {
+	p, err := payments.NewTable(t.db, t.cfg.Table("PaymentsTable")).Get(ctx, tnt, id)
+	if errors.Is(err, payments.ErrNotFound) {
+		return paymentHolds{}, fmt.Errorf("no payment %s", payments.PK(tnt, id))
+	}
+	if err != nil {
+		return paymentHolds{}, err
+	}
+	v := paymentHolds{
+		Payment: payments.PK(tnt, id), Tenant: tnt, Status: string(p.Status), Currency: p.Currency, Amount: p.Amount,
+		AmountRefunded: p.AmountRefunded, Refundable: p.Refundable, ProviderChargeID: p.ProviderChargeID, Holds: []holdView{},
+	}
+	hashes := make([]string, 0, len(p.Holds))
+	for h := range p.Holds {
+		hashes = append(hashes, h)
+	}
+	slices.Sort(hashes)
+	for _, h := range hashes {
+		hv, err := t.hold(ctx, idempotency.Key{Tenant: tnt, Hash: h}, p.Holds[h], now)
+		if err != nil {
+			return paymentHolds{}, err
+		}
+		v.Holds = append(v.Holds, hv)
+	}
+	return v, nil
+}
+
+// hold is the view of key's hold of amount at now: it reads the key's
+// record.
+func (t *Tool) hold(ctx context.Context, key idempotency.Key, amount int64, now time.Time) (holdView, error) {
+	v := holdView{KeyHash: key.Hash, Record: key.ID(), Refund: refunds.ID(key), Amount: amount, Stale: true}
+	rec, err := t.store.Get(ctx, key)
+	switch {
+	case errors.Is(err, idempotency.ErrNotFound):
+		return v, nil
+	case err != nil:
+		return holdView{}, fmt.Errorf("record %s: %w", key.ID(), err)
+	}
+	expires := rec.ExpiresAt.UTC()
+	v.RecordStatus, v.RecordExpiresAt, v.Stale = string(rec.Status), &expires, rec.Reclaimable(now)
+	return v, nil
+}
+
+// holds prints a payment's holds, each with the state of its key's record.
+func (t *Tool) holds(ctx context.Context, args []string) error {
+	fs := t.flags("holds", "(PAYMENT | -tenant T -payment P)",
+		"Show a payment's refund figures and holds (PAYMENT is tenant#pay_id): each hold's key hash, record ID,\n"+
+			"the refund ID its key names, its amount, and the key's idempotency record. A hold with no live record\n"+
+			"(none, or one a new request may reclaim) is stale: nothing will ever complete or release it, and\n"+
+			"every retry of its key answers 500 until `oncectl settle-hold` settles it.")
+	payment := paymentArg(fs)
+	if err := t.parse(fs, args, -1); err != nil {
+		return err
+	}
+	tnt, id, err := payment(fs.Args())
+	if err != nil {
+		return err
+	}
+	v, err := t.readHolds(ctx, tnt, id, t.now())
+	if err != nil {
+		return err
+	}
+	if err := t.writeIndented(v); err != nil {
+		return err
+	}
+	stale := 0
+	for _, h := range v.Holds {
+		if h.Stale {
+			stale++
+		}
+	}
+	fmt.Fprintf(t.errOut, "%d hold(s), %d stale\n", len(v.Holds), stale)
+	return nil
+}
+
+// settleView is what settle-hold prints: the hold as holds shows it, the
+// outcome asked for, and whether it was written.
+type settleView struct {
+	holdView
+	Payment          string `json:"payment"`
+	Outcome          string `json:"outcome"`
+	ProviderRefundID string `json:"provider_refund_id,omitempty"`
+	Settled          bool   `json:"settled"`
+}
+
+// settleHold settles a stale hold as the operator found the provider: the
+// amount back into refundable (release) or into amount_refunded with the
+// refund item written (refunded). It needs -confirm with the amount shown,
+// and writes one transaction fenced on the hold and on its key having no
+// live record.
+func (t *Tool) settleHold(ctx context.Context, args []string) error {
+	fs := t.flags("settle-hold", "(release | refunded -provider-refund ID) -hold KEY-HASH [-confirm AMOUNT] (PAYMENT | -tenant T -payment P)",
+		"Settle a stale hold (see `oncectl holds`) as the provider's refunds of the payment's charge say:\n"+
+			"  release   the provider did not refund under the key: the amount goes back into refundable, and a\n"+
+			"            retry of the key runs the refund again;\n"+
+			"  refunded  the provider refunded: the amount goes into amount_refunded and the refund item is\n"+
+			"            written (the refund ID the key names, -provider-refund, the payment's currency, created\n"+
+			"            now; reason and metadata are not known), so that GET shows it and a retry of the key\n"+
+			"            answers 422 idempotency_key_reused instead of refunding again.\n"+
+			"Without -confirm it only shows the hold; -confirm takes the amount shown. The write is one\n"+
+			"transaction, conditioned on the hold still being that amount and on no live record of its key:\n"+
+			"a hold that changed, or whose key has a live record (it is not stale), is left as it is.")
+	payment := paymentArg(fs)
+	hash := fs.String("hold", "", "the hold's key hash, as holds shows it")
+	confirm := fs.Int64("confirm", 0, "the hold's amount, as shown: settle it")
+	providerRefund := fs.String("provider-refund", "", "with refunded: the provider's ID of the refund made under the key")
+	if err := t.parse(fs, args, -1); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return usageError{fs, "want release or refunded"}
+	}
+	outcome := fs.Arg(0)
+	if outcome != settleRelease && outcome != settleRefunded {
+		return usageError{fs, fmt.Sprintf("%q is not an outcome: want release or refunded", outcome)}
+	}
+	tnt, id, err := payment(fs.Args()[1:])
+	switch {
+	case err != nil:
+		return err
+	case !keyHash.MatchString(*hash):
+		return usageError{fs, "-hold wants a key hash (64 hex characters), as holds shows it"}
+	case outcome == settleRefunded && strings.TrimSpace(*providerRefund) == "":
+		return usageError{fs, "refunded wants -provider-refund: the provider's ID of the refund"}
+	case outcome == settleRelease && *providerRefund != "":
+		return usageError{fs, "release takes no -provider-refund: the provider did not refund"}
+	case *confirm < 0:
+		return usageError{fs, "-confirm wants the amount shown"}
+	}
+	key := idempotency.Key{Tenant: tnt, Hash: *hash}
+	now := t.now()
+	p, err := payments.NewTable(t.db, t.cfg.Table("PaymentsTable")).Get(ctx, tnt, id)
+	if errors.Is(err, payments.ErrNotFound) {
+		return fmt.Errorf("no payment %s", payments.PK(tnt, id))
+	}
+	if err != nil {
+		return err
+	}
+	amount, held := p.Holds[key.Hash]
+	if !held {
+		return fmt.Errorf("payment %s holds nothing for key hash %s (see `oncectl holds %s`)", p.PK, key.Hash, p.PK)
+	}
+	hv, err := t.hold(ctx, key, amount, now)
+	if err != nil {
+		return err
+	}
+	v := settleView{holdView: hv, Payment: p.PK, Outcome: outcome, ProviderRefundID: *providerRefund}
+	refusal := fmt.Sprintf("the hold of %s on %s is not settled", key.Hash, p.PK)
+	switch {
+	case !hv.Stale:
+		err = fmt.Errorf("%s: it is not stale: its key has a live record, %s until %s; its refund or the reconciler settles it (see `oncectl show %s`)",
+			refusal, hv.RecordStatus, hv.RecordExpiresAt.Format(time.RFC3339), key.ID())
+	case *confirm == 0:
+		err = fmt.Errorf("%s: settled as %s, it writes %s for good (check the provider's refunds of charge %s first); confirm with -confirm %d",
+			refusal, outcome, settleWhat(outcome, amount), p.ProviderChargeID, amount)
+	case *confirm != amount:
+		err = fmt.Errorf("%s: it is %d now, not %d: it changed since it was shown; look at it again", refusal, amount, *confirm)
+	default:
+		err = t.settleFenced(ctx, key, p, amount, outcome, *providerRefund, now)
+		v.Settled = err == nil
+	}
+	if werr := t.writeJSON(v); werr != nil {
+		return errors.Join(err, werr)
+	}
+	if err != nil {
+		return err
+	}
+	slog.New(slog.NewJSONHandler(t.errOut, nil)).Info("hold settled by an operator",
+		"payment", p.PK, "tenant", tnt, "key_hash", key.Hash, "amount", amount, "outcome", outcome,
+		"refund", hv.Refund, "provider_refund_id", *providerRefund, "record_status", hv.RecordStatus)
+	return nil
+}
+
+// settleWhat says what settling a hold of amount as outcome writes.
+func settleWhat(outcome string, amount int64) string {
+	if outcome == settleRelease {
+		return fmt.Sprintf("refundable += %d (nothing was refunded: a retry of the key refunds again)", amount)
+	}
+	return fmt.Sprintf("amount_refunded += %d and the refund item", amount)
+}
+
+// settleFenced writes the settlement of key's hold of amount on p as
+// outcome: one TransactWriteItems of the payment's Update, conditioned on
+// the hold still being amount, a ConditionCheck that no record holds the key
+// at now, and, for refunded, the refund item, conditioned on there being
+// none. It is not retried: a failed condition says what the item is now.
+func (t *Tool) settleFenced(ctx context.Context, key idempotency.Key, p payments.Payment, amount int64, outcome, providerRefund string, now time.Time) error {
+	names := map[string]string{"#holds": payments.AttrHolds, "#key": key.Hash}
+	values := map[string]types.AttributeValue{":amount": &types.AttributeValueMemberN{Value: fmt.Sprint(amount)}}
+	update := "SET #refundable = #refundable + :amount REMOVE #holds.#key"
+	names["#refundable"] = payments.AttrRefundable
+	if outcome == settleRefunded {
+		delete(names, "#refundable")
+		update = "SET #refunded = if_not_exists(#refunded, :zero) + :amount REMOVE #holds.#key"
+		names["#refunded"] = payments.AttrAmountRefunded
+		values[":zero"] = &types.AttributeValueMemberN{Value: "0"}
+	}
+	items := []types.TransactWriteItem{
+		{Update: &types.Update{
+			TableName:                           aws.String(t.cfg.Table("PaymentsTable")),
+			Key:                                 map[string]types.AttributeValue{payments.KeyAttr: &types.AttributeValueMemberS{Value: p.PK}},
+			UpdateExpression:                    aws.String(update),
+			ConditionExpression:                 aws.String(holdCondition),
+			ExpressionAttributeNames:            names,
+			ExpressionAttributeValues:           values,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}},
+		{ConditionCheck: &types.ConditionCheck{
+			TableName:           aws.String(t.cfg.Table("IdempotencyTable")),
+			Key:                 map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: key.ID()}},
+			ConditionExpression: aws.String(freeKeyCondition),
+			ExpressionAttributeNames: map[string]string{
+				"#pk": dynamo.AttrPK, "#expires_ms": dynamo.AttrExpiresAtMS, "#status": dynamo.AttrStatus, "#external": dynamo.AttrExternal,
+			},
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":now":         &types.AttributeValueMemberN{Value: fmt.Sprint(now.UnixMilli())},
+				":completed":   &types.AttributeValueMemberS{Value: string(idempotency.StatusCompleted)},
+				":in_progress": &types.AttributeValueMemberS{Value: string(idempotency.StatusInProgress)},
+				":false":       &types.AttributeValueMemberBOOL{Value: false},
+			},
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}},
+	}
+	refundID := refunds.ID(key)
+	if outcome == settleRefunded {
+		item, err := attributevalue.MarshalMap(refunds.Refund{
+			PK: refunds.PK(key.Tenant, refundID), ID: refundID, Tenant: key.Tenant, Payment: p.ID, Amount: amount,
+			Currency: strings.ToLower(p.Currency), Status: refunds.Status, ProviderRefundID: providerRefund,
+			Created: time.Unix(now.Unix(), 0).UTC(),
+		})
+		if err != nil {
+			return fmt.Errorf("refund %s: %w", refundID, err)
+		}
+		items = append(items, types.TransactWriteItem{Put: &types.Put{
+			TableName:                           aws.String(t.cfg.Table("RefundsTable")),
+			Item:                                item,
+			ConditionExpression:                 aws.String(newRefundCondition),
+			ExpressionAttributeNames:            map[string]string{"#pk": refunds.KeyAttr},
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}})
+	}
+	_, err := t.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	var cancelled *types.TransactionCanceledException
+	if !errors.As(err, &cancelled) {
+		if err != nil {
+			return fmt.Errorf("settle the hold of %s on %s: %w", key.Hash, p.PK, err)
+		}
+		return nil
+	}
+	refusal := fmt.Sprintf("the hold of %s on %s is not settled", key.Hash, p.PK)
+	var errs []error
+	for i, r := range cancelled.CancellationReasons {
+		if aws.ToString(r.Code) != "ConditionalCheckFailed" {
+			continue
+		}
+		switch i {
+		case 0:
+			errs = append(errs, fmt.Errorf("%s: %s", refusal, holdNow(r.Item, key, amount)))
+		case 1:
+			status := "a record"
+			if rec, err := dynamo.RecordFromItem(r.Item); err == nil {
+				status = fmt.Sprintf("%s until %s", rec.Status, rec.ExpiresAt.UTC().Format(time.RFC3339))
+			}
+			errs = append(errs, fmt.Errorf("%s: its key has a live record now, %s: it is not stale; look at it again (`oncectl show %s`)",
+				refusal, status, key.ID()))
+		case 2:
+			errs = append(errs, fmt.Errorf("%s: refund %s exists already", refusal, refundID))
+		}
+	}
+	if len(errs) == 0 {
+		return fmt.Errorf("settle the hold of %s on %s: %w", key.Hash, p.PK, err)
+	}
+	return errors.Join(errs...)
+}
+
+// holdNow says what key's hold on the payment item is, given that it is no
+// longer amount.
+func holdNow(item map[string]types.AttributeValue, key idempotency.Key, amount int64) string {
+	if len(item) == 0 {
+		return "the payment is gone"
+	}
+	var p payments.Payment
+	if err := attributevalue.UnmarshalMap(item, &p); err != nil {
+		return "it changed meanwhile"
+	}
+	now, held := p.Holds[key.Hash]
+	if !held {
+		return "it is gone: settled meanwhile (its refund completed or was released, or another operator settled it)"
+	}
+	return fmt.Sprintf("it changed meanwhile, to %d (not %d); look at it again", now, amount)
+}
+
+// writeIndented writes v as indented JSON, as show does.
+func (t *Tool) writeIndented(v any) error {
+	enc := json.NewEncoder(t.out)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}

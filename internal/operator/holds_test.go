@@ -1,0 +1,522 @@
+package operator_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	dynamodbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/httpapi"
+	"github.com/oncehq/once/internal/operator"
+	"github.com/oncehq/once/internal/payments"
+	"github.com/oncehq/once/internal/provider"
+	"github.com/oncehq/once/internal/refunds"
+	"github.com/oncehq/once/internal/refunds/refundshttp"
+)
+
+// heldAmount is what the stale holds of these tests hold, of a payment of
+// 2500.
+const heldAmount = 700
+
+// refundAPI is POST and GET /v1/refunds for tenant acme over e's tables,
+// refunding at p.
+func (e *env) refundAPI(t *testing.T, p refunds.Provider) http.Handler {
+	t.Helper()
+	tenant := func(*http.Request) (string, bool) { return "acme", true }
+	mw, err := idempotency.New(idempotency.Config{Store: e.store, Tenant: tenant, OnError: httpapi.WriteError})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return httpapi.NewHandler(httpapi.Deps{
+		Routes: refundshttp.Routes(mw, refundshttp.Config{Tables: e.refundTables(), DB: e.db, Provider: p}),
+		Tenant: tenant, Logger: slog.New(slog.DiscardHandler),
+	})
+}
+
+func (e *env) refundTables() refunds.Tables {
+	return refunds.Tables{Refunds: e.names.ByLogicalID["RefundsTable"], Payments: e.names.ByLogicalID["PaymentsTable"]}
+}
+
+// refund POSTs body under the idempotency key raw to h and returns the
+// status and problem code (or refund ID).
+func refund(t *testing.T, h http.Handler, raw, body string) (int, string) {
+	t.Helper()
+	r := httptest.NewRequest("POST", "/v1/refunds", strings.NewReader(body))
+	r.Header.Set("Idempotency-Key", raw)
+	r.Header.Set("Content-Type", "application/json")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	var answer struct{ Code, ID string }
+	_ = json.Unmarshal(w.Body.Bytes(), &answer)
+	return w.Code, answer.Code + answer.ID
+}
+
+// lostAnswer is a provider whose every refund answer is lost: it refunds at
+// the provider first when reach is set, and answers that the outcome is
+// unknown either way.
+type lostAnswer struct {
+	refunds.Provider
+	reach bool
+}
+
+func (l lostAnswer) Refund(ctx context.Context, key string, req provider.RefundRequest) (provider.Refund, error) {
+	if l.reach {
+		if _, err := l.Provider.Refund(ctx, key, req); err != nil {
+			return provider.Refund{}, err
+		}
+	}
+	return provider.Refund{}, fmt.Errorf("test: the answer was lost: %w", provider.ErrOutcomeUnknown)
+}
+
+// held is a succeeded payment of 2500 with a hold of heldAmount for the
+// refund under key raw, and what made it.
+type held struct {
+	r    *retrier
+	p    payments.Payment
+	key  idempotency.Key
+	raw  string
+	body string
+	rec  idempotency.Record
+}
+
+// holdUnknown charges a payment of 2500 at the simulator, settles it and
+// sends a refund of heldAmount under raw whose answer is lost: its record is
+// left UNKNOWN, holding heldAmount on the payment. With refunded, the
+// provider did refund.
+func (e *env) holdUnknown(t *testing.T, raw string, refunded bool) held {
+	t.Helper()
+	r := e.retrier(t)
+	p := e.payment(t, "acme", "tok_visa", 0, 0)
+	ch := r.charge(t, p)
+	if err := r.table.Settle(t.Context(), "acme", p.ID, payments.StatusSucceeded, ch.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	h := held{r: r, key: idempotency.NewKey("acme", raw), raw: raw,
+		body: fmt.Sprintf(`{"payment":%q,"amount":%d}`, p.ID, heldAmount)}
+	if code, pcode := refund(t, e.refundAPI(t, lostAnswer{r.provider, refunded}), raw, h.body); code != http.StatusGatewayTimeout {
+		t.Fatalf("refund with its answer lost = %d %s, want 504", code, pcode)
+	}
+	var err error
+	if h.rec, err = e.store.Get(t.Context(), h.key); err != nil || h.rec.Status != idempotency.StatusUnknown {
+		t.Fatalf("record = %s, %v; want UNKNOWN", h.rec.Status, err)
+	}
+	h.p = e.paymentNow(t, p)
+	if h.p.Holds[h.key.Hash] != heldAmount || h.p.Refundable != 2500-heldAmount {
+		t.Fatalf("payment %+v: want a hold of %d", h.p, heldAmount)
+	}
+	return h
+}
+
+// staleHold is holdUnknown with the record forgotten by an operator: the
+// hold is stale.
+func (e *env) staleHold(t *testing.T, raw string, refunded bool) held {
+	t.Helper()
+	h := e.holdUnknown(t, raw, refunded)
+	if code, _, errOut := e.run(t, "forget", "-confirm", h.rec.LeaseToken, h.key.ID()); code != 0 {
+		t.Fatalf("forget = exit %d %q", code, errOut)
+	}
+	return h
+}
+
+// paymentNow reads p as it stands.
+func (e *env) paymentNow(t *testing.T, p payments.Payment) payments.Payment {
+	t.Helper()
+	got, err := payments.NewTable(e.db, e.names.ByLogicalID["PaymentsTable"]).Get(t.Context(), p.Tenant, p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// figures are a payment's refund figures.
+type figures struct {
+	Refundable, Refunded int64
+	Holds                map[string]int64
+}
+
+func figuresOf(p payments.Payment) figures {
+	return figures{Refundable: p.Refundable, Refunded: p.AmountRefunded, Holds: p.Holds}
+}
+
+// providerRefunds counts the refunds the provider made of p's charge.
+func (h held) providerRefunds(t *testing.T) []provider.Refund {
+	t.Helper()
+	refs, _, err := h.r.provider.Refunds(t.Context(), h.p.ProviderChargeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return refs
+}
+
+// settled is settle-hold's output.
+type settled struct {
+	KeyHash          string `json:"key_hash"`
+	Record           string `json:"record"`
+	Refund           string `json:"refund"`
+	Amount           int64  `json:"amount"`
+	RecordStatus     string `json:"record_status"`
+	Stale            bool   `json:"stale"`
+	Payment          string `json:"payment"`
+	Outcome          string `json:"outcome"`
+	ProviderRefundID string `json:"provider_refund_id"`
+	Settled          bool   `json:"settled"`
+}
+
+func decodeSettled(t *testing.T, out string) settled {
+	t.Helper()
+	var s settled
+	if err := json.Unmarshal([]byte(out), &s); err != nil || strings.Count(out, "\n") != 1 {
+		t.Fatalf("output %q: want one JSON object (%v)", out, err)
+	}
+	return s
+}
+
+// TestSettleHold: a refund's hold left stale by forget is shown stale, and
+// settled as the operator found the provider: released (the provider did
+// not refund) or refunded (it did, the refund item written). Before, every
+// retry of its key answered 500; after, a retry runs again: the release's
+// refunds afresh, the refunded's answers 422 idempotency_key_reused (its
+// refund exists) rather than refunding again.
+func TestSettleHold(t *testing.T) {
+	e := newEnv(t)
+	tests := []struct {
+		outcome   string
+		refunded  bool    // at the provider, by the lost request
+		want      figures // after the settlement
+		retry     int     // the retry's status
+		retryCode string
+		after     figures // after the retry
+	}{
+		{
+			outcome: "release",
+			want:    figures{Refundable: 2500, Holds: map[string]int64{}},
+			retry:   http.StatusCreated, after: figures{Refundable: 2500 - heldAmount, Refunded: heldAmount, Holds: map[string]int64{}},
+		},
+		{
+			outcome: "refunded", refunded: true,
+			want:  figures{Refundable: 2500 - heldAmount, Refunded: heldAmount, Holds: map[string]int64{}},
+			retry: http.StatusUnprocessableEntity, retryCode: "idempotency_key_reused",
+			after: figures{Refundable: 2500 - heldAmount, Refunded: heldAmount, Holds: map[string]int64{}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.outcome, func(t *testing.T) {
+			raw := "refund-" + tt.outcome
+			h := e.staleHold(t, raw, tt.refunded)
+			api := e.refundAPI(t, h.r.provider)
+			// The stuck key: every retry answers 500, writing nothing.
+			if code, pcode := refund(t, api, raw, h.body); code != http.StatusInternalServerError {
+				t.Fatalf("retry of the stale hold's key = %d %s, want 500", code, pcode)
+			}
+
+			code, out, errOut := e.run(t, "holds", h.p.PK)
+			if code != 0 {
+				t.Fatalf("holds = exit %d %q", code, errOut)
+			}
+			var shown struct {
+				Payment    string `json:"payment"`
+				Refundable int64  `json:"refundable"`
+				Holds      []settled
+			}
+			if err := json.Unmarshal([]byte(out), &shown); err != nil {
+				t.Fatal(err)
+			}
+			wantHold := settled{KeyHash: h.key.Hash, Record: h.key.ID(), Refund: refunds.ID(h.key), Amount: heldAmount, Stale: true}
+			if diff := cmp.Diff([]settled{wantHold}, shown.Holds); diff != "" || shown.Refundable != 2500-heldAmount || !strings.Contains(errOut, "1 stale") {
+				t.Errorf("holds: refundable %d, %q, holds (-want +got):\n%s", shown.Refundable, errOut, diff)
+			}
+
+			var extra []string
+			var providerRefund string
+			if tt.refunded {
+				refs := h.providerRefunds(t)
+				if len(refs) != 1 {
+					t.Fatalf("provider refunds = %d, want the lost request's", len(refs))
+				}
+				providerRefund = refs[0].ID
+				extra = []string{"-provider-refund", providerRefund}
+			}
+			args := append([]string{"settle-hold", tt.outcome, "-hold", h.key.Hash}, extra...)
+			code, out, errOut = e.run(t, append(args, h.p.PK)...)
+			if code != 1 || !strings.Contains(errOut, fmt.Sprintf("-confirm %d", heldAmount)) {
+				t.Errorf("settle-hold without -confirm = exit %d %q, want 1 asking for -confirm with the amount", code, errOut)
+			}
+			if got := decodeSettled(t, out); got.Settled || got.Amount != heldAmount || !got.Stale {
+				t.Errorf("settle-hold without -confirm printed %+v, want the stale hold, not settled", got)
+			}
+			if got := figuresOf(e.paymentNow(t, h.p)); !cmp.Equal(got, figuresOf(h.p)) {
+				t.Errorf("payment after settle-hold without -confirm = %+v, want it unchanged", got)
+			}
+
+			code, out, errOut = e.run(t, append(args, "-confirm", fmt.Sprint(heldAmount), "-tenant", "acme", "-payment", h.p.ID)...)
+			if code != 0 {
+				t.Fatalf("settle-hold -confirm = exit %d %q", code, errOut)
+			}
+			if got := decodeSettled(t, out); !got.Settled || got.Outcome != tt.outcome || got.ProviderRefundID != providerRefund {
+				t.Errorf("settle-hold -confirm printed %+v, want it settled %s", got, tt.outcome)
+			}
+			var log struct {
+				Level, Msg, Payment, Outcome string
+				KeyHash                      string `json:"key_hash"`
+				Amount                       int64
+			}
+			if err := json.Unmarshal([]byte(errOut), &log); err != nil || log.Level != "INFO" || log.Payment != h.p.PK ||
+				log.KeyHash != h.key.Hash || log.Amount != heldAmount || log.Outcome != tt.outcome {
+				t.Errorf("stderr %q (%v), want one JSON log line naming the payment, hold and outcome", errOut, err)
+			}
+			if got := figuresOf(e.paymentNow(t, h.p)); !cmp.Equal(got, tt.want) {
+				t.Errorf("payment after settle-hold %s = %+v, want %+v", tt.outcome, got, tt.want)
+			}
+			if tt.refunded {
+				r := httptest.NewRequest("GET", refunds.Location(refunds.ID(h.key)), nil)
+				w := httptest.NewRecorder()
+				api.ServeHTTP(w, r)
+				var got struct {
+					Amount           int64  `json:"amount"`
+					Payment          string `json:"payment"`
+					Currency         string `json:"currency"`
+					ProviderRefundID string `json:"provider_refund_id"`
+				}
+				if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || w.Code != 200 || got.Amount != heldAmount ||
+					got.Payment != h.p.ID || got.Currency != "eur" || got.ProviderRefundID != providerRefund {
+					t.Errorf("GET the refund = %d %s, want the refund settled", w.Code, w.Body)
+				}
+			}
+
+			// The key runs again.
+			if code, pcode := refund(t, api, raw, h.body); code != tt.retry || tt.retryCode != "" && pcode != tt.retryCode {
+				t.Errorf("retry after settle-hold %s = %d %s, want %d %s", tt.outcome, code, pcode, tt.retry, tt.retryCode)
+			}
+			if got := figuresOf(e.paymentNow(t, h.p)); !cmp.Equal(got, tt.after) {
+				t.Errorf("payment after the retry = %+v, want %+v", got, tt.after)
+			}
+			if n := len(h.providerRefunds(t)); n != 1 {
+				t.Errorf("provider refunds of the charge = %d, want 1", n)
+			}
+			if code, out, errOut := e.run(t, "holds", h.p.PK); code != 0 || strings.Contains(out+errOut, raw) {
+				t.Errorf("holds = exit %d, output %s%s: want it, never the raw key", code, out, errOut)
+			}
+		})
+	}
+}
+
+// TestSettleHoldRefuses: settle-hold writes nothing but a stale hold, the
+// amount -confirm names, of a payment and key that exist.
+func TestSettleHoldRefuses(t *testing.T) {
+	e := newEnv(t)
+	stale := e.staleHold(t, "refund-stale", false)
+	live := e.holdUnknown(t, "refund-live", false)
+	none := strings.Repeat("0", 64)
+	tests := []struct {
+		name string
+		h    held
+		args []string
+		code int
+		want string // in the error
+	}{
+		{"live record", live, []string{"release", "-confirm", "700", "-hold", live.key.Hash, live.p.PK}, 1, "not stale: its key has a live record, UNKNOWN"},
+		{"wrong -confirm", stale, []string{"release", "-confirm", "699", "-hold", stale.key.Hash, stale.p.PK}, 1, "it is 700 now, not 699"},
+		{"unknown key", stale, []string{"release", "-confirm", "700", "-hold", none, stale.p.PK}, 1, "holds nothing for key hash " + none},
+		{"unknown payment", stale, []string{"release", "-confirm", "700", "-hold", stale.key.Hash, "acme#" + payments.NewID()}, 1, "no payment"},
+		{"other tenant", stale, []string{"release", "-confirm", "700", "-hold", stale.key.Hash, "globex#" + stale.p.ID}, 1, "no payment"},
+		{"no outcome", stale, []string{"-hold", stale.key.Hash, stale.p.PK}, 2, "not an outcome: want release or refunded"},
+		{"unknown outcome", stale, []string{"forget", "-hold", stale.key.Hash, stale.p.PK}, 2, "not an outcome"},
+		{"refunded without its provider refund", stale, []string{"refunded", "-confirm", "700", "-hold", stale.key.Hash, stale.p.PK}, 2, "-provider-refund"},
+		{"release with a provider refund", stale, []string{"release", "-provider-refund", "re_1", "-hold", stale.key.Hash, stale.p.PK}, 2, "no -provider-refund"},
+		{"no hold", stale, []string{"release", "-confirm", "700", stale.p.PK}, 2, "-hold"},
+		{"a raw key for a hold", stale, []string{"release", "-hold", "refund-stale", stale.p.PK}, 2, "-hold"},
+		{"no payment", stale, []string{"release", "-hold", stale.key.Hash}, 2, "give a payment"},
+		{"a bad payment", stale, []string{"release", "-hold", stale.key.Hash, "pay_x"}, 2, "not a payment"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errOut := e.run(t, append([]string{"settle-hold"}, tt.args...)...)
+			if code != tt.code || !strings.Contains(errOut, tt.want) {
+				t.Errorf("settle-hold %v = exit %d %q, want %d saying %q", tt.args, code, errOut, tt.code, tt.want)
+			}
+			if got := figuresOf(e.paymentNow(t, tt.h.p)); !cmp.Equal(got, figuresOf(tt.h.p)) {
+				t.Errorf("payment after = %+v, want it unchanged, %+v", got, figuresOf(tt.h.p))
+			}
+		})
+	}
+	t.Run("holds shows the live one live", func(t *testing.T) {
+		code, out, _ := e.run(t, "holds", "-tenant", "acme", "-payment", live.p.ID)
+		var shown struct{ Holds []settled }
+		if err := json.Unmarshal([]byte(out), &shown); err != nil || code != 0 || len(shown.Holds) != 1 ||
+			shown.Holds[0].Stale || shown.Holds[0].RecordStatus != "UNKNOWN" {
+			t.Errorf("holds = exit %d %s (%v), want the hold, not stale, its record UNKNOWN", code, out, err)
+		}
+	})
+	for _, args := range [][]string{{"holds"}, {"holds", "pay_x"}, {"holds", "-tenant", "acme"}} {
+		if code, _, _ := e.run(t, args...); code != 2 {
+			t.Errorf("oncectl %v = exit %d, want 2", args, code)
+		}
+	}
+}
+
+// TestSettleHoldFenced: what changes between settle-hold's read and its
+// write leaves the hold as it is, and the command says what it is now: the
+// hold settled or changed meanwhile (its Update's condition), a record of
+// its key restored meanwhile, as the sweeper restores an UNKNOWN record
+// that TTL deleted (its ConditionCheck), and a refund of the key written
+// meanwhile (the refund's Put).
+func TestSettleHoldFenced(t *testing.T) {
+	e := newEnv(t)
+	paymentsTable := e.names.ByLogicalID["PaymentsTable"]
+	setHold := func(t *testing.T, h held, update string, values map[string]dynamodbtypes.AttributeValue) {
+		t.Helper()
+		if _, err := e.db.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
+			TableName: aws.String(paymentsTable), Key: map[string]dynamodbtypes.AttributeValue{payments.KeyAttr: &dynamodbtypes.AttributeValueMemberS{Value: h.p.PK}},
+			UpdateExpression: aws.String(update), ExpressionAttributeNames: map[string]string{"#holds": payments.AttrHolds, "#key": h.key.Hash},
+			ExpressionAttributeValues: values,
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name    string
+		outcome string
+		change  func(t *testing.T, h held)
+		want    string
+	}{
+		{"hold changed meanwhile", "release", func(t *testing.T, h held) {
+			setHold(t, h, "SET #holds.#key = :a", map[string]dynamodbtypes.AttributeValue{":a": &dynamodbtypes.AttributeValueMemberN{Value: "500"}})
+		}, "it changed meanwhile, to 500 (not 700)"},
+		{"hold settled meanwhile", "refunded", func(t *testing.T, h held) {
+			setHold(t, h, "REMOVE #holds.#key", nil)
+		}, "it is gone: settled meanwhile"},
+		{"record restored meanwhile", "release", func(t *testing.T, h held) {
+			// As the sweeper restores an UNKNOWN record that TTL deleted.
+			if err := e.store.Reserve(t.Context(), h.rec, nil, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}, "its key has a live record now, UNKNOWN"},
+		{"refund written meanwhile", "refunded", func(t *testing.T, h held) {
+			item, err := attributevalue.MarshalMap(refunds.Refund{PK: refunds.PK("acme", refunds.ID(h.key)), ID: refunds.ID(h.key), Tenant: "acme"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.db.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(e.names.ByLogicalID["RefundsTable"]), Item: item}); err != nil {
+				t.Fatal(err)
+			}
+		}, "refund " + "re_"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := e.staleHold(t, fmt.Sprintf("refund-race-%d", i), false)
+			db := &settling{Client: e.db, change: func() { tt.change(t, h) }}
+			cfg, err := config.FromEnv(func(k string) string { return e.vars[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := figuresOf(e.paymentNow(t, h.p))
+			args := []string{"settle-hold", tt.outcome, "-confirm", fmt.Sprint(heldAmount), "-hold", h.key.Hash, h.p.PK}
+			if tt.outcome == "refunded" {
+				args = append(args, "-provider-refund", "prre_1")
+			}
+			var out, errOut bytes.Buffer
+			code := operator.New(cfg, db, e.sqs, &out, &errOut).Run(t.Context(), args)
+			if code != 1 || !strings.Contains(errOut.String(), tt.want) {
+				t.Errorf("settle-hold = exit %d %q, want 1 saying %q", code, errOut.String(), tt.want)
+			}
+			if got := decodeSettled(t, out.String()); got.Settled {
+				t.Errorf("printed %+v, want not settled", got)
+			}
+			if db.transactions != 1 {
+				t.Errorf("TransactWriteItems calls = %d, want 1 (fenced, not retried)", db.transactions)
+			}
+			// Nothing of the transaction is written: the payment is as
+			// the change left it.
+			got := figuresOf(e.paymentNow(t, h.p))
+			if got.Refundable != before.Refundable || got.Refunded != before.Refunded {
+				t.Errorf("payment after = %+v, want refundable %d and refunded %d as before", got, before.Refundable, before.Refunded)
+			}
+		})
+	}
+}
+
+// settling is a DynamoDB client that runs change once before the first
+// TransactWriteItems: something changing between settle-hold's read and
+// its write.
+type settling struct {
+	*dynamodb.Client
+	change       func()
+	transactions int
+}
+
+func (c *settling) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	if c.transactions == 0 {
+		c.change()
+	}
+	c.transactions++
+	return c.Client.TransactWriteItems(ctx, in, opts...)
+}
+
+// TestSettleHoldRecordStates: a hold is stale when no record holds its key:
+// none, or one a new request may reclaim, as an expired COMPLETED record
+// whose answer was stored without the effects giving the hold back
+// (response_too_large) before TTL deletes it. An UNKNOWN record or an
+// External reservation, expired or not, and a COMPLETED record within its
+// retention hold the key: settle-hold refuses their holds.
+func TestSettleHoldRecordStates(t *testing.T) {
+	e := newEnv(t)
+	now := time.Now()
+	tests := []struct {
+		name    string
+		status  idempotency.Status
+		expires time.Duration // from now
+		stale   bool
+	}{
+		{"COMPLETED, expired", idempotency.StatusCompleted, -time.Minute, true},
+		{"COMPLETED, within its retention", idempotency.StatusCompleted, time.Hour, false},
+		{"UNKNOWN, expired", idempotency.StatusUnknown, -time.Minute, false},
+		{"External reservation, expired", idempotency.StatusInProgress, -time.Minute, false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := e.holdUnknown(t, fmt.Sprintf("refund-state-%d", i), false)
+			rec := h.rec
+			rec.Status, rec.ExpiresAt = tt.status, now.Add(tt.expires)
+			if tt.status == idempotency.StatusCompleted {
+				rec.LeaseToken = ""
+				rec.Response = &idempotency.Response{Status: 500, Header: map[string]string{"Content-Type": "application/problem+json"},
+					Body: []byte(`{"code":"response_too_large"}`)}
+			}
+			e.put(t, rec)
+
+			code, out, errOut := e.run(t, "holds", h.p.PK)
+			var shown struct{ Holds []settled }
+			if err := json.Unmarshal([]byte(out), &shown); err != nil || code != 0 || len(shown.Holds) != 1 ||
+				shown.Holds[0].Stale != tt.stale || shown.Holds[0].RecordStatus != string(tt.status) {
+				t.Errorf("holds = exit %d %s %s (%v), want the hold, stale %v, its record %s", code, out, errOut, err, tt.stale, tt.status)
+			}
+			code, _, errOut = e.run(t, "settle-hold", "release", "-confirm", fmt.Sprint(heldAmount), "-hold", h.key.Hash, h.p.PK)
+			want := figuresOf(h.p)
+			if tt.stale {
+				want = figures{Refundable: 2500, Holds: map[string]int64{}}
+				if code != 0 {
+					t.Errorf("settle-hold = exit %d %q, want it settled", code, errOut)
+				}
+			} else if code != 1 || !strings.Contains(errOut, "not stale: its key has a live record, "+string(tt.status)) {
+				t.Errorf("settle-hold = exit %d %q, want 1 saying its key has a live record", code, errOut)
+			}
+			if got := figuresOf(e.paymentNow(t, h.p)); !cmp.Equal(got, want) {
+				t.Errorf("payment after = %+v, want %+v", got, want)
+			}
+		})
+	}
+}
