@@ -271,18 +271,34 @@ type itemWrite struct {
 // restoreMarks is the effect table of the marks of restores (RestoreMark).
 const restoreMarks = "restore-marks"
 
-// RestoreMark returns the effect that marks the restore named id of key's
-// record, for recovery.Sweeper, as the DynamoDB store's does: an item of the
-// restoreMarks table ("restore-marks") that fails Reserve with an
-// *idempotency.RejectedError when it exists already. The in-memory store
-// keeps it for good; expiresAt is the DynamoDB store's TTL.
+// RestoreMark returns the effect that marks the stream REMOVE named id of
+// key's record, for recovery.Sweeper (a recovery.RestoreMarker), as the
+// DynamoDB store's does: an item of the restoreMarks table
+// ("restore-marks") that fails Reserve with an *idempotency.RejectedError
+// when it exists already. The in-memory store keeps it for good; expiresAt
+// is the DynamoDB store's TTL.
 func (s *Store) RestoreMark(key idempotency.Key, id string, expiresAt time.Time) idempotency.Effect {
 	return Insert(restoreMarks, key.ID()+"#restored#"+id, expiresAt)
 }
 
-// Restored reports whether the restore named id of key's record landed: its
-// mark (RestoreMark) exists.
-func (s *Store) Restored(ctx context.Context, key idempotency.Key, id string) (bool, error) {
+// Mark writes the mark of the REMOVE named id of key's record on its own,
+// unless it exists already.
+func (s *Store) Mark(ctx context.Context, key idempotency.Key, id string, expiresAt time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.items[restoreMarks] == nil {
+		s.items[restoreMarks] = map[string]any{}
+	}
+	k := key.ID() + "#restored#" + id
+	if _, ok := s.items[restoreMarks][k]; !ok {
+		s.items[restoreMarks][k] = expiresAt
+	}
+	return nil
+}
+
+// Marked reports whether the REMOVE named id of key's record was handled
+// before: its mark (RestoreMark, Mark) exists.
+func (s *Store) Marked(ctx context.Context, key idempotency.Key, id string) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, ok := s.items[restoreMarks][key.ID()+"#restored#"+id]

@@ -98,15 +98,18 @@
 //     was restored.
 //
 // Every restore is written with a mark naming the stream REMOVE it restores
-// from (Reserver.RestoreMark: its event ID, in the same write as the
+// from (RestoreMarker.RestoreMark: its event ID, in the same write as the
 // record, kept 48 hours, past the 24 hours a stream keeps a record), so
 // that a redelivery of that REMOVE tells its own restore from a new
 // reservation even once the record has moved on in a way continuing cannot
 // see: released by the reconciler (the request had no effect), after which
 // the key is free (the mark's condition fails the write: nothing is
 // restored a second time) or reserved anew by a retry (the conflict finds
-// the mark, Reserver.Restored: no zombie_unrestored, as the first attempt's
-// outcome was reconciled). Only a restore that never landed leaves no mark.
+// the mark, RestoreMarker.Marked: no zombie_unrestored, as the first attempt's
+// outcome was reconciled). A REMOVE counted zombie_unrestored is marked too
+// (RestoreMarker.Mark, after the count), so that it is counted once however
+// often it is delivered. A store that is not a RestoreMarker is swept
+// without marks.
 //
 // The Sweeper also restores an UNKNOWN record that TTL deleted before it
 // was resolved (the reconciler's retries exhausted, and no retry or operator

@@ -15,9 +15,10 @@ import (
 	"github.com/oncehq/once/idempotency/stream"
 )
 
-// Reserver is the part of a store the Sweeper uses: idempotency.Store's
-// Reserve, and the marks of its restores (dynamo.Store and memory.Store
-// implement it).
+// Reserver is the part of idempotency.Store the Sweeper uses. A Reserver
+// that is a RestoreMarker too (dynamo.Store and memory.Store are) has each
+// REMOVE the Sweeper handles marked, so that a redelivery of it is
+// recognised whatever became of the record since.
 type Reserver interface {
 	// Reserve writes rec and effects provided no record for its key exists
 	// or the existing one is reclaimable at now; otherwise it returns an
@@ -25,14 +26,28 @@ type Reserver interface {
 	// returns an *idempotency.RejectedError. Either way it writes nothing.
 	// Other errors mean the store could not be written.
 	Reserve(ctx context.Context, rec idempotency.Record, effects []idempotency.Effect, now time.Time) error
-	// RestoreMark returns the effect, written with a restore, that marks
-	// the restore named id (the REMOVE's event ID) of key's record until
-	// expiresAt; its condition fails (a *idempotency.RejectedError from
-	// Reserve) when the mark exists already.
+}
+
+// RestoreMarker is what a Reserver may also provide: the marks of the
+// stream REMOVE records the Sweeper handled, each named by the record's
+// event ID, kept until an expiry past the stream's 24 hours. A mark is
+// written with a restore (in Reserve's write) or, when the Sweeper counts
+// zombie_unrestored instead, on its own. Without it (a store of your own
+// that does not implement it) a redelivered REMOVE whose restore was since
+// released is restored a second time, or counted zombie_unrestored again.
+type RestoreMarker interface {
+	// RestoreMark returns the effect that marks REMOVE id of key's record
+	// until expiresAt, written with its restore: its condition fails
+	// (Reserve's *idempotency.RejectedError, at the effect's index) when
+	// the mark exists already.
 	RestoreMark(key idempotency.Key, id string, expiresAt time.Time) idempotency.Effect
-	// Restored reports whether the mark of the restore named id of key's
-	// record exists: that restore landed.
-	Restored(ctx context.Context, key idempotency.Key, id string) (bool, error)
+	// Mark writes the mark of REMOVE id of key's record until expiresAt,
+	// unless it exists already (then it writes nothing and returns nil).
+	Mark(ctx context.Context, key idempotency.Key, id string, expiresAt time.Time) error
+	// Marked reports whether the mark of REMOVE id of key's record exists:
+	// an earlier delivery of that REMOVE restored the record, or counted
+	// it unrestored.
+	Marked(ctx context.Context, key idempotency.Key, id string) (bool, error)
 }
 
 // restoreMarkKeep is how long a restore's mark is kept: a stream keeps a
@@ -173,9 +188,13 @@ func (s *Sweeper) restore(ctx context.Context, log *slog.Logger, c stream.Change
 	if id == "" {
 		id = c.SequenceNumber
 	}
+	marker, _ := s.cfg.Store.(RestoreMarker)
+	if id == "" { // every stream record has both; a hand-made one may not
+		marker = nil
+	}
 	var marks []idempotency.Effect
-	if id != "" { // every stream record has both; a hand-made one may not
-		marks = []idempotency.Effect{s.cfg.Store.RestoreMark(old.Key, id, now.Add(restoreMarkKeep))}
+	if marker != nil {
+		marks = []idempotency.Effect{marker.RestoreMark(old.Key, id, now.Add(restoreMarkKeep))}
 	}
 	err := s.cfg.Store.Reserve(ctx, restored, marks, now)
 	var conflict *idempotency.ConflictError
@@ -183,12 +202,14 @@ func (s *Sweeper) restore(ctx context.Context, log *slog.Logger, c stream.Change
 	switch {
 	case errors.As(err, &rejected) && len(marks) > 0 && rejected.Index == 0:
 		// The key is free (or reclaimable) and the mark is there: an
-		// earlier delivery of this record restored it, and the record
-		// was finalised since (released: the request had no effect).
+		// earlier delivery of this record handled it, restored it (the
+		// record was finalised since: released, the request had no
+		// effect) or counted it unrestored (the reservation that held the
+		// key then is gone since).
 		if len(counts) > 0 {
 			s.cfg.Metrics.Count(counts...)
 		}
-		log.Info(what + "; not restored: an earlier delivery restored it, and it was finalised since")
+		log.Info(what + "; not restored: an earlier delivery of this record handled it")
 		return nil
 	case errors.As(err, &conflict):
 		ex := conflict.Existing
@@ -207,22 +228,23 @@ func (s *Sweeper) restore(ctx context.Context, log *slog.Logger, c stream.Change
 			log.Info(what+"; not restored: the key is held already", "existing", existing)
 			return nil
 		}
-		if len(marks) > 0 {
-			mine, err := s.cfg.Store.Restored(ctx, old.Key, id)
+		if marker != nil {
+			handled, err := marker.Marked(ctx, old.Key, id)
 			if err != nil {
-				err = fmt.Errorf("recovery: sweep: read the mark of the restore of %s: %w", old.Key.Short(), err)
+				err = fmt.Errorf("recovery: sweep: read the mark of %s: %w", old.Key.Short(), err)
 				log.Error("restoring "+what+" failed", "err", err.Error())
 				return err
 			}
-			if mine {
-				// An earlier delivery of this record restored it; the
-				// record was finalised since (released) and the key
-				// reserved anew, by a retry that may run the request
-				// again now that its outcome is settled.
+			if handled {
+				// An earlier delivery of this record restored it (the
+				// record was finalised since, released, and the key
+				// reserved anew by a retry that may run the request again
+				// now that its outcome is settled), or found the key
+				// taken already and counted zombie_unrestored.
 				if len(counts) > 0 {
 					s.cfg.Metrics.Count(counts...)
 				}
-				log.Info(what+"; not restored: an earlier delivery restored it, it was finalised since and its key reserved anew",
+				log.Info(what+"; not restored: an earlier delivery of this record handled it",
 					"existing", string(ex.Status))
 				return nil
 			}
@@ -230,11 +252,18 @@ func (s *Sweeper) restore(ctx context.Context, log *slog.Logger, c stream.Change
 		// A new reservation took the key between the deletion and now,
 		// the same request's (a retry) or another's: it may have called
 		// the other system again, and nothing will ask what the earlier
-		// request did there.
+		// request did there. Counted, then marked, so that a redelivery
+		// does not count it again (a mark that cannot be written only
+		// lets a redelivery count it twice: logged, not retried).
 		s.cfg.Metrics.Count(append(counts, MetricUnrestored)...)
 		log.Error(what+" not restored: a new reservation holds its key; the request may have run twice, its first outcome at the other system is unreconciled",
 			"created_at", old.CreatedAt, "existing", string(ex.Status), "existing_created_at", ex.CreatedAt,
 			"same_fingerprint", ex.Fingerprint == old.Fingerprint)
+		if marker != nil {
+			if err := marker.Mark(ctx, old.Key, id, now.Add(restoreMarkKeep)); err != nil {
+				log.Warn("marking "+what+" unrestored failed: a redelivery would count it again", "err", err.Error())
+			}
+		}
 		return nil
 	case err != nil:
 		err = fmt.Errorf("recovery: sweep: restore %s as UNKNOWN: %w", old.Key.Short(), err)

@@ -202,3 +202,73 @@ func TestSweeperMarksRestoreInMemory(t *testing.T) {
 		t.Errorf("metrics mismatch (-want +got):\n%s", diff)
 	}
 }
+
+// Both stores of the module mark the REMOVE records the Sweeper handles.
+var (
+	_ recovery.RestoreMarker = (*dynamo.Store)(nil)
+	_ recovery.RestoreMarker = (*memory.Store)(nil)
+)
+
+// reserveOnly hides a store's RestoreMarker: a store of a user's own that
+// has none.
+type reserveOnly struct{ recovery.Reserver }
+
+// TestSweeperCountsUnrestoredOnce: a new reservation took the key of an
+// abandoned External reservation between its TTL deletion and the REMOVE's
+// delivery; the Sweeper counts zombie_unrestored (alarmed), once however
+// often the REMOVE is delivered, and once that reservation is gone, a
+// redelivery does not restore the old record over the free key either: the
+// REMOVE was handled. A store without RestoreMarker counts it at every
+// delivery, as before marks.
+func TestSweeperCountsUnrestoredOnce(t *testing.T) {
+	w := newWorld(t)
+	stores := []struct {
+		name string
+		new  func() (recovery.Reserver, idempotency.Store)
+		want map[string]int
+	}{
+		{"dynamo", func() (recovery.Reserver, idempotency.Store) { return w.store, w.store },
+			map[string]int{recovery.MetricZombieSwept: 3, recovery.MetricUnrestored: 1}},
+		{"memory", func() (recovery.Reserver, idempotency.Store) { s := memory.New(); return s, s },
+			map[string]int{recovery.MetricZombieSwept: 3, recovery.MetricUnrestored: 1}},
+		{"memory without marks", func() (recovery.Reserver, idempotency.Store) { s := memory.New(); return reserveOnly{s}, s },
+			map[string]int{recovery.MetricZombieSwept: 3, recovery.MetricUnrestored: 2, recovery.MetricReconcileScheduled: 1}},
+	}
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			sweepStore, store := st.new()
+			key := idempotency.NewKey("acme", "unrestored-once-"+strings.ReplaceAll(st.name, " ", "-")+"-"+idempotency.NewToken())
+			now := time.Now()
+			old := reservation(key, now.Add(-2*time.Minute), 30*time.Second)
+			remove := lambdatest.Record(events.DynamoDBOperationTypeRemove, stream.FromSDK(dynamo.ItemFromRecord(old)), nil, lambdatest.TTLIdentity(), now)
+			h := newSweepHarness(t, sweepStore, time.Now)
+			deliver := func(when string) {
+				t.Helper()
+				if failed := h.handle(t, remove); failed != nil {
+					t.Fatalf("%s: failures = %v, want none", when, failed)
+				}
+			}
+			retry := reservation(key, time.Now(), 30*time.Second)
+			if err := store.Reserve(t.Context(), retry, nil, time.Now()); err != nil {
+				t.Fatalf("Reserve(retry): %v", err)
+			}
+			deliver("first delivery")
+			deliver("redelivery")
+			if err := store.Release(t.Context(), key, retry.LeaseToken, nil); err != nil {
+				t.Fatalf("Release(retry): %v", err)
+			}
+			deliver("redelivery after the retry's release")
+			got, err := store.Get(t.Context(), key)
+			marked := st.name != "memory without marks"
+			switch {
+			case marked && !errors.Is(err, idempotency.ErrNotFound):
+				t.Errorf("after a redelivery over the free key: Get() = %s, %v; want the key free (the REMOVE was handled)", got.Status, err)
+			case !marked && (err != nil || got.Status != idempotency.StatusUnknown):
+				t.Errorf("without marks: Get() = %s, %v; want the old record restored UNKNOWN", got.Status, err)
+			}
+			if diff := cmp.Diff(st.want, lambdatest.Counts(t, h.metrics.String(), "sweeper")); diff != "" {
+				t.Errorf("metrics mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -281,7 +281,9 @@ var notes = []string{
 		"The bench's route without idempotency decodes and validates the body as POST /v1/payments does, writes the same payment item with one conditional PutItem and answers the same JSON. " +
 		"The row \"the idempotency table without its stream\" is a second devstack on the same DynamoDB Local whose tables have no stream (no sweeper, no reconciler: no recovery), " +
 		"driven in the same rounds: what the stream that recovery reads costs DynamoDB Local, which writes each stream record as part of the write (AWS does not add it to the request). " +
-		"DynamoDB Local CPU: the emulator process's user and system time (/proc, 10 ms ticks) while the clients ran, per request; it includes the stream pollers' reads. Only when the bench started DynamoDB Local (not with DYNAMODB_ENDPOINT), on Linux.",
+		"DynamoDB Local CPU: the emulator process's user and system time (/proc, 10 ms ticks) while the clients ran, per request; it includes the stream pollers' reads, " +
+		"and the first devstack's pollers read its stream during every row, the one without the stream too: the difference between the two rows of new keys is a lower bound of the stream's cost. " +
+		"Only when the bench started DynamoDB Local (not with DYNAMODB_ENDPOINT), on Linux.",
 	"Duplicate storm: waves of 10 keys, each sent 8 times at once (80 requests in flight), then one follow-up per key; effects are counted where they land " +
 		"(payment items, the provider's charges and refunds) and include the follow-up's, so the route without idempotency makes 9 per key; " +
 		"a key's answers differ when two of its final answers (2xx, 4xx but 409) are not the same bytes.",

@@ -598,7 +598,9 @@ func (c *checker) waitQuiet(ctx context.Context, bound time.Duration) []string {
 	}
 }
 
-// records reads every idempotency record.
+// records reads every idempotency record: the items of the table with a
+// status (a large answer's chunks and the sweeper's marks of the REMOVEs it
+// handled have none).
 func (c *checker) records(ctx context.Context) ([]idempotency.Record, error) {
 	items, err := scan(ctx, c.sys.db, c.sys.cfg.Table("IdempotencyTable"))
 	if err != nil {
@@ -606,6 +608,9 @@ func (c *checker) records(ctx context.Context) ([]idempotency.Record, error) {
 	}
 	recs := make([]idempotency.Record, 0, len(items))
 	for _, item := range items {
+		if _, ok := item[dynamo.AttrStatus]; !ok {
+			continue
+		}
 		rec, err := dynamo.RecordFromItem(item)
 		if err != nil {
 			return nil, fmt.Errorf("record: %w", err)
