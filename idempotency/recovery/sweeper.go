@@ -81,7 +81,8 @@ type Sweeper struct {
 
 // NewSweeper returns a Sweeper for cfg, filling in defaults. A Store that is
 // nil, or an interface holding a nil pointer, is an error here rather than a
-// panic at the first record.
+// panic at the first record. A Store that is not a RestoreMarker (a wrapper
+// of one hides it) is logged at WARN: its REMOVEs are handled without marks.
 func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 	if nilness.Nil(cfg.Store) {
 		return nil, errors.New("recovery: SweeperConfig.Store is required")
@@ -95,6 +96,10 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 	cfg.Metrics = counterOr(cfg.Metrics)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if _, ok := cfg.Store.(RestoreMarker); !ok {
+		cfg.Logger.Warn("recovery: the sweeper's store is not a RestoreMarker: a redelivered REMOVE may be restored or counted zombie_unrestored again",
+			"store", fmt.Sprintf("%T", cfg.Store))
 	}
 	return &Sweeper{cfg: cfg}, nil
 }

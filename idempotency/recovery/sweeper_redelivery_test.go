@@ -269,6 +269,9 @@ func TestSweeperCountsUnrestoredOnce(t *testing.T) {
 			if diff := cmp.Diff(st.want, lambdatest.Counts(t, h.metrics.String(), "sweeper")); diff != "" {
 				t.Errorf("metrics mismatch (-want +got):\n%s", diff)
 			}
+			if warned := strings.Contains(h.logs.String(), "not a RestoreMarker"); warned == marked {
+				t.Errorf("NewSweeper warned that the store is not a RestoreMarker: %t, want %t", warned, !marked)
+			}
 		})
 	}
 }

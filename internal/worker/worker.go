@@ -32,8 +32,9 @@ const (
 	MetricReadFailed = "worker_read_failed"
 	// MetricLookUpFailed counts the retrier's look-ups of a payment's
 	// charge, at the end of its retry window, that failed (the provider
-	// down or erroring, or an answer that is not its record of the
-	// charge), one per failed look-up: like a failed read, each such
+	// down or erroring, an answer that is not its record of the charge, or
+	// a charge still not final, pending hours after it was made), one per
+	// failed look-up: like a failed read, each such
 	// message is sent back as a new one until the look-up horizon, so this
 	// metric persisting (alarmed in template.yaml) is the one sign of a
 	// provider outage before then.
