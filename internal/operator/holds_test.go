@@ -372,8 +372,11 @@ func TestSettleHoldRefuses(t *testing.T) {
 // write leaves the hold as it is, and the command says what it is now: the
 // hold settled or changed meanwhile (its Update's condition), a record of
 // its key restored meanwhile, as the sweeper restores an UNKNOWN record
-// that TTL deleted (its ConditionCheck), and a refund of the key written
-// meanwhile (the refund's Put).
+// that TTL deleted, or any record the store's reclaim rule says a new
+// request may not reclaim: an External reservation, expired or not, an
+// expired UNKNOWN record, a COMPLETED record within its retention (its
+// ConditionCheck), and a refund of the key written meanwhile (the refund's
+// Put).
 func TestSettleHoldFenced(t *testing.T) {
 	e := newEnv(t)
 	paymentsTable := e.names.ByLogicalID["PaymentsTable"]
@@ -405,6 +408,20 @@ func TestSettleHoldFenced(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "its key has a live record now, UNKNOWN"},
+		// The store's reclaim rule: a record of the key that a new request
+		// may not reclaim holds the hold, however it got there meanwhile.
+		{"live External reservation meanwhile", "refunded", func(t *testing.T, h held) {
+			e.put(t, recordAs(h.rec, idempotency.StatusInProgress, time.Hour))
+		}, "its key has a live record now, IN_PROGRESS"},
+		{"expired External reservation meanwhile", "release", func(t *testing.T, h held) {
+			e.put(t, recordAs(h.rec, idempotency.StatusInProgress, -time.Minute))
+		}, "its key has a live record now, IN_PROGRESS"},
+		{"expired UNKNOWN record meanwhile", "release", func(t *testing.T, h held) {
+			e.put(t, recordAs(h.rec, idempotency.StatusUnknown, -time.Minute))
+		}, "its key has a live record now, UNKNOWN"},
+		{"COMPLETED record within its retention meanwhile", "refunded", func(t *testing.T, h held) {
+			e.put(t, recordAs(h.rec, idempotency.StatusCompleted, time.Hour))
+		}, "its key has a live record now, COMPLETED"},
 		{"refund written meanwhile", "refunded", func(t *testing.T, h held) {
 			item, err := attributevalue.MarshalMap(refunds.Refund{PK: refunds.PK("acme", refunds.ID(h.key)), ID: refunds.ID(h.key), Tenant: "acme"})
 			if err != nil {
@@ -445,8 +462,30 @@ func TestSettleHoldFenced(t *testing.T) {
 			if got.Refundable != before.Refundable || got.Refunded != before.Refunded {
 				t.Errorf("payment after = %+v, want refundable %d and refunded %d as before", got, before.Refundable, before.Refunded)
 			}
+			if tt.outcome == "refunded" && !strings.HasPrefix(tt.name, "refund written") {
+				out, err := e.db.GetItem(t.Context(), &dynamodb.GetItemInput{
+					TableName: aws.String(e.names.ByLogicalID["RefundsTable"]), ConsistentRead: aws.Bool(true),
+					Key: map[string]dynamodbtypes.AttributeValue{refunds.KeyAttr: &dynamodbtypes.AttributeValueMemberS{Value: refunds.PK("acme", refunds.ID(h.key))}},
+				})
+				if err != nil || len(out.Item) != 0 {
+					t.Errorf("refund item after = %v (%v), want none", out.Item, err)
+				}
+			}
 		})
 	}
+}
+
+// recordAs is rec, an External refund's record, in status, expiring in
+// expires from now; COMPLETED, with the answer of a refund whose effects
+// were dropped (response_too_large).
+func recordAs(rec idempotency.Record, status idempotency.Status, expires time.Duration) idempotency.Record {
+	rec.Status, rec.ExpiresAt = status, time.Now().Add(expires)
+	if status == idempotency.StatusCompleted {
+		rec.LeaseToken = ""
+		rec.Response = &idempotency.Response{Status: 500, Header: map[string]string{"Content-Type": "application/problem+json"},
+			Body: []byte(`{"code":"response_too_large"}`)}
+	}
+	return rec
 }
 
 // settling is a DynamoDB client that runs change once before the first
