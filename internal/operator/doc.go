@@ -74,8 +74,8 @@
 //     GET shows the refund). It prints the hold, and writes only with
 //     -confirm naming the amount shown, in one TransactWriteItems: the
 //     payment's Update conditioned on the hold still being that amount, a
-//     ConditionCheck that no record holds the key (the store's own
-//     reservation condition), and for refunded the refund's Put, conditioned
+//     ConditionCheck that no record holds the key (dynamo.ReclaimCheck, the
+//     store's own reservation condition), and for refunded the refund's Put, conditioned
 //     on there being none. When the hold changed, the key got a live record
 //     (a sweeper's restore) or the refund exists, nothing is written, and
 //     the command says what it is now. The settlement is logged as one JSON line

@@ -39,13 +39,6 @@ const (
 const (
 	// holdCondition: the payment still holds the amount shown for the key.
 	holdCondition = "#holds.#key = :amount"
-	// freeKeyCondition: no record of the key holds it: none, or one a new
-	// request may reclaim (idempotency.Record.Reclaimable, the store's own
-	// reservation condition): an expired COMPLETED record, or an expired
-	// reservation that is not External. An UNKNOWN record, or an External
-	// reservation, expired or not, still owns its hold.
-	freeKeyCondition = "attribute_not_exists(#pk) OR " +
-		"(#expires_ms <= :now AND (#status = :completed OR #status = :in_progress AND #external = :false))"
 	// newRefundCondition: the refunds table has no refund of the key.
 	newRefundCondition = "attribute_not_exists(#pk)"
 )
@@ -307,6 +300,10 @@ func (t *Tool) settleFenced(ctx context.Context, key idempotency.Key, p payments
 		names["#refunded"] = payments.AttrAmountRefunded
 		values[":zero"] = &types.AttributeValueMemberN{Value: "0"}
 	}
+	// No record holds the key: the store's own reclaim rule
+	// (idempotency.Record.Reclaimable). An UNKNOWN record, or an External
+	// reservation, expired or not, still owns its hold.
+	free := dynamo.ReclaimCheck(t.cfg.Table("IdempotencyTable"), key, now)
 	items := []types.TransactWriteItem{
 		{Update: &types.Update{
 			TableName:                           aws.String(t.cfg.Table("PaymentsTable")),
@@ -317,21 +314,7 @@ func (t *Tool) settleFenced(ctx context.Context, key idempotency.Key, p payments
 			ExpressionAttributeValues:           values,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}},
-		{ConditionCheck: &types.ConditionCheck{
-			TableName:           aws.String(t.cfg.Table("IdempotencyTable")),
-			Key:                 map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: key.ID()}},
-			ConditionExpression: aws.String(freeKeyCondition),
-			ExpressionAttributeNames: map[string]string{
-				"#pk": dynamo.AttrPK, "#expires_ms": dynamo.AttrExpiresAtMS, "#status": dynamo.AttrStatus, "#external": dynamo.AttrExternal,
-			},
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":now":         &types.AttributeValueMemberN{Value: fmt.Sprint(now.UnixMilli())},
-				":completed":   &types.AttributeValueMemberS{Value: string(idempotency.StatusCompleted)},
-				":in_progress": &types.AttributeValueMemberS{Value: string(idempotency.StatusInProgress)},
-				":false":       &types.AttributeValueMemberBOOL{Value: false},
-			},
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}},
+		{ConditionCheck: &free},
 	}
 	refundID := refunds.ID(key)
 	if outcome == settleRefunded {
