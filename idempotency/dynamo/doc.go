@@ -17,7 +17,9 @@
 // updated_at): a record read back carries its times truncated to the
 // millisecond, and the reclaim condition compares expires_at_ms with the
 // caller's now truncated the same way, which is exactly Record.Reclaimable
-// applied to the stored record. expires_at, the TTL attribute, is the expiry
+// applied to the stored record. ReclaimCheck is that condition as a
+// ConditionCheck, for a transaction of the caller's own fenced on a key being
+// free. expires_at, the TTL attribute, is the expiry
 // rounded up to the second, so TTL never deletes a record before it expires.
 //
 // Errors: throttling, network failures, 5xx and context cancellation, once the

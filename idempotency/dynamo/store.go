@@ -74,6 +74,27 @@ func reclaimExpr(now time.Time) (map[string]string, map[string]types.AttributeVa
 		}
 }
 
+// ReclaimCheck returns the ConditionCheck, for a TransactWriteItems of the
+// caller's own on table, that key has no record holding it at now: none, or
+// one Record.Reclaimable at now (an expired COMPLETED record, or an expired
+// reservation that is not External), the condition Reserve and Commit write
+// under. An UNKNOWN record, an External reservation (expired or not) or an
+// unexpired record fails it, with its item returned (ALL_OLD, for
+// RecordFromItem) in the transaction's cancellation reason. It is how a
+// write elsewhere (an operator settling what a key's request held) is fenced
+// on the key being free, under the store's own rule.
+func ReclaimCheck(table string, key idempotency.Key, now time.Time) types.ConditionCheck {
+	names, values := reclaimExpr(now)
+	return types.ConditionCheck{
+		TableName:                           aws.String(table),
+		Key:                                 map[string]types.AttributeValue{AttrPK: str(key.ID())},
+		ConditionExpression:                 aws.String(reclaimCondition),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+}
+
 func leaseExpr(lease string) (map[string]string, map[string]types.AttributeValue) {
 	return map[string]string{
 			"#lease":  AttrLeaseToken,

@@ -23,8 +23,10 @@
 //     operator's way out of its reconcile_failed alarm, once what its
 //     request did at the other system is settled: a retry of its key then
 //     runs the request again. What the reservation held is not given back:
-//     a refund's hold stays on its payment, stale, and the refund's retries
-//     answer 500 until an operator settles it with settle-hold. It reads the record and prints it as JSON
+//     a refund's hold stays on its payment, with no record of its key, and
+//     the refund's retries answer 500 until an operator settles it with
+//     settle-hold -no-record (for a refund's record, forget's output says
+//     so, as settle_hold). It reads the record and prints it as JSON
 //     (ID, tenant, route, status, lease token, expiry), and deletes it only
 //     with -confirm naming the lease token shown, with a DeleteItem
 //     conditioned on the status and lease token read: a record that changed
@@ -57,13 +59,17 @@
 //   - holds prints a payment's refund figures and holds as JSON: each
 //     hold's key hash, record ID (tenant#key-hash), the refund ID its key
 //     names and its amount, with the status and expiry of its key's record.
-//     A hold whose key has no live record (none, or one a new request may
-//     reclaim: idempotency.Record.Reclaimable) is stale: nothing will
-//     complete or release it, and every retry of its key answers 500. It
-//     gets so when its UNKNOWN record was forgotten, or when its record was
-//     completed with the response_too_large problem without the effects
-//     that give it back (reserve_effects_dropped, reconcile_effects_dropped)
-//     and has since expired.
+//     A hold whose key's record is one a new request may reclaim
+//     (idempotency.Record.Reclaimable) is stale: nothing will complete or
+//     release it, and every retry of its key answers 500. It gets so when
+//     its record was completed with the response_too_large problem without
+//     the effects that give it back (reserve_effects_dropped,
+//     reconcile_effects_dropped) and has since expired. A hold whose key has
+//     no record is shown no_record, not stale: the record was forgotten, or
+//     TTL deleted it (an UNKNOWN record, an External reservation past its
+//     lease, or that expired COMPLETED one) and the sweeper may not have
+//     processed the deletion yet: it restores the first two as UNKNOWN,
+//     owning the hold, after the stream's lag, or up to 24 h while it fails.
 //   - settle-hold settles a stale hold as the operator found the provider
 //     (the refunds of the payment's charge): release (nothing was refunded:
 //     the amount goes back into refundable; a retry of the key refunds
@@ -71,11 +77,17 @@
 //     refund item the key names is written, with -provider-refund, the
 //     payment's currency, created now, no reason or metadata: a retry of the
 //     key answers 422 idempotency_key_reused instead of refunding again, and
-//     GET shows the refund). It prints the hold, and writes only with
+//     GET shows the refund). A hold whose key has no record it settles only
+//     with -no-record, the operator's word that the record was forgotten
+//     (forget) or that the sweeper has processed its deletion (SweeperDLQ
+//     empty, no sweeper alarm): settled before a restore, the restored
+//     record would find its hold gone, unresolvable for good (refunded), or
+//     the amount the provider refunded would be refundable again (release).
+//     It prints the hold, and writes only with
 //     -confirm naming the amount shown, in one TransactWriteItems: the
 //     payment's Update conditioned on the hold still being that amount, a
-//     ConditionCheck that no record holds the key (the store's own
-//     reservation condition), and for refunded the refund's Put, conditioned
+//     ConditionCheck that no record holds the key (dynamo.ReclaimCheck, the
+//     store's own reservation condition), and for refunded the refund's Put, conditioned
 //     on there being none. When the hold changed, the key got a live record
 //     (a sweeper's restore) or the refund exists, nothing is written, and
 //     the command says what it is now. The settlement is logged as one JSON line

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/internal/payments"
+	"github.com/oncehq/once/internal/refunds"
 )
 
 // forgetCondition fences forget's DeleteItem on what the operator was shown:
@@ -24,6 +27,25 @@ const forgetCondition = "#status = :status AND #lease = :lease"
 type forgetView struct {
 	recordView
 	Forgotten bool `json:"forgotten"`
+	// SettleHold, for a refund's record, says how its hold on the payment,
+	// left with no record of its key once the record is forgotten, is
+	// settled.
+	SettleHold string `json:"settle_hold,omitempty"`
+}
+
+// settleHoldHint is, for a refund's record, how its hold is settled once the
+// record is forgotten ("" for another route's).
+func settleHoldHint(rec idempotency.Record) string {
+	if rec.Route != refunds.RouteCreate {
+		return ""
+	}
+	payment := "PAYMENT"
+	var req refunds.Request
+	if json.Unmarshal(rec.Request, &req) == nil && payments.ValidID(req.Payment) {
+		payment = payments.PK(rec.Key.Tenant, req.Payment)
+	}
+	return fmt.Sprintf("forgotten, its hold on the payment (if any) stays: `oncectl holds %s`, then, as the provider's refunds say, "+
+		"`oncectl settle-hold (release | refunded -provider-refund ID) -no-record -hold %s -confirm AMOUNT %s`", payment, rec.Key.Hash, payment)
 }
 
 // forget deletes an UNKNOWN record that can never be reconciled, fenced on
@@ -32,7 +54,8 @@ type forgetView struct {
 func (t *Tool) forget(ctx context.Context, args []string) error {
 	fs := t.flags("forget", "[-confirm LEASE-TOKEN] (RECORD | -tenant T -key KEY)",
 		"Delete an UNKNOWN record that can never be reconciled, for good: a retry of its key then runs again\n"+
-			"(a refund's hold stays on its payment, stale: settle it with `oncectl settle-hold`, see `oncectl holds`).\n"+
+			"(a refund's hold stays on its payment with no record of its key: settle it with `oncectl settle-hold\n"+
+			"-no-record`, see `oncectl holds`; for a refund's record the output says so, as \"settle_hold\").\n"+
 			"Without -confirm it only shows the record; -confirm takes the lease token shown, and the record\n"+
 			"is deleted only if it is still UNKNOWN under that token.")
 	read := t.recordArg(fs)
@@ -42,7 +65,7 @@ func (t *Tool) forget(ctx context.Context, args []string) error {
 		return err
 	}
 	now := t.now()
-	v := forgetView{recordView: view(rec, now)}
+	v := forgetView{recordView: view(rec, now), SettleHold: settleHoldHint(rec)}
 	refusal := forgettable(rec, now)
 	switch {
 	case refusal != "":

@@ -39,16 +39,17 @@ const (
 const (
 	// holdCondition: the payment still holds the amount shown for the key.
 	holdCondition = "#holds.#key = :amount"
-	// freeKeyCondition: no record of the key holds it: none, or one a new
-	// request may reclaim (idempotency.Record.Reclaimable, the store's own
-	// reservation condition): an expired COMPLETED record, or an expired
-	// reservation that is not External. An UNKNOWN record, or an External
-	// reservation, expired or not, still owns its hold.
-	freeKeyCondition = "attribute_not_exists(#pk) OR " +
-		"(#expires_ms <= :now AND (#status = :completed OR #status = :in_progress AND #external = :false))"
 	// newRefundCondition: the refunds table has no refund of the key.
 	newRefundCondition = "attribute_not_exists(#pk)"
 )
+
+// noRecordNote is what holds says of a hold whose key has no record, and
+// what settle-hold's -no-record acknowledges.
+const noRecordNote = "its key has no record: it was forgotten (`oncectl forget`), or deleted by TTL and perhaps " +
+	"not yet restored by the sweeper, which restores an UNKNOWN record or an External reservation TTL deleted as " +
+	"UNKNOWN, owning this hold (after the stream's lag, or up to 24 h while the sweeper fails); settle it with " +
+	"`oncectl settle-hold -no-record` only after `oncectl forget` of that record, or once the sweeper has " +
+	"processed the deletion (SweeperDLQ empty, no sweeper alarm)"
 
 // keyHash is the shape of an idempotency key's hash (idempotency.Key.Hash).
 var keyHash = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -78,9 +79,16 @@ type holdView struct {
 	// none.
 	RecordStatus    string     `json:"record_status,omitempty"`
 	RecordExpiresAt *time.Time `json:"record_expires_at,omitempty"`
-	// Stale: no live record of the key (none, or one a new request may
-	// reclaim): nothing will ever complete or release the hold.
+	// Stale: the key's record is one a new request may reclaim
+	// (idempotency.Record.Reclaimable): nothing will ever complete or
+	// release the hold.
 	Stale bool `json:"stale"`
+	// NoRecord: the key has no record. The hold is stale if the record was
+	// forgotten, or if TTL deleted it and the sweeper has processed the
+	// deletion without restoring it; until then the sweeper may restore it
+	// (Note says so).
+	NoRecord bool   `json:"no_record,omitempty"`
+	Note     string `json:"note,omitempty"`
 }
 
 // paymentArg adds -tenant and -payment to fs and returns what, given the
@@ -140,10 +148,11 @@ func (t *Tool) readHolds(ctx context.Context, tnt, id string, now time.Time) (pa
 // hold is the view of key's hold of amount at now: it reads the key's
 // record.
 func (t *Tool) hold(ctx context.Context, key idempotency.Key, amount int64, now time.Time) (holdView, error) {
-	v := holdView{KeyHash: key.Hash, Record: key.ID(), Refund: refunds.ID(key), Amount: amount, Stale: true}
+	v := holdView{KeyHash: key.Hash, Record: key.ID(), Refund: refunds.ID(key), Amount: amount}
 	rec, err := t.store.Get(ctx, key)
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound):
+		v.NoRecord, v.Note = true, noRecordNote
 		return v, nil
 	case err != nil:
 		return holdView{}, fmt.Errorf("record %s: %w", key.ID(), err)
@@ -157,9 +166,13 @@ func (t *Tool) hold(ctx context.Context, key idempotency.Key, amount int64, now 
 func (t *Tool) holds(ctx context.Context, args []string) error {
 	fs := t.flags("holds", "(PAYMENT | -tenant T -payment P)",
 		"Show a payment's refund figures and holds (PAYMENT is tenant#pay_id): each hold's key hash, record ID,\n"+
-			"the refund ID its key names, its amount, and the key's idempotency record. A hold with no live record\n"+
-			"(none, or one a new request may reclaim) is stale: nothing will ever complete or release it, and\n"+
-			"every retry of its key answers 500 until `oncectl settle-hold` settles it.")
+			"the refund ID its key names, its amount, and the key's idempotency record. A hold whose key's record\n"+
+			"a new request may reclaim (an expired COMPLETED one) is stale: nothing will ever complete or release\n"+
+			"it, and every retry of its key answers 500 until `oncectl settle-hold` settles it. A hold whose key\n"+
+			"has no record is shown \"no_record\": the record was forgotten (`oncectl forget`), or deleted by TTL\n"+
+			"and perhaps not yet restored by the sweeper (as UNKNOWN, owning the hold): settle it, with\n"+
+			"-no-record, only after `oncectl forget` of that record or once the sweeper has processed the\n"+
+			"deletion (SweeperDLQ empty, no sweeper alarm).")
 	payment := paymentArg(fs)
 	if err := t.parse(fs, args, -1); err != nil {
 		return err
@@ -175,13 +188,16 @@ func (t *Tool) holds(ctx context.Context, args []string) error {
 	if err := t.writeIndented(v); err != nil {
 		return err
 	}
-	stale := 0
+	stale, none := 0, 0
 	for _, h := range v.Holds {
 		if h.Stale {
 			stale++
 		}
+		if h.NoRecord {
+			none++
+		}
 	}
-	fmt.Fprintf(t.errOut, "%d hold(s), %d stale\n", len(v.Holds), stale)
+	fmt.Fprintf(t.errOut, "%d hold(s), %d stale, %d with no record of its key\n", len(v.Holds), stale, none)
 	return nil
 }
 
@@ -198,10 +214,10 @@ type settleView struct {
 // settleHold settles a stale hold as the operator found the provider: the
 // amount back into refundable (release) or into amount_refunded with the
 // refund item written (refunded). It needs -confirm with the amount shown,
-// and writes one transaction fenced on the hold and on its key having no
-// live record.
+// and -no-record when the key has no record, and writes one transaction
+// fenced on the hold and on its key having no live record.
 func (t *Tool) settleHold(ctx context.Context, args []string) error {
-	fs := t.flags("settle-hold", "(release | refunded -provider-refund ID) -hold KEY-HASH [-confirm AMOUNT] (PAYMENT | -tenant T -payment P)",
+	fs := t.flags("settle-hold", "(release | refunded -provider-refund ID) -hold KEY-HASH [-no-record] [-confirm AMOUNT] (PAYMENT | -tenant T -payment P)",
 		"Settle a stale hold (see `oncectl holds`) as the provider's refunds of the payment's charge say:\n"+
 			"  release   the provider did not refund under the key: the amount goes back into refundable, and a\n"+
 			"            retry of the key runs the refund again;\n"+
@@ -209,13 +225,19 @@ func (t *Tool) settleHold(ctx context.Context, args []string) error {
 			"            written (the refund ID the key names, -provider-refund, the payment's currency, created\n"+
 			"            now; reason and metadata are not known), so that GET shows it and a retry of the key\n"+
 			"            answers 422 idempotency_key_reused instead of refunding again.\n"+
-			"Without -confirm it only shows the hold; -confirm takes the amount shown. The write is one\n"+
+			"Without -confirm it only shows the hold; -confirm takes the amount shown. A hold whose key has no\n"+
+			"record is settled only with -no-record: pass it only after `oncectl forget` of that record, or once\n"+
+			"the sweeper has processed its deletion by TTL (SweeperDLQ empty, no sweeper alarm). Until then the\n"+
+			"sweeper may restore the record as UNKNOWN, owning the hold, and a settlement before would leave it\n"+
+			"unresolvable (refunded) or give back an amount the provider refunded (release). The write is one\n"+
 			"transaction, conditioned on the hold still being that amount and on no live record of its key:\n"+
 			"a hold that changed, or whose key has a live record (it is not stale), is left as it is.")
 	payment := paymentArg(fs)
 	hash := fs.String("hold", "", "the hold's key hash, as holds shows it")
 	confirm := fs.Int64("confirm", 0, "the hold's amount, as shown: settle it")
 	providerRefund := fs.String("provider-refund", "", "with refunded: the provider's ID of the refund made under the key")
+	noRecord := fs.Bool("no-record", false, "settle a hold whose key has no record: only after 'oncectl forget' of that record,\n"+
+		"or once the sweeper has processed its deletion by TTL (SweeperDLQ empty, no sweeper alarm)")
 	if err := t.parse(fs, args, -1); err != nil {
 		return err
 	}
@@ -259,7 +281,9 @@ func (t *Tool) settleHold(ctx context.Context, args []string) error {
 	v := settleView{holdView: hv, Payment: p.PK, Outcome: outcome, ProviderRefundID: *providerRefund}
 	refusal := fmt.Sprintf("the hold of %s on %s is not settled", key.Hash, p.PK)
 	switch {
-	case !hv.Stale:
+	case hv.NoRecord && !*noRecord:
+		err = fmt.Errorf("%s: %s", refusal, strings.Replace(noRecordNote, "`oncectl settle-hold -no-record`", "-no-record", 1))
+	case !hv.Stale && !hv.NoRecord:
 		err = fmt.Errorf("%s: it is not stale: its key has a live record, %s until %s; its refund or the reconciler settles it (see `oncectl show %s`)",
 			refusal, hv.RecordStatus, hv.RecordExpiresAt.Format(time.RFC3339), key.ID())
 	case *confirm == 0:
@@ -279,7 +303,7 @@ func (t *Tool) settleHold(ctx context.Context, args []string) error {
 	}
 	slog.New(slog.NewJSONHandler(t.errOut, nil)).Info("hold settled by an operator",
 		"payment", p.PK, "tenant", tnt, "key_hash", key.Hash, "amount", amount, "outcome", outcome,
-		"refund", hv.Refund, "provider_refund_id", *providerRefund, "record_status", hv.RecordStatus)
+		"refund", hv.Refund, "provider_refund_id", *providerRefund, "record_status", hv.RecordStatus, "no_record", hv.NoRecord)
 	return nil
 }
 
@@ -307,6 +331,10 @@ func (t *Tool) settleFenced(ctx context.Context, key idempotency.Key, p payments
 		names["#refunded"] = payments.AttrAmountRefunded
 		values[":zero"] = &types.AttributeValueMemberN{Value: "0"}
 	}
+	// No record holds the key: the store's own reclaim rule
+	// (idempotency.Record.Reclaimable). An UNKNOWN record, or an External
+	// reservation, expired or not, still owns its hold.
+	free := dynamo.ReclaimCheck(t.cfg.Table("IdempotencyTable"), key, now)
 	items := []types.TransactWriteItem{
 		{Update: &types.Update{
 			TableName:                           aws.String(t.cfg.Table("PaymentsTable")),
@@ -317,21 +345,7 @@ func (t *Tool) settleFenced(ctx context.Context, key idempotency.Key, p payments
 			ExpressionAttributeValues:           values,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}},
-		{ConditionCheck: &types.ConditionCheck{
-			TableName:           aws.String(t.cfg.Table("IdempotencyTable")),
-			Key:                 map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: key.ID()}},
-			ConditionExpression: aws.String(freeKeyCondition),
-			ExpressionAttributeNames: map[string]string{
-				"#pk": dynamo.AttrPK, "#expires_ms": dynamo.AttrExpiresAtMS, "#status": dynamo.AttrStatus, "#external": dynamo.AttrExternal,
-			},
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":now":         &types.AttributeValueMemberN{Value: fmt.Sprint(now.UnixMilli())},
-				":completed":   &types.AttributeValueMemberS{Value: string(idempotency.StatusCompleted)},
-				":in_progress": &types.AttributeValueMemberS{Value: string(idempotency.StatusInProgress)},
-				":false":       &types.AttributeValueMemberBOOL{Value: false},
-			},
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}},
+		{ConditionCheck: &free},
 	}
 	refundID := refunds.ID(key)
 	if outcome == settleRefunded {

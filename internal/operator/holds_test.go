@@ -17,8 +17,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	dynamodbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/httpapi"
 	"github.com/oncehq/once/internal/operator"
@@ -170,6 +172,8 @@ type settled struct {
 	Amount           int64  `json:"amount"`
 	RecordStatus     string `json:"record_status"`
 	Stale            bool   `json:"stale"`
+	NoRecord         bool   `json:"no_record"`
+	Note             string `json:"note"`
 	Payment          string `json:"payment"`
 	Outcome          string `json:"outcome"`
 	ProviderRefundID string `json:"provider_refund_id"`
@@ -235,8 +239,11 @@ func TestSettleHold(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &shown); err != nil {
 				t.Fatal(err)
 			}
-			wantHold := settled{KeyHash: h.key.Hash, Record: h.key.ID(), Refund: refunds.ID(h.key), Amount: heldAmount, Stale: true}
-			if diff := cmp.Diff([]settled{wantHold}, shown.Holds); diff != "" || shown.Refundable != 2500-heldAmount || !strings.Contains(errOut, "1 stale") {
+			// Forgotten, the key has no record: the hold is settled with
+			// -no-record.
+			wantHold := settled{KeyHash: h.key.Hash, Record: h.key.ID(), Refund: refunds.ID(h.key), Amount: heldAmount, NoRecord: true}
+			if diff := cmp.Diff([]settled{wantHold}, shown.Holds, cmpopts.IgnoreFields(settled{}, "Note")); diff != "" ||
+				shown.Refundable != 2500-heldAmount || !strings.Contains(errOut, "1 with no record") || !strings.Contains(shown.Holds[0].Note, "forgotten") {
 				t.Errorf("holds: refundable %d, %q, holds (-want +got):\n%s", shown.Refundable, errOut, diff)
 			}
 
@@ -250,13 +257,13 @@ func TestSettleHold(t *testing.T) {
 				providerRefund = refs[0].ID
 				extra = []string{"-provider-refund", providerRefund}
 			}
-			args := append([]string{"settle-hold", tt.outcome, "-hold", h.key.Hash}, extra...)
+			args := append([]string{"settle-hold", tt.outcome, "-no-record", "-hold", h.key.Hash}, extra...)
 			code, out, errOut = e.run(t, append(args, h.p.PK)...)
 			if code != 1 || !strings.Contains(errOut, fmt.Sprintf("-confirm %d", heldAmount)) {
 				t.Errorf("settle-hold without -confirm = exit %d %q, want 1 asking for -confirm with the amount", code, errOut)
 			}
-			if got := decodeSettled(t, out); got.Settled || got.Amount != heldAmount || !got.Stale {
-				t.Errorf("settle-hold without -confirm printed %+v, want the stale hold, not settled", got)
+			if got := decodeSettled(t, out); got.Settled || got.Amount != heldAmount || !got.NoRecord {
+				t.Errorf("settle-hold without -confirm printed %+v, want the hold with no record, not settled", got)
 			}
 			if got := figuresOf(e.paymentNow(t, h.p)); !cmp.Equal(got, figuresOf(h.p)) {
 				t.Errorf("payment after settle-hold without -confirm = %+v, want it unchanged", got)
@@ -329,7 +336,9 @@ func TestSettleHoldRefuses(t *testing.T) {
 		want string // in the error
 	}{
 		{"live record", live, []string{"release", "-confirm", "700", "-hold", live.key.Hash, live.p.PK}, 1, "not stale: its key has a live record, UNKNOWN"},
-		{"wrong -confirm", stale, []string{"release", "-confirm", "699", "-hold", stale.key.Hash, stale.p.PK}, 1, "it is 700 now, not 699"},
+		{"live record, -no-record", live, []string{"release", "-no-record", "-confirm", "700", "-hold", live.key.Hash, live.p.PK}, 1, "not stale: its key has a live record, UNKNOWN"},
+		{"no record, without -no-record", stale, []string{"release", "-confirm", "700", "-hold", stale.key.Hash, stale.p.PK}, 1, "its key has no record"},
+		{"wrong -confirm", stale, []string{"release", "-no-record", "-confirm", "699", "-hold", stale.key.Hash, stale.p.PK}, 1, "it is 700 now, not 699"},
 		{"unknown key", stale, []string{"release", "-confirm", "700", "-hold", none, stale.p.PK}, 1, "holds nothing for key hash " + none},
 		{"unknown payment", stale, []string{"release", "-confirm", "700", "-hold", stale.key.Hash, "acme#" + payments.NewID()}, 1, "no payment"},
 		{"other tenant", stale, []string{"release", "-confirm", "700", "-hold", stale.key.Hash, "globex#" + stale.p.ID}, 1, "no payment"},
@@ -372,8 +381,11 @@ func TestSettleHoldRefuses(t *testing.T) {
 // write leaves the hold as it is, and the command says what it is now: the
 // hold settled or changed meanwhile (its Update's condition), a record of
 // its key restored meanwhile, as the sweeper restores an UNKNOWN record
-// that TTL deleted (its ConditionCheck), and a refund of the key written
-// meanwhile (the refund's Put).
+// that TTL deleted, or any record the store's reclaim rule says a new
+// request may not reclaim: an External reservation, expired or not, an
+// expired UNKNOWN record, a COMPLETED record within its retention (its
+// ConditionCheck), and a refund of the key written meanwhile (the refund's
+// Put).
 func TestSettleHoldFenced(t *testing.T) {
 	e := newEnv(t)
 	paymentsTable := e.names.ByLogicalID["PaymentsTable"]
@@ -405,6 +417,20 @@ func TestSettleHoldFenced(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "its key has a live record now, UNKNOWN"},
+		// The store's reclaim rule: a record of the key that a new request
+		// may not reclaim holds the hold, however it got there meanwhile.
+		{"live External reservation meanwhile", "refunded", func(t *testing.T, h held) {
+			e.put(t, recordAs(h.rec, idempotency.StatusInProgress, time.Hour))
+		}, "its key has a live record now, IN_PROGRESS"},
+		{"expired External reservation meanwhile", "release", func(t *testing.T, h held) {
+			e.put(t, recordAs(h.rec, idempotency.StatusInProgress, -time.Minute))
+		}, "its key has a live record now, IN_PROGRESS"},
+		{"expired UNKNOWN record meanwhile", "release", func(t *testing.T, h held) {
+			e.put(t, recordAs(h.rec, idempotency.StatusUnknown, -time.Minute))
+		}, "its key has a live record now, UNKNOWN"},
+		{"COMPLETED record within its retention meanwhile", "refunded", func(t *testing.T, h held) {
+			e.put(t, recordAs(h.rec, idempotency.StatusCompleted, time.Hour))
+		}, "its key has a live record now, COMPLETED"},
 		{"refund written meanwhile", "refunded", func(t *testing.T, h held) {
 			item, err := attributevalue.MarshalMap(refunds.Refund{PK: refunds.PK("acme", refunds.ID(h.key)), ID: refunds.ID(h.key), Tenant: "acme"})
 			if err != nil {
@@ -424,7 +450,7 @@ func TestSettleHoldFenced(t *testing.T) {
 				t.Fatal(err)
 			}
 			before := figuresOf(e.paymentNow(t, h.p))
-			args := []string{"settle-hold", tt.outcome, "-confirm", fmt.Sprint(heldAmount), "-hold", h.key.Hash, h.p.PK}
+			args := []string{"settle-hold", tt.outcome, "-no-record", "-confirm", fmt.Sprint(heldAmount), "-hold", h.key.Hash, h.p.PK}
 			if tt.outcome == "refunded" {
 				args = append(args, "-provider-refund", "prre_1")
 			}
@@ -445,8 +471,30 @@ func TestSettleHoldFenced(t *testing.T) {
 			if got.Refundable != before.Refundable || got.Refunded != before.Refunded {
 				t.Errorf("payment after = %+v, want refundable %d and refunded %d as before", got, before.Refundable, before.Refunded)
 			}
+			if tt.outcome == "refunded" && !strings.HasPrefix(tt.name, "refund written") {
+				out, err := e.db.GetItem(t.Context(), &dynamodb.GetItemInput{
+					TableName: aws.String(e.names.ByLogicalID["RefundsTable"]), ConsistentRead: aws.Bool(true),
+					Key: map[string]dynamodbtypes.AttributeValue{refunds.KeyAttr: &dynamodbtypes.AttributeValueMemberS{Value: refunds.PK("acme", refunds.ID(h.key))}},
+				})
+				if err != nil || len(out.Item) != 0 {
+					t.Errorf("refund item after = %v (%v), want none", out.Item, err)
+				}
+			}
 		})
 	}
+}
+
+// recordAs is rec, an External refund's record, in status, expiring in
+// expires from now; COMPLETED, with the answer of a refund whose effects
+// were dropped (response_too_large).
+func recordAs(rec idempotency.Record, status idempotency.Status, expires time.Duration) idempotency.Record {
+	rec.Status, rec.ExpiresAt = status, time.Now().Add(expires)
+	if status == idempotency.StatusCompleted {
+		rec.LeaseToken = ""
+		rec.Response = &idempotency.Response{Status: 500, Header: map[string]string{"Content-Type": "application/problem+json"},
+			Body: []byte(`{"code":"response_too_large"}`)}
+	}
+	return rec
 }
 
 // settling is a DynamoDB client that runs change once before the first
@@ -518,5 +566,90 @@ func TestSettleHoldRecordStates(t *testing.T) {
 				t.Errorf("payment after = %+v, want %+v", got, want)
 			}
 		})
+	}
+}
+
+// TestSettleHoldNoRecord: a hold whose key has no record is not stale for
+// that alone: its UNKNOWN record may have been deleted by TTL, and the
+// sweeper restores it later (after stream lag, or a day while it fails).
+// settle-hold refuses it without -no-record, which an operator passes only
+// once the record was forgotten or the sweeper has processed the deletion;
+// settled in that gap, a restored record would find its hold gone: refunded
+// would leave it unresolvable for good, release would give back an amount
+// the provider refunded, refundable again under another key.
+func TestSettleHoldNoRecord(t *testing.T) {
+	e := newEnv(t)
+	h := e.holdUnknown(t, "refund-ttl", true)
+	refs := h.providerRefunds(t)
+	if len(refs) != 1 {
+		t.Fatalf("provider refunds = %d, want the lost request's", len(refs))
+	}
+	// TTL deletes the UNKNOWN record; the sweeper has not restored it yet.
+	if _, err := e.db.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{
+		TableName: aws.String(e.names.ByLogicalID["IdempotencyTable"]),
+		Key:       map[string]dynamodbtypes.AttributeValue{dynamo.AttrPK: &dynamodbtypes.AttributeValueMemberS{Value: h.key.ID()}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errOut := e.run(t, "holds", h.p.PK)
+	var shown struct{ Holds []settled }
+	if err := json.Unmarshal([]byte(out), &shown); err != nil || code != 0 || len(shown.Holds) != 1 {
+		t.Fatalf("holds = exit %d %s %s (%v), want the hold", code, out, errOut, err)
+	}
+	if got := shown.Holds[0]; got.Stale || !got.NoRecord || !strings.Contains(got.Note, "deleted by TTL") ||
+		!strings.Contains(got.Note, "oncectl forget") || !strings.Contains(got.Note, "-no-record") {
+		t.Errorf("holds shows %+v, want no record, not stale, saying it may be deleted by TTL and not yet restored, and -no-record", got)
+	}
+	if !strings.Contains(errOut, "1 with no record") {
+		t.Errorf("holds stderr %q, want it to count the hold with no record", errOut)
+	}
+
+	for _, outcome := range [][]string{{"release"}, {"refunded", "-provider-refund", refs[0].ID}} {
+		args := append(append([]string{"settle-hold"}, outcome...), "-confirm", fmt.Sprint(heldAmount), "-hold", h.key.Hash, h.p.PK)
+		code, out, errOut := e.run(t, args...)
+		if code != 1 || !strings.Contains(errOut, "no record") || !strings.Contains(errOut, "-no-record") {
+			t.Errorf("settle-hold %s without -no-record = exit %d %q, want 1 saying the key has no record, and -no-record", outcome[0], code, errOut)
+		}
+		if got := decodeSettled(t, out); got.Settled || !got.NoRecord {
+			t.Errorf("settle-hold %s printed %+v, want the hold with no record, not settled", outcome[0], got)
+		}
+		if got := figuresOf(e.paymentNow(t, h.p)); !cmp.Equal(got, figuresOf(h.p)) {
+			t.Errorf("payment after settle-hold %s without -no-record = %+v, want it unchanged", outcome[0], got)
+		}
+	}
+
+	// The sweeper restores the record, UNKNOWN, owning its hold still: the
+	// reconciler settles it. Not the operator: the key has a live record.
+	if err := e.store.Reserve(t.Context(), h.rec, nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut = e.run(t, "settle-hold", "release", "-no-record", "-confirm", fmt.Sprint(heldAmount), "-hold", h.key.Hash, h.p.PK)
+	if code != 1 || !strings.Contains(errOut, "not stale: its key has a live record, UNKNOWN") {
+		t.Errorf("settle-hold -no-record of a restored record = exit %d %q, want 1 saying it is live", code, errOut)
+	}
+
+	// Once the operator forgets it, -no-record settles the hold.
+	code, out, errOut = e.run(t, "forget", h.key.ID())
+	if code != 1 || !strings.Contains(out, "-no-record -hold "+h.key.Hash) || !strings.Contains(out, h.p.PK) {
+		t.Errorf("forget of a refund's record = exit %d %s %q, want it to name settle-hold -no-record for its hold on %s", code, out, errOut, h.p.PK)
+	}
+	if code, _, errOut := e.run(t, "forget", "-confirm", h.rec.LeaseToken, h.key.ID()); code != 0 {
+		t.Fatalf("forget = exit %d %q", code, errOut)
+	}
+	args := []string{"settle-hold", "refunded", "-provider-refund", refs[0].ID, "-confirm", fmt.Sprint(heldAmount), "-hold", h.key.Hash, h.p.PK}
+	if code, _, errOut := e.run(t, args...); code != 1 || !strings.Contains(errOut, "-no-record") {
+		t.Errorf("settle-hold after forget without -no-record = exit %d %q, want 1 asking for -no-record", code, errOut)
+	}
+	code, out, errOut = e.run(t, append(args, "-no-record")...)
+	if code != 0 {
+		t.Fatalf("settle-hold -no-record after forget = exit %d %q", code, errOut)
+	}
+	if got := decodeSettled(t, out); !got.Settled || !got.NoRecord {
+		t.Errorf("settle-hold -no-record printed %+v, want it settled", got)
+	}
+	want := figures{Refundable: 2500 - heldAmount, Refunded: heldAmount, Holds: map[string]int64{}}
+	if got := figuresOf(e.paymentNow(t, h.p)); !cmp.Equal(got, want) {
+		t.Errorf("payment after = %+v, want %+v", got, want)
 	}
 }

@@ -80,7 +80,7 @@ Commands:
                                                list the payments still pending
   requeue-payment PAYMENT...                   hand pending payments to the retrier
   holds (PAYMENT | -tenant T -payment P)       show a payment's refund holds, and which are stale
-  settle-hold (release | refunded -provider-refund ID) -hold HASH [-confirm AMOUNT]
+  settle-hold (release | refunded -provider-refund ID) -hold HASH [-no-record] [-confirm AMOUNT]
       (PAYMENT | -tenant T -payment P)         settle a stale hold as the provider says (fenced)
 
 RECORD is a record's ID, tenant#key-hash, as unknown lists them. QUEUE is

@@ -27,7 +27,9 @@ type Tables struct {
 // counted reserve_effects_dropped, alarmed; the reconciler
 // reconcile_effects_dropped), since expired. The hold is an operator's to settle;
 // until then every retry of the key answers 500 and nothing is written.
-// `oncectl holds` shows it stale, and `oncectl settle-hold` settles it as
+// `oncectl holds` shows it stale (or, once its key has no record, no_record:
+// TTL may have deleted an UNKNOWN record the sweeper has yet to restore),
+// and `oncectl settle-hold` (with -no-record for the latter) settles it as
 // the provider says, in one transaction fenced on the hold and on the key
 // having no live record: release (refundable back) or refunded
 // (amount_refunded, and the refund item, so that a retry answers
