@@ -311,22 +311,26 @@ const maxQueueAge = 3600
 
 // persistentAlarms are the alarms that fire on their metric persisting,
 // not on its first occurrence: the retrier's failed reads of payments,
-// failed look-ups of charges at the provider and failed settles on a
-// look-up's answer, each of which it sends back with backoff (each its own
-// new message, so no queue age grows and nothing is dead-lettered before
-// the look-up horizon).
+// failed look-ups of charges at the provider and failed settles (after a
+// charge within the retry window, or on a look-up's answer), each of which
+// it sends back with backoff (each its own new message, so no queue age
+// grows and nothing is dead-lettered before the look-up horizon); and the
+// stream worker's failed settles, each of which sends its payment to the
+// retry queue the same way (Service=worker: the retrier's alarm does not
+// see them).
 var persistentAlarms = map[string]bool{
 	"WorkerRetryReadFailedAlarm":   true,
 	"WorkerRetryLookUpFailedAlarm": true,
 	"WorkerRetrySettleFailedAlarm": true,
+	"WorkerSettleFailedAlarm":      true,
 }
 
 // TestAlarms: an alarm on every dead-letter queue's messages, on every
 // function's errors and throttles, on reconcile_failed,
 // reconcile_unroutable, reconcile_effects_dropped, zombie_unrestored,
-// reserve_effects_dropped and the retrier's worker_read_failed,
-// worker_lookup_failed and worker_settle_failed (each a metric its
-// function's code emits), and on the age of every work queue's oldest
+// reserve_effects_dropped, the retrier's worker_read_failed,
+// worker_lookup_failed and worker_settle_failed, and the stream worker's
+// worker_settle_failed (each a metric its function's code emits), and on the age of every work queue's oldest
 // message (a consumer that does not consume sends nothing to its
 // dead-letter queue). Every alarm notifies AlarmTopicArn when it is set.
 // Every alarm fires on any occurrence in one period but the age alarms,
@@ -396,7 +400,8 @@ func TestAlarms(t *testing.T) {
 	want = append(want, "once reconcile_failed Service=reconciler", "once reconcile_unroutable Service=reconciler",
 		"once reconcile_effects_dropped Service=reconciler", "once zombie_unrestored Service=sweeper",
 		"once reserve_effects_dropped Service=api", "once worker_read_failed Service=retrier",
-		"once worker_lookup_failed Service=retrier", "once worker_settle_failed Service=retrier")
+		"once worker_lookup_failed Service=retrier", "once worker_settle_failed Service=retrier",
+		"once worker_settle_failed Service=worker")
 	for _, q := range work {
 		want = append(want, "AWS/SQS ApproximateAgeOfOldestMessage QueueName="+q.LogicalID+".QueueName")
 		visibility, err := strconv.Atoi(q.Attributes["VisibilityTimeout"])
@@ -435,18 +440,22 @@ func TestAlarms(t *testing.T) {
 // TestPersistentAlarms: an alarm on a metric persisting (the retrier's
 // worker_read_failed, a run of failed reads of payments;
 // worker_lookup_failed and worker_settle_failed, a run of failed look-ups
-// of charges or of settles on their answer) fires on DatapointsToAlarm
-// periods with a count out of EvaluationPeriods, and does so for an outage
-// however few messages it holds back, not for a fault that passes within
-// one period. One message alone is read, or looked up, again every
-// MaxRetryDelay/2 to MaxRetryDelay once its backoff is capped (the reads'
-// and the look-ups' backoffs alike, equal jitter), give or take a minute
+// of charges or of settles) fires on DatapointsToAlarm periods with a
+// count out of EvaluationPeriods, and does so for an outage however few
+// messages it holds back, not for a fault that passes within one period.
+// One message alone is read, charged and settled, or looked up, again
+// every MaxRetryDelay/2 to MaxRetryDelay once its backoff is capped (the
+// attempts', the reads' and the look-ups' backoffs alike, equal jitter),
+// give or take a minute
 // of polling, the SDK's own retries and one provider call (ProviderTimeout,
 // well under the minute): so each of its failures falls in a period of its
 // own when a Period is at most MaxRetryDelay/2, and the evaluation range
 // holds DatapointsToAlarm of them when it is at least DatapointsToAlarm
 // intervals long. A fault shorter than a Period touches at most 2 periods:
-// DatapointsToAlarm must be more.
+// DatapointsToAlarm must be more. The stream worker's worker_settle_failed
+// (one per payment met on the stream whose settle failed, each then
+// retried by the retrier) is held to the same numbers: it fires while new
+// payments meet the outage, and a fault within a period does not.
 func TestPersistentAlarms(t *testing.T) {
 	alarms := template(t).ResourcesOfType("AWS::CloudWatch::Alarm")
 	maxDelay := int(worker.MaxRetryDelay / time.Second)

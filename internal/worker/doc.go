@@ -132,7 +132,13 @@
 // counts the same way: worker_lookup_failed per look-up of the charge that
 // failed (the provider down or erroring), worker_settle_failed per settle
 // on a look-up's answer that could not be written (the payments table
-// down), each alarmed when it persists.
-// Records that fail are not counted; they show in the logs, the function's
-// Errors and IteratorAge metrics and the on-failure destination.
+// down), each alarmed when it persists. worker_settle_failed also counts,
+// once per settle, a settle after a charge within the retry window that
+// could not be written, the stream worker's (Service=worker) and the
+// retrier's alike: the payment goes to the retry queue as a new message,
+// counted in worker_retried too, so the same metric persisting is the sign
+// of the outage there (alarmed for each function). A provider failure never
+// reaches the settle, and never counts it, even one that may have charged.
+// Records that fail are not counted otherwise; they show in the logs, the
+// function's Errors and IteratorAge metrics and the on-failure destination.
 package worker

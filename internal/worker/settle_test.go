@@ -123,3 +123,129 @@ func TestGivingUpSettleFailureEndsAtTheHorizon(t *testing.T) {
 		t.Errorf("settles written = %d, failed = %d; want 0 and 2", n, settles.failed.Load())
 	}
 }
+
+// TestStreamCountsFailedSettles: the payments table refuses the settles
+// (UpdateItem) while the stream worker charges three payments: one the
+// provider charges, one it answers 503 (nothing charged), one whose answer
+// is lost (maybe charged). Each goes to the retry queue, and only the
+// settle that failed counts worker_settle_failed: a provider failure is
+// not a settle failure, even one that may have charged. The retrier then
+// retries within the window, each retry that charges and cannot settle
+// counting worker_settle_failed once, until the table is back and the
+// payment settles, charged once.
+func TestStreamCountsFailedSettles(t *testing.T) {
+	t.Parallel()
+	e := newRetryEnv(t)
+	table, settles := e.settlesThrough(t)
+	settles.down.Store(true)
+	w := e.worker_(t, sqstest.Sender(t, e.sqs, e.url), func(c *worker.Config) { c.Settler = table })
+	charged := e.pay(t, simulator.TokenVisa)
+	e.pay(t, simulator.TokenUnavailable)
+	e.pay(t, simulator.TokenTimeout)
+	recs := e.records(t, e.names.ByLogicalID["PaymentsTable"], 3)
+	resp, err := w.Handle(t.Context(), events.DynamoDBEvent{Records: recs})
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("Handle() = %+v, %v; want no failures", resp, err)
+	}
+	if n := settles.failed.Load(); n != 1 {
+		t.Fatalf("settles failed = %d, want 1 (the charged payment's)", n)
+	}
+	if diff := cmp.Diff(map[string]int{worker.MetricSettleFailed: 1, worker.MetricRetried: 3}, e.counts(t)); diff != "" {
+		t.Errorf("metrics after the stream (-want +got):\n%s", diff)
+	}
+
+	// The retrier, within the window: only the charged payment reaches
+	// its settle (the others meet the provider again); its message is
+	// kept to itself so that the other two do not run the test long.
+	var msgs []retryMessage
+	for len(msgs) < 3 {
+		more := e.sent(t, 3*time.Second)
+		if len(more) == 0 {
+			break
+		}
+		msgs = append(msgs, more...)
+	}
+	var m retryMessage
+	for _, got := range msgs {
+		if got.Payment == charged.ID {
+			m = got
+		}
+	}
+	if m.Payment == "" || m.Unknown.IsZero() {
+		t.Fatalf("retries sent = %+v, want the charged payment's, maybe charged", msgs)
+	}
+	e.retryNow(t, w, charged, retryMessage{Attempt: m.Attempt, Unknown: m.Unknown})
+	failed, _ := e.drain(t, w, 30*time.Second, func() bool { return settles.failed.Load() >= 3 })
+	if failed != 0 {
+		t.Errorf("%d messages failed during the outage, want none", failed)
+	}
+	counts := e.counts(t)
+	if got, want := counts[worker.MetricSettleFailed], int(settles.failed.Load()); got != want {
+		t.Errorf("%s = %d, want %d: one per failed settle", worker.MetricSettleFailed, got, want)
+	}
+	if counts[worker.MetricLookUpFailed]+counts[worker.MetricReadFailed] != 0 {
+		t.Errorf("metrics = %v, want no failed look-up or read", counts)
+	}
+	settles.down.Store(false)
+	if f, _ := e.drain(t, w, 30*time.Second, func() bool { return e.get(t, charged).Status != payments.StatusPending }); f != 0 {
+		t.Errorf("%d messages failed after the outage, want none", f)
+	}
+	if got := e.get(t, charged); got.Status != payments.StatusSucceeded {
+		t.Errorf("payment = %s, want succeeded", got.Status)
+	}
+	if n := e.charges(t, charged); n != 1 {
+		t.Errorf("provider charges = %d, want 1", n)
+	}
+	after := e.counts(t)
+	if after[worker.MetricSettleFailed] != int(settles.failed.Load()) || after[worker.MetricCharged] != 1 {
+		t.Errorf("metrics = %v after the outage, want %s = %d (settles failed) and one charged", after, worker.MetricSettleFailed, settles.failed.Load())
+	}
+}
+
+// TestRetryCountsFailedSettles: within the payment's retry window, the
+// retrier's attempt meets a payments table that refuses the settle.
+// An attempt the provider charged, or declined, has a settle to write:
+// it fails, the payment is sent back as an attempt that may have charged,
+// and worker_settle_failed counts once. An attempt the provider answered
+// 503, or whose answer was lost, never reaches the settle: it counts
+// worker_retried only.
+func TestRetryCountsFailedSettles(t *testing.T) {
+	t.Parallel()
+	e := newRetryEnv(t)
+	table, settles := e.settlesThrough(t)
+	settles.down.Store(true)
+	w := e.worker_(t, sqstest.Sender(t, e.sqs, e.url), func(c *worker.Config) { c.Settler = table })
+	for _, tc := range []struct {
+		name       string
+		source     string
+		wantSettle bool // a settle was tried, and failed
+	}{
+		{"charged", simulator.TokenVisa, true},
+		{"declined", simulator.TokenDeclined, true},
+		{"503, nothing charged", simulator.TokenUnavailable, false},
+		{"the answer lost", simulator.TokenTimeout, false},
+	} {
+		p := e.pay(t, tc.source)
+		e.now = p.Created.Add(time.Minute)
+		before, settlesBefore := e.counts(t), settles.failed.Load()
+		e.retryNow(t, w, p, retryMessage{Attempt: 2})
+		if got := e.get(t, p); got.Status != payments.StatusPending {
+			t.Errorf("%s: payment = %s, want pending", tc.name, got.Status)
+		}
+		wantCounts, wantFailed := map[string]int{worker.MetricRetried: 1}, int64(0)
+		if tc.wantSettle {
+			wantCounts[worker.MetricSettleFailed] = 1
+			wantFailed = 1
+		}
+		if n := settles.failed.Load() - settlesBefore; n != wantFailed {
+			t.Errorf("%s: settles failed = %d, want %d", tc.name, n, wantFailed)
+		}
+		if diff := cmp.Diff(wantCounts, e.countsSince(t, before)); diff != "" {
+			t.Errorf("%s: metrics counted (-want +got):\n%s", tc.name, diff)
+		}
+		next := e.sent(t, 5*time.Second)
+		if len(next) != 1 || next[0].Payment != p.ID || next[0].Attempt != 3 || next[0].Unknown.IsZero() == (tc.source != simulator.TokenUnavailable) {
+			t.Errorf("%s: sent %+v, want attempt 3, maybe charged unless the 503", tc.name, next)
+		}
+	}
+}

@@ -39,13 +39,18 @@ const (
 	// metric persisting (alarmed in template.yaml) is the one sign of a
 	// provider outage before then.
 	MetricLookUpFailed = "worker_lookup_failed"
-	// MetricSettleFailed counts the retrier's settles, on the answer of a
-	// look-up that succeeded, that could not be written with
-	// payments.ErrUnavailable (the payments table down), one per failed
-	// settle: the message is sent back to look the charge up and settle
-	// again as a failed look-up is, so this metric persisting (alarmed in
-	// template.yaml) is the one sign of a payments table that refuses
-	// writes before the look-up horizon.
+	// MetricSettleFailed counts the settles of a payment that could not
+	// be written with payments.ErrUnavailable (the payments table down),
+	// one per failed settle: the stream worker's and the retrier's, after
+	// a charge within the payment's retry window, which send the payment
+	// to the retry queue as a new message (counting worker_retried too),
+	// and the retrier's on the answer of a look-up at the window's end,
+	// which sends the message back to look the charge up and settle again
+	// as a failed look-up is. Either way no queue's age grows and nothing
+	// is dead-lettered before the look-up horizon, so this metric
+	// persisting (alarmed in template.yaml, under Service=worker and
+	// Service=retrier) is the one sign of a payments table that refuses
+	// writes. A provider failure never counts it.
 	MetricSettleFailed = "worker_settle_failed"
 )
 
@@ -321,13 +326,22 @@ type settlement struct {
 	rejected error
 }
 
-// process charges p and settles it.
+// process charges p and settles it. A settle that cannot be written
+// (payments.ErrUnavailable: the payments table down) counts
+// MetricSettleFailed, once per settle, whatever the caller then does with
+// the error (the stream worker and the retrier send p to the retry queue
+// as a new message); a charge that fails never reaches the settle, so a
+// provider failure never counts it.
 func (w *Worker) process(ctx context.Context, p payments.Payment) (result, error) {
 	s, err := w.charge(ctx, p)
 	if err != nil {
 		return result{}, err
 	}
-	return w.settle(ctx, p, s)
+	res, err := w.settle(ctx, p, s)
+	if errors.Is(err, payments.ErrUnavailable) {
+		w.metrics.Count(MetricSettleFailed)
+	}
+	return res, err
 }
 
 // settle settles p as s says.
