@@ -82,7 +82,9 @@ func reclaimExpr(now time.Time) (map[string]string, map[string]types.AttributeVa
 // unexpired record fails it, with its item returned (ALL_OLD, for
 // RecordFromItem) in the transaction's cancellation reason. It is how a
 // write elsewhere (an operator settling what a key's request held) is fenced
-// on the key being free, under the store's own rule.
+// on the key being free, under the store's own rule. key must be a record's
+// key (NewKey's Hash, 64 hex digits): a zero Hash names no record, and so
+// passes; a caller given a hash checks its shape first.
 func ReclaimCheck(table string, key idempotency.Key, now time.Time) types.ConditionCheck {
 	names, values := reclaimExpr(now)
 	return types.ConditionCheck{

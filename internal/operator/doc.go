@@ -69,7 +69,8 @@
 //     TTL deleted it (an UNKNOWN record, an External reservation past its
 //     lease, or that expired COMPLETED one) and the sweeper may not have
 //     processed the deletion yet: it restores the first two as UNKNOWN,
-//     owning the hold, after the stream's lag, or up to 24 h while it fails.
+//     owning the hold, after the stream's lag, or, while its restore fails,
+//     until the mapping gives the REMOVE up to SweeperDLQ an hour after it.
 //   - settle-hold settles a stale hold as the operator found the provider
 //     (the refunds of the payment's charge): release (nothing was refunded:
 //     the amount goes back into refundable; a retry of the key refunds
@@ -79,8 +80,9 @@
 //     key answers 422 idempotency_key_reused instead of refunding again, and
 //     GET shows the refund). A hold whose key has no record it settles only
 //     with -no-record, the operator's word that the record was forgotten
-//     (forget) or that the sweeper has processed its deletion (SweeperDLQ
-//     empty, no sweeper alarm): settled before a restore, the restored
+//     (forget) or that the sweeper has handled its deletion (more than an
+//     hour after it, the mapping's MaximumRecordAgeInSeconds, and
+//     SweeperDLQ holding no message for it): settled before a restore, the restored
 //     record would find its hold gone, unresolvable for good (refunded), or
 //     the amount the provider refunded would be refundable again (release).
 //     It prints the hold, and writes only with

@@ -47,9 +47,11 @@ const (
 // what settle-hold's -no-record acknowledges.
 const noRecordNote = "its key has no record: it was forgotten (`oncectl forget`), or deleted by TTL and perhaps " +
 	"not yet restored by the sweeper, which restores an UNKNOWN record or an External reservation TTL deleted as " +
-	"UNKNOWN, owning this hold (after the stream's lag, or up to 24 h while the sweeper fails); settle it with " +
+	"UNKNOWN, owning this hold (after the stream's lag, or, while its restore fails, until its mapping gives the " +
+	"REMOVE up an hour after it: MaximumRecordAgeInSeconds, then SweeperDLQ); settle it with " +
 	"`oncectl settle-hold -no-record` only after `oncectl forget` of that record, or once the sweeper has " +
-	"processed the deletion (SweeperDLQ empty, no sweeper alarm)"
+	"handled the deletion: more than an hour after it, and SweeperDLQ holding no message for it (a failed " +
+	"restore raises no alarm before it reaches SweeperDLQ)"
 
 // keyHash is the shape of an idempotency key's hash (idempotency.Key.Hash).
 var keyHash = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -171,8 +173,8 @@ func (t *Tool) holds(ctx context.Context, args []string) error {
 			"it, and every retry of its key answers 500 until `oncectl settle-hold` settles it. A hold whose key\n"+
 			"has no record is shown \"no_record\": the record was forgotten (`oncectl forget`), or deleted by TTL\n"+
 			"and perhaps not yet restored by the sweeper (as UNKNOWN, owning the hold): settle it, with\n"+
-			"-no-record, only after `oncectl forget` of that record or once the sweeper has processed the\n"+
-			"deletion (SweeperDLQ empty, no sweeper alarm).")
+			"-no-record, only after `oncectl forget` of that record or once the sweeper has handled the\n"+
+			"deletion (more than an hour after it, and SweeperDLQ holding no message for it).")
 	payment := paymentArg(fs)
 	if err := t.parse(fs, args, -1); err != nil {
 		return err
@@ -227,7 +229,8 @@ func (t *Tool) settleHold(ctx context.Context, args []string) error {
 			"            answers 422 idempotency_key_reused instead of refunding again.\n"+
 			"Without -confirm it only shows the hold; -confirm takes the amount shown. A hold whose key has no\n"+
 			"record is settled only with -no-record: pass it only after `oncectl forget` of that record, or once\n"+
-			"the sweeper has processed its deletion by TTL (SweeperDLQ empty, no sweeper alarm). Until then the\n"+
+			"the sweeper has handled its deletion by TTL (more than an hour after it, the sweeper mapping's\n"+
+			"MaximumRecordAgeInSeconds, and SweeperDLQ holding no message for it). Until then the\n"+
 			"sweeper may restore the record as UNKNOWN, owning the hold, and a settlement before would leave it\n"+
 			"unresolvable (refunded) or give back an amount the provider refunded (release). The write is one\n"+
 			"transaction, conditioned on the hold still being that amount and on no live record of its key:\n"+
@@ -237,7 +240,8 @@ func (t *Tool) settleHold(ctx context.Context, args []string) error {
 	confirm := fs.Int64("confirm", 0, "the hold's amount, as shown: settle it")
 	providerRefund := fs.String("provider-refund", "", "with refunded: the provider's ID of the refund made under the key")
 	noRecord := fs.Bool("no-record", false, "settle a hold whose key has no record: only after 'oncectl forget' of that record,\n"+
-		"or once the sweeper has processed its deletion by TTL (SweeperDLQ empty, no sweeper alarm)")
+		"or once the sweeper has handled its deletion by TTL (more than an hour after it, and SweeperDLQ\n"+
+		"holding no message for it)")
 	if err := t.parse(fs, args, -1); err != nil {
 		return err
 	}
@@ -248,13 +252,14 @@ func (t *Tool) settleHold(ctx context.Context, args []string) error {
 	if outcome != settleRelease && outcome != settleRefunded {
 		return usageError{fs, fmt.Sprintf("%q is not an outcome: want release or refunded", outcome)}
 	}
+	*providerRefund = strings.TrimSpace(*providerRefund)
 	tnt, id, err := payment(fs.Args()[1:])
 	switch {
 	case err != nil:
 		return err
 	case !keyHash.MatchString(*hash):
 		return usageError{fs, "-hold wants a key hash (64 hex characters), as holds shows it"}
-	case outcome == settleRefunded && strings.TrimSpace(*providerRefund) == "":
+	case outcome == settleRefunded && *providerRefund == "":
 		return usageError{fs, "refunded wants -provider-refund: the provider's ID of the refund"}
 	case outcome == settleRelease && *providerRefund != "":
 		return usageError{fs, "release takes no -provider-refund: the provider did not refund"}
