@@ -309,6 +309,12 @@ func TestApi(t *testing.T) {
 // oldest message, in seconds.
 const maxQueueAge = 3600
 
+// maxIteratorAgeMS is the threshold of every stream-triggered function's
+// IteratorAge alarm: 10 minutes behind, under every mapping's
+// MaximumRecordAgeInSeconds, so that a record its function keeps failing is
+// alarmed before the mapping gives it up to its on-failure queue.
+const maxIteratorAgeMS = 600000
+
 // persistentAlarms are the alarms that fire on their metric persisting,
 // not on its first occurrence: the retrier's failed reads of payments,
 // failed look-ups of charges at the provider and failed settles (after a
@@ -326,7 +332,8 @@ var persistentAlarms = map[string]bool{
 }
 
 // TestAlarms: an alarm on every dead-letter queue's messages, on every
-// function's errors and throttles, on reconcile_failed,
+// function's errors and throttles, on every stream-triggered function's
+// IteratorAge (maxIteratorAgeMS), on reconcile_failed,
 // reconcile_unroutable, reconcile_effects_dropped, zombie_unrestored,
 // reserve_effects_dropped, the retrier's worker_read_failed,
 // worker_lookup_failed and worker_settle_failed, and the stream worker's
@@ -356,8 +363,11 @@ func TestAlarms(t *testing.T) {
 	for id, r := range template(t).ResourcesOfType("AWS::CloudWatch::Alarm") {
 		p := r.Properties
 		threshold := 0
-		if p["MetricName"] == "ApproximateAgeOfOldestMessage" {
+		switch p["MetricName"] {
+		case "ApproximateAgeOfOldestMessage":
 			threshold = maxQueueAge
+		case "IteratorAge":
+			threshold = maxIteratorAgeMS
 		}
 		if p["ComparisonOperator"] != "GreaterThanThreshold" || p["Threshold"] != threshold {
 			t.Errorf("%s: %v %v, want GreaterThanThreshold %d", id, p["ComparisonOperator"], p["Threshold"], threshold)
@@ -394,8 +404,19 @@ func TestAlarms(t *testing.T) {
 	for _, id := range deadLetterQueues(t) {
 		want = append(want, "AWS/SQS ApproximateNumberOfMessagesVisible QueueName="+id+".QueueName")
 	}
-	for id := range template(t).Functions() {
+	for id, fn := range template(t).Functions() {
 		want = append(want, "AWS/Lambda Errors FunctionName="+id, "AWS/Lambda Throttles FunctionName="+id)
+		for _, ev := range fn.Events() {
+			if ev.Type != "DynamoDB" {
+				continue
+			}
+			want = append(want, "AWS/Lambda IteratorAge FunctionName="+id)
+			age, ok := ev.Properties["MaximumRecordAgeInSeconds"].(int)
+			if !ok || age*1000 <= maxIteratorAgeMS {
+				t.Errorf("%s %s MaximumRecordAgeInSeconds = %v: want a number of seconds above the IteratorAge alarm's %d ms, "+
+					"so that the alarm fires before a failing record is given up", id, ev.Name, ev.Properties["MaximumRecordAgeInSeconds"], maxIteratorAgeMS)
+			}
+		}
 	}
 	want = append(want, "once reconcile_failed Service=reconciler", "once reconcile_unroutable Service=reconciler",
 		"once reconcile_effects_dropped Service=reconciler", "once zombie_unrestored Service=sweeper",
