@@ -2,8 +2,10 @@ package recovery_test
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -274,4 +276,98 @@ func TestSweeperCountsUnrestoredOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSweeperRedeliveriesRaceARetry races, on DynamoDB Local, four
+// deliveries of the REMOVE of an abandoned External reservation (a stream
+// delivers at least once, a retried batch again) against the client's retry
+// reserving the key, key after key: exactly one of them holds the key after,
+// the restore at most once (reconcile_scheduled), zombie_unrestored counted
+// exactly when the retry won (at least once: two deliveries that both find
+// no mark before either writes it may both count), and a later delivery of
+// the same REMOVE changes and counts nothing, whoever won.
+func TestSweeperRedeliveriesRaceARetry(t *testing.T) {
+	w := newWorld(t)
+	const keys, deliveries = 16, 4
+	wins := map[string]int{}
+	for i := range keys {
+		key := idempotency.NewKey("acme", fmt.Sprintf("race-%d-%s", i, idempotency.NewToken()))
+		old := reservation(key, time.Now().Add(-2*time.Minute), 30*time.Second)
+		remove := w.abandon(t, old)
+		harnesses := make([]sweepHarness, deliveries)
+		for d := range harnesses {
+			harnesses[d] = newSweepHarness(t, w.store, time.Now)
+		}
+		retry := reservation(key, time.Now(), 30*time.Second)
+		var (
+			wg       sync.WaitGroup
+			retryErr error
+			start    = make(chan struct{})
+		)
+		for d := range harnesses {
+			wg.Go(func() {
+				<-start
+				if failed := harnesses[d].handle(t, remove); failed != nil {
+					t.Errorf("key %d delivery %d: failures = %v, want none", i, d, failed)
+				}
+			})
+		}
+		wg.Go(func() {
+			<-start
+			retryErr = w.store.Reserve(t.Context(), retry, nil, time.Now())
+		})
+		close(start)
+		wg.Wait()
+
+		counts := map[string]int{}
+		for _, h := range harnesses {
+			for name, n := range lambdatest.Counts(t, h.metrics.String(), "sweeper") {
+				counts[name] += n
+			}
+		}
+		rec, err := w.store.Get(t.Context(), key)
+		if err != nil {
+			t.Fatalf("key %d: Get() = %v, want the restore or the retry", i, err)
+		}
+		// The store keeps times to the millisecond.
+		restoreWon := rec.Status == idempotency.StatusUnknown && rec.CreatedAt.UnixMilli() == old.CreatedAt.UnixMilli() && rec.Fingerprint == old.Fingerprint
+		retryWon := rec.Status == idempotency.StatusInProgress && rec.LeaseToken == retry.LeaseToken
+		switch {
+		case restoreWon == retryWon:
+			t.Fatalf("key %d: the key holds %s (created %v, lease %s): want exactly one of the restore and the retry", i, rec.Status, rec.CreatedAt, rec.LeaseToken)
+		case restoreWon:
+			wins["restore"]++
+			if retryErr == nil {
+				t.Errorf("key %d: the restore holds the key, yet the retry's Reserve succeeded", i)
+			}
+			if counts[recovery.MetricReconcileScheduled] != 1 || counts[recovery.MetricUnrestored] != 0 {
+				t.Errorf("key %d: the restore won; counts %v, want reconcile_scheduled 1, no zombie_unrestored", i, counts)
+			}
+		default:
+			wins["retry"]++
+			if retryErr != nil {
+				t.Errorf("key %d: the retry holds the key, yet its Reserve = %v", i, retryErr)
+			}
+			if counts[recovery.MetricReconcileScheduled] != 0 || counts[recovery.MetricUnrestored] < 1 {
+				t.Errorf("key %d: the retry won; counts %v, want no reconcile_scheduled, zombie_unrestored at least once", i, counts)
+			}
+		}
+		if counts[recovery.MetricZombieSwept] != deliveries {
+			t.Errorf("key %d: zombie_swept %d, want one per delivery (%d)", i, counts[recovery.MetricZombieSwept], deliveries)
+		}
+
+		late := newSweepHarness(t, w.store, time.Now)
+		if failed := late.handle(t, remove); failed != nil {
+			t.Fatalf("key %d late delivery: failures = %v", i, failed)
+		}
+		after, err := w.store.Get(t.Context(), key)
+		if err != nil || after.LeaseToken != rec.LeaseToken || after.Status != rec.Status {
+			t.Errorf("key %d: a late delivery changed the key: %s %s (%v), want %s %s", i, after.Status, after.LeaseToken, err, rec.Status, rec.LeaseToken)
+		}
+		want := map[string]int{recovery.MetricZombieSwept: 1}
+		if diff := cmp.Diff(want, lambdatest.Counts(t, late.metrics.String(), "sweeper")); diff != "" {
+			t.Errorf("key %d: a late delivery's metrics mismatch (-want +got):\n%s", i, diff)
+		}
+	}
+	t.Logf("winners over %d keys: %v", keys, wins)
 }
