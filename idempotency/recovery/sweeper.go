@@ -77,6 +77,8 @@ type SweeperConfig struct {
 // (see the package documentation). It is safe for concurrent use.
 type Sweeper struct {
 	cfg SweeperConfig
+	// marker is cfg.Store as a RestoreMarker, nil when it is not one.
+	marker RestoreMarker
 }
 
 // NewSweeper returns a Sweeper for cfg, filling in defaults. A Store that is
@@ -97,11 +99,12 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if _, ok := cfg.Store.(RestoreMarker); !ok {
+	marker, _ := cfg.Store.(RestoreMarker)
+	if marker == nil {
 		cfg.Logger.Warn("recovery: the sweeper's store is not a RestoreMarker: a redelivered REMOVE may be restored or counted zombie_unrestored again",
 			"store", fmt.Sprintf("%T", cfg.Store))
 	}
-	return &Sweeper{cfg: cfg}, nil
+	return &Sweeper{cfg: cfg, marker: marker}, nil
 }
 
 // Handle is the stream handler: it handles the records of ev in order and
@@ -193,7 +196,7 @@ func (s *Sweeper) restore(ctx context.Context, log *slog.Logger, c stream.Change
 	if id == "" {
 		id = c.SequenceNumber
 	}
-	marker, _ := s.cfg.Store.(RestoreMarker)
+	marker := s.marker
 	if id == "" { // every stream record has both; a hand-made one may not
 		marker = nil
 	}
