@@ -3,7 +3,8 @@
 // shows one record (never its raw key: its hash), re-announces a record to
 // the reconciler, forgets an UNKNOWN record that can never be reconciled
 // (a delete fenced on what it showed), sends dead letters back to their queue, hands pending
-// payments to the worker's retrier, and shows a payment's refund holds and settles a stale one
+// payments to the worker's retrier, shows a payment's refund holds, lists the stale holds of every
+// payment, and settles a stale one
 // (a transaction fenced on the hold and on its key having no live record). It is configured like the functions, from the
 // environment, and works against AWS, LocalStack and the devstack alike. See
 // internal/operator, and `oncectl help`.

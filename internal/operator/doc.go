@@ -71,6 +71,19 @@
 //     processed the deletion yet: it restores the first two as UNKNOWN,
 //     owning the hold, after the stream's lag, or, while its restore fails,
 //     until the mapping gives the REMOVE up to SweeperDLQ an hour after it.
+//   - holds -stale lists the holds of every payment (a Scan of the payments
+//     table, filtered to the payments with holds and projected to what it
+//     shows, bounded as the other listings; -tenant keeps one tenant's),
+//     each with its key's record read as holds reads it, the stale ones
+//     only unless -all, and what to run next. Its stale is wider than the
+//     one-payment view's: nothing will settle the hold without an operator
+//     (its key has no record: settle-hold -no-record on noRecordNote's
+//     terms; a record a new request may reclaim: settle-hold; a COMPLETED
+//     record within its retention: wait for its expiry, then settle-hold),
+//     or nothing has for -older-than (an UNKNOWN record, or an External
+//     reservation past its lease, unchanged that long: reannounce). A
+//     reservation within its lease, or a record changed within -older-than,
+//     is not stale: its request or the reconciler settles the hold.
 //   - settle-hold settles a stale hold as the operator found the provider
 //     (the refunds of the payment's charge): release (nothing was refunded:
 //     the amount goes back into refundable; a retry of the key refunds

@@ -3,6 +3,9 @@ package operator
 // SetScanPages bounds t's listings' Scans to n pages.
 func SetScanPages(t *Tool, n int) { t.scanPages = n }
 
+// SetScanLimit makes each page of t's listings' Scans read at most n items.
+func SetScanLimit(t *Tool, n int32) { t.scanLimit = n }
+
 // SetHoldFor sets how long a dead-letter scan hides what it received, in
 // seconds, until the test ends. Not for parallel tests.
 func SetHoldFor(t interface{ Cleanup(func()) }, seconds int32) {

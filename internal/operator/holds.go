@@ -150,23 +150,31 @@ func (t *Tool) readHolds(ctx context.Context, tnt, id string, now time.Time) (pa
 // hold is the view of key's hold of amount at now: it reads the key's
 // record.
 func (t *Tool) hold(ctx context.Context, key idempotency.Key, amount int64, now time.Time) (holdView, error) {
+	v, _, err := t.holdRecord(ctx, key, amount, now)
+	return v, err
+}
+
+// holdRecord is hold's view of key's hold of amount at now, and the key's
+// record as read: the zero Record when there is none (v.NoRecord).
+func (t *Tool) holdRecord(ctx context.Context, key idempotency.Key, amount int64, now time.Time) (holdView, idempotency.Record, error) {
 	v := holdView{KeyHash: key.Hash, Record: key.ID(), Refund: refunds.ID(key), Amount: amount}
 	rec, err := t.store.Get(ctx, key)
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound):
 		v.NoRecord, v.Note = true, noRecordNote
-		return v, nil
+		return v, idempotency.Record{}, nil
 	case err != nil:
-		return holdView{}, fmt.Errorf("record %s: %w", key.ID(), err)
+		return holdView{}, idempotency.Record{}, fmt.Errorf("record %s: %w", key.ID(), err)
 	}
 	expires := rec.ExpiresAt.UTC()
 	v.RecordStatus, v.RecordExpiresAt, v.Stale = string(rec.Status), &expires, rec.Reclaimable(now)
-	return v, nil
+	return v, rec, nil
 }
 
-// holds prints a payment's holds, each with the state of its key's record.
+// holds prints a payment's holds, each with the state of its key's record;
+// with -stale, the stale holds across the payments table (staleHolds).
 func (t *Tool) holds(ctx context.Context, args []string) error {
-	fs := t.flags("holds", "(PAYMENT | -tenant T -payment P)",
+	fs := t.flags("holds", "(PAYMENT | -tenant T -payment P)\n       oncectl holds -stale [-all] [-tenant T] [-older-than D] [-limit N] [-json]",
 		"Show a payment's refund figures and holds (PAYMENT is tenant#pay_id): each hold's key hash, record ID,\n"+
 			"the refund ID its key names, its amount, and the key's idempotency record. A hold whose key's record\n"+
 			"a new request may reclaim (an expired COMPLETED one) is stale: nothing will ever complete or release\n"+
@@ -174,10 +182,38 @@ func (t *Tool) holds(ctx context.Context, args []string) error {
 			"has no record is shown \"no_record\": the record was forgotten (`oncectl forget`), or deleted by TTL\n"+
 			"and perhaps not yet restored by the sweeper (as UNKNOWN, owning the hold): settle it, with\n"+
 			"-no-record, only after `oncectl forget` of that record or once the sweeper has handled the\n"+
-			"deletion (more than an hour after it, and SweeperDLQ holding no message for it).")
+			"deletion (more than an hour after it, and SweeperDLQ holding no message for it).\n"+
+			"\n"+staleHoldsHelp)
 	payment := paymentArg(fs)
+	fs.Lookup("tenant").Usage = "the payment's tenant, with -payment; with -stale, only this tenant's holds"
+	listing := fs.Bool("stale", false, "list the stale holds of every payment (a Scan of the payments table), not one payment's")
+	all := fs.Bool("all", false, "with -stale: list every hold found, the stale ones marked")
+	olderThan := fs.Duration("older-than", staleHoldAge, "with -stale: a hold whose record still owns it (UNKNOWN, or a reservation past its lease)\nis stale once the record has not changed for this long")
+	limit := fs.Int("limit", 100, "with -stale: list at most this many")
+	asJSON := fs.Bool("json", false, "with -stale: one JSON object per line")
 	if err := t.parse(fs, args, -1); err != nil {
 		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *listing {
+		tnt := fs.Lookup("tenant").Value.String()
+		switch {
+		case fs.NArg() > 0 || set["payment"]:
+			return usageError{fs, "-stale lists the holds of every payment: give no payment (-tenant keeps one tenant's)"}
+		case tnt != "" && !tenant.Valid(tnt):
+			return usageError{fs, fmt.Sprintf("-tenant %q is not a tenant", tnt)}
+		case *limit < 1:
+			return usageError{fs, "-limit must be positive"}
+		case *olderThan < 0:
+			return usageError{fs, "-older-than must not be negative"}
+		}
+		return t.staleHolds(ctx, staleQuery{tenant: tnt, olderThan: *olderThan, all: *all, limit: *limit, asJSON: *asJSON})
+	}
+	for _, name := range []string{"all", "older-than", "limit", "json"} {
+		if set[name] {
+			return usageError{fs, fmt.Sprintf("-%s goes with -stale", name)}
+		}
 	}
 	tnt, id, err := payment(fs.Args())
 	if err != nil {
@@ -190,16 +226,16 @@ func (t *Tool) holds(ctx context.Context, args []string) error {
 	if err := t.writeIndented(v); err != nil {
 		return err
 	}
-	stale, none := 0, 0
+	reclaimable, none := 0, 0
 	for _, h := range v.Holds {
 		if h.Stale {
-			stale++
+			reclaimable++
 		}
 		if h.NoRecord {
 			none++
 		}
 	}
-	fmt.Fprintf(t.errOut, "%d hold(s), %d stale, %d with no record of its key\n", len(v.Holds), stale, none)
+	fmt.Fprintf(t.errOut, "%d hold(s), %d stale, %d with no record of its key\n", len(v.Holds), reclaimable, none)
 	return nil
 }
 

@@ -47,6 +47,9 @@ type Tool struct {
 	now    func() time.Time
 	// scanPages bounds a listing's Scan (maxScanPages).
 	scanPages int
+	// scanLimit, when positive, is the Limit of each page of a listing's
+	// Scan (tests make pages small); else a page is up to 1 MB.
+	scanLimit int32
 }
 
 // New returns a Tool for the deployment cfg describes, reached through db
@@ -80,6 +83,8 @@ Commands:
                                                list the payments still pending
   requeue-payment PAYMENT...                   hand pending payments to the retrier
   holds (PAYMENT | -tenant T -payment P)       show a payment's refund holds, and which are stale
+  holds -stale [-all] [-tenant T] [-older-than D] [-limit N] [-json]
+                                               list the stale holds of every payment, and what to run next
   settle-hold (release | refunded -provider-refund ID) -hold HASH [-no-record] [-confirm AMOUNT]
       (PAYMENT | -tenant T -payment P)         settle a stale hold as the provider says (fenced)
 

@@ -19,6 +19,9 @@ const maxScanPages = 10000
 // the bound stops the Scan first it warns that the listing holds the oldest
 // of the items read only; what names them in the warning.
 func (t *Tool) scanAll(ctx context.Context, in *dynamodb.ScanInput, what string, each func(map[string]types.AttributeValue) error) error {
+	if t.scanLimit > 0 {
+		in.Limit = aws.Int32(t.scanLimit)
+	}
 	for range t.scanPages {
 		out, err := t.db.Scan(ctx, in)
 		if err != nil {

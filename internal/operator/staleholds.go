@@ -1,0 +1,249 @@
+package operator
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/internal/payments"
+)
+
+// staleHoldAge is holds -stale's default -older-than: a hold whose record
+// still owns it is stale once the record has not changed for this long.
+// The reconciler resolves an UNKNOWN record within minutes when the
+// provider answers (a client's retry hands it over again once a minute),
+// and the checker hands an External reservation whose lease ran out to it
+// within its queue's delay (15 minutes) and retries.
+const staleHoldAge = time.Hour
+
+// What holds -stale says to run next for a hold.
+const (
+	// nextSettle: settle-hold, after a look at the provider's refunds.
+	nextSettle = "settle-hold"
+	// nextSettleNoRecord: settle-hold -no-record, on noRecordNote's terms.
+	nextSettleNoRecord = "settle-hold -no-record"
+	// nextReannounce: reannounce the key's record to the reconciler.
+	nextReannounce = "reannounce"
+	// nextWait: nothing yet; the note says what settles the hold, or when
+	// settle-hold may.
+	nextWait = "wait"
+)
+
+// staleHoldsHelp is what holds' help says of -stale.
+const staleHoldsHelp = "With -stale it lists, instead, the holds of every payment (a Scan of the payments table, every\n" +
+	"page of it up to a bound, of the payments with holds only; -tenant keeps one tenant's), the stale\n" +
+	"ones only unless -all; stale first, then those with no record, then by their record's last change,\n" +
+	"oldest first, up to -limit: each hold's payment, key hash, amount, its key's record (status, last\n" +
+	"change, expiry, or none) and what to run next (-json adds the command, and a note on what settles\n" +
+	"the hold). For the listing a hold is stale when nothing will settle it without an operator, or\n" +
+	"nothing has for -older-than:\n" +
+	"  - its key has no record (forgotten, or deleted by TTL and perhaps not yet restored): next\n" +
+	"    settle-hold -no-record, only on the terms above;\n" +
+	"  - its key's record is one a new request may reclaim (stale in the one-payment view): next\n" +
+	"    settle-hold, as the provider's refunds of the payment's charge say;\n" +
+	"  - its key's record is COMPLETED, not yet expired (its refund completed without giving the hold\n" +
+	"    back: response_too_large): wait until the record expires, then settle-hold;\n" +
+	"  - its key's record is UNKNOWN, or an External reservation whose lease ran out, and has not\n" +
+	"    changed for -older-than: next reannounce, handing it to the reconciler again (forget it and\n" +
+	"    settle the hold with -no-record only if it can never be reconciled).\n" +
+	"Not stale: a hold whose reservation's lease is running, or whose UNKNOWN record or expired\n" +
+	"reservation changed within -older-than: the refund's request or the reconciler settles it (wait).\n" +
+	"Raw idempotency keys are never shown (they are never stored): key hashes and record IDs are."
+
+// staleQuery is what holds -stale lists.
+type staleQuery struct {
+	tenant    string // "" for every tenant
+	olderThan time.Duration
+	all       bool
+	limit     int
+	asJSON    bool
+}
+
+// holdLine is a line of holds -stale: one hold of one payment, its key's
+// record, whether it is stale, and what to run next.
+type holdLine struct {
+	Payment  string `json:"payment"`
+	Tenant   string `json:"tenant"`
+	KeyHash  string `json:"key_hash"`
+	Record   string `json:"record"`
+	Refund   string `json:"refund"`
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+	// RecordStatus is the status of the key's record, "" when there is
+	// none (NoRecord).
+	RecordStatus    string     `json:"record_status,omitempty"`
+	RecordUpdatedAt *time.Time `json:"record_updated_at,omitempty"`
+	RecordExpiresAt *time.Time `json:"record_expires_at,omitempty"`
+	// Unchanged is how long the record has not changed, as of the listing.
+	Unchanged string `json:"record_unchanged_for,omitempty"`
+	NoRecord  bool   `json:"no_record,omitempty"`
+	// Stale is the listing's stale (staleHoldsHelp), wider than holdView's.
+	Stale bool `json:"stale"`
+	// Next is what to run next: one of the next* constants.
+	Next string `json:"next"`
+	// Command is the command Next names, for this hold; "" for wait.
+	Command string `json:"command,omitempty"`
+	Note    string `json:"note"`
+
+	updated time.Time // the record's last change; zero when there is none
+}
+
+// staleHolds lists the holds across the payments table as q asks: a Scan
+// filtered to the payments with holds (and q's tenant), projected to what
+// the listing shows, every page of it up to the page bound; then each
+// hold's key's record, read as holds reads it.
+func (t *Tool) staleHolds(ctx context.Context, q staleQuery) error {
+	names := map[string]string{
+		"#pk": payments.KeyAttr, "#tenant": "tenant", "#id": "id", "#currency": "currency",
+		"#charge": "provider_charge_id", "#holds": payments.AttrHolds,
+	}
+	// size() of an absent attribute is no match: a payment never holding
+	// anything, or whose holds were all settled (an empty map), is left out.
+	filter := "size(#holds) > :none"
+	values := map[string]types.AttributeValue{":none": &types.AttributeValueMemberN{Value: "0"}}
+	if q.tenant != "" {
+		filter += " AND #tenant = :tenant"
+		values[":tenant"] = &types.AttributeValueMemberS{Value: q.tenant}
+	}
+	in := &dynamodb.ScanInput{
+		TableName:                 aws.String(t.cfg.Table("PaymentsTable")),
+		ProjectionExpression:      aws.String("#pk, #tenant, #id, #currency, #charge, #holds"),
+		FilterExpression:          aws.String(filter),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	}
+	var ps []payments.Payment
+	err := t.scanAll(ctx, in, "holds", func(item map[string]types.AttributeValue) error {
+		var p payments.Payment
+		if err := attributevalue.UnmarshalMap(item, &p); err != nil {
+			return fmt.Errorf("payment %s: %w", paymentPK(item), err)
+		}
+		ps = append(ps, p)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	now := t.now()
+	var lines []holdLine
+	read, stale := 0, 0
+	for _, p := range ps {
+		for _, hash := range slices.Sorted(maps.Keys(p.Holds)) {
+			read++
+			hv, rec, err := t.holdRecord(ctx, idempotency.Key{Tenant: p.Tenant, Hash: hash}, p.Holds[hash], now)
+			if err != nil {
+				return err
+			}
+			l := line(p, hv, rec, now, q.olderThan)
+			if l.Stale {
+				stale++
+			}
+			if l.Stale || q.all {
+				lines = append(lines, l)
+			}
+		}
+	}
+	// A hold with no record has no last change: the zero time, first.
+	slices.SortFunc(lines, func(a, b holdLine) int {
+		return cmp.Or(first(a.Stale, b.Stale), a.updated.Compare(b.updated),
+			strings.Compare(a.Payment, b.Payment), strings.Compare(a.KeyHash, b.KeyHash))
+	})
+	if len(lines) > q.limit {
+		lines = lines[:q.limit]
+	}
+	err = writeListing(t, lines, q.asJSON, "PAYMENT\tKEY HASH\tAMOUNT\tRECORD\tUNCHANGED FOR\tSTALE\tNEXT", func(l holdLine) string {
+		record, unchanged, isStale := "no record", "-", "no"
+		if !l.NoRecord {
+			record, unchanged = l.RecordStatus, l.Unchanged
+			if !l.RecordExpiresAt.After(now) {
+				record += " (expired)"
+			}
+		}
+		if l.Stale {
+			isStale = "yes"
+		}
+		return fmt.Sprintf("%s\t%s\t%d %s\t%s\t%s\t%s\t%s", l.Payment, l.KeyHash, l.Amount, l.Currency, record, unchanged, isStale, l.Next)
+	})
+	if err != nil {
+		return err
+	}
+	listed := 0
+	for _, l := range lines {
+		if l.Stale {
+			listed++
+		}
+	}
+	fmt.Fprintf(t.errOut, "%d hold(s) listed, %d stale; of %d hold(s) on %d payment(s), %d stale (-older-than %s)\n",
+		len(lines), listed, read, len(ps), stale, q.olderThan)
+	return nil
+}
+
+// line is holds -stale's line of p's hold hv, whose key's record is rec
+// (none when hv.NoRecord), at now: stale as staleHoldsHelp says, a record
+// still owning the hold once it has not changed for olderThan.
+func line(p payments.Payment, hv holdView, rec idempotency.Record, now time.Time, olderThan time.Duration) holdLine {
+	l := holdLine{
+		Payment: p.PK, Tenant: p.Tenant, KeyHash: hv.KeyHash, Record: hv.Record, Refund: hv.Refund, Amount: hv.Amount,
+		Currency: p.Currency, RecordStatus: hv.RecordStatus, RecordExpiresAt: hv.RecordExpiresAt, NoRecord: hv.NoRecord,
+	}
+	settle := fmt.Sprintf("oncectl settle-hold (release | refunded -provider-refund ID) -hold %s -confirm %d %s", hv.KeyHash, hv.Amount, p.PK)
+	if hv.NoRecord {
+		l.Stale, l.Next, l.Note = true, nextSettleNoRecord, noRecordNote
+		l.Command = strings.Replace(settle, " -hold ", " -no-record -hold ", 1)
+		return l
+	}
+	updated := rec.UpdatedAt.UTC()
+	unchanged := now.Sub(rec.UpdatedAt)
+	l.updated, l.RecordUpdatedAt, l.Unchanged = updated, &updated, unchanged.Round(time.Second).String()
+	expires := rec.ExpiresAt.UTC().Format(time.RFC3339)
+	charge := cmp.Or(p.ProviderChargeID, "(none)")
+	switch {
+	case hv.Stale:
+		l.Stale, l.Next, l.Command = true, nextSettle, settle
+		l.Note = fmt.Sprintf("its record is %s and expired at %s: a new request may reclaim it, nothing will complete or release the hold, "+
+			"and every retry of its key answers 500; settle it as the provider's refunds of charge %s say", rec.Status, expires, charge)
+	case rec.Status == idempotency.StatusCompleted:
+		l.Stale, l.Next = true, nextWait
+		l.Note = fmt.Sprintf("its record is COMPLETED without having given the hold back (its effects were dropped: response_too_large): "+
+			"nothing will release it; settle it with `oncectl settle-hold` once the record expires, at %s", expires)
+	case rec.Status == idempotency.StatusInProgress && !rec.Expired(now):
+		l.Next = nextWait
+		l.Note = fmt.Sprintf("its refund's request holds the lease until %s: it settles the hold, or leaves it UNKNOWN to the reconciler", expires)
+	case unchanged < olderThan:
+		l.Next = nextWait
+		l.Note = fmt.Sprintf("its record is %s, changed %s ago: the reconciler settles the hold", rec.Status, l.Unchanged)
+		if rec.Status == idempotency.StatusInProgress {
+			l.Note = fmt.Sprintf("its record is an External reservation whose lease ran out at %s: the checker hands it to the reconciler, which settles the hold", expires)
+		}
+	default:
+		l.Stale, l.Next, l.Command = true, nextReannounce, "oncectl reannounce "+hv.Record
+		l.Note = fmt.Sprintf("its record is %s and has not changed for %s: hand it to the reconciler again; if it can never be "+
+			"reconciled (reconcile_failed, reconcile_unroutable), settle the refund at the provider (charge %s), `oncectl forget` the "+
+			"record, then settle the hold with `oncectl settle-hold -no-record`", rec.Status, l.Unchanged, charge)
+		if rec.Status == idempotency.StatusInProgress {
+			l.Note += "; an External reservation whose lease ran out may have its check in a dead-letter queue (`oncectl dlq list check`)"
+		}
+	}
+	return l
+}
+
+// first orders true before false.
+func first(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return -1
+	}
+	return 1
+}
