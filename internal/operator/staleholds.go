@@ -144,7 +144,7 @@ func (t *Tool) staleHolds(ctx context.Context, q staleQuery) error {
 			if err != nil {
 				return err
 			}
-			l := line(p, hv, rec, now, q.olderThan)
+			l := staleLine(p, hv, rec, now, q.olderThan)
 			if l.Stale {
 				stale++
 			}
@@ -188,10 +188,10 @@ func (t *Tool) staleHolds(ctx context.Context, q staleQuery) error {
 	return nil
 }
 
-// line is holds -stale's line of p's hold hv, whose key's record is rec
+// staleLine is holds -stale's line of p's hold hv, whose key's record is rec
 // (none when hv.NoRecord), at now: stale as staleHoldsHelp says, a record
 // still owning the hold once it has not changed for olderThan.
-func line(p payments.Payment, hv holdView, rec idempotency.Record, now time.Time, olderThan time.Duration) holdLine {
+func staleLine(p payments.Payment, hv holdView, rec idempotency.Record, now time.Time, olderThan time.Duration) holdLine {
 	l := holdLine{
 		Payment: p.PK, Tenant: p.Tenant, KeyHash: hv.KeyHash, Record: hv.Record, Refund: hv.Refund, Amount: hv.Amount,
 		Currency: p.Currency, RecordStatus: hv.RecordStatus, RecordExpiresAt: hv.RecordExpiresAt, NoRecord: hv.NoRecord,
