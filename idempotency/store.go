@@ -43,11 +43,12 @@ type Store interface {
 	// effects (undoing the reservation's holds) in one transaction,
 	// returning the errors Complete returns.
 	Release(ctx context.Context, key Key, lease string, effects []Effect) error
-	// Advance moves the record held under lease (IN_PROGRESS or UNKNOWN) and
-	// at the recovery point p.From to the recovery point p (its Point, Data,
-	// lease token, expiry and update time), keeping its status, and writes
-	// effects, in one transaction. It returns the errors Complete returns: a
-	// record at another point (a stale view of it) is a conflict too.
+	// Advance moves the record held under lease with the status p.Status
+	// (IN_PROGRESS or UNKNOWN) and at the recovery point p.From to the
+	// recovery point p (its Point, Data, lease token, expiry and update
+	// time), keeping its status, and writes effects, in one transaction. It
+	// returns the errors Complete returns: a record at another point or of
+	// another status (a stale view of it) is a conflict too.
 	Advance(ctx context.Context, key Key, lease string, p Progress, effects []Effect) error
 	// MarkUnknown moves the record held under lease (not COMPLETED) to
 	// UNKNOWN with the new lease token and expiry, returning a *ConflictError
@@ -82,6 +83,12 @@ type Progress struct {
 	ExpiresAt time.Time
 	// UpdatedAt is when the point was reached.
 	UpdatedAt time.Time
+	// Status is the status the record must have, which Advance keeps:
+	// StatusInProgress (also when empty), or StatusUnknown for a Resolver
+	// resuming an UNKNOWN record (ResumeSteps). A store may keep records
+	// of the two differently: the DynamoDB store gives an UNKNOWN record no
+	// TTL attribute, so that its TTL never deletes one.
+	Status Status
 }
 
 // Errors of the contract. Callers compare them with errors.Is / errors.As;

@@ -186,12 +186,15 @@ func recordItems(rec idempotency.Record) (map[string]types.AttributeValue, []map
 	for i := 0; len(stored) > 0; i++ {
 		part := stored[:min(ChunkSize, len(stored))]
 		stored = stored[len(part):]
-		chunks = append(chunks, map[string]types.AttributeValue{
+		chunk := map[string]types.AttributeValue{
 			AttrPK:          str(chunkKey(rec.Key, chunkID, i)),
 			AttrChunk:       &types.AttributeValueMemberB{Value: part},
-			AttrExpiresAt:   item[AttrExpiresAt],
 			AttrExpiresAtMS: item[AttrExpiresAtMS],
-		})
+		}
+		if ttl, ok := item[AttrExpiresAt]; ok { // a record without TTL (UNKNOWN) keeps its chunks as long
+			chunk[AttrExpiresAt] = ttl
+		}
+		chunks = append(chunks, chunk)
 	}
 	item[AttrResponseChunks] = num(int64(len(chunks)))
 	item[AttrResponseChunkID] = str(chunkID)
@@ -226,7 +229,8 @@ func chunksOf(item map[string]types.AttributeValue) (chunkRef, bool) {
 }
 
 // pastTTL reports whether item's TTL attribute is before now: DynamoDB's
-// TTL process may have deleted it, and the chunks that carry its TTL.
+// TTL process may have deleted it, and the chunks that carry its TTL. An
+// item without one (an UNKNOWN record's) never is.
 func pastTTL(item map[string]types.AttributeValue, now time.Time) bool {
 	d := decoder{item: item}
 	ttl := d.int(AttrExpiresAt, true)

@@ -22,7 +22,7 @@ const (
 	AttrFingerprint     = "fingerprint"         // S
 	AttrExternal        = "external"            // BOOL, always present (the reclaim condition reads it)
 	AttrLeaseToken      = "lease_token"         // S, absent when empty
-	AttrExpiresAt       = "expires_at"          // N: unix seconds, rounded up (the TTL attribute; see ExternalReservationTTL)
+	AttrExpiresAt       = "expires_at"          // N: unix seconds, rounded up (the TTL attribute; see ExternalReservationTTL), absent on an UNKNOWN record
 	AttrExpiresAtMS     = "expires_at_ms"       // N: unix milliseconds (the conditions compare it)
 	AttrRequest         = "request"             // B, absent when empty
 	AttrResponseStatus  = "response_status"     // N, present when the record has a response
@@ -43,9 +43,10 @@ const (
 // check (idempotency/recovery) hands it to the reconciler within seconds of
 // its lease; TTL, a day later, is the backstop. Store.Advance sets the TTL
 // the same way from the expiry it writes (a lease renewed or taken over by a
-// multi-step request, which may come long after its reservation). Every
-// other record's TTL is its expiry: the lease deadline of a Leased
-// reservation, the retention of the rest.
+// multi-step request, which may come long after its reservation). An
+// UNKNOWN record has no TTL at all (see ItemFromRecord). Every other
+// record's TTL is its expiry: the lease deadline of a Leased reservation,
+// the retention of a COMPLETED record.
 const ExternalReservationTTL = 24 * time.Hour
 
 // ItemFromRecord is the item that stores rec. Times are kept to the
@@ -53,6 +54,16 @@ const ExternalReservationTTL = 24 * time.Hour
 // Set-Cookie lines is left out; a
 // response's body is always present, empty or not, and compressed from
 // CompressAbove bytes when that makes it smaller.
+//
+// An UNKNOWN record's item has no TTL attribute (expires_at), only its
+// expiry for the conditions (expires_at_ms): DynamoDB's TTL never deletes
+// it. Its request may have had its effect at another system, so it is
+// never reclaimable (idempotency.Record.Reclaimable); deleted, it would
+// leave its key free for a second execution until the recovery sweeper
+// restored it from the stream. Only its reconciliation (Complete, Release)
+// or an operator's fenced delete ends it; every Store write that leaves a
+// record UNKNOWN (Reserve of a restored record, MarkUnknown, Advance)
+// removes the attribute, and Complete sets it again.
 func ItemFromRecord(rec idempotency.Record) map[string]types.AttributeValue {
 	expiresMS := rec.ExpiresAt.UnixMilli()
 	ttlMS := expiresMS
@@ -66,8 +77,10 @@ func ItemFromRecord(rec idempotency.Record) map[string]types.AttributeValue {
 		AttrRoute:       str(rec.Route),
 		AttrFingerprint: str(rec.Fingerprint),
 		AttrExternal:    &types.AttributeValueMemberBOOL{Value: rec.External},
-		AttrExpiresAt:   num(ceilSeconds(ttlMS)),
 		AttrExpiresAtMS: num(expiresMS),
+	}
+	if rec.Status != idempotency.StatusUnknown {
+		item[AttrExpiresAt] = num(ceilSeconds(ttlMS))
 	}
 	if rec.LeaseToken != "" {
 		item[AttrLeaseToken] = str(rec.LeaseToken)

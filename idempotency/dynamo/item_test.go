@@ -58,6 +58,21 @@ func TestItemFromRecord(t *testing.T) {
 			},
 		},
 		{
+			name: "unknown",
+			rec: idempotency.Record{
+				Key: key, Status: idempotency.StatusUnknown, Route: "POST /v1/charges", Fingerprint: "f00d",
+				External: true, LeaseToken: "lease-2", ExpiresAt: t0, Request: []byte(`{"a":1}`), Point: "order_created",
+				CreatedAt: t0.Add(-30 * time.Second), UpdatedAt: t0.Add(-30 * time.Second),
+			},
+			want: map[string]types.AttributeValue{
+				"pk": s("acme#ab12"), "tenant": s("acme"), "status": s("UNKNOWN"), "route": s("POST /v1/charges"),
+				"fingerprint": s("f00d"), "external": bl(true), "lease_token": s("lease-2"),
+				// No TTL attribute: DynamoDB's TTL never deletes an UNKNOWN record.
+				"expires_at_ms": n("2209086245678"), "request": b([]byte(`{"a":1}`)), "point": s("order_created"),
+				"created_at": n("2209086215678"), "updated_at": n("2209086215678"),
+			},
+		},
+		{
 			name: "completed",
 			rec: idempotency.Record{
 				Key: key, Status: idempotency.StatusCompleted, Route: "POST /v1/payments", Fingerprint: "beef",

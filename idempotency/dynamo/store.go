@@ -238,14 +238,22 @@ func (s *Store) Release(ctx context.Context, key idempotency.Key, lease string, 
 	return s.outcome(ctx, "release", err, nil)
 }
 
-// Advance moves the record held under lease to the recovery point p with one
-// conditional UpdateItem, or with effects one TransactWriteItems, returning
-// a *idempotency.ConflictError as Complete does, and ErrDataTooLarge for a
-// step whose data is over MaxData (p.Added; what the record carries is not
+// Advance moves the record held under lease, of the status p.Status, to
+// the recovery point p with one conditional UpdateItem, or with effects one
+// TransactWriteItems, returning a *idempotency.ConflictError as Complete
+// does (a record of another status too), and ErrDataTooLarge for a step
+// whose data is over MaxData (p.Added; what the record carries is not
 // checked again) or would make the record larger than DynamoDB's 400 KB.
 func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, p idempotency.Progress, effects []idempotency.Effect) error {
 	if err := checkProgress(p); err != nil {
 		return fmt.Errorf("dynamo: advance: %w", err)
+	}
+	status := p.Status
+	if status == "" {
+		status = idempotency.StatusInProgress
+	}
+	if status != idempotency.StatusInProgress && status != idempotency.StatusUnknown {
+		return fmt.Errorf("dynamo: advance: a record %s has no recovery point to move", status)
 	}
 	names, values := leaseExpr(lease)
 	names["#point"] = AttrPoint
@@ -254,32 +262,37 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 	names["#expires_ms"] = AttrExpiresAtMS
 	names["#updated"] = AttrUpdatedAt
 	expiresMS := p.ExpiresAt.UnixMilli()
+	values[":status"] = str(string(status))
 	values[":new_lease"] = str(p.LeaseToken)
-	values[":expires"] = num(ceilSeconds(expiresMS + ExternalReservationTTL.Milliseconds()))
 	values[":point"] = str(p.Point)
 	values[":data"] = strMap(p.Data)
 	values[":expires_ms"] = num(expiresMS)
 	values[":now"] = num(p.UpdatedAt.UnixMilli())
-	cond := leaseCondition + " AND attribute_not_exists(#point)"
+	cond := leaseCondition + " AND #status = :status AND attribute_not_exists(#point)"
 	if p.From != "" {
-		cond = leaseCondition + " AND #point = :from"
+		cond = leaseCondition + " AND #status = :status AND #point = :from"
 		values[":from"] = str(p.From)
 	}
-	// The TTL attribute moves with the expiry, a day past it
-	// (ExternalReservationTTL), as an External reservation's is: a lease
-	// renewed or taken over long after the reservation must not sit under
-	// a TTL already past, which DynamoDB may act on at any moment, freeing
-	// the key while its owner runs. (An UNKNOWN record a Resolver resumes
-	// keeps its expiry, and so is deleted a day after it rather than at
-	// it: expired or not, an UNKNOWN record is never reclaimable, and once
-	// TTL deletes it the recovery sweeper restores it.)
+	// An IN_PROGRESS record's TTL attribute moves with the expiry, a day
+	// past it (ExternalReservationTTL), as an External reservation's is: a
+	// lease renewed or taken over long after the reservation must not sit
+	// under a TTL already past, which DynamoDB may act on at any moment,
+	// freeing the key while its owner runs. An UNKNOWN record a Resolver
+	// resumes has none (removed, from an item written before UNKNOWN
+	// records lost theirs): TTL must never delete it (see ItemFromRecord).
 	update := "SET #point = :point, #data = :data, #lease = :new_lease, " +
 		"#expires = :expires, #expires_ms = :expires_ms, #updated = :now"
+	if status == idempotency.StatusUnknown {
+		update = "SET #point = :point, #data = :data, #lease = :new_lease, " +
+			"#expires_ms = :expires_ms, #updated = :now REMOVE #expires"
+	} else {
+		values[":expires"] = num(ceilSeconds(expiresMS + ExternalReservationTTL.Milliseconds()))
+	}
 	k := map[string]types.AttributeValue{AttrPK: str(key.ID())}
 	// The write is already in place when the record is at p under its lease
 	// token and update time.
 	landed := func(r idempotency.Record) bool {
-		return r.Point == p.Point && r.LeaseToken == p.LeaseToken && r.UpdatedAt.UnixMilli() == p.UpdatedAt.UnixMilli()
+		return r.Status == status && r.Point == p.Point && r.LeaseToken == p.LeaseToken && r.UpdatedAt.UnixMilli() == p.UpdatedAt.UnixMilli()
 	}
 	if len(effects) > 0 {
 		u := &types.Update{
@@ -311,7 +324,8 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 
 // MarkUnknown moves the record held under lease to UNKNOWN with newLease and
 // expiresAt, with one conditional UpdateItem, returning a
-// *idempotency.ConflictError as Complete does.
+// *idempotency.ConflictError as Complete does. The record loses its TTL
+// attribute (see ItemFromRecord): expiresAt is only the conditions' expiry.
 func (s *Store) MarkUnknown(ctx context.Context, key idempotency.Key, lease, newLease string, expiresAt, now time.Time) error {
 	names, values := leaseExpr(lease)
 	names["#expires"] = AttrExpiresAt
@@ -320,14 +334,13 @@ func (s *Store) MarkUnknown(ctx context.Context, key idempotency.Key, lease, new
 	expiresMS := expiresAt.UnixMilli()
 	values[":unknown"] = str(string(idempotency.StatusUnknown))
 	values[":new_lease"] = str(newLease)
-	values[":expires"] = num(ceilSeconds(expiresMS))
 	values[":expires_ms"] = num(expiresMS)
 	values[":now"] = num(now.UnixMilli())
 	in := &dynamodb.UpdateItemInput{
 		TableName: aws.String(s.table),
 		Key:       map[string]types.AttributeValue{AttrPK: str(key.ID())},
 		UpdateExpression: aws.String("SET #status = :unknown, #lease = :new_lease, " +
-			"#expires = :expires, #expires_ms = :expires_ms, #updated = :now"),
+			"#expires_ms = :expires_ms, #updated = :now REMOVE #expires"),
 		ConditionExpression:                 aws.String(leaseCondition),
 		ExpressionAttributeNames:            names,
 		ExpressionAttributeValues:           values,

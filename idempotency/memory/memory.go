@@ -142,19 +142,24 @@ func (s *Store) Release(ctx context.Context, key idempotency.Key, lease string, 
 	return nil
 }
 
-// Advance moves the record held under lease to the recovery point p and
-// writes effects, atomically, returning the errors Complete returns.
+// Advance moves the record held under lease, of the status p.Status
+// (IN_PROGRESS when empty), to the recovery point p and writes effects,
+// atomically, returning the errors Complete returns.
 func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, p idempotency.Progress, effects []idempotency.Effect) error {
 	expiresAt, now := millis(p.ExpiresAt), millis(p.UpdatedAt)
+	status := p.Status
+	if status == "" {
+		status = idempotency.StatusInProgress
+	}
 	landed := func(r idempotency.Record) bool {
-		return r.Point == p.Point && r.LeaseToken == p.LeaseToken && r.UpdatedAt.Equal(now)
+		return r.Status == status && r.Point == p.Point && r.LeaseToken == p.LeaseToken && r.UpdatedAt.Equal(now)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if done, err := s.held(key, lease, landed); done || err != nil {
 		return err
 	}
-	if cur := s.records[key.ID()]; cur.Point != p.From {
+	if cur := s.records[key.ID()]; cur.Point != p.From || cur.Status != status {
 		c := clone(cur)
 		return &idempotency.ConflictError{Existing: &c}
 	}

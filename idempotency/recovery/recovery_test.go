@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/idempotency/recovery"
 	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/dynamotest"
@@ -212,5 +213,112 @@ func TestRecoveryThroughTTL(t *testing.T) {
 	}
 	if got, err := w.store.Get(t.Context(), charged.Key); err != nil || !cmp.Equal(final, got) {
 		t.Errorf("after the zombie: Get() = %+v, %v; want the reconciled record unchanged", got, err)
+	}
+}
+
+// TestSweeperRestoresWithoutTTL: on DynamoDB Local, with its TTL and its
+// stream, the two kinds of record TTL still deletes before their outcome is
+// known are restored by the sweeper (behind the template's FilterCriteria)
+// as UNKNOWN records without a TTL attribute, which TTL then leaves alone:
+// an UNKNOWN item written before UNKNOWN records lost theirs (it carries
+// expires_at), and an abandoned External reservation (its TTL, a day past
+// its lease, brought forward). Long after, and after TTL has run again,
+// both are still UNKNOWN and hold their keys against a new reservation.
+// No reconciler runs.
+func TestSweeperRestoresWithoutTTL(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	table := w.names.ByLogicalID["IdempotencyTable"]
+	sweeperMetrics, logs := &lambdatest.Buffer{}, &lambdatest.Buffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", logs.String())
+		}
+	})
+	s, err := recovery.NewSweeper(recovery.SweeperConfig{
+		Store: w.store, Retention: time.Second, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+		Metrics: metrics.New(sweeperMetrics, "once", map[string]string{"Service": "sweeper"}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.run(t, "SweeperFunction", s.Handle, logs)
+
+	now := time.Now()
+	// expire gives key's item a TTL attribute already past, as a legacy
+	// UNKNOWN item's, or an External reservation's a day on, would be.
+	expire := func(key idempotency.Key, status idempotency.Status) {
+		t.Helper()
+		_, err := w.db.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(table),
+			Key:                       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: key.ID()}},
+			UpdateExpression:          aws.String("SET expires_at = :ttl"),
+			ConditionExpression:       aws.String("#status = :status"),
+			ExpressionAttributeNames:  map[string]string{"#status": "status"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":ttl": &types.AttributeValueMemberN{Value: fmt.Sprint(now.Unix() - 1)}, ":status": &types.AttributeValueMemberS{Value: string(status)}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	legacy := reservation(idempotency.NewKey("acme", "legacy unknown"), now.Add(-time.Hour), 30*time.Second)
+	legacy.Status, legacy.ExpiresAt = idempotency.StatusUnknown, now.Add(-time.Second)
+	if err := w.store.Reserve(t.Context(), legacy, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	expire(legacy.Key, idempotency.StatusUnknown)
+	abandoned := reservation(idempotency.NewKey("acme", "abandoned"), now.Add(-2*time.Second), time.Second)
+	if err := w.store.Reserve(t.Context(), abandoned, nil, abandoned.CreatedAt); err != nil {
+		t.Fatal(err)
+	}
+	expire(abandoned.Key, idempotency.StatusInProgress)
+
+	// restored waits for rec's record to come back UNKNOWN under a new lease
+	// token, and checks that it has no TTL attribute.
+	restored := func(rec idempotency.Record) idempotency.Record {
+		t.Helper()
+		var got idempotency.Record
+		lambdatest.WaitFor(t, 60*time.Second, "the restore of "+rec.Key.Short(), func() bool {
+			var err error
+			got, err = w.store.Get(t.Context(), rec.Key)
+			return err == nil && got.LeaseToken != rec.LeaseToken
+		})
+		if got.Status != idempotency.StatusUnknown || got.Fingerprint != rec.Fingerprint || !got.CreatedAt.Equal(rec.CreatedAt.Truncate(time.Millisecond)) {
+			t.Errorf("%s restored as %s (fingerprint kept %v, created at %v), want UNKNOWN, the request's", rec.Key.Short(),
+				got.Status, got.Fingerprint == rec.Fingerprint, got.CreatedAt)
+		}
+		if ttl, ok := dynamotest.Item(t, w.db, table, rec.Key.ID())[dynamo.AttrExpiresAt]; ok {
+			t.Errorf("%s restored with %s = %v, want none", rec.Key.Short(), dynamo.AttrExpiresAt, ttl)
+		}
+		return got
+	}
+	restoredLegacy, restoredAbandoned := restored(legacy), restored(abandoned)
+
+	// TTL runs again (an expired COMPLETED record deleted), well past the
+	// restored records' 1s retention: both stay, and hold their keys.
+	control := idempotency.NewKey("acme", "control")
+	done := reservation(control, now, time.Second)
+	done.Status, done.ExpiresAt, done.Response = idempotency.StatusCompleted, now.Add(-2*time.Second), &idempotency.Response{Status: 201, Body: []byte("{}")}
+	if err := w.store.Commit(t.Context(), done, nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	lambdatest.WaitFor(t, 60*time.Second, "TTL deleting an expired COMPLETED record", func() bool {
+		return !dynamotest.Exists(t, w.db, table, control.ID())
+	})
+	time.Sleep(2 * time.Second)
+	for _, rec := range []idempotency.Record{restoredLegacy, restoredAbandoned} {
+		got, err := w.store.Get(t.Context(), rec.Key)
+		if err != nil || got.LeaseToken != rec.LeaseToken {
+			t.Errorf("%s after TTL ran again: %s %v (lease kept %v), want the restored UNKNOWN record", rec.Key.Short(), got.Status, err, got.LeaseToken == rec.LeaseToken)
+		}
+		retry := reservation(rec.Key, time.Now(), 30*time.Second)
+		var conflict *idempotency.ConflictError
+		if err := w.store.Reserve(t.Context(), retry, nil, time.Now()); !errors.As(err, &conflict) || conflict.Existing == nil || conflict.Existing.Status != idempotency.StatusUnknown {
+			t.Errorf("%s: Reserve(a retry) = %v, want a conflict with the UNKNOWN record", rec.Key.Short(), err)
+		}
+	}
+	want := map[string]int{"zombie_swept": 1, "reconcile_scheduled": 2}
+	if got := lambdatest.Counts(t, sweeperMetrics.String(), "sweeper"); !cmp.Equal(got, want) {
+		t.Errorf("sweeper metrics = %v, want %v (no zombie_unrestored)", got, want)
 	}
 }

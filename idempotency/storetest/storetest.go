@@ -40,6 +40,12 @@ type Inspect struct {
 	// Require returns the store's effect that writes nothing and is
 	// rejected with reject when EffectTable has no item with key pk.
 	Require func(pk string, reject error) idempotency.Effect
+	// ExpireTTL, for a store whose records a TTL process deletes (as
+	// DynamoDB's does), deletes key's record as that process would at now,
+	// and reports whether it did. Nil for a store that deletes nothing by
+	// itself (the in-memory store): the suite then checks only what such
+	// a store must keep.
+	ExpireTTL func(t *testing.T, key idempotency.Key, now time.Time) bool
 }
 
 // NewStore returns a store for one test. Tests may share the store's tables:
@@ -63,6 +69,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Rejections", func(t *testing.T) { testRejections(t, newStore) })
 	t.Run("MarkUnknown", func(t *testing.T) { testMarkUnknown(t, newStore) })
 	t.Run("Advance", func(t *testing.T) { testAdvance(t, newStore) })
+	t.Run("UnknownOutlivesTTL", func(t *testing.T) { testUnknownOutlivesTTL(t, newStore) })
 	t.Run("Get", func(t *testing.T) { testGet(t, newStore) })
 	t.Run("Bodies", func(t *testing.T) { testBodies(t, newStore) })
 	t.Run("LargeBodies", func(t *testing.T) { testLargeBodies(t, newStore) })
@@ -966,6 +973,10 @@ func testAdvance(t *testing.T, newStore NewStore) {
 			if current != nil {
 				put(t, s, *current)
 			}
+			p := p
+			if current != nil && current.Status == idempotency.StatusUnknown {
+				p.Status = idempotency.StatusUnknown
+			}
 			err := s.Advance(t.Context(), k, "lease", p, []idempotency.Effect{effect(t, in, "paid", "x")})
 			call := fmt.Sprintf("Advance(%s)", tt.name)
 			if !tt.wantWin {
@@ -1011,6 +1022,33 @@ func testAdvance(t *testing.T, newStore NewStore) {
 			t.Errorf("Advance(from the current point) = %v, want nil", err)
 		}
 	})
+	t.Run("other status", func(t *testing.T) {
+		// A writer that holds the lease token but takes the record for
+		// what it is not (an UNKNOWN record advanced as IN_PROGRESS, or
+		// the other way round) writes nothing.
+		for _, tt := range []struct {
+			name   string
+			stored idempotency.Status
+			told   idempotency.Status
+		}{
+			{"unknown as in progress", idempotency.StatusUnknown, idempotency.StatusInProgress},
+			{"unknown as unstated", idempotency.StatusUnknown, ""},
+			{"in progress as unknown", idempotency.StatusInProgress, idempotency.StatusUnknown},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				s, in := newStore(t)
+				r := reserved(key(t, "k"), "a", "lease", true, t0)
+				r.Status = tt.stored
+				put(t, s, r)
+				q := p
+				q.Status = tt.told
+				err := s.Advance(t.Context(), r.Key, "lease", q, []idempotency.Effect{effect(t, in, "paid", "x")})
+				wantConflict(t, fmt.Sprintf("Advance(%s record, Status %q)", tt.stored, tt.told), err, &r)
+				wantEffects(t, in)
+				wantRecord(t, s, r)
+			})
+		}
+	})
 	t.Run("rejected", func(t *testing.T) {
 		s, in := newStore(t)
 		r := reserved(key(t, "k"), "a", "lease", true, t0)
@@ -1022,6 +1060,84 @@ func testAdvance(t *testing.T, newStore NewStore) {
 		}
 		wantRecord(t, s, r)
 	})
+}
+
+// testUnknownOutlivesTTL checks that an UNKNOWN record, however it became
+// one (restored by Reserve, MarkUnknown, a redrive, a Resolver's Advance),
+// is never deleted by the store's TTL, long past its expiry: its request
+// may have had its effect elsewhere, and a key freed under it would run the
+// request again. It stays, and a new reservation of its key at that time
+// conflicts with it. Its completion is deleted by TTL again past its
+// retention, as every COMPLETED record is.
+func testUnknownOutlivesTTL(t *testing.T, newStore NewStore) {
+	now := t0.Add(-10 * time.Second)
+	late := now.Add(10 * 365 * 24 * time.Hour) // long past every expiry, and past a day after it
+	p := idempotency.Progress{From: "order_created", Point: "charge_created", Data: map[string]string{"charge": "ch_1"},
+		LeaseToken: "advanced", ExpiresAt: now.Add(time.Hour), UpdatedAt: now, Status: idempotency.StatusUnknown}
+	for _, tt := range []struct {
+		name string
+		// unknown leaves k's record UNKNOWN under the lease token it
+		// returns.
+		unknown func(t *testing.T, s idempotency.Store, k idempotency.Key) string
+	}{
+		{"restored", func(t *testing.T, s idempotency.Store, k idempotency.Key) string {
+			put(t, s, unknown(reserved(k, "a", "lease", true, now.Add(time.Hour))))
+			return "lease"
+		}},
+		{"MarkUnknown", func(t *testing.T, s idempotency.Store, k idempotency.Key) string {
+			put(t, s, reserved(k, "a", "lease", true, now.Add(30*time.Second)))
+			if err := s.MarkUnknown(t.Context(), k, "lease", "unknown", now.Add(time.Hour), now); err != nil {
+				t.Fatalf("MarkUnknown = %v", err)
+			}
+			return "unknown"
+		}},
+		{"redriven", func(t *testing.T, s idempotency.Store, k idempotency.Key) string {
+			put(t, s, unknown(reserved(k, "a", "lease", true, now.Add(time.Hour))))
+			if err := s.MarkUnknown(t.Context(), k, "lease", "redriven", now.Add(2*time.Hour), now); err != nil {
+				t.Fatalf("MarkUnknown(UNKNOWN) = %v", err)
+			}
+			return "redriven"
+		}},
+		{"advanced", func(t *testing.T, s idempotency.Store, k idempotency.Key) string {
+			r := unknown(reserved(k, "a", "lease", true, now.Add(time.Hour)))
+			r.Point = "order_created"
+			put(t, s, r)
+			if err := s.Advance(t.Context(), k, "lease", p, nil); err != nil {
+				t.Fatalf("Advance(UNKNOWN) = %v", err)
+			}
+			return p.LeaseToken
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, in := newStore(t)
+			k := key(t, "k")
+			lease := tt.unknown(t, s, k)
+			before, err := s.Get(t.Context(), k)
+			if err != nil || before.Status != idempotency.StatusUnknown {
+				t.Fatalf("Get = %s, %v; want the UNKNOWN record", before.Status, err)
+			}
+			if in.ExpireTTL != nil && in.ExpireTTL(t, k, late) {
+				t.Errorf("the store's TTL deleted an UNKNOWN record %v past its expiry", late.Sub(before.ExpiresAt).Round(time.Hour))
+			}
+			wantRecord(t, s, before)
+			err = s.Reserve(t.Context(), reserved(k, "a", "retry", true, late.Add(time.Minute)), nil, late)
+			wantConflict(t, "Reserve(the UNKNOWN record's key, long past its expiry)", err, &before)
+
+			// Reconciled: completed, and deleted by TTL past its retention.
+			c := done(before, now)
+			if err := s.Complete(t.Context(), c, lease, nil); err != nil {
+				t.Fatalf("Complete = %v", err)
+			}
+			if in.ExpireTTL != nil {
+				if in.ExpireTTL(t, k, c.ExpiresAt.Add(-time.Second)) {
+					t.Errorf("the store's TTL deleted the COMPLETED record before its expiry")
+				}
+				if !in.ExpireTTL(t, k, late) {
+					t.Errorf("the store's TTL kept the COMPLETED record %v past its expiry, want it deleted", late.Sub(c.ExpiresAt).Round(time.Hour))
+				}
+			}
+		})
+	}
 }
 
 // testLargeBodies checks that answers of 1 MB, compressible or not, are
