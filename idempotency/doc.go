@@ -110,6 +110,7 @@
 //	                      UNKNOWN     --MarkUnknown---> UNKNOWN            (a retry after UnknownRedrive:
 //	                                                                        a new lease token re-announces
 //	                                                                        the record to the reconciler)
+//	                      UNKNOWN     (never deleted by TTL)
 //
 // While IN_PROGRESS a record's expiry is its lease deadline, and the store's
 // TTL deletes abandoned reservations after it (a backstop: the recovery
@@ -120,12 +121,18 @@
 // UNKNOWN (or, at a recovery point, be resumed) first, and an UNKNOWN
 // record, which never does: its request may have had its effect at the
 // other system, so only its reconciliation (Complete or Release), or an
-// operator's fenced delete, ends it. Its expiry is only when the store's
-// TTL may delete it (the recovery package's Sweeper then restores it). A
-// retry of it gets 409 (InProgressError) however old it is, and one
-// UnknownRedrive or more after it last changed re-announces it to the
-// reconciler (MarkUnknown), extending its expiry to at least Retention from
-// then, so that TTL does not delete a record that is still retried.
+// operator's fenced delete, ends it. An UNKNOWN record's expiry is only
+// what the conditions compare (Retention after it went UNKNOWN or was last
+// redriven): the store's TTL never deletes it (the DynamoDB store writes it
+// without the TTL attribute), so its key is never free while its outcome is
+// unknown. A retry of it gets 409 (InProgressError) however old it is, and
+// one UnknownRedrive or more after it last changed re-announces it to the
+// reconciler (MarkUnknown), moving its expiry to at least Retention from
+// then. (A DynamoDB item written UNKNOWN before its TTL attribute was
+// dropped, and an External reservation deleted by TTL, are restored as
+// UNKNOWN by the recovery package's Sweeper from the stream; a retry that
+// takes the key between the deletion and the restore is counted
+// zombie_unrestored.)
 //
 // Record.Reclaimable is that rule, and a Store's Commit and Reserve
 // conditions implement it.

@@ -82,11 +82,13 @@ const LeaseMargin = 2 * time.Second
 var ErrRetentionShort = errors.New("idempotency: Config.Retention is shorter than Config.Lease")
 
 // ErrUnknownRedriveLong is New's error for a Config whose UnknownRedrive is
-// longer than its Retention (after defaults): an UNKNOWN record is kept a
-// Retention from each redrive, and a retry redrives it no sooner than
-// UnknownRedrive after the last, so it would expire between two redrives
-// while its client keeps retrying, and TTL could delete it, leaving its key
-// free for a second execution until the recovery sweeper restores it.
+// longer than its Retention (after defaults): an UNKNOWN record's expiry is
+// a Retention from each redrive, and a retry redrives it no sooner than
+// UnknownRedrive after the last, so its expiry would pass between two
+// redrives while its client keeps retrying. (Its store's TTL no longer
+// deletes it then, nor ever: an UNKNOWN record is never reclaimable, and
+// the DynamoDB store gives it no TTL attribute. The rule keeps the expiry
+// an operator lists, and a store of your own that deletes by expiry, true.)
 var ErrUnknownRedriveLong = errors.New("idempotency: Config.UnknownRedrive is longer than Config.Retention")
 
 // ErrCompletionTimeoutLong is New's error for a Config whose
@@ -109,13 +111,14 @@ type Config struct {
 	// unexpected error. The default is problem.Write, which answers each as
 	// its problem (application/problem+json).
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
-	// Retention is how long a completed (or UNKNOWN) record is kept
-	// (DefaultRetention); at least Lease (ErrRetentionShort) and at least
-	// UnknownRedrive (ErrUnknownRedriveLong): an UNKNOWN record that retries
-	// keep redriving is kept a Retention from each redrive, so a shorter
-	// Retention would let it expire between two, and TTL delete it (the
-	// sweeper restores it). A deployment with a reconciler keeps it above
-	// the reconciler's retries too.
+	// Retention is how long a completed record is kept (DefaultRetention),
+	// and an UNKNOWN record's expiry after it went UNKNOWN or was last
+	// redriven (it is kept until it is reconciled, however long: the
+	// store's TTL never deletes it); at least Lease (ErrRetentionShort) and
+	// at least UnknownRedrive (ErrUnknownRedriveLong): an UNKNOWN record's
+	// expiry moves to a Retention from each redrive, and a shorter
+	// Retention would let it pass between two. A deployment with a
+	// reconciler keeps it above the reconciler's retries too.
 	Retention time.Duration
 	// Lease is how long a reservation is held before it counts as abandoned
 	// (DefaultLease). It must exceed the longest a handler can run, by
@@ -156,8 +159,8 @@ type Config struct {
 	// its request announces it to the reconciler again (DefaultUnknownRedrive):
 	// the reconciler may have given up on it after its bounded retries, and a
 	// client that keeps retrying must still reach a final answer. A redrive
-	// keeps the record at least Retention from then, so it must not be
-	// longer than Retention (ErrUnknownRedriveLong).
+	// moves the record's expiry to at least Retention from then, so it must
+	// not be longer than Retention (ErrUnknownRedriveLong).
 	UnknownRedrive time.Duration
 	// Now returns the current time (time.Now).
 	Now func() time.Time
@@ -1118,13 +1121,12 @@ func (c *Call) decideExisting(ctx context.Context, r *http.Request, existing *Re
 		// reconciliation (again) rather than executing again: the new lease
 		// token is a stream MODIFY to UNKNOWN that triggers the reconciler,
 		// and the write's condition on the old token lets one request per
-		// UnknownRedrive do it. The record is kept at least Retention from
-		// now (an UNKNOWN record's expiry extended, never shortened), as
-		// oncectl reannounce and the sweeper's restore keep it: its expiry is
-		// when the store's TTL may delete it, and one deleted while it is
-		// reconciled and retried leaves its key free for a new request, a
-		// second execution, until the recovery sweeper restores it. A record
-		// nobody retries is left to TTL a Retention after its last redrive.
+		// UnknownRedrive do it. Its expiry moves to at least Retention from
+		// now (extended, never shortened), as oncectl reannounce and the
+		// sweeper's restore set it. The store's TTL never deletes an UNKNOWN
+		// record (the write removes the DynamoDB store's TTL attribute from
+		// an item written before UNKNOWN records lost it): its key is held
+		// until the record is reconciled or an operator forgets it.
 		expires := now.Add(c.m.cfg.Retention)
 		if existing.Status == StatusUnknown && existing.ExpiresAt.After(expires) {
 			expires = existing.ExpiresAt

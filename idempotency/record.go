@@ -92,8 +92,9 @@ type Record struct {
 	// LeaseToken is the fencing token of the current owner (IN_PROGRESS and
 	// UNKNOWN records).
 	LeaseToken string
-	// ExpiresAt is the record's expiry and the store's TTL: the lease deadline
-	// while IN_PROGRESS, the end of the retention otherwise.
+	// ExpiresAt is the record's expiry, and the store's TTL but for an
+	// UNKNOWN record, which TTL never deletes: the lease deadline while
+	// IN_PROGRESS, the end of the retention otherwise.
 	ExpiresAt time.Time
 	// Request is the canonical request body, kept on External records (in
 	// every state) so that a reconciler can rebuild the response.

@@ -34,13 +34,14 @@ type CheckerConfig struct {
 	// Queue receives the checks that arrive before their record's lease
 	// has run out, sent on for the rest.
 	Queue Queue
-	// Retention is how long a record moved to UNKNOWN is kept before TTL
-	// may delete it (idempotency.DefaultRetention), as the Sweeper keeps
-	// one; expired, it is still UNKNOWN, never free for a new request, and
-	// once TTL deletes it the Sweeper restores it. Keep it longer than the
-	// reconciler can take to resolve it (its stream mapping's retries, the
-	// provider's settle time), so that TTL does not delete it meanwhile,
-	// and than the middleware's Lease.
+	// Retention is the expiry a record moved to UNKNOWN is given
+	// (idempotency.DefaultRetention), as the Sweeper gives one; expired, it
+	// is still UNKNOWN, never free for a new request, and the store's TTL
+	// never deletes it (the DynamoDB store writes it without the TTL
+	// attribute): it stays until it is reconciled or an operator forgets
+	// it. Keep it longer than the reconciler can take to resolve it (its
+	// stream mapping's retries, the provider's settle time), and than the
+	// middleware's Lease.
 	Retention time.Duration
 	// Margin is added to the lease deadline of a check sent on
 	// (DefaultMargin).

@@ -112,9 +112,11 @@
 // without marks.
 //
 // The Sweeper also restores an UNKNOWN record that TTL deleted before it
-// was resolved (the reconciler's retries exhausted, and no retry or operator
-// re-announced it within its retention), filtered to REMOVE records whose
-// old image is UNKNOWN and whose userIdentity is the TTL process's. Its
+// was resolved, filtered to REMOVE records whose old image is UNKNOWN and
+// whose userIdentity is the TTL process's. The DynamoDB store writes no TTL
+// attribute on an UNKNOWN record (and removes it at every write that leaves
+// a record UNKNOWN), so only an item written UNKNOWN before that, and never
+// written since, can still be deleted so: the restore stays for those. Its
 // outcome is still unknown: deleted, what its reservation held (a refund's
 // hold on a payment) would stay held for good, and a retry would run the
 // request again whatever the first attempt did. It is restored as UNKNOWN,
@@ -122,10 +124,11 @@
 // Store.Reserve and with the same conflicts as an abandoned reservation, so
 // that the reconciler looks it up again; it counts reconcile_scheduled (or
 // zombie_unrestored, when a new request reserved the key in the seconds
-// between the deletion and the restore). A record that can never be resolved thus comes back
-// once per retention, each time alarmed by the reconciler, until an
-// operator deletes it (a delete conditioned on its status and lease token,
-// as oncectl forget does in the once application): such a REMOVE carries no
+// between the deletion and the restore). The restore, like an abandoned
+// External reservation's, carries no TTL attribute: a record that can never
+// be resolved stays UNKNOWN, alarmed by the reconciler, until an operator
+// deletes it (a delete conditioned on its status and lease token, as
+// oncectl forget does in the once application): such a REMOVE carries no
 // TTL identity, so the Sweeper leaves it deleted. The TTL identity is
 // required here, with no timestamp rule: the reconciler's release of a
 // resolved record is a REMOVE of an UNKNOWN record too, and LocalStack's TTL

@@ -59,9 +59,10 @@ const restoreMarkKeep = 48 * time.Hour
 type SweeperConfig struct {
 	// Store is the idempotency store the records are restored into.
 	Store Reserver
-	// Retention is how long a restored UNKNOWN record is kept
-	// (idempotency.DefaultRetention); at least what CheckerConfig.Retention
-	// says, for the same reason.
+	// Retention is the expiry a restored UNKNOWN record is given
+	// (idempotency.DefaultRetention; the record itself stays until it is
+	// reconciled: a restore carries no TTL); at least what
+	// CheckerConfig.Retention says, for the same reason.
 	Retention time.Duration
 	// Logger receives one line per abandoned reservation and per failure
 	// (default: discard).
@@ -157,10 +158,11 @@ func (s *Sweeper) record(ctx context.Context, er events.DynamoDBEventRecord) err
 }
 
 // restore writes old, an External record that TTL deleted before its
-// outcome was known (an abandoned reservation, or an UNKNOWN record never
-// resolved within its retention), back as UNKNOWN under a fresh lease token,
-// kept for the retention from now: the INSERT that hands it to the
-// reconciler. Deleted, an UNKNOWN record would leave its request unresolved
+// outcome was known (an abandoned reservation, or an UNKNOWN item written
+// with a TTL attribute, before UNKNOWN records lost it), back as UNKNOWN
+// under a fresh lease token, its expiry the retention from now, without a
+// TTL (the store's Reserve of an UNKNOWN record): the INSERT that hands it
+// to the reconciler, kept until it is reconciled. Deleted, an UNKNOWN record would leave its request unresolved
 // for good: what its reservation held (a refund's hold on a payment) stays
 // held, and a retry runs the request again whatever the first attempt did.
 // Only a REMOVE of an UNKNOWN record carrying the TTL process's user

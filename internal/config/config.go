@@ -82,15 +82,17 @@ const (
 	DefaultRetention       = 24 * time.Hour
 	DefaultLease           = 30 * time.Second
 	// MinRetention is the least ONCE_RETENTION (which must also be at least
-	// ONCE_LEASE). A record moved to UNKNOWN is kept for the retention from
-	// then on, and must outlive the reconciler's retries: its stream mapping
-	// retries a change for up to an hour (MaximumRecordAgeInSeconds, 3600,
-	// in template.yaml; internal/deploytest holds every mapping of the
-	// idempotency table's stream to it), and the reconciler cannot prove
-	// "not charged" before ONCE_PROVIDER_SETTLE has passed (so the
-	// retention is at least that too). Expired sooner, the record counts as
-	// absent: a retry would run the request again while its first outcome
-	// is still being resolved.
+	// ONCE_LEASE). A record moved to UNKNOWN gets the retention from then on
+	// as its expiry, which should outlive the reconciler's retries: its
+	// stream mapping retries a change for up to an hour
+	// (MaximumRecordAgeInSeconds, 3600, in template.yaml; internal/deploytest
+	// holds every mapping of the idempotency table's stream to it), and the
+	// reconciler cannot prove "not charged" before ONCE_PROVIDER_SETTLE has
+	// passed (so the retention is at least that too). The store's TTL no
+	// longer deletes an UNKNOWN record (it carries no TTL attribute), but an
+	// item written UNKNOWN before that carries its expiry as its TTL, and
+	// deleted while the reconciler works on it, its key would be free until
+	// the sweeper restored it.
 	MinRetention = time.Hour
 	// DefaultProviderTimeout bounds one call to the payment provider. It is
 	// well under DefaultLease, so a request that times out still holds its
@@ -292,7 +294,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			" (the reconciler's retries of an UNKNOWN record), "+EnvLease+" ("+c.Lease.String()+") and "+
 			EnvProviderSettle+" ("+c.ProviderSettle.String()+", until which an UNKNOWN record's call may still land)"+
 			": a completed record expired sooner counts as absent, and a retry would run its request again; "+
-			"an UNKNOWN one could be deleted by TTL while the reconciler works on it")
+			"an UNKNOWN one written with a TTL attribute (before UNKNOWN records lost it) could be deleted by TTL while the reconciler works on it")
 	}
 	switch h := c.WorkerLookUpHorizon; {
 	case h > 0 && h < MinWorkerLookUpHorizon:

@@ -94,10 +94,12 @@ func (r *removals) of(pk string) []bool {
 // amount on its payment: the provider refunded one and held its answer past
 // ONCE_PROVIDER_TIMEOUT (tok_refundTimeout); the other never reached the
 // provider. The provider cannot answer the reconciler's look-ups, so the
-// records stay UNKNOWN until they expire and DynamoDB Local's TTL deletes
-// them (a REMOVE with the TTL service's userIdentity on the real stream;
-// the test brings their expiry forward from ONCE_RETENTION, at least an
-// hour, as DynamoDB's TTL would delete them then). The sweeper, run from
+// records stay UNKNOWN, written without a TTL attribute: DynamoDB's TTL
+// never deletes an UNKNOWN record. The test then gives them one already
+// past, as an UNKNOWN item written before UNKNOWN records lost it carries
+// (its expiry, ONCE_RETENTION after it went UNKNOWN), and DynamoDB Local's
+// TTL deletes them (a REMOVE with the TTL service's userIdentity on the
+// real stream). The sweeper, run from
 // the stream by the devstack's poller behind the template's filter,
 // restores each as UNKNOWN under a new lease token, the holds untouched;
 // with the provider back, the reconciler resolves them: the refund made is
@@ -170,10 +172,13 @@ func TestRefundHoldSurvivesTTL(t *testing.T) {
 		}
 		r.first = rec
 		wantHeld(t, table, r.payment, r.key, r.amount, amount-r.amount)
+		if ttl, ok := dynamotest.Item(t, client, cfg.Table("IdempotencyTable"), rec.Key.ID())[dynamo.AttrExpiresAt]; ok {
+			t.Errorf("%s: the UNKNOWN record carries %s = %v, want none", r.name, dynamo.AttrExpiresAt, ttl)
+		}
 	}
 
-	// Expire the records now, as ONCE_RETENTION would have; DynamoDB Local's
-	// TTL deletes them within seconds.
+	// Make them legacy items, their TTL past, as ONCE_RETENTION would have
+	// left it; DynamoDB Local's TTL deletes them within seconds.
 	expired := time.Now()
 	for _, r := range refunds {
 		_, err := client.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{

@@ -13,12 +13,12 @@
 //     MarkUnknown under a new lease token, which is the stream MODIFY the
 //     reconciler is triggered by. It takes an UNKNOWN record or an External
 //     reservation whose lease has run out (its check may be a dead letter),
-//     and keeps it at least the retention (ONCE_RETENTION) from now: its
-//     expiry extended, never shortened, and its TTL set to it, as the checker extends a
-//     reservation whose lease ran out, so that TTL does not delete one
-//     about to expire while the reconciler works on it (a client's
-//     automatic redrive extends it the same way). An UNKNOWN record is
-//     never free for a new request, expired or not.
+//     and moves its expiry to at least the retention (ONCE_RETENTION) from
+//     now: extended, never shortened, as the checker sets a reservation's
+//     whose lease ran out (a client's automatic redrive extends it the same
+//     way). The record carries no TTL attribute afterwards (one written
+//     before UNKNOWN records lost it loses it): an UNKNOWN record is never
+//     free for a new request, expired or not, and TTL never deletes it.
 //   - forget deletes an UNKNOWN record that can never be reconciled, the
 //     operator's way out of its reconcile_failed alarm, once what its
 //     request did at the other system is settled: a retry of its key then
@@ -66,9 +66,11 @@
 //     the effects that give it back (reserve_effects_dropped,
 //     reconcile_effects_dropped) and has since expired. A hold whose key has
 //     no record is shown no_record, not stale: the record was forgotten, or
-//     TTL deleted it (an UNKNOWN record, an External reservation past its
-//     lease, or that expired COMPLETED one) and the sweeper may not have
-//     processed the deletion yet: it restores the first two as UNKNOWN,
+//     TTL deleted it (an External reservation a day past its lease, an
+//     UNKNOWN item written before UNKNOWN records lost their TTL attribute,
+//     which the store no longer gives one, or that expired COMPLETED one)
+//     and the sweeper may not have processed the deletion yet: it restores
+//     the first two as UNKNOWN,
 //     owning the hold, after the stream's lag, or, while its restore fails,
 //     until the mapping gives the REMOVE up to SweeperDLQ an hour after it.
 //   - holds -stale lists the holds of every payment (a Scan of the payments

@@ -45,8 +45,9 @@ const (
 
 // noRecordNote is what holds says of a hold whose key has no record, and
 // what settle-hold's -no-record acknowledges.
-const noRecordNote = "its key has no record: it was forgotten (`oncectl forget`), or deleted by TTL and perhaps " +
-	"not yet restored by the sweeper, which restores an UNKNOWN record or an External reservation TTL deleted as " +
+const noRecordNote = "its key has no record: it was forgotten (`oncectl forget`), or deleted by TTL (an External " +
+	"reservation a day past its lease, or an UNKNOWN record written before UNKNOWN records lost their TTL: TTL " +
+	"deletes no other UNKNOWN record) and perhaps not yet restored by the sweeper, which restores either as " +
 	"UNKNOWN, owning this hold (after the stream's lag, or, while its restore fails, until its mapping gives the " +
 	"REMOVE up an hour after it: MaximumRecordAgeInSeconds, then SweeperDLQ); settle it with " +
 	"`oncectl settle-hold -no-record` only after `oncectl forget` of that record, or once the sweeper has " +
@@ -86,9 +87,10 @@ type holdView struct {
 	// release the hold.
 	Stale bool `json:"stale"`
 	// NoRecord: the key has no record. The hold is stale if the record was
-	// forgotten, or if TTL deleted it and the sweeper has processed the
-	// deletion without restoring it; until then the sweeper may restore it
-	// (Note says so).
+	// forgotten, or if TTL deleted it (an External reservation, or an
+	// UNKNOWN item written with a TTL attribute, before UNKNOWN records lost
+	// it) and the sweeper has processed the deletion without restoring it;
+	// until then the sweeper may restore it (Note says so).
 	NoRecord bool   `json:"no_record,omitempty"`
 	Note     string `json:"note,omitempty"`
 }
@@ -180,7 +182,8 @@ func (t *Tool) holds(ctx context.Context, args []string) error {
 			"a new request may reclaim (an expired COMPLETED one) is stale: nothing will ever complete or release\n"+
 			"it, and every retry of its key answers 500 until `oncectl settle-hold` settles it. A hold whose key\n"+
 			"has no record is shown \"no_record\": the record was forgotten (`oncectl forget`), or deleted by TTL\n"+
-			"and perhaps not yet restored by the sweeper (as UNKNOWN, owning the hold): settle it, with\n"+
+			"(an External reservation a day past its lease, or an UNKNOWN record written before UNKNOWN records\n"+
+			"lost their TTL) and perhaps not yet restored by the sweeper (as UNKNOWN, owning the hold): settle it, with\n"+
 			"-no-record, only after `oncectl forget` of that record or once the sweeper has handled the\n"+
 			"deletion (more than an hour after it, and SweeperDLQ holding no message for it).\n"+
 			"\n"+staleHoldsHelp)

@@ -210,20 +210,20 @@ func (t *Tool) show(ctx context.Context, args []string) error {
 
 // reannounce hands a record to the reconciler again: a fenced MarkUnknown
 // under a new lease token, which is the stream MODIFY the reconciler is
-// triggered by, with an expiry (and TTL) at least the retention from now.
+// triggered by, with an expiry at least the retention from now (and no TTL:
+// the store's TTL never deletes an UNKNOWN record).
 func (t *Tool) reannounce(ctx context.Context, args []string) error {
 	fs := t.flags("reannounce", "(RECORD | -tenant T -key KEY)",
-		"Hand a record to the reconciler again: an UNKNOWN record, or an External reservation whose lease ran out; either is then kept at least ONCE_RETENTION from now.")
+		"Hand a record to the reconciler again: an UNKNOWN record, or an External reservation whose lease ran out; either is then UNKNOWN, its expiry at least ONCE_RETENTION from now, kept until it is reconciled or forgotten.")
 	key, rec, err := t.recordArg(fs)(ctx, args)
 	if err != nil {
 		return err
 	}
 	now := t.now()
-	// The record is kept a retention from now, as the checker keeps an
+	// The record's expiry is a retention from now, as the checker gives an
 	// External reservation whose lease ran out when it hands it to the
-	// reconciler: until then TTL does not delete it while the reconciler
-	// works on it. (A new request never reclaims an UNKNOWN record, expired
-	// or not.)
+	// reconciler. (A new request never reclaims an UNKNOWN record, expired
+	// or not, and the store's TTL never deletes one.)
 	expires := now.Add(t.cfg.Retention)
 	switch {
 	case rec.Status == idempotency.StatusUnknown:
