@@ -4,6 +4,8 @@
 //
 // The suite covers the reclaim condition against every kind of existing
 // record, fencing by lease token, the atomicity of effects, byte-exact
-// responses, millisecond times, a store recognising its own write, and races
-// of many writers on one key, counting the effects that land.
+// responses, millisecond times, a store recognising its own write, races
+// of many writers on one key, counting the effects that land, and UNKNOWN
+// records that outlive any expiry: a store whose TTL deletes records
+// (Inspect.ExpireTTL) never deletes an UNKNOWN one.
 package storetest
