@@ -185,7 +185,7 @@ func TestOperatorFindsRefundHold(t *testing.T) {
 		t.Errorf("holds -tenant acme -payment %s = %+v, want its hold of %d, UNKNOWN, not stale", payment, view, held)
 	}
 
-	// Unchanged for -older-than: stale, reannounce next, and its command
+	// Older than -older-than: stale, reannounce next, and its command
 	// runs.
 	got = ctl.listHolds(t, "-older-than", "0s", "-tenant", "acme")
 	if len(got) != 1 || got[0].KeyHash != key.Hash || !got[0].Stale || got[0].Next != "reannounce" || got[0].Command != "oncectl reannounce "+key.ID() {

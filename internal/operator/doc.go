@@ -83,9 +83,12 @@
 //     terms; a record a new request may reclaim: settle-hold; a COMPLETED
 //     record within its retention: wait for its expiry, then settle-hold),
 //     or nothing has for -older-than (an UNKNOWN record, or an External
-//     reservation past its lease, unchanged that long: reannounce). A
-//     reservation within its lease, or a record changed within -older-than,
-//     is not stale: its request or the reconciler settles the hold.
+//     reservation past its lease, that old since its created_at, which a
+//     client's redrive and the sweeper's restore keep: reannounce). A
+//     reservation within its lease, or a record younger than -older-than,
+//     is not stale: its request or the reconciler settles the hold. Each
+//     hold it lists or counts is re-read after its record, and left out
+//     when settled since the Scan.
 //   - settle-hold settles a stale hold as the operator found the provider
 //     (the refunds of the payment's charge): release (nothing was refunded:
 //     the amount goes back into refundable; a retry of the key refunds

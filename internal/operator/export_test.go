@@ -13,3 +13,6 @@ func SetHoldFor(t interface{ Cleanup(func()) }, seconds int32) {
 	holdFor = seconds
 	t.Cleanup(func() { holdFor = old })
 }
+
+// NoRecordNote is what holds says of a hold whose key has no record.
+const NoRecordNote = noRecordNote

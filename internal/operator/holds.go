@@ -191,7 +191,7 @@ func (t *Tool) holds(ctx context.Context, args []string) error {
 	fs.Lookup("tenant").Usage = "the payment's tenant, with -payment; with -stale, only this tenant's holds"
 	listing := fs.Bool("stale", false, "list the stale holds of every payment (a Scan of the payments table), not one payment's")
 	all := fs.Bool("all", false, "with -stale: list every hold found, the stale ones marked")
-	olderThan := fs.Duration("older-than", staleHoldAge, "with -stale: a hold whose record still owns it (UNKNOWN, or a reservation past its lease)\nis stale once the record has not changed for this long")
+	olderThan := fs.Duration("older-than", staleHoldAge, "with -stale: a hold whose record still owns it (UNKNOWN, or a reservation past its lease)\nis stale once the record is this old (since its created_at, when its request began)")
 	limit := fs.Int("limit", 100, "with -stale: list at most this many")
 	asJSON := fs.Bool("json", false, "with -stale: one JSON object per line")
 	if err := t.parse(fs, args, -1); err != nil {

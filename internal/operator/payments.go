@@ -64,7 +64,7 @@ func (t *Tool) pending(ctx context.Context, args []string) error {
 		ExpressionAttributeValues: values,
 	}
 	var ps []payments.Payment
-	err := t.scanAll(ctx, in, "payments", func(item map[string]types.AttributeValue) error {
+	err := t.scanAll(ctx, in, "the payments listed are the oldest of those read, not of the whole table", func(item map[string]types.AttributeValue) error {
 		var p payments.Payment
 		if err := attributevalue.UnmarshalMap(item, &p); err != nil {
 			return fmt.Errorf("payment %s: %w", paymentPK(item), err)

@@ -47,7 +47,7 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 		ExpressionAttributeValues: values,
 	}
 	var recs []idempotency.Record
-	err := t.scanAll(ctx, in, "records", func(item map[string]types.AttributeValue) error {
+	err := t.scanAll(ctx, in, "the records listed are the oldest of those read, not of the whole table", func(item map[string]types.AttributeValue) error {
 		rec, err := dynamo.RecordFromItem(item)
 		if err != nil {
 			return fmt.Errorf("record %s: %w", pkOf(item), err)

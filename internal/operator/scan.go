@@ -16,9 +16,9 @@ const maxScanPages = 10000
 // scanAll runs the Scan in, every page of it up to the Tool's page bound,
 // and hands each item to each: a listing sorts what it read before cutting
 // it to -limit, so that the items listed are the oldest of the table. When
-// the bound stops the Scan first it warns that the listing holds the oldest
-// of the items read only; what names them in the warning.
-func (t *Tool) scanAll(ctx context.Context, in *dynamodb.ScanInput, what string, each func(map[string]types.AttributeValue) error) error {
+// the bound stops the Scan first it warns, saying cut: what that leaves out
+// of the listing.
+func (t *Tool) scanAll(ctx context.Context, in *dynamodb.ScanInput, cut string, each func(map[string]types.AttributeValue) error) error {
 	if t.scanLimit > 0 {
 		in.Limit = aws.Int32(t.scanLimit)
 	}
@@ -37,7 +37,7 @@ func (t *Tool) scanAll(ctx context.Context, in *dynamodb.ScanInput, what string,
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
-	fmt.Fprintf(t.errOut, "warning: the Scan stopped after %d pages: the %s listed are the oldest of those read, not of the whole table\n", t.scanPages, what)
+	fmt.Fprintf(t.errOut, "warning: the Scan stopped after %d pages: %s\n", t.scanPages, cut)
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,7 +20,8 @@ import (
 )
 
 // staleHoldAge is holds -stale's default -older-than: a hold whose record
-// still owns it is stale once the record has not changed for this long.
+// still owns it is stale once the record is this old (since its request
+// began, recordAge).
 // The reconciler resolves an UNKNOWN record within minutes when the
 // provider answers (a client's retry hands it over again once a minute),
 // and the checker hands an External reservation whose lease ran out to it
@@ -39,25 +41,39 @@ const (
 	nextWait = "wait"
 )
 
+// What holds -stale's table says in its STALE column.
+const (
+	staleYes = "yes"
+	// staleCheck: the hold's key has no record; noRecordNote says when it is
+	// stale.
+	staleCheck = "check"
+	staleNo    = "no"
+)
+
 // staleHoldsHelp is what holds' help says of -stale.
 const staleHoldsHelp = "With -stale it lists, instead, the holds of every payment (a Scan of the payments table, every\n" +
 	"page of it up to a bound, of the payments with holds only; -tenant keeps one tenant's), the stale\n" +
-	"ones only unless -all; stale first, then those with no record, then by their record's last change,\n" +
-	"oldest first, up to -limit: each hold's payment, key hash, amount, its key's record (status, last\n" +
-	"change, expiry, or none) and what to run next (-json adds the command, and a note on what settles\n" +
-	"the hold). For the listing a hold is stale when nothing will settle it without an operator, or\n" +
-	"nothing has for -older-than:\n" +
-	"  - its key has no record (forgotten, or deleted by TTL and perhaps not yet restored): next\n" +
-	"    settle-hold -no-record, only on the terms above;\n" +
+	"ones only unless -all; stale first, then those with no record, then by their record's age, oldest\n" +
+	"first, up to -limit: each hold's payment, key hash, amount, its key's record (status, age, expiry,\n" +
+	"or none) and what to run next (-json adds the record's created_at and updated_at, the command, and\n" +
+	"a note on what settles the hold). A record's age is since its created_at, when its request (and so\n" +
+	"the hold) began, which a client's retry re-marking it UNKNOWN and the sweeper's restore keep; since\n" +
+	"its updated_at when it has no created_at; none when it has neither (then it is stale). For the\n" +
+	"listing a hold is stale when nothing will settle it without an operator, or nothing has for\n" +
+	"-older-than:\n" +
+	"  - its key has no record (forgotten, or deleted by TTL and perhaps not yet restored): STALE says\n" +
+	"    check; next settle-hold -no-record, only on the terms above (stderr repeats them after the table);\n" +
 	"  - its key's record is one a new request may reclaim (stale in the one-payment view): next\n" +
 	"    settle-hold, as the provider's refunds of the payment's charge say;\n" +
 	"  - its key's record is COMPLETED, not yet expired (its refund completed without giving the hold\n" +
 	"    back: response_too_large): wait until the record expires, then settle-hold;\n" +
-	"  - its key's record is UNKNOWN, or an External reservation whose lease ran out, and has not\n" +
-	"    changed for -older-than: next reannounce, handing it to the reconciler again (forget it and\n" +
-	"    settle the hold with -no-record only if it can never be reconciled).\n" +
+	"  - its key's record is UNKNOWN, or an External reservation whose lease ran out, and is older than\n" +
+	"    -older-than: next reannounce, handing it to the reconciler again (forget it and settle the\n" +
+	"    hold with -no-record only if it can never be reconciled).\n" +
 	"Not stale: a hold whose reservation's lease is running, or whose UNKNOWN record or expired\n" +
-	"reservation changed within -older-than: the refund's request or the reconciler settles it (wait).\n" +
+	"reservation is younger than -older-than: the refund's request or the reconciler settles it (wait).\n" +
+	"A hold settled while the listing reads (its hold gone or changed when re-read after its record) is\n" +
+	"left out.\n" +
 	"Raw idempotency keys are never shown (they are never stored): key hashes and record IDs are."
 
 // staleQuery is what holds -stale lists.
@@ -82,11 +98,16 @@ type holdLine struct {
 	// RecordStatus is the status of the key's record, "" when there is
 	// none (NoRecord).
 	RecordStatus    string     `json:"record_status,omitempty"`
+	RecordCreatedAt *time.Time `json:"record_created_at,omitempty"`
 	RecordUpdatedAt *time.Time `json:"record_updated_at,omitempty"`
 	RecordExpiresAt *time.Time `json:"record_expires_at,omitempty"`
-	// Unchanged is how long the record has not changed, as of the listing.
-	Unchanged string `json:"record_unchanged_for,omitempty"`
-	NoRecord  bool   `json:"no_record,omitempty"`
+	// Age is the record's age as of the listing (recordAge); "" when it has
+	// neither timestamp.
+	Age string `json:"record_age,omitempty"`
+	// AgeFrom names the timestamp Age is from: created_at, or updated_at
+	// when the record has no created_at.
+	AgeFrom  string `json:"record_age_from,omitempty"`
+	NoRecord bool   `json:"no_record,omitempty"`
 	// Stale is the listing's stale (staleHoldsHelp), wider than holdView's.
 	Stale bool `json:"stale"`
 	// Next is what to run next: one of the next* constants.
@@ -95,13 +116,15 @@ type holdLine struct {
 	Command string `json:"command,omitempty"`
 	Note    string `json:"note"`
 
-	updated time.Time // the record's last change; zero when there is none
+	since time.Time // what Age is from; zero when there is no record, or no timestamp
 }
 
 // staleHolds lists the holds across the payments table as q asks: a Scan
 // filtered to the payments with holds (and q's tenant), projected to what
 // the listing shows, every page of it up to the page bound; then each
-// hold's key's record, read as holds reads it.
+// hold's key's record, read as holds reads it; then, for a line to list or
+// count as stale, the hold again (stillHeld), leaving out a hold settled
+// since the Scan read it.
 func (t *Tool) staleHolds(ctx context.Context, q staleQuery) error {
 	names := map[string]string{
 		"#pk": payments.KeyAttr, "#tenant": "tenant", "#id": "id", "#currency": "currency",
@@ -123,7 +146,8 @@ func (t *Tool) staleHolds(ctx context.Context, q staleQuery) error {
 		ExpressionAttributeValues: values,
 	}
 	var ps []payments.Payment
-	err := t.scanAll(ctx, in, "holds", func(item map[string]types.AttributeValue) error {
+	cut := "the holds of the payments it did not reach are missing from the listing and its counts"
+	err := t.scanAll(ctx, in, cut, func(item map[string]types.AttributeValue) error {
 		var p payments.Payment
 		if err := attributevalue.UnmarshalMap(item, &p); err != nil {
 			return fmt.Errorf("payment %s: %w", paymentPK(item), err)
@@ -136,7 +160,7 @@ func (t *Tool) staleHolds(ctx context.Context, q staleQuery) error {
 	}
 	now := t.now()
 	var lines []holdLine
-	read, stale := 0, 0
+	read, stale, settled := 0, 0, 0
 	for _, p := range ps {
 		for _, hash := range slices.Sorted(maps.Keys(p.Holds)) {
 			read++
@@ -145,52 +169,95 @@ func (t *Tool) staleHolds(ctx context.Context, q staleQuery) error {
 				return err
 			}
 			l := staleLine(p, hv, rec, now, q.olderThan)
+			if !l.Stale && !q.all {
+				continue
+			}
+			held, err := t.stillHeld(ctx, p.PK, hash, p.Holds[hash])
+			if err != nil {
+				return err
+			}
+			if !held {
+				settled++
+				continue
+			}
 			if l.Stale {
 				stale++
 			}
-			if l.Stale || q.all {
-				lines = append(lines, l)
-			}
+			lines = append(lines, l)
 		}
 	}
-	// A hold with no record has no last change: the zero time, first.
+	// A hold with no record, or a record of no age, has the zero time: first.
 	slices.SortFunc(lines, func(a, b holdLine) int {
-		return cmp.Or(first(a.Stale, b.Stale), a.updated.Compare(b.updated),
+		return cmp.Or(first(a.Stale, b.Stale), a.since.Compare(b.since),
 			strings.Compare(a.Payment, b.Payment), strings.Compare(a.KeyHash, b.KeyHash))
 	})
 	if len(lines) > q.limit {
 		lines = lines[:q.limit]
 	}
-	err = writeListing(t, lines, q.asJSON, "PAYMENT\tKEY HASH\tAMOUNT\tRECORD\tUNCHANGED FOR\tSTALE\tNEXT", func(l holdLine) string {
-		record, unchanged, isStale := "no record", "-", "no"
+	err = writeListing(t, lines, q.asJSON, "PAYMENT\tKEY HASH\tAMOUNT\tRECORD\tRECORD AGE\tSTALE\tNEXT", func(l holdLine) string {
+		record, age, isStale := "no record", "-", staleNo
 		if !l.NoRecord {
-			record, unchanged = l.RecordStatus, l.Unchanged
+			record, age = l.RecordStatus, cmp.Or(l.Age, "-")
 			if !l.RecordExpiresAt.After(now) {
 				record += " (expired)"
 			}
 		}
-		if l.Stale {
-			isStale = "yes"
+		switch {
+		case l.NoRecord:
+			isStale = staleCheck
+		case l.Stale:
+			isStale = staleYes
 		}
-		return fmt.Sprintf("%s\t%s\t%d %s\t%s\t%s\t%s\t%s", l.Payment, l.KeyHash, l.Amount, l.Currency, record, unchanged, isStale, l.Next)
+		return fmt.Sprintf("%s\t%s\t%d %s\t%s\t%s\t%s\t%s", l.Payment, l.KeyHash, l.Amount, l.Currency, record, age, isStale, l.Next)
 	})
 	if err != nil {
 		return err
 	}
-	listed := 0
+	listed, noRecord := 0, false
 	for _, l := range lines {
 		if l.Stale {
 			listed++
 		}
+		noRecord = noRecord || l.NoRecord
+	}
+	if noRecord && !q.asJSON {
+		fmt.Fprintf(t.errOut, "STALE %s: %s\n", staleCheck, noRecordNote)
+	}
+	if settled > 0 {
+		fmt.Fprintf(t.errOut, "%d hold(s) settled while the listing read them, left out\n", settled)
 	}
 	fmt.Fprintf(t.errOut, "%d hold(s) listed, %d stale; of %d hold(s) on %d payment(s), %d stale (-older-than %s)\n",
 		len(lines), listed, read, len(ps), stale, q.olderThan)
 	return nil
 }
 
+// stillHeld reports whether payment pk still holds amount for the key of
+// hash, read consistently after the key's record: a hold and its key's
+// record change in one transaction (a refund completing or released), so a
+// hold the Scan read that is gone or changed now was settled since, and the
+// record read may be the settled one (or none).
+func (t *Tool) stillHeld(ctx context.Context, pk, hash string, amount int64) (bool, error) {
+	out, err := t.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:                aws.String(t.cfg.Table("PaymentsTable")),
+		Key:                      map[string]types.AttributeValue{payments.KeyAttr: &types.AttributeValueMemberS{Value: pk}},
+		ConsistentRead:           aws.Bool(true),
+		ProjectionExpression:     aws.String("#holds.#key"),
+		ExpressionAttributeNames: map[string]string{"#holds": payments.AttrHolds, "#key": hash},
+	})
+	if err != nil {
+		return false, fmt.Errorf("payment %s: hold %s: %w", pk, hash, err)
+	}
+	holds, ok := out.Item[payments.AttrHolds].(*types.AttributeValueMemberM)
+	if !ok {
+		return false, nil
+	}
+	n, ok := holds.Value[hash].(*types.AttributeValueMemberN)
+	return ok && n.Value == strconv.FormatInt(amount, 10), nil
+}
+
 // staleLine is holds -stale's line of p's hold hv, whose key's record is rec
 // (none when hv.NoRecord), at now: stale as staleHoldsHelp says, a record
-// still owning the hold once it has not changed for olderThan.
+// still owning the hold once it is olderThan old (recordAge), or of no age.
 func staleLine(p payments.Payment, hv holdView, rec idempotency.Record, now time.Time, olderThan time.Duration) holdLine {
 	l := holdLine{
 		Payment: p.PK, Tenant: p.Tenant, KeyHash: hv.KeyHash, Record: hv.Record, Refund: hv.Refund, Amount: hv.Amount,
@@ -202,9 +269,12 @@ func staleLine(p payments.Payment, hv holdView, rec idempotency.Record, now time
 		l.Command = strings.Replace(settle, " -hold ", " -no-record -hold ", 1)
 		return l
 	}
-	updated := rec.UpdatedAt.UTC()
-	unchanged := now.Sub(rec.UpdatedAt)
-	l.updated, l.RecordUpdatedAt, l.Unchanged = updated, &updated, unchanged.Round(time.Second).String()
+	l.RecordCreatedAt, l.RecordUpdatedAt = timeOrNil(rec.CreatedAt), timeOrNil(rec.UpdatedAt)
+	since, from := recordAge(rec)
+	age := now.Sub(since)
+	if !since.IsZero() {
+		l.since, l.AgeFrom, l.Age = since, from, age.Round(time.Second).String()
+	}
 	expires := rec.ExpiresAt.UTC().Format(time.RFC3339)
 	charge := cmp.Or(p.ProviderChargeID, "(none)")
 	switch {
@@ -219,22 +289,50 @@ func staleLine(p payments.Payment, hv holdView, rec idempotency.Record, now time
 	case rec.Status == idempotency.StatusInProgress && !rec.Expired(now):
 		l.Next = nextWait
 		l.Note = fmt.Sprintf("its refund's request holds the lease until %s: it settles the hold, or leaves it UNKNOWN to the reconciler", expires)
-	case unchanged < olderThan:
+	case !since.IsZero() && age < olderThan:
 		l.Next = nextWait
-		l.Note = fmt.Sprintf("its record is %s, changed %s ago: the reconciler settles the hold", rec.Status, l.Unchanged)
+		l.Note = fmt.Sprintf("its record is %s, %s old: the reconciler settles the hold", rec.Status, l.Age)
 		if rec.Status == idempotency.StatusInProgress {
 			l.Note = fmt.Sprintf("its record is an External reservation whose lease ran out at %s: the checker hands it to the reconciler, which settles the hold", expires)
 		}
 	default:
+		old := l.Age + " old"
+		if since.IsZero() {
+			old = "of no known age (no created_at, no updated_at)"
+		}
 		l.Stale, l.Next, l.Command = true, nextReannounce, "oncectl reannounce "+hv.Record
-		l.Note = fmt.Sprintf("its record is %s and has not changed for %s: hand it to the reconciler again; if it can never be "+
+		l.Note = fmt.Sprintf("its record is %s and %s: hand it to the reconciler again; if it can never be "+
 			"reconciled (reconcile_failed, reconcile_unroutable), settle the refund at the provider (charge %s), `oncectl forget` the "+
-			"record, then settle the hold with `oncectl settle-hold -no-record`", rec.Status, l.Unchanged, charge)
+			"record, then settle the hold with `oncectl settle-hold -no-record`", rec.Status, old, charge)
 		if rec.Status == idempotency.StatusInProgress {
 			l.Note += "; an External reservation whose lease ran out may have its check in a dead-letter queue (`oncectl dlq list check`)"
 		}
 	}
 	return l
+}
+
+// recordAge is when rec's age, for the listing, is from, and that
+// timestamp's attribute: its CreatedAt, when its request and so its hold
+// began (a client's retry re-marking it UNKNOWN and the sweeper's restore
+// keep it, and reset UpdatedAt); its UpdatedAt when it has no CreatedAt;
+// the zero time when it has neither.
+func recordAge(rec idempotency.Record) (time.Time, string) {
+	switch {
+	case !rec.CreatedAt.IsZero():
+		return rec.CreatedAt, "created_at"
+	case !rec.UpdatedAt.IsZero():
+		return rec.UpdatedAt, "updated_at"
+	}
+	return time.Time{}, ""
+}
+
+// timeOrNil is t in UTC, or nil when t is zero.
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }
 
 // first orders true before false.

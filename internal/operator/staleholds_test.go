@@ -104,9 +104,11 @@ type holdLine struct {
 	Amount          int64      `json:"amount"`
 	Currency        string     `json:"currency"`
 	RecordStatus    string     `json:"record_status"`
+	RecordCreatedAt *time.Time `json:"record_created_at"`
 	RecordUpdatedAt *time.Time `json:"record_updated_at"`
 	RecordExpiresAt *time.Time `json:"record_expires_at"`
-	Unchanged       string     `json:"record_unchanged_for"`
+	Age             string     `json:"record_age"`
+	AgeFrom         string     `json:"record_age_from"`
 	NoRecord        bool       `json:"no_record"`
 	Stale           bool       `json:"stale"`
 	Next            string     `json:"next"`
@@ -310,8 +312,8 @@ func checkLine(t *testing.T, l holdLine, s stored) {
 		l.Amount != s.amount || l.Currency != s.p.Currency || l.RecordStatus != string(s.status) || l.NoRecord != (s.status == "") {
 		t.Errorf("line %+v, want the hold of %d by %s on %s, its record %q", l, s.amount, s.key.ID(), s.p.PK, s.status)
 	}
-	if s.status != "" && (l.RecordUpdatedAt == nil || l.RecordExpiresAt == nil || l.Unchanged == "") {
-		t.Errorf("line %+v: want its record's last change, expiry and age", l)
+	if s.status != "" && (l.RecordCreatedAt == nil || l.RecordUpdatedAt == nil || l.RecordExpiresAt == nil || l.Age == "" || l.AgeFrom != "created_at") {
+		t.Errorf("line %+v: want its record's creation, last change, expiry and age (from created_at)", l)
 	}
 	wantIn := map[string][]string{
 		"settle-hold":            {"oncectl settle-hold", "-hold " + s.key.Hash, fmt.Sprintf("-confirm %d", s.amount), s.p.PK},
@@ -424,7 +426,7 @@ func TestStaleHoldsPages(t *testing.T) {
 	}
 
 	_, lines, errOut = run(t, 1)
-	if len(lines) >= len(made) || !strings.Contains(errOut, "warning: the Scan stopped after 1 pages") {
+	if len(lines) >= len(made) || !strings.Contains(errOut, "warning: the Scan stopped after 1 pages: the holds of the payments it did not reach are missing") {
 		t.Errorf("with one Scan page: %d holds listed, stderr %q; want fewer than %d and the warning", len(lines), errOut, len(made))
 	}
 }
@@ -437,6 +439,7 @@ func TestStaleHoldsOutput(t *testing.T) {
 	made := e.makeHolds(t, []heldBy{
 		{pay: "p", tenant: "acme", raw: "refund-secret-key", amount: 700, status: idempotency.StatusUnknown, ago: 2 * time.Hour, expires: time.Hour},
 		{pay: "q", tenant: "acme", raw: "refund-other-secret", amount: 300},
+		{pay: "r", tenant: "acme", raw: "refund-third-secret", amount: 200},
 	})
 	code, out, errOut := e.run(t, "holds", "-stale")
 	if code != 0 {
@@ -447,18 +450,35 @@ func TestStaleHoldsOutput(t *testing.T) {
 			t.Errorf("table %q, want the hold of %s on %s", out, s.key.Hash, s.p.PK)
 		}
 	}
-	for _, w := range []string{"PAYMENT", "KEY HASH", "RECORD", "STALE", "NEXT", "reannounce", "settle-hold -no-record", "UNKNOWN", "no record"} {
+	for _, w := range []string{"PAYMENT", "KEY HASH", "RECORD", "AGE", "STALE", "NEXT", "reannounce", "settle-hold -no-record", "UNKNOWN", "no record"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("table %q, want it to show %q", out, w)
 		}
 	}
+	// A hold with no record is marked check, not yes, and the terms of
+	// settle-hold -no-record are said once.
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if strings.Contains(line, "no record") && (len(f) < 3 || f[len(f)-3] != "check") {
+			t.Errorf("table line %q, want its STALE column check", line)
+		}
+		if strings.Contains(line, "reannounce") && (len(f) < 2 || f[len(f)-2] != "yes") {
+			t.Errorf("table line %q, want its STALE column yes", line)
+		}
+	}
+	if n := strings.Count(errOut, operator.NoRecordNote); n != 1 {
+		t.Errorf("stderr %q says noRecordNote %d times, want once", errOut, n)
+	}
+	if _, _, other := e.run(t, "holds", "-stale", "-tenant", "globex"); strings.Contains(other, operator.NoRecordNote) {
+		t.Errorf("stderr %q, want no note when no hold with no record is listed", other)
+	}
 	_, jsonOut, _ := e.run(t, "holds", "-stale", "-all", "-json")
-	for _, s := range []string{rawKey("refund-secret-key"), rawKey("refund-other-secret"), secretCustomer, secretDescription, secretMetadata, "tok_visa"} {
+	for _, s := range []string{rawKey("refund-secret-key"), rawKey("refund-other-secret"), rawKey("refund-third-secret"), secretCustomer, secretDescription, secretMetadata, "tok_visa"} {
 		if strings.Contains(out+errOut+jsonOut, s) {
 			t.Errorf("the listing shows %q:\n%s%s%s", s, out, errOut, jsonOut)
 		}
 	}
-	if !strings.Contains(errOut, "2 hold(s) listed, 2 stale") {
+	if !strings.Contains(errOut, "3 hold(s) listed, 3 stale") {
 		t.Errorf("stderr %q, want the count", errOut)
 	}
 
@@ -480,5 +500,83 @@ func TestStaleHoldsOutput(t *testing.T) {
 	// The one-payment view is as it was.
 	if code, out, _ := e.run(t, "holds", made["refund-secret-key"].p.PK); code != 0 || !strings.Contains(out, `"record_status": "UNKNOWN"`) {
 		t.Errorf("holds PAYMENT = exit %d %s, want the payment's hold", code, out)
+	}
+}
+
+// TestStaleHoldsAge: the listing judges an UNKNOWN record, or an External
+// reservation past its lease, by its age since its request began (its
+// created_at, which a client's redrive and the sweeper's restore keep),
+// not by its last change (which both reset); by its last change only when
+// it has no created_at; and a record with neither is stale, of no age.
+func TestStaleHoldsAge(t *testing.T) {
+	const never = -1 // no such timestamp
+	tests := []struct {
+		name             string
+		status           idempotency.Status
+		created, updated time.Duration // ago, or never
+		expires          time.Duration
+		wantStale        bool
+		wantFrom         string
+	}{
+		{name: "UNKNOWN, made long ago, changed just now", status: idempotency.StatusUnknown, created: 72 * time.Hour, updated: time.Minute, expires: 24 * time.Hour, wantStale: true, wantFrom: "created_at"},
+		{name: "UNKNOWN, made just now", status: idempotency.StatusUnknown, created: time.Minute, updated: time.Minute, expires: 24 * time.Hour, wantFrom: "created_at"},
+		{name: "reservation past its lease, made long ago, restored just now", status: idempotency.StatusInProgress, created: 3 * time.Hour, updated: time.Minute, expires: -time.Minute, wantStale: true, wantFrom: "created_at"},
+		{name: "UNKNOWN, no created_at, changed long ago", status: idempotency.StatusUnknown, created: never, updated: 2 * time.Hour, expires: 24 * time.Hour, wantStale: true, wantFrom: "updated_at"},
+		{name: "UNKNOWN, no created_at, changed just now", status: idempotency.StatusUnknown, created: never, updated: time.Minute, expires: 24 * time.Hour, wantFrom: "updated_at"},
+		{name: "UNKNOWN, no timestamps", status: idempotency.StatusUnknown, created: never, updated: never, expires: 24 * time.Hour, wantStale: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			s := e.makeHolds(t, []heldBy{{pay: "p", tenant: "acme", raw: "held", amount: 700}})["held"]
+			rec := refundRecord(s.key, tt.status, 0, tt.expires)
+			now := time.Now()
+			rec.CreatedAt, rec.UpdatedAt = now.Add(-tt.created), now.Add(-tt.updated)
+			if tt.created == never {
+				rec.CreatedAt = time.Time{}
+			}
+			if tt.updated == never {
+				rec.UpdatedAt = time.Time{}
+			}
+			e.put(t, rec)
+			lines, _ := e.staleHolds(t, "-all")
+			if len(lines) != 1 {
+				t.Fatalf("holds -stale -all listed %d holds, want 1", len(lines))
+			}
+			l := lines[0]
+			if l.Stale != tt.wantStale || l.AgeFrom != tt.wantFrom {
+				t.Errorf("line %+v: stale %v, age from %q; want %v, %q", l, l.Stale, l.AgeFrom, tt.wantStale, tt.wantFrom)
+			}
+			if (l.RecordCreatedAt == nil) != (tt.created == never) || (l.RecordUpdatedAt == nil) != (tt.updated == never) {
+				t.Errorf("line %+v: want record_created_at and record_updated_at as the record has them", l)
+			}
+			if (l.Age == "") != (tt.wantFrom == "") {
+				t.Errorf("line %+v: age %q, want one only from a timestamp", l, l.Age)
+			}
+			code, out, errOut := e.run(t, "holds", "-stale", "-all")
+			if code != 0 || strings.Contains(out+errOut, "0001") || strings.Contains(out, "2562047h") {
+				t.Errorf("holds -stale -all = exit %d, %s%s: want no age from the zero time", code, out, errOut)
+			}
+		})
+	}
+}
+
+// TestStaleHoldsRedriven: a client's retry past UnknownRedrive re-marks its
+// UNKNOWN record (MarkUnknown, a new updated_at): the hold, held since the
+// record's request began, stays stale.
+func TestStaleHoldsRedriven(t *testing.T) {
+	e := newEnv(t)
+	s := e.makeHolds(t, []heldBy{{pay: "p", tenant: "acme", raw: "stuck", amount: 700, status: idempotency.StatusUnknown, ago: 72 * time.Hour, expires: time.Hour}})["stuck"]
+	rec, err := e.store.Get(t.Context(), s.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(-30 * time.Second)
+	if err := e.store.MarkUnknown(t.Context(), s.key, rec.LeaseToken, idempotency.NewToken(), now.Add(24*time.Hour), now); err != nil {
+		t.Fatal(err)
+	}
+	lines, _ := e.staleHolds(t)
+	if len(lines) != 1 || lines[0].Next != "reannounce" {
+		t.Errorf("holds -stale listed %+v, want the hold UNKNOWN for 72h, to reannounce", lines)
 	}
 }
