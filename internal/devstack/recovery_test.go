@@ -299,7 +299,7 @@ func TestRecoveryWithoutTTL(t *testing.T) {
 		t.Errorf("provider charges = %d, want 1", n)
 	}
 	metrics := lambdatest.CountsAmong(out.String())
-	for name, want := range map[string]int{"check_scheduled": 1, "reservation_abandoned": 1, "reconcile_scheduled": 1, "reconcile_resolved": 1, "zombie_swept": 0} {
+	for name, want := range map[string]int{"check_scheduled": 2, "reservation_abandoned": 1, "reconcile_scheduled": 1, "reconcile_resolved": 1, "zombie_swept": 0} {
 		if metrics[name] != want {
 			t.Errorf("%s = %d, want %d", name, metrics[name], want)
 		}
