@@ -40,9 +40,9 @@ type CheckerConfig struct {
 	// never deletes it (the DynamoDB store writes it without the TTL
 	// attribute): it stays until it is reconciled or an operator forgets
 	// it, and its check, due at its expiry, hands it to the reconciler
-	// again then (and so once per Retention). Keep it longer than the reconciler can take to resolve it (its
-	// stream mapping's retries, the provider's settle time), and than the
-	// middleware's Lease.
+	// again then (and so once per Retention). Keep it longer than the
+	// reconciler can take to resolve it (its stream mapping's retries, the
+	// provider's settle time), and than the middleware's Lease.
 	Retention time.Duration
 	// Margin is added to the lease deadline of a check sent on
 	// (DefaultMargin).

@@ -117,7 +117,7 @@ func (s *Scheduler) record(ctx context.Context, er events.DynamoDBEventRecord) e
 	if err != nil {
 		err = fmt.Errorf("recovery: schedule: decode new image: %w", err)
 		s.cfg.Metrics.Count(MetricCheckFailed)
-		log.Error("undecodable reservation: no check scheduled", "err", err.Error())
+		log.Error("undecodable record: no check scheduled", "err", err.Error())
 		return err
 	}
 	log = log.With("tenant", rec.Key.Tenant, "key", rec.Key.Short(), "route", rec.Route)
