@@ -1,11 +1,13 @@
 package recovery_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,8 +98,14 @@ func TestScheduler(t *testing.T) {
 	long, longImg := reserve(t, "long", time.Hour)
 	completed := fresh
 	completed.Status, completed.ExpiresAt, completed.Response = idempotency.StatusCompleted, now.Add(-time.Second), &idempotency.Response{Status: 201}
+	// An UNKNOWN record's check is due at its expiry (the retention from
+	// its last change; short here, to see the check delivered).
 	unknown := fresh
 	unknown.Status, unknown.LeaseToken = idempotency.StatusUnknown, idempotency.NewToken()
+	redriven := unknown
+	redriven.LeaseToken, redriven.ExpiresAt = idempotency.NewToken(), now.Add(3*time.Second)
+	advanced := unknown
+	advanced.UpdatedAt, advanced.Point = now.Add(time.Second), "charged" // a Resolver's Advance, under the same lease
 	extended := fresh
 	extended.UpdatedAt = now.Add(time.Second) // another attribute changes, under the same lease
 
@@ -109,7 +117,10 @@ func TestScheduler(t *testing.T) {
 		{"INSERT of a reservation", lambdatest.Record(events.DynamoDBOperationTypeInsert, nil, freshImg, nil, now), &fresh},
 		{"MODIFY: an expired record reclaimed", lambdatest.Record(events.DynamoDBOperationTypeModify, image(completed), freshImg, nil, now), &fresh},
 		{"MODIFY under the same lease", lambdatest.Record(events.DynamoDBOperationTypeModify, freshImg, image(extended), nil, now), nil},
-		{"MODIFY to UNKNOWN", lambdatest.Record(events.DynamoDBOperationTypeModify, freshImg, image(unknown), nil, now), nil},
+		{"MODIFY to UNKNOWN: checked at its expiry", lambdatest.Record(events.DynamoDBOperationTypeModify, freshImg, image(unknown), nil, now), &unknown},
+		{"INSERT UNKNOWN (a sweeper's restore)", lambdatest.Record(events.DynamoDBOperationTypeInsert, nil, image(unknown), nil, now), &unknown},
+		{"MODIFY UNKNOWN redriven (a new lease token)", lambdatest.Record(events.DynamoDBOperationTypeModify, image(unknown), image(redriven), nil, now), &redriven},
+		{"MODIFY UNKNOWN under the same lease and expiry", lambdatest.Record(events.DynamoDBOperationTypeModify, image(unknown), image(advanced), nil, now), nil},
 		{"MODIFY to COMPLETED", lambdatest.Record(events.DynamoDBOperationTypeModify, freshImg, image(completed), nil, now), nil},
 		{"REMOVE of a reservation", lambdatest.Record(events.DynamoDBOperationTypeRemove, freshImg, nil, nil, now), nil},
 		{"a lease longer than the queue's delay", lambdatest.Record(events.DynamoDBOperationTypeInsert, nil, longImg, nil, now), &long},
@@ -221,11 +232,41 @@ func TestChecker(t *testing.T) {
 	tests := []struct {
 		name     string
 		external bool
-		lease    time.Duration                                     // deadline relative to the check
+		unknown  bool                                              // the record is UNKNOWN, expiring at lease
+		lease    time.Duration                                     // deadline (or expiry) relative to the check
 		setup    func(t *testing.T, rec idempotency.Record) string // returns the lease token checked
-		want     string                                            // "unknown", "released", "unchanged", "resent", "gone"
+		race     func(t *testing.T, rec idempotency.Record)        // writes between the checker's read and its write
+		want     string                                            // "unknown", "released", "unchanged", "raced", "resent", "gone"
 		metrics  map[string]int
 	}{
+		{name: "UNKNOWN at its expiry: handed to the reconciler again", external: true, unknown: true, lease: -time.Second,
+			want: "unknown", metrics: map[string]int{"unknown_redriven": 1, "reconcile_scheduled": 1}},
+		{name: "UNKNOWN before its expiry: sent on", external: true, unknown: true, lease: 2 * time.Second,
+			want: "resent", metrics: map[string]int{"check_rescheduled": 1}},
+		{name: "UNKNOWN redriven already (another lease token): nothing to do", external: true, unknown: true, lease: -time.Second,
+			setup: func(t *testing.T, rec idempotency.Record) string {
+				if err := e.store.MarkUnknown(t.Context(), rec.Key, rec.LeaseToken, idempotency.NewToken(), rec.ExpiresAt.Add(retention), rec.UpdatedAt.Add(time.Second)); err != nil {
+					t.Fatal(err)
+				}
+				return rec.LeaseToken
+			},
+			want: "unchanged", metrics: map[string]int{}},
+		{name: "UNKNOWN at its expiry, a racing redrive wins: nothing to do", external: true, unknown: true, lease: -time.Second,
+			race: func(t *testing.T, rec idempotency.Record) {
+				if err := e.store.MarkUnknown(t.Context(), rec.Key, rec.LeaseToken, idempotency.NewToken(), rec.ExpiresAt.Add(retention), rec.UpdatedAt.Add(time.Second)); err != nil {
+					t.Error(err)
+				}
+			},
+			want: "raced", metrics: map[string]int{}},
+		{name: "UNKNOWN at its expiry, a racing completion wins: nothing to do", external: true, unknown: true, lease: -time.Second,
+			race: func(t *testing.T, rec idempotency.Record) {
+				done := rec
+				done.Status, done.Response = idempotency.StatusCompleted, &idempotency.Response{Status: 201, Body: []byte("{}")}
+				if err := e.store.Complete(t.Context(), done, rec.LeaseToken, nil); err != nil {
+					t.Error(err)
+				}
+			},
+			want: "raced", metrics: map[string]int{}},
 		{name: "external, lease run out: UNKNOWN for the reconciler", external: true, lease: -time.Second,
 			want: "unknown", metrics: map[string]int{"reservation_abandoned": 1, "reconcile_scheduled": 1}},
 		{name: "leased, lease run out: released", lease: -time.Second,
@@ -266,15 +307,32 @@ func TestChecker(t *testing.T) {
 			if err := e.store.Reserve(t.Context(), rec, nil, rec.CreatedAt); err != nil {
 				t.Fatal(err)
 			}
+			if tt.unknown {
+				// Moved to UNKNOWN half a minute ago (by its check, a
+				// retry's redrive, a sweeper's restore), expiring at lease.
+				token, changed := idempotency.NewToken(), now.Add(-30*time.Second)
+				if err := e.store.MarkUnknown(t.Context(), key, rec.LeaseToken, token, now.Add(tt.lease), changed); err != nil {
+					t.Fatal(err)
+				}
+				rec.Status, rec.LeaseToken, rec.UpdatedAt = idempotency.StatusUnknown, token, changed
+			}
 			lease := rec.LeaseToken
 			if tt.setup != nil {
 				lease = tt.setup(t, rec)
 			}
 			before, _ := e.store.Get(t.Context(), key)
 			check := recovery.Check{Record: key.ID(), Route: route, LeaseToken: lease, Deadline: rec.ExpiresAt}
+			store := &racingStore{CheckStore: e.store}
+			var raced idempotency.Record
+			if tt.race != nil {
+				store.afterGet = func() {
+					tt.race(t, rec)
+					raced, _ = e.store.Get(t.Context(), key)
+				}
+			}
 			h := newCheckHarness(t)
 			c, err := recovery.NewChecker(recovery.CheckerConfig{
-				Store: e.store, Queue: e.q, Retention: retention, Logger: h.logger(), Metrics: h.counter("checker"),
+				Store: store, Queue: e.q, Retention: retention, Logger: h.logger(), Metrics: h.counter("checker"),
 				Now: func() time.Time { return now },
 			})
 			if err != nil {
@@ -308,6 +366,10 @@ func TestChecker(t *testing.T) {
 				if err != nil || !cmp.Equal(before, got) {
 					t.Errorf("Get() = %+v, %v; want it unchanged: %+v", got, err, before)
 				}
+			case "raced":
+				if err != nil || raced.LeaseToken == "" || !cmp.Equal(raced, got) {
+					t.Errorf("Get() = %+v, %v; want it as the racing write left it: %+v", got, err, raced)
+				}
 			case "resent":
 				if err != nil || !cmp.Equal(before, got) {
 					t.Errorf("Get() = %+v, %v; want it unchanged", got, err)
@@ -336,6 +398,23 @@ func TestChecker(t *testing.T) {
 			}
 		})
 	}
+}
+
+// racingStore is a CheckStore whose first Get runs afterGet once it has
+// read the record: a write racing the Checker between its read and its
+// fenced write.
+type racingStore struct {
+	recovery.CheckStore
+	once     sync.Once
+	afterGet func()
+}
+
+func (s *racingStore) Get(ctx context.Context, key idempotency.Key) (idempotency.Record, error) {
+	rec, err := s.CheckStore.Get(ctx, key)
+	if s.afterGet != nil {
+		s.once.Do(s.afterGet)
+	}
+	return rec, err
 }
 
 // TestCheckerFailures checks that a message that cannot be acted on is a

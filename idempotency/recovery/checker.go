@@ -39,9 +39,10 @@ type CheckerConfig struct {
 	// is still UNKNOWN, never free for a new request, and the store's TTL
 	// never deletes it (the DynamoDB store writes it without the TTL
 	// attribute): it stays until it is reconciled or an operator forgets
-	// it. Keep it longer than the reconciler can take to resolve it (its
-	// stream mapping's retries, the provider's settle time), and than the
-	// middleware's Lease.
+	// it, and its check, due at its expiry, hands it to the reconciler
+	// again then (and so once per Retention). Keep it longer than the
+	// reconciler can take to resolve it (its stream mapping's retries, the
+	// provider's settle time), and than the middleware's Lease.
 	Retention time.Duration
 	// Margin is added to the lease deadline of a check sent on
 	// (DefaultMargin).
@@ -49,8 +50,8 @@ type CheckerConfig struct {
 	// Logger receives one line per abandoned reservation and per failure
 	// (default: discard).
 	Logger *slog.Logger
-	// Metrics counts reservation_abandoned, reconcile_scheduled,
-	// check_rescheduled and check_failed.
+	// Metrics counts reservation_abandoned, unknown_redriven,
+	// reconcile_scheduled, check_rescheduled and check_failed.
 	Metrics Counter
 	// Now returns the current time (time.Now).
 	Now func() time.Time
@@ -58,8 +59,9 @@ type CheckerConfig struct {
 
 // Checker handles the checks a Scheduler sent, as an SQS-triggered Lambda
 // handler: it recovers the reservations that are still held under the
-// checked lease once it has run out (see the package documentation). It is
-// safe for concurrent use.
+// checked lease once it has run out, and hands the records still UNKNOWN
+// under the checked lease token at their expiry to the reconciler again (see
+// the package documentation). It is safe for concurrent use.
 type Checker struct {
 	cfg CheckerConfig
 }
@@ -148,14 +150,14 @@ func (c *Checker) Check(ctx context.Context, log *slog.Logger, check Check) erro
 		return nil
 	case err != nil:
 		return fmt.Errorf("recovery: check %s: %w", key.Short(), err)
-	case rec.Status != idempotency.StatusInProgress || rec.LeaseToken != check.LeaseToken:
-		log.Debug("checked reservation has moved on: nothing to recover", "status", string(rec.Status))
+	case !checked(rec.Status) || rec.LeaseToken != check.LeaseToken:
+		log.Debug("checked record has moved on: nothing to recover", "status", string(rec.Status))
 		return nil
 	}
 	now := c.cfg.Now()
 	if !rec.Expired(now) {
-		// Early (a long lease, chained through MaxDelay, or clocks that
-		// disagree): send it on for the rest.
+		// Early (a long lease or retention, chained through MaxDelay, or
+		// clocks that disagree): send it on for the rest.
 		check.Deadline = rec.ExpiresAt
 		delay := delayUntil(rec.ExpiresAt, c.cfg.Margin, now)
 		if err := c.cfg.Queue.Send(ctx, check.Encode(), delay); err != nil {
@@ -166,6 +168,23 @@ func (c *Checker) Check(ctx context.Context, log *slog.Logger, check Check) erro
 		return nil
 	}
 	log = log.With("lease_deadline", rec.ExpiresAt, "external", rec.External)
+	if rec.Status == idempotency.StatusUnknown {
+		// Unresolved for a whole retention under the same lease token: the
+		// reconciler gave up on it or never got it, and no client retried.
+		// Hand it to the reconciler again, as a retry's redrive and oncectl
+		// reannounce do: the new lease token is the stream MODIFY that
+		// triggers it, and arms the next check.
+		err = c.cfg.Store.MarkUnknown(ctx, key, rec.LeaseToken, idempotency.NewToken(), now.Add(c.cfg.Retention), now)
+		if leaseLost(log, err, "unresolved record already moved on; nothing to do") {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("recovery: redrive %s: %w", key.Short(), err)
+		}
+		c.cfg.Metrics.Count(MetricUnknownRedriven, MetricReconcileScheduled)
+		log.Info("record still UNKNOWN at its expiry handed to the reconciler again")
+		return nil
+	}
 	if rec.External {
 		// Its call out may have had an effect: hand it to the reconciler.
 		// The move to UNKNOWN under a new lease token is the stream MODIFY

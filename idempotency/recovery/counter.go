@@ -48,14 +48,24 @@ const (
 	// on-failure destination, which is).
 	MetricDeferred = "reconcile_deferred"
 	// MetricCheckScheduled counts the checks a Scheduler sent, one per
-	// reservation.
+	// reservation and per record moved to UNKNOWN (under a new lease token).
 	MetricCheckScheduled = "check_scheduled"
 	// MetricCheckRescheduled counts the checks a Checker sent on because
-	// the lease had not run out yet.
+	// the lease had not run out yet (or the UNKNOWN record's expiry had not
+	// come).
 	MetricCheckRescheduled = "check_rescheduled"
 	// MetricAbandoned counts the abandoned reservations a Checker
 	// recovered: moved to UNKNOWN (External) or released.
 	MetricAbandoned = "reservation_abandoned"
+	// MetricUnknownRedriven counts the UNKNOWN records a Checker handed to
+	// the reconciler again because they were still UNKNOWN, under the lease
+	// token they were checked with, at their expiry: unresolved for a whole
+	// retention, with no client retry nor operator's reannounce meanwhile
+	// (each is counted reconcile_scheduled too). Expected for a record the
+	// reconciler cannot settle yet (a provider outage); one redriven again
+	// and again is one the reconciler keeps failing or deferring, alarmed
+	// there.
+	MetricUnknownRedriven = "unknown_redriven"
 	// MetricCheckFailed counts the checks that could not be sent or acted
 	// on (each is retried).
 	MetricCheckFailed = "check_failed"

@@ -18,25 +18,39 @@
 // # Scheduler and Checker
 //
 // AWS deletes expired items "within a few days", so recovery cannot wait for
-// TTL. Instead, every reservation arms a check. The Scheduler handles the
-// INSERT and MODIFY records whose new image is IN_PROGRESS (a reservation, or
-// a reclaim of an expired record; filter them with {"eventName": ["INSERT",
-// "MODIFY"], "dynamodb": {"NewImage": {"status": {"S": ["IN_PROGRESS"]}}}})
-// and sends a Check (the record's ID, route, lease token and deadline) to a
-// Queue, delayed until the lease runs out plus a margin; a queue delays a
-// message by at most MaxDelay (SQS's 15 minutes), and a check sent earlier
-// than its deadline is sent on. A MODIFY that keeps the lease token and the
-// deadline sends nothing: its check stands. A record whose check cannot be
-// sent fails, with every later record of its batch.
+// TTL. Instead, every reservation arms a check, and so does every move to
+// UNKNOWN. The Scheduler handles the INSERT and MODIFY records whose new
+// image is IN_PROGRESS (a reservation, or a reclaim of an expired record) or
+// UNKNOWN (a move to it, a redrive, a Sweeper's restore); filter them with
+// {"eventName": ["INSERT", "MODIFY"], "dynamodb": {"NewImage": {"status":
+// {"S": ["IN_PROGRESS", "UNKNOWN"]}}}}. It sends a Check (the record's ID,
+// route, lease token and deadline: the record's ExpiresAt, for an UNKNOWN
+// record its expiry) to a Queue, delayed until that deadline plus a margin;
+// a queue delays a message by at most MaxDelay (SQS's 15 minutes), and a
+// check sent earlier than its deadline is sent on. A MODIFY that keeps the
+// status, the lease token and the deadline (a Resolver's Advance) sends
+// nothing: its check stands. A record whose check cannot be sent fails, with
+// every later record of its batch.
 //
 // The Checker handles the delivered checks, each independently (a failed one
 // is a batch item failure, delivered again by the queue and moved to its
 // dead-letter queue after its maxReceiveCount). It reads the record,
-// consistently, and acts only if it is still IN_PROGRESS under the checked
-// lease token:
+// consistently, and acts only if it is still IN_PROGRESS or UNKNOWN under the
+// checked lease token:
 //
-//   - The lease has not run out (the check came early): the check is sent
-//     on, due at the stored deadline. Counts check_rescheduled.
+//   - The lease has not run out, or the UNKNOWN record's expiry has not come
+//     (the check came early): the check is sent on, due at the stored
+//     deadline. Counts check_rescheduled.
+//   - An UNKNOWN record at or past its expiry: unresolved for a whole
+//     retention, and nobody (a client's retry, an operator's reannounce)
+//     handed it to the reconciler since. It is redriven as they would:
+//     Store.MarkUnknown, fenced on the checked token, gives it a new lease
+//     token and the retention from now as expiry, the stream MODIFY that
+//     hands it to the Reconciler again and arms its next check. Counts
+//     unknown_redriven and reconcile_scheduled. So a record the reconciler
+//     gave up on is tried again once per retention, as the store's TTL
+//     deletion and the Sweeper's restore used to do before UNKNOWN records
+//     lost their TTL.
 //   - It has, and the record is External: the request may have had an
 //     effect, so the record moves to UNKNOWN under a new lease token with
 //     the retention as expiry (Store.MarkUnknown, fenced on the checked
@@ -45,9 +59,9 @@
 //   - It has, and it is not External: nothing happened that needs
 //     remembering, and the key is released (Store.Release, fenced). Counts
 //     reservation_abandoned.
-//   - The record is gone, completed, UNKNOWN, or held under another lease
-//     token, or the fenced write finds it so: someone else moved it on.
-//     Nothing to do.
+//   - The record is gone, completed, or held under another lease token, or
+//     the fenced write finds it so: someone else moved it on (the request,
+//     a retry's redrive, the Reconciler). Nothing to do.
 //
 // A multi-step flow's reservation is an External record, recovered the same
 // way: its route's Resolver resumes it. The check carries the route, for logs

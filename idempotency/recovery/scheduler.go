@@ -39,7 +39,8 @@ type SchedulerConfig struct {
 }
 
 // Scheduler handles the idempotency table's stream records of new
-// reservations: for each it sends a Check, due when the lease runs out (see
+// reservations and of records moved to UNKNOWN: for each it sends a Check,
+// due when the lease runs out, or for an UNKNOWN record at its expiry (see
 // the package documentation). It is safe for concurrent use.
 type Scheduler struct {
 	cfg SchedulerConfig
@@ -104,23 +105,24 @@ func (s *Scheduler) Handle(ctx context.Context, ev events.DynamoDBEvent) (events
 	return events.DynamoDBEventResponse{}, nil
 }
 
-// record sends the check of one stream record, when it makes a reservation.
+// record sends the check of one stream record, when it makes a reservation
+// or a record UNKNOWN.
 func (s *Scheduler) record(ctx context.Context, er events.DynamoDBEventRecord) error {
 	c := stream.NewChange(er)
-	if c.EventName == events.DynamoDBOperationTypeRemove || dynamo.StreamImageStatus(c.NewImage) != idempotency.StatusInProgress {
-		return nil // not a reservation
+	if c.EventName == events.DynamoDBOperationTypeRemove || !checked(dynamo.StreamImageStatus(c.NewImage)) {
+		return nil // neither a reservation nor an UNKNOWN record
 	}
 	log := s.cfg.Logger.With("event_id", c.EventID, "sequence_number", c.SequenceNumber)
 	rec, err := dynamo.RecordFromStreamImage(c.NewImage)
 	if err != nil {
 		err = fmt.Errorf("recovery: schedule: decode new image: %w", err)
 		s.cfg.Metrics.Count(MetricCheckFailed)
-		log.Error("undecodable reservation: no check scheduled", "err", err.Error())
+		log.Error("undecodable record: no check scheduled", "err", err.Error())
 		return err
 	}
 	log = log.With("tenant", rec.Key.Tenant, "key", rec.Key.Short(), "route", rec.Route)
 	if sameLease(c, rec) {
-		log.Debug("reservation changed under the same lease: its check is scheduled already")
+		log.Debug("record changed under the same lease: its check is scheduled already")
 		return nil
 	}
 	now := s.cfg.Now()
@@ -128,19 +130,27 @@ func (s *Scheduler) record(ctx context.Context, er events.DynamoDBEventRecord) e
 	if err := s.cfg.Queue.Send(ctx, NewCheck(rec).Encode(), delay); err != nil {
 		err = fmt.Errorf("recovery: schedule check of %s: %w", rec.Key.Short(), err)
 		s.cfg.Metrics.Count(MetricCheckFailed)
-		log.Error("scheduling the check of a reservation failed; the record will be retried", "err", err.Error())
+		log.Error("scheduling the check of a record failed; the record will be retried", "err", err.Error())
 		return err
 	}
 	s.cfg.Metrics.Count(MetricCheckScheduled)
-	log.Debug("check scheduled", "lease_deadline", rec.ExpiresAt, "delay", delay.String())
+	log.Debug("check scheduled", "status", string(rec.Status), "lease_deadline", rec.ExpiresAt, "delay", delay.String())
 	return nil
 }
 
-// sameLease reports whether c's old image is the reservation rec already:
-// IN_PROGRESS under the same lease token and deadline, whose check was sent
+// checked reports whether a record of status s has a check armed: a
+// reservation (IN_PROGRESS), due when its lease runs out, or an UNKNOWN
+// record, due at its expiry, when the Checker hands it to the reconciler
+// again if it is still UNKNOWN under the same lease token.
+func checked(s idempotency.Status) bool {
+	return s == idempotency.StatusInProgress || s == idempotency.StatusUnknown
+}
+
+// sameLease reports whether c's old image is the record rec already: of the
+// same status, under the same lease token and deadline, whose check was sent
 // when that image was written.
 func sameLease(c stream.Change, rec idempotency.Record) bool {
-	if dynamo.StreamImageStatus(c.OldImage) != idempotency.StatusInProgress {
+	if dynamo.StreamImageStatus(c.OldImage) != rec.Status {
 		return false
 	}
 	old, err := dynamo.RecordFromStreamImage(c.OldImage)

@@ -298,8 +298,14 @@ func TestRecoveryWithoutTTL(t *testing.T) {
 	if n := charges(t, stack, forwardKey(t, k, body)); n != 1 {
 		t.Errorf("provider charges = %d, want 1", n)
 	}
+	// The move to UNKNOWN arms a check too (the sweeper's own poller reads
+	// it, maybe after the reconciler has completed the record): wait for it.
 	metrics := lambdatest.CountsAmong(out.String())
-	for name, want := range map[string]int{"check_scheduled": 1, "reservation_abandoned": 1, "reconcile_scheduled": 1, "reconcile_resolved": 1, "zombie_swept": 0} {
+	for deadline := time.Now().Add(10 * time.Second); metrics["check_scheduled"] < 2 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		metrics = lambdatest.CountsAmong(out.String())
+	}
+	for name, want := range map[string]int{"check_scheduled": 2, "reservation_abandoned": 1, "reconcile_scheduled": 1, "reconcile_resolved": 1, "zombie_swept": 0} {
 		if metrics[name] != want {
 			t.Errorf("%s = %d, want %d", name, metrics[name], want)
 		}
