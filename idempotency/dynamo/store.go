@@ -341,7 +341,9 @@ func statusMismatch(err error, lease, from string, status idempotency.Status) er
 // MarkUnknown moves the record held under lease to UNKNOWN with newLease and
 // expiresAt, with one conditional UpdateItem, returning a
 // *idempotency.ConflictError as Complete does. The record loses its TTL
-// attribute (see ItemFromRecord): expiresAt is only the conditions' expiry.
+// attribute (see ItemFromRecord): expiresAt ends nothing (the reclaim
+// condition never lets an UNKNOWN record through); the redrive and oncectl
+// read it.
 func (s *Store) MarkUnknown(ctx context.Context, key idempotency.Key, lease, newLease string, expiresAt, now time.Time) error {
 	names, values := leaseExpr(lease)
 	names["#expires"] = AttrExpiresAt
