@@ -121,11 +121,14 @@
 // UNKNOWN (or, at a recovery point, be resumed) first, and an UNKNOWN
 // record, which never does: its request may have had its effect at the
 // other system, so only its reconciliation (Complete or Release), or an
-// operator's fenced delete, ends it. An UNKNOWN record's expiry is only
-// what the conditions compare (Retention after it went UNKNOWN or was last
-// redriven): the store's TTL never deletes it (the DynamoDB store writes it
-// without the TTL attribute), so its key is never free while its outcome is
-// unknown. A retry of it gets 409 (InProgressError) however old it is, and
+// operator's fenced delete, ends it. An UNKNOWN record's expiry (Retention
+// after it went UNKNOWN or was last redriven) ends nothing: the reclaim
+// condition never lets an UNKNOWN record through, whatever its expiry, and
+// the store's TTL never deletes it (the DynamoDB store writes it without the
+// TTL attribute), so its key is never free while its outcome is unknown.
+// Only the redrive reads it (it extends the expiry, never shortens it) and
+// an operator's tools (oncectl unknown lists it, oncectl reannounce extends
+// it). A retry of it gets 409 (InProgressError) however old it is, and
 // one UnknownRedrive or more after it last changed re-announces it to the
 // reconciler (MarkUnknown), moving its expiry to at least Retention from
 // then. (A DynamoDB item written UNKNOWN before its TTL attribute was

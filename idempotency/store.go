@@ -47,8 +47,13 @@ type Store interface {
 	// (IN_PROGRESS or UNKNOWN) and at the recovery point p.From to the
 	// recovery point p (its Point, Data, lease token, expiry and update
 	// time), keeping its status, and writes effects, in one transaction. It
-	// returns the errors Complete returns: a record at another point or of
-	// another status (a stale view of it) is a conflict too.
+	// returns the errors Complete returns: a record at another point or
+	// under another lease (a stale view of it) is a conflict too. A record
+	// held under lease at p.From but of another status than p.Status is
+	// the caller's mistake, not a lost lease: it returns an error wrapping
+	// ErrStatusMismatch, never a *ConflictError, and an invalid p.Status
+	// (see Progress.RecordStatus) another error. Either way it writes
+	// nothing.
 	Advance(ctx context.Context, key Key, lease string, p Progress, effects []Effect) error
 	// MarkUnknown moves the record held under lease (not COMPLETED) to
 	// UNKNOWN with the new lease token and expiry, returning a *ConflictError
@@ -87,8 +92,25 @@ type Progress struct {
 	// StatusInProgress (also when empty), or StatusUnknown for a Resolver
 	// resuming an UNKNOWN record (ResumeSteps). A store may keep records
 	// of the two differently: the DynamoDB store gives an UNKNOWN record no
-	// TTL attribute, so that its TTL never deletes one.
+	// TTL attribute, so that its TTL never deletes one. A record held under
+	// the caller's lease at From but of the other status is the caller's
+	// mistake, not a lost lease: Advance returns ErrStatusMismatch; any
+	// other status is an error too (see RecordStatus).
 	Status Status
+}
+
+// RecordStatus returns the status the record must have for Advance:
+// p.Status, or StatusInProgress when it is empty. Any status other than
+// IN_PROGRESS and UNKNOWN is an error: no other record has a recovery point
+// to move. Every store validates Progress with it.
+func (p Progress) RecordStatus() (Status, error) {
+	switch p.Status {
+	case "":
+		return StatusInProgress, nil
+	case StatusInProgress, StatusUnknown:
+		return p.Status, nil
+	}
+	return "", fmt.Errorf("idempotency: Progress.Status %q: a record of that status has no recovery point to move", p.Status)
 }
 
 // Errors of the contract. Callers compare them with errors.Is / errors.As;
@@ -127,6 +149,12 @@ var (
 	// effects alone (a release's included: see Call.AddReleaseEffect).
 	ErrResponseTooLarge = problem.New(http.StatusInternalServerError, "response_too_large", "Response too large",
 		"The answer to this request is too large to be stored, so it cannot be sent. Retrying will not help.").Logged()
+	// ErrStatusMismatch: Store.Advance found the record held under the
+	// caller's lease, at Progress.From, but of another status than
+	// Progress.Status (a store result, not an answer). It is the caller's
+	// mistake, never a lost lease, so it is not a *ConflictError: a
+	// reconciler must fail the record (retried, alarmed), not drop it.
+	ErrStatusMismatch = errors.New("idempotency: the record held under the lease has another status than Progress.Status")
 	// ErrNotFound: no record for the key (a store result, not an answer).
 	ErrNotFound = errors.New("idempotency: record not found")
 	// ErrUnavailable: the store could not be reached (503, Retry-After: 1).

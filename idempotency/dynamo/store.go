@@ -241,19 +241,19 @@ func (s *Store) Release(ctx context.Context, key idempotency.Key, lease string, 
 // Advance moves the record held under lease, of the status p.Status, to
 // the recovery point p with one conditional UpdateItem, or with effects one
 // TransactWriteItems, returning a *idempotency.ConflictError as Complete
-// does (a record of another status too), and ErrDataTooLarge for a step
+// does (a record at another point too), an error wrapping
+// idempotency.ErrStatusMismatch for a record held under lease at p.From but
+// of another status, an error for an invalid p.Status
+// (idempotency.Progress.RecordStatus), and ErrDataTooLarge for a step
 // whose data is over MaxData (p.Added; what the record carries is not
 // checked again) or would make the record larger than DynamoDB's 400 KB.
 func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, p idempotency.Progress, effects []idempotency.Effect) error {
 	if err := checkProgress(p); err != nil {
 		return fmt.Errorf("dynamo: advance: %w", err)
 	}
-	status := p.Status
-	if status == "" {
-		status = idempotency.StatusInProgress
-	}
-	if status != idempotency.StatusInProgress && status != idempotency.StatusUnknown {
-		return fmt.Errorf("dynamo: advance: a record %s has no recovery point to move", status)
+	status, err := p.RecordStatus()
+	if err != nil {
+		return fmt.Errorf("dynamo: advance: %w", err)
 	}
 	names, values := leaseExpr(lease)
 	names["#point"] = AttrPoint
@@ -304,7 +304,7 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 			ExpressionAttributeValues:           values,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}
-		return s.transact(ctx, "advance", types.TransactWriteItem{Update: u}, nil, effects, landed)
+		return statusMismatch(s.transact(ctx, "advance", types.TransactWriteItem{Update: u}, nil, effects, landed), lease, p.From, status)
 	}
 	in := &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.table),
@@ -315,17 +315,35 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 		ExpressionAttributeValues:           values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}
-	err := s.do(ctx, func() error {
+	err = s.do(ctx, func() error {
 		_, err := s.client.UpdateItem(ctx, in)
 		return err
 	})
-	return s.outcome(ctx, "advance", err, landed)
+	return statusMismatch(s.outcome(ctx, "advance", err, landed), lease, p.From, status)
+}
+
+// statusMismatch turns Advance's conflict over a record still held under
+// lease at from, but of another status than status (not COMPLETED), into an
+// error wrapping idempotency.ErrStatusMismatch: the caller's mistake, not a
+// lost lease. Other errors pass through.
+func statusMismatch(err error, lease, from string, status idempotency.Status) error {
+	var c *idempotency.ConflictError
+	if !errors.As(err, &c) || c.Existing == nil {
+		return err
+	}
+	e := c.Existing
+	if e.LeaseToken != lease || e.Point != from || e.Status == status || e.Status == idempotency.StatusCompleted {
+		return err
+	}
+	return fmt.Errorf("dynamo: advance: %w: the record is %s, Progress.Status %s", idempotency.ErrStatusMismatch, e.Status, status)
 }
 
 // MarkUnknown moves the record held under lease to UNKNOWN with newLease and
 // expiresAt, with one conditional UpdateItem, returning a
 // *idempotency.ConflictError as Complete does. The record loses its TTL
-// attribute (see ItemFromRecord): expiresAt is only the conditions' expiry.
+// attribute (see ItemFromRecord): expiresAt ends nothing (the reclaim
+// condition never lets an UNKNOWN record through); the redrive and oncectl
+// read it.
 func (s *Store) MarkUnknown(ctx context.Context, key idempotency.Key, lease, newLease string, expiresAt, now time.Time) error {
 	names, values := leaseExpr(lease)
 	names["#expires"] = AttrExpiresAt

@@ -144,13 +144,15 @@ func (s *Store) Release(ctx context.Context, key idempotency.Key, lease string, 
 
 // Advance moves the record held under lease, of the status p.Status
 // (IN_PROGRESS when empty), to the recovery point p and writes effects,
-// atomically, returning the errors Complete returns.
+// atomically, returning the errors Complete returns, or one wrapping
+// idempotency.ErrStatusMismatch for a record held under lease at p.From
+// but of another status.
 func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, p idempotency.Progress, effects []idempotency.Effect) error {
-	expiresAt, now := millis(p.ExpiresAt), millis(p.UpdatedAt)
-	status := p.Status
-	if status == "" {
-		status = idempotency.StatusInProgress
+	status, err := p.RecordStatus()
+	if err != nil {
+		return fmt.Errorf("memory: advance: %w", err)
 	}
+	expiresAt, now := millis(p.ExpiresAt), millis(p.UpdatedAt)
 	landed := func(r idempotency.Record) bool {
 		return r.Status == status && r.Point == p.Point && r.LeaseToken == p.LeaseToken && r.UpdatedAt.Equal(now)
 	}
@@ -159,9 +161,15 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 	if done, err := s.held(key, lease, landed); done || err != nil {
 		return err
 	}
-	if cur := s.records[key.ID()]; cur.Point != p.From || cur.Status != status {
+	cur := s.records[key.ID()]
+	if cur.Point != p.From {
 		c := clone(cur)
 		return &idempotency.ConflictError{Existing: &c}
+	}
+	if cur.Status != status {
+		// Held under the caller's lease at p.From: the caller's mistake,
+		// not a lost lease (see idempotency.ErrStatusMismatch).
+		return fmt.Errorf("memory: advance: %w: the record is %s, Progress.Status %s", idempotency.ErrStatusMismatch, cur.Status, status)
 	}
 	writes, err := s.applyEffects("advance", effects)
 	if err != nil {

@@ -33,7 +33,9 @@ const (
 	// effects would have, or give the holds back.
 	MetricEffectsDropped = "reconcile_effects_dropped"
 	// MetricUnrestored counts the abandoned External reservations, and the
-	// UNKNOWN records TTL deleted, that a Sweeper could not restore
+	// UNKNOWN items written before UNKNOWN records lost their TTL attribute
+	// (the DynamoDB store writes none now), that TTL deleted and a Sweeper
+	// could not restore
 	// because a new reservation (a retry of the same request, or another
 	// request: not the record's own earlier restore, nor a reservation made
 	// after the reconciler released that restore, which its mark tells)

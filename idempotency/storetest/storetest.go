@@ -958,7 +958,9 @@ func testRejections(t *testing.T, newStore NewStore) {
 // testAdvance checks that Advance moves a held record (IN_PROGRESS or
 // UNKNOWN, keeping its status) to a recovery point with its effects, fenced
 // on the lease; that the point and data survive a later transition; and that
-// a store recognises its own Advance.
+// a store recognises its own Advance; that a caller holding the lease but
+// stating another status gets ErrStatusMismatch, and one stating an invalid
+// status a plain error, neither a conflict.
 func testAdvance(t *testing.T, newStore NewStore) {
 	now := t0.Add(-10 * time.Second)
 	p := idempotency.Progress{
@@ -1023,17 +1025,26 @@ func testAdvance(t *testing.T, newStore NewStore) {
 		}
 	})
 	t.Run("other status", func(t *testing.T) {
-		// A writer that holds the lease token but takes the record for
-		// what it is not (an UNKNOWN record advanced as IN_PROGRESS, or
-		// the other way round) writes nothing.
+		// A writer that holds the lease token, at the record's point, but
+		// takes the record for what it is not (an UNKNOWN record advanced
+		// as IN_PROGRESS, or the other way round) writes nothing, and its
+		// mistake is ErrStatusMismatch, never a conflict: a reconciler
+		// reads a conflict as the record finalised elsewhere and drops it.
+		// With another lease, or at another point, it is a conflict.
 		for _, tt := range []struct {
-			name   string
-			stored idempotency.Status
-			told   idempotency.Status
+			name     string
+			stored   idempotency.Status
+			told     idempotency.Status
+			lease    string // the caller's lease ("lease" is the record's)
+			from     string // Progress.From (the record has no point)
+			mismatch bool   // ErrStatusMismatch, else a *ConflictError
 		}{
-			{"unknown as in progress", idempotency.StatusUnknown, idempotency.StatusInProgress},
-			{"unknown as unstated", idempotency.StatusUnknown, ""},
-			{"in progress as unknown", idempotency.StatusInProgress, idempotency.StatusUnknown},
+			{"unknown as in progress", idempotency.StatusUnknown, idempotency.StatusInProgress, "lease", "", true},
+			{"unknown as unstated", idempotency.StatusUnknown, "", "lease", "", true},
+			{"in progress as unknown", idempotency.StatusInProgress, idempotency.StatusUnknown, "lease", "", true},
+			{"unknown as unstated, lease lost", idempotency.StatusUnknown, "", "other", "", false},
+			{"in progress as unknown, lease lost", idempotency.StatusInProgress, idempotency.StatusUnknown, "other", "", false},
+			{"unknown as unstated, stale point", idempotency.StatusUnknown, "", "lease", "order_created", false},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				s, in := newStore(t)
@@ -1041,9 +1052,37 @@ func testAdvance(t *testing.T, newStore NewStore) {
 				r.Status = tt.stored
 				put(t, s, r)
 				q := p
-				q.Status = tt.told
+				q.Status, q.From = tt.told, tt.from
+				err := s.Advance(t.Context(), r.Key, tt.lease, q, []idempotency.Effect{effect(t, in, "paid", "x")})
+				call := fmt.Sprintf("Advance(%s record, lease %q, Status %q, From %q)", tt.stored, tt.lease, tt.told, tt.from)
+				if tt.mismatch {
+					var conflict *idempotency.ConflictError
+					if !errors.Is(err, idempotency.ErrStatusMismatch) || errors.As(err, &conflict) {
+						t.Errorf("%s = %v, want ErrStatusMismatch, not a *ConflictError", call, err)
+					}
+				} else {
+					wantConflict(t, call, err, &r)
+				}
+				wantEffects(t, in)
+				wantRecord(t, s, r)
+			})
+		}
+	})
+	t.Run("invalid status", func(t *testing.T) {
+		// A status no recovery point belongs to is the caller's mistake:
+		// an error, never a conflict, and nothing written, in every store.
+		for _, status := range []idempotency.Status{idempotency.StatusCompleted, "PENDING"} {
+			t.Run(string(status), func(t *testing.T) {
+				s, in := newStore(t)
+				r := reserved(key(t, "k"), "a", "lease", true, t0)
+				put(t, s, r)
+				q := p
+				q.Status = status
 				err := s.Advance(t.Context(), r.Key, "lease", q, []idempotency.Effect{effect(t, in, "paid", "x")})
-				wantConflict(t, fmt.Sprintf("Advance(%s record, Status %q)", tt.stored, tt.told), err, &r)
+				var conflict *idempotency.ConflictError
+				if err == nil || errors.As(err, &conflict) || errors.Is(err, idempotency.ErrStatusMismatch) {
+					t.Errorf("Advance(Status %q) = %v, want an error, neither a *ConflictError nor ErrStatusMismatch", status, err)
+				}
 				wantEffects(t, in)
 				wantRecord(t, s, r)
 			})
