@@ -3,8 +3,12 @@
 // reconciliation for operator review.
 //
 //   - unknown lists the records left UNKNOWN (a Scan of the idempotency
-//     table, filtered and bounded), by their ID: tenant#key-hash. The raw
-//     key is never stored, so never shown.
+//     table, filtered and bounded), by their ID: tenant#key-hash, oldest
+//     first by created_at (a redrive, the checker's once per retention or a
+//     client's, resets updated_at, not it), and marks lost the check of a
+//     record past its expiry by more than recovery.MaxDelay and a margin
+//     (its check chain was lost to a dead-letter queue: reannounce re-arms
+//     it). The raw key is never stored, so never shown.
 //   - show prints one record as JSON: its state, lease, expiry and the key
 //     forwarded to the provider, and with -bodies the canonical request and
 //     the stored response. A record is named by its ID, or by -tenant and

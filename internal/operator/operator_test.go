@@ -121,6 +121,7 @@ func TestUnknownOldestAcrossPages(t *testing.T) {
 		t.Fatalf("the table is %d records in %d Scan pages, want 6 in 2 or more", len(order), pages)
 	}
 	last := byID[order[len(order)-1]]
+	last.CreatedAt = last.CreatedAt.Add(-time.Hour)
 	last.UpdatedAt = last.UpdatedAt.Add(-time.Hour)
 	e.put(t, last)
 	code, out, errOut := e.run(t, "unknown", "-limit", "1", "-json")
@@ -203,6 +204,99 @@ func TestUnknown(t *testing.T) {
 	}
 	if strings.Contains(out, "order-7") {
 		t.Errorf("the output holds a raw key:\n%s", out)
+	}
+}
+
+// TestUnknownAgeAndLostCheck: unknown ages and sorts a record by its
+// created_at, which a redrive (the checker's, once per retention, or a
+// client's) keeps while it resets updated_at, falling back to updated_at
+// when there is no created_at; and it marks lost the check of a record past
+// its expiry by more than recovery.MaxDelay and the margin.
+func TestUnknownAgeAndLostCheck(t *testing.T) {
+	e := newEnv(t)
+	now := time.Now()
+	const day = 24 * time.Hour
+	recs := []struct {
+		raw              string
+		created, updated time.Duration // ago; created 0: no created_at
+		expires          time.Duration // from now
+		wantFrom         string
+		wantAge          time.Duration
+		wantLost         bool
+	}{
+		// Listed in this order, oldest first.
+		{raw: "stuck-30d-redriven", created: 30 * day, updated: time.Hour, expires: day - time.Hour, wantFrom: "created_at", wantAge: 30 * day},
+		{raw: "chain-lost", created: 3 * day, updated: 2 * day, expires: -day, wantFrom: "created_at", wantAge: 3 * day, wantLost: true},
+		{raw: "no-created-at", updated: 5 * time.Hour, expires: day - 5*time.Hour, wantFrom: "updated_at", wantAge: 5 * time.Hour},
+		{raw: "just-expired", created: 3 * time.Hour, updated: 3 * time.Hour, expires: -10 * time.Minute, wantFrom: "created_at", wantAge: 3 * time.Hour},
+		{raw: "fresh", created: 2 * time.Hour, updated: 2 * time.Hour, expires: day - 2*time.Hour, wantFrom: "created_at", wantAge: 2 * time.Hour},
+	}
+	var want []string
+	for _, r := range recs {
+		rec := idempotency.Record{
+			Key: idempotency.NewKey("acme", r.raw), Status: idempotency.StatusUnknown, Route: "POST /v1/charges", Fingerprint: "f00d",
+			External: true, LeaseToken: idempotency.NewToken(), ExpiresAt: now.Add(r.expires), UpdatedAt: now.Add(-r.updated),
+		}
+		if r.created != 0 {
+			rec.CreatedAt = now.Add(-r.created)
+		}
+		e.put(t, rec)
+		want = append(want, rec.Key.ID())
+	}
+	type line struct {
+		Record    string     `json:"record"`
+		Since     time.Time  `json:"unknown_since"`
+		SinceFrom string     `json:"unknown_since_from"`
+		For       string     `json:"unknown_for"`
+		CreatedAt *time.Time `json:"created_at"`
+		UpdatedAt *time.Time `json:"updated_at"`
+		CheckLost bool       `json:"check_lost"`
+	}
+	code, out, errOut := e.run(t, "unknown", "-json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var got []line
+	for l := range strings.Lines(out) {
+		var s line
+		if err := json.Unmarshal([]byte(l), &s); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		got = append(got, s)
+	}
+	if diff := cmp.Diff(want, func() (ids []string) {
+		for _, g := range got {
+			ids = append(ids, g.Record)
+		}
+		return ids
+	}()); diff != "" {
+		t.Fatalf("records, oldest first (-want +got):\n%s", diff)
+	}
+	for i, r := range recs {
+		t.Run(r.raw, func(t *testing.T) {
+			g := got[i]
+			age, err := time.ParseDuration(g.For)
+			if err != nil || age < r.wantAge || age > r.wantAge+time.Minute {
+				t.Errorf("unknown_for = %q (%v), want about %v", g.For, err, r.wantAge)
+			}
+			if g.SinceFrom != r.wantFrom || !g.Since.Equal(now.Add(-r.wantAge).Truncate(time.Millisecond)) {
+				t.Errorf("unknown_since = %v from %q, want %v from %q", g.Since, g.SinceFrom, now.Add(-r.wantAge), r.wantFrom)
+			}
+			if g.UpdatedAt == nil || (g.CreatedAt == nil) != (r.created == 0) {
+				t.Errorf("created_at %v, updated_at %v: want updated_at, and created_at iff the record has one", g.CreatedAt, g.UpdatedAt)
+			}
+			if g.CheckLost != r.wantLost {
+				t.Errorf("check_lost = %v, want %v", g.CheckLost, r.wantLost)
+			}
+		})
+	}
+	code, out, errOut = e.run(t, "unknown", "-limit", "1", "-json")
+	if code != 0 || !strings.Contains(out, want[0]) || strings.Count(out, "\n") != 1 {
+		t.Errorf("unknown -limit 1 = exit %d %q (%s), want the oldest by created_at, %s", code, out, errOut, want[0])
+	}
+	code, out, errOut = e.run(t, "unknown")
+	if code != 0 || strings.Count(out, " lost\n") != 1 || !strings.Contains(errOut, "1 past their expiry") || !strings.Contains(errOut, "reannounce") {
+		t.Errorf("table = exit %d %q %q, want one lost check, and reannounce named", code, out, errOut)
 	}
 }
 

@@ -16,13 +16,33 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/recovery"
 )
+
+// lostCheckAfter is how long past its expiry an UNKNOWN record must be for
+// unknown to call its check lost: the Checker redrives it at its expiry
+// (plus the Scheduler's margin), its check sent on in hops of at most
+// recovery.MaxDelay; lostCheckMargin covers the queue's delivery, the
+// Checker's retries and clocks that disagree. Past it, its check chain was
+// lost (a check in the check dead-letter queue, or the Scheduler's stream
+// record in the sweeper's): `oncectl reannounce` re-arms it.
+const lostCheckAfter = recovery.MaxDelay + lostCheckMargin
+
+// lostCheckMargin: see lostCheckAfter.
+const lostCheckMargin = 15 * time.Minute
 
 // unknown lists the UNKNOWN records: a Scan of the idempotency table with a
 // filter, every page of it (up to maxScanPages), so that the -limit records
-// listed are the oldest.
+// listed are the oldest, by their created_at (recordAge: a redrive, the
+// Checker's or a client's, resets updated_at, not created_at).
 func (t *Tool) unknown(ctx context.Context, args []string) error {
-	fs := t.flags("unknown", "[-tenant T] [-limit N] [-json]", "List the records left UNKNOWN, oldest change first, by their ID (tenant#key-hash).")
+	fs := t.flags("unknown", "[-tenant T] [-limit N] [-json]",
+		"List the records left UNKNOWN, oldest first (by created_at, when their request began: a redrive\n"+
+			"resets updated_at, not it; by updated_at when a record has no created_at), by their ID\n"+
+			"(tenant#key-hash). CHECK says lost for a record past its expiry by more than "+lostCheckAfter.String()+":\n"+
+			"its recovery check, due at its expiry, never redrove it (a check in the check dead-letter queue,\n"+
+			"or the Scheduler's stream record in the sweeper's): `oncectl reannounce` re-arms it. -json adds\n"+
+			"created_at, updated_at and check_lost.")
 	tenant := fs.String("tenant", "", "only this tenant's records")
 	limit := fs.Int("limit", 100, "list at most this many")
 	asJSON := fs.Bool("json", false, "one JSON object per line")
@@ -58,44 +78,75 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	sortByUpdate(recs)
+	sortByAge(recs)
 	if len(recs) > *limit {
 		recs = recs[:*limit]
 	}
 	now := t.now()
 	rows := make([]recordSummary, len(recs))
+	lost := 0
 	for i, rec := range recs {
 		rows[i] = summary(rec, now)
+		if rows[i].CheckLost {
+			lost++
+		}
 	}
-	err = writeListing(t, rows, *asJSON, "RECORD\tROUTE\tUNKNOWN FOR\tEXPIRES", func(s recordSummary) string {
-		return fmt.Sprintf("%s\t%s\t%s\t%s", s.Record, s.Route, s.For, s.ExpiresAt.Format(time.RFC3339))
+	err = writeListing(t, rows, *asJSON, "RECORD\tROUTE\tUNKNOWN FOR\tEXPIRES\tCHECK", func(s recordSummary) string {
+		check := "armed"
+		if s.CheckLost {
+			check = "lost"
+		}
+		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", s.Record, s.Route, s.For, s.ExpiresAt.Format(time.RFC3339), check)
 	})
 	if err != nil || *asJSON {
 		return err
 	}
 	fmt.Fprintf(t.errOut, "%d UNKNOWN record(s)\n", len(recs))
+	if lost > 0 {
+		fmt.Fprintf(t.errOut, "%d past their expiry by more than %s: their check was lost (see the check and sweeper dead-letter queues); `oncectl reannounce RECORD` re-arms it\n", lost, lostCheckAfter)
+	}
 	return nil
 }
 
 // recordSummary is a line of the unknown listing.
 type recordSummary struct {
-	Record    string    `json:"record"`
-	Tenant    string    `json:"tenant"`
-	Route     string    `json:"route"`
-	Since     time.Time `json:"unknown_since"`
-	For       string    `json:"unknown_for"`
-	ExpiresAt time.Time `json:"expires_at"`
+	Record string `json:"record"`
+	Tenant string `json:"tenant"`
+	Route  string `json:"route"`
+	// Since is what the record's age is from (recordAge): its created_at,
+	// or its updated_at when it has no created_at; SinceFrom names which.
+	Since     time.Time  `json:"unknown_since"`
+	SinceFrom string     `json:"unknown_since_from,omitempty"`
+	For       string     `json:"unknown_for"`
+	CreatedAt *time.Time `json:"created_at,omitempty"`
+	UpdatedAt *time.Time `json:"updated_at,omitempty"`
+	ExpiresAt time.Time  `json:"expires_at"`
+	// CheckLost: the record is past its expiry by more than
+	// lostCheckAfter, so its check never redrove it.
+	CheckLost bool `json:"check_lost"`
 }
 
 func summary(rec idempotency.Record, now time.Time) recordSummary {
-	return recordSummary{
-		Record: rec.Key.ID(), Tenant: rec.Key.Tenant, Route: rec.Route, Since: rec.UpdatedAt.UTC(),
-		For: now.Sub(rec.UpdatedAt).Round(time.Second).String(), ExpiresAt: rec.ExpiresAt.UTC(),
+	since, from := recordAge(rec)
+	s := recordSummary{
+		Record: rec.Key.ID(), Tenant: rec.Key.Tenant, Route: rec.Route, Since: since.UTC(), SinceFrom: from,
+		CreatedAt: timeOrNil(rec.CreatedAt), UpdatedAt: timeOrNil(rec.UpdatedAt), ExpiresAt: rec.ExpiresAt.UTC(),
+		CheckLost: !rec.ExpiresAt.IsZero() && now.Sub(rec.ExpiresAt) > lostCheckAfter,
 	}
+	if !since.IsZero() {
+		s.For = now.Sub(since).Round(time.Second).String()
+	}
+	return s
 }
 
-func sortByUpdate(recs []idempotency.Record) {
-	slices.SortStableFunc(recs, func(a, b idempotency.Record) int { return a.UpdatedAt.Compare(b.UpdatedAt) })
+// sortByAge orders recs oldest first by recordAge; a record with neither
+// timestamp first.
+func sortByAge(recs []idempotency.Record) {
+	slices.SortStableFunc(recs, func(a, b idempotency.Record) int {
+		sa, _ := recordAge(a)
+		sb, _ := recordAge(b)
+		return sa.Compare(sb)
+	})
 }
 
 func pkOf(item map[string]types.AttributeValue) string {
