@@ -30,9 +30,10 @@ type Queue interface {
 	Send(ctx context.Context, body string, delay time.Duration) error
 }
 
-// Check is the message a Scheduler sends when a reservation is made and a
-// Checker acts on once its lease has run out: recover the record with this
-// ID if it is still the reservation held under this lease token.
+// Check is the message a Scheduler sends when a reservation is made, or a
+// record is moved to UNKNOWN, and a Checker acts on once its deadline has
+// come: recover the record with this ID if it is still the reservation held
+// under this lease token, or redrive it if it is still UNKNOWN under it.
 type Check struct {
 	// Record is the record's storage ID, idempotency.Key.ID: the tenant and
 	// the hash of the key, never the raw key.
@@ -40,14 +41,17 @@ type Check struct {
 	// Route is the record's route, for logs (and for dispatching on it,
 	// should a route ever need its own recovery).
 	Route string `json:"route"`
-	// LeaseToken is the reservation's lease token.
+	// LeaseToken is the record's lease token: the reservation's, or the
+	// token the record was moved to UNKNOWN under.
 	LeaseToken string `json:"lease_token"`
-	// Deadline is when the lease runs out, the record's ExpiresAt when the
-	// check was sent. The Checker goes by the stored record, not by it.
+	// Deadline is the record's ExpiresAt when the check was sent: when a
+	// reservation's lease runs out, or an UNKNOWN record's expiry. The
+	// Checker goes by the stored record, not by it.
 	Deadline time.Time `json:"deadline"`
 }
 
-// NewCheck returns the check of the reservation rec.
+// NewCheck returns the check of rec: a reservation, due when its lease
+// runs out, or an UNKNOWN record, due at its expiry.
 func NewCheck(rec idempotency.Record) Check {
 	return Check{Record: rec.Key.ID(), Route: rec.Route, LeaseToken: rec.LeaseToken, Deadline: rec.ExpiresAt}
 }

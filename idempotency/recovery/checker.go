@@ -32,7 +32,8 @@ type CheckerConfig struct {
 	// Store is the idempotency store.
 	Store CheckStore
 	// Queue receives the checks that arrive before their record's lease
-	// has run out, sent on for the rest.
+	// has run out, or before an UNKNOWN record's expiry, sent on for the
+	// rest.
 	Queue Queue
 	// Retention is the expiry a record moved to UNKNOWN is given
 	// (idempotency.DefaultRetention), as the Sweeper gives one; expired, it
@@ -40,14 +41,19 @@ type CheckerConfig struct {
 	// never deletes it (the DynamoDB store writes it without the TTL
 	// attribute): it stays until it is reconciled or an operator forgets
 	// it, and its check, due at its expiry, hands it to the reconciler
-	// again then (and so once per Retention). Keep it longer than the
+	// again then (and so once per Retention, for as long as the chain of
+	// checks lasts: a check that ends in the check dead-letter queue, or the
+	// Scheduler's stream record in the sweeper's, ends it, both alarmed,
+	// until an operator runs oncectl dlq redrive check or oncectl
+	// reannounce). Keep it longer than the
 	// reconciler can take to resolve it (its stream mapping's retries, the
 	// provider's settle time), and than the middleware's Lease.
 	Retention time.Duration
-	// Margin is added to the lease deadline of a check sent on
-	// (DefaultMargin).
+	// Margin is added to the deadline (a lease's end, or an UNKNOWN
+	// record's expiry) of a check sent on (DefaultMargin).
 	Margin time.Duration
-	// Logger receives one line per abandoned reservation and per failure
+	// Logger receives one line per abandoned reservation, per UNKNOWN
+	// record redriven and per failure
 	// (default: discard).
 	Logger *slog.Logger
 	// Metrics counts reservation_abandoned, unknown_redriven,

@@ -66,7 +66,11 @@ const (
 	// (each is counted reconcile_scheduled too). Expected for a record the
 	// reconciler cannot settle yet (a provider outage); one redriven again
 	// and again is one the reconciler keeps failing or deferring, alarmed
-	// there.
+	// there. That includes the records it can never route or resolve
+	// (reconcile_unroutable: no Resolver, or idempotency.ErrUnresolvable):
+	// each comes back every retention, counted here and there again, its
+	// alarm firing again, under a new lease token each time (an operator's
+	// oncectl forget, fenced on the token, may need to read it again).
 	MetricUnknownRedriven = "unknown_redriven"
 	// MetricCheckFailed counts the checks that could not be sent or acted
 	// on (each is retried).

@@ -50,7 +50,13 @@
 //     unknown_redriven and reconcile_scheduled. So a record the reconciler
 //     gave up on is tried again once per retention, as the store's TTL
 //     deletion and the Sweeper's restore used to do before UNKNOWN records
-//     lost their TTL.
+//     lost their TTL. That chain has no backstop: a check that ends in the
+//     check queue's dead-letter queue (CheckDLQ), or a Scheduler's stream
+//     record that ends in its on-failure destination (SweeperDLQ), both
+//     alarmed, leaves the record UNKNOWN with no check armed, never tried
+//     again until an operator sends the check back (oncectl dlq redrive
+//     check) or re-arms it (oncectl reannounce; oncectl unknown marks the
+//     check of a record long past its expiry lost).
 //   - It has, and the record is External: the request may have had an
 //     effect, so the record moves to UNKNOWN under a new lease token with
 //     the retention as expiry (Store.MarkUnknown, fenced on the checked
@@ -205,7 +211,13 @@
 //   - The record's route has no Resolver: the record is never released and
 //     never re-executed. It stays UNKNOWN for an operator, the reconciler
 //     counts reconcile_unroutable (alarm on it) and moves on. So does a
-//     Resolver's error wrapping idempotency.ErrUnresolvable.
+//     Resolver's error wrapping idempotency.ErrUnresolvable. Such a record
+//     comes back every retention, as any record left UNKNOWN: the Checker
+//     redrives it at its expiry, so reconcile_unroutable is counted, and
+//     its alarm fires, again once per retention until an operator forgets
+//     it. Each redrive gives it a new lease token, so an operator's oncectl
+//     forget, fenced on the token it read, may find it changed and need it
+//     read again.
 //
 // Anything else fails the record: the other system could not be asked, the
 // store could not be written, the image does not decode. A failed record is a

@@ -23,7 +23,8 @@ const DefaultSendConcurrency = 10
 type SchedulerConfig struct {
 	// Queue receives the checks.
 	Queue Queue
-	// Margin is how long after the lease deadline a check is due
+	// Margin is how long after its deadline a check is due: the lease's
+	// end for a reservation, the expiry for an UNKNOWN record
 	// (DefaultMargin).
 	Margin time.Duration
 	// Concurrency bounds the sends in flight for one batch
