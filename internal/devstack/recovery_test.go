@@ -305,7 +305,14 @@ func TestRecoveryWithoutTTL(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		metrics = lambdatest.CountsAmong(out.String())
 	}
-	for name, want := range map[string]int{"check_scheduled": 2, "reservation_abandoned": 1, "reconcile_scheduled": 1, "reconcile_resolved": 1, "zombie_swept": 0} {
+	// Two arms: the reservation's and the move to UNKNOWN's. A stream record
+	// delivered again sends its check again (a documented double count), so
+	// more is allowed, up to each of the two delivered twice; fewer than two
+	// is an arm missing.
+	if n := metrics["check_scheduled"]; n < 2 || n > 4 {
+		t.Errorf("check_scheduled = %d, want 2 (the reservation's and the UNKNOWN record's), up to 4 with redeliveries", n)
+	}
+	for name, want := range map[string]int{"reservation_abandoned": 1, "reconcile_scheduled": 1, "reconcile_resolved": 1, "zombie_swept": 0} {
 		if metrics[name] != want {
 			t.Errorf("%s = %d, want %d", name, metrics[name], want)
 		}
