@@ -63,15 +63,7 @@ func (t *Tool) pending(ctx context.Context, args []string) error {
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 	}
-	var ps []payments.Payment
-	err := t.scanAll(ctx, in, "the payments listed are the oldest of those read, not of the whole table", func(item map[string]types.AttributeValue) error {
-		var p payments.Payment
-		if err := attributevalue.UnmarshalMap(item, &p); err != nil {
-			return fmt.Errorf("payment %s: %w", paymentPK(item), err)
-		}
-		ps = append(ps, p)
-		return nil
-	})
+	ps, err := t.scanPayments(ctx, in, "the payments listed are the oldest of those read, not of the whole table")
 	if err != nil {
 		return err
 	}
@@ -120,6 +112,21 @@ func (t *Tool) paymentSummary(p payments.Payment, now time.Time) paymentSummary 
 		Created: p.Created.UTC(), For: now.Sub(p.Created).Round(time.Second).String(),
 		WindowEnds: p.Created.Add(t.cfg.WorkerRetryWindow).UTC(),
 	}
+}
+
+// scanPayments reads the payments in scans, decoded; cut is what scanAll's
+// warning says of a scan its page bound cut short.
+func (t *Tool) scanPayments(ctx context.Context, in *dynamodb.ScanInput, cut string) ([]payments.Payment, error) {
+	var ps []payments.Payment
+	err := t.scanAll(ctx, in, cut, func(item map[string]types.AttributeValue) error {
+		var p payments.Payment
+		if err := attributevalue.UnmarshalMap(item, &p); err != nil {
+			return fmt.Errorf("payment %s: %w", paymentPK(item), err)
+		}
+		ps = append(ps, p)
+		return nil
+	})
+	return ps, err
 }
 
 func paymentPK(item map[string]types.AttributeValue) string {

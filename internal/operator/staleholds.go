@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -145,16 +144,7 @@ func (t *Tool) staleHolds(ctx context.Context, q staleQuery) error {
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 	}
-	var ps []payments.Payment
-	cut := "the holds of the payments it did not reach are missing from the listing and its counts"
-	err := t.scanAll(ctx, in, cut, func(item map[string]types.AttributeValue) error {
-		var p payments.Payment
-		if err := attributevalue.UnmarshalMap(item, &p); err != nil {
-			return fmt.Errorf("payment %s: %w", paymentPK(item), err)
-		}
-		ps = append(ps, p)
-		return nil
-	})
+	ps, err := t.scanPayments(ctx, in, "the holds of the payments it did not reach are missing from the listing and its counts")
 	if err != nil {
 		return err
 	}
