@@ -16,7 +16,6 @@ import (
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/devstack"
 	"github.com/oncehq/once/internal/dynamotest"
-	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/operator"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/provider"
@@ -111,22 +110,7 @@ func command(t *testing.T, c, outcome string) []string {
 // run as the provider's refund says, settles it. Then nothing is held, the
 // payment counts the refund once, and a retry of the key answers 422.
 func TestOperatorFindsRefundHold(t *testing.T) {
-	env := testEnv(t)
-	env["ONCE_LEASE"] = "2s"
-	env["ONCE_PROVIDER_TIMEOUT"] = "1s"
-	env["ONCE_PROVIDER_SETTLE"] = "1s"
-	env["LOG_LEVEL"] = "info"
-	out := &lambdatest.Buffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("stack output:\n%s", out.String())
-		}
-	})
-	faults := &refundFaults{}
-	stack := startWrapped(t, env, out, func(h http.Handler) http.Handler {
-		faults.next = h
-		return faults
-	})
+	env, _, faults, stack := startRefundStack(t)
 	cfg := stack.Config()
 	client := dynamotest.Client(t)
 	store := dynamo.New(client, cfg.Table("IdempotencyTable"))

@@ -22,6 +22,7 @@ import (
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
 	idemstream "github.com/oncehq/once/idempotency/stream"
+	"github.com/oncehq/once/internal/devstack"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/payments"
@@ -108,22 +109,7 @@ func (r *removals) of(pk string) []bool {
 // back. Counts, at the provider and on the payments: one refund in all,
 // nothing held, nothing lost.
 func TestRefundHoldSurvivesTTL(t *testing.T) {
-	env := testEnv(t)
-	env["ONCE_LEASE"] = "2s"
-	env["ONCE_PROVIDER_TIMEOUT"] = "1s"
-	env["ONCE_PROVIDER_SETTLE"] = "1s"
-	env["LOG_LEVEL"] = "info"
-	out := &lambdatest.Buffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("stack output:\n%s", out.String())
-		}
-	})
-	faults := &refundFaults{}
-	stack := startWrapped(t, env, out, func(h http.Handler) http.Handler {
-		faults.next = h
-		return faults
-	})
+	_, out, faults, stack := startRefundStack(t)
 	cfg := stack.Config()
 	client := dynamotest.Client(t)
 	store := dynamo.New(client, cfg.Table("IdempotencyTable"))
@@ -316,4 +302,29 @@ func mustPayment(t *testing.T, table *payments.Table, id string) payments.Paymen
 		t.Fatal(err)
 	}
 	return p
+}
+
+// startRefundStack starts the devstack of the refund-recovery tests: a 2s
+// lease, a 1s provider timeout and settle, info logs into out (shown when
+// the test fails), and faults in front of the provider. It returns the
+// stack's environment too.
+func startRefundStack(t *testing.T) (map[string]string, *lambdatest.Buffer, *refundFaults, *devstack.Stack) {
+	t.Helper()
+	env := testEnv(t)
+	env["ONCE_LEASE"] = "2s"
+	env["ONCE_PROVIDER_TIMEOUT"] = "1s"
+	env["ONCE_PROVIDER_SETTLE"] = "1s"
+	env["LOG_LEVEL"] = "info"
+	out := &lambdatest.Buffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("stack output:\n%s", out.String())
+		}
+	})
+	faults := &refundFaults{}
+	stack := startWrapped(t, env, out, func(h http.Handler) http.Handler {
+		faults.next = h
+		return faults
+	})
+	return env, out, faults, stack
 }
