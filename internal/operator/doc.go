@@ -23,6 +23,11 @@
 //     way). The record carries no TTL attribute afterwards (one written
 //     before UNKNOWN records lost it loses it): an UNKNOWN record is never
 //     free for a new request, expired or not, and TTL never deletes it.
+//     With -lost it reads the records unknown lists and does so for each
+//     that no check is armed for: its check lost, or its item still
+//     carrying the TTL attribute (written before the upgrade). Each write
+//     is fenced on the lease token read: a record changed meanwhile is
+//     reported and skipped, and the command exits 1.
 //   - forget deletes an UNKNOWN record that can never be reconciled, the
 //     operator's way out of its reconcile_failed alarm, once what its
 //     request did at the other system is settled: a retry of its key then

@@ -75,6 +75,8 @@ Commands:
   unknown [-tenant T] [-limit N] [-json]       list the UNKNOWN records
   show [-bodies] (RECORD | -tenant T -key K)   show one record (never the raw key: its hash)
   reannounce (RECORD | -tenant T -key K)       hand a record to the reconciler again
+  reannounce -lost [-tenant T] [-limit N]      hand every UNKNOWN record no check is armed for
+                                               (check lost, or a TTL from before the upgrade) to it again
   forget [-confirm LEASE] (RECORD | -tenant T -key K)
                                                delete an UNKNOWN record for good (fenced)
   dlq list [QUEUE] [-limit N] [-json]          list dead letters

@@ -52,33 +52,10 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 	if *limit < 1 {
 		return usageError{fs, "-limit must be positive"}
 	}
-	filter := "#status = :unknown"
-	names := map[string]string{"#status": dynamo.AttrStatus}
-	values := map[string]types.AttributeValue{":unknown": &types.AttributeValueMemberS{Value: string(idempotency.StatusUnknown)}}
-	if *tenant != "" {
-		filter += " AND #tenant = :tenant"
-		names["#tenant"] = dynamo.AttrTenant
-		values[":tenant"] = &types.AttributeValueMemberS{Value: *tenant}
-	}
-	in := &dynamodb.ScanInput{
-		TableName:                 aws.String(t.cfg.Table("IdempotencyTable")),
-		FilterExpression:          aws.String(filter),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: values,
-	}
-	var recs []idempotency.Record
-	err := t.scanAll(ctx, in, "the records listed are the oldest of those read, not of the whole table", func(item map[string]types.AttributeValue) error {
-		rec, err := dynamo.RecordFromItem(item)
-		if err != nil {
-			return fmt.Errorf("record %s: %w", pkOf(item), err)
-		}
-		recs = append(recs, rec)
-		return nil
-	})
+	recs, err := t.listUnknown(ctx, *tenant)
 	if err != nil {
 		return err
 	}
-	sortByAge(recs)
 	if len(recs) > *limit {
 		recs = recs[:*limit]
 	}
@@ -86,7 +63,7 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 	rows := make([]recordSummary, len(recs))
 	lost := 0
 	for i, rec := range recs {
-		rows[i] = summary(rec, now)
+		rows[i] = summary(rec.Record, now)
 		if rows[i].CheckLost {
 			lost++
 		}
@@ -103,9 +80,58 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(t.errOut, "%d UNKNOWN record(s)\n", len(recs))
 	if lost > 0 {
-		fmt.Fprintf(t.errOut, "%d past their expiry by more than %s: their check was lost (see the check and sweeper dead-letter queues); `oncectl reannounce RECORD` re-arms it\n", lost, lostCheckAfter)
+		fmt.Fprintf(t.errOut, "%d past their expiry by more than %s: their check was lost (see the check and sweeper dead-letter queues); `oncectl reannounce RECORD` re-arms one, `oncectl reannounce -lost` all\n", lost, lostCheckAfter)
 	}
 	return nil
+}
+
+// unknownRecord is an UNKNOWN record as listUnknown reads it.
+type unknownRecord struct {
+	idempotency.Record
+	// legacyTTL: its item still carries the TTL attribute: it went
+	// UNKNOWN before UNKNOWN records lost it, so no check is armed for it.
+	legacyTTL bool
+}
+
+// listUnknown reads the UNKNOWN records (of tenant, unless it is empty): a
+// Scan of the idempotency table with a filter, every page of it (up to
+// maxScanPages), oldest first by recordAge.
+func (t *Tool) listUnknown(ctx context.Context, tenant string) ([]unknownRecord, error) {
+	filter := "#status = :unknown"
+	names := map[string]string{"#status": dynamo.AttrStatus}
+	values := map[string]types.AttributeValue{":unknown": &types.AttributeValueMemberS{Value: string(idempotency.StatusUnknown)}}
+	if tenant != "" {
+		filter += " AND #tenant = :tenant"
+		names["#tenant"] = dynamo.AttrTenant
+		values[":tenant"] = &types.AttributeValueMemberS{Value: tenant}
+	}
+	in := &dynamodb.ScanInput{
+		TableName:                 aws.String(t.cfg.Table("IdempotencyTable")),
+		FilterExpression:          aws.String(filter),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	}
+	var recs []unknownRecord
+	err := t.scanAll(ctx, in, "the records listed are the oldest of those read, not of the whole table", func(item map[string]types.AttributeValue) error {
+		rec, err := dynamo.RecordFromItem(item)
+		if err != nil {
+			return fmt.Errorf("record %s: %w", pkOf(item), err)
+		}
+		_, ttl := item[dynamo.AttrExpiresAt]
+		recs = append(recs, unknownRecord{Record: rec, legacyTTL: ttl})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sortByAge(recs)
+	return recs, nil
+}
+
+// checkLost reports whether rec, UNKNOWN, is past its expiry by more than
+// lostCheckAfter at now: its check never redrove it.
+func checkLost(rec idempotency.Record, now time.Time) bool {
+	return !rec.ExpiresAt.IsZero() && now.Sub(rec.ExpiresAt) > lostCheckAfter
 }
 
 // recordSummary is a line of the unknown listing.
@@ -131,7 +157,7 @@ func summary(rec idempotency.Record, now time.Time) recordSummary {
 	s := recordSummary{
 		Record: rec.Key.ID(), Tenant: rec.Key.Tenant, Route: rec.Route, Since: since.UTC(), SinceFrom: from,
 		CreatedAt: timeOrNil(rec.CreatedAt), UpdatedAt: timeOrNil(rec.UpdatedAt), ExpiresAt: rec.ExpiresAt.UTC(),
-		CheckLost: !rec.ExpiresAt.IsZero() && now.Sub(rec.ExpiresAt) > lostCheckAfter,
+		CheckLost: checkLost(rec, now),
 	}
 	if !since.IsZero() {
 		s.For = now.Sub(since).Round(time.Second).String()
@@ -141,10 +167,10 @@ func summary(rec idempotency.Record, now time.Time) recordSummary {
 
 // sortByAge orders recs oldest first by recordAge; a record with neither
 // timestamp first.
-func sortByAge(recs []idempotency.Record) {
-	slices.SortStableFunc(recs, func(a, b idempotency.Record) int {
-		sa, _ := recordAge(a)
-		sb, _ := recordAge(b)
+func sortByAge(recs []unknownRecord) {
+	slices.SortStableFunc(recs, func(a, b unknownRecord) int {
+		sa, _ := recordAge(a.Record)
+		sb, _ := recordAge(b.Record)
 		return sa.Compare(sb)
 	})
 }
@@ -259,18 +285,90 @@ func (t *Tool) show(ctx context.Context, args []string) error {
 	return enc.Encode(v)
 }
 
-// reannounce hands a record to the reconciler again: a fenced MarkUnknown
-// under a new lease token, which is the stream MODIFY the reconciler is
-// triggered by, with an expiry at least the retention from now (and no TTL:
-// the store's TTL never deletes an UNKNOWN record).
+// reannounce hands a record to the reconciler again (rearm), or with -lost
+// every UNKNOWN record no check is armed for (reannounceLost).
 func (t *Tool) reannounce(ctx context.Context, args []string) error {
-	fs := t.flags("reannounce", "(RECORD | -tenant T -key KEY)",
-		"Hand a record to the reconciler again: an UNKNOWN record, or an External reservation whose lease ran out; either is then UNKNOWN, its expiry at least ONCE_RETENTION from now, kept until it is reconciled or forgotten.")
-	key, rec, err := t.recordArg(fs)(ctx, args)
+	fs := t.flags("reannounce", "(RECORD | -tenant T -key KEY) | -lost [-tenant T] [-limit N]",
+		"Hand a record to the reconciler again: an UNKNOWN record, or an External reservation whose lease ran out; either is then UNKNOWN, its expiry at least ONCE_RETENTION from now, kept until it is reconciled or forgotten.\n"+
+			"-lost does so for every UNKNOWN record (of -tenant) no recovery check is armed for, oldest first: those `oncectl unknown` marks lost,\n"+
+			"and those that went UNKNOWN before the upgrade that took their TTL attribute (expires_at) away. A record changed meanwhile is reported and skipped.")
+	lost := fs.Bool("lost", false, "every UNKNOWN record whose check is lost or that still has a TTL attribute (no RECORD)")
+	limit := fs.Int("limit", 100, "with -lost: re-announce at most this many")
+	read := t.recordArg(fs)
+	if err := t.parse(fs, args, -1); err != nil {
+		return err
+	}
+	if !*lost {
+		key, rec, err := read(ctx, args) // parses args again, as it needs
+		if err != nil {
+			return err
+		}
+		expires, err := t.rearm(ctx, rec, t.now())
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(t.out, "%s re-announced to the reconciler (UNKNOWN under a new lease token, expires %s)\n", key.ID(), expires.UTC().Format(time.RFC3339))
+		return nil
+	}
+	tenant, raw := fs.Lookup("tenant").Value.String(), fs.Lookup("key").Value.String()
+	switch {
+	case fs.NArg() > 0 || raw != "":
+		return usageError{fs, "-lost takes no record: give neither a RECORD nor -key"}
+	case *limit < 1:
+		return usageError{fs, "-limit must be positive"}
+	}
+	return t.reannounceLost(ctx, tenant, *limit)
+}
+
+// reannounceLost re-arms (rearm) the UNKNOWN records of tenant (all, if it
+// is empty) that listUnknown reads and no check is armed for: past their
+// expiry by more than lostCheckAfter, or still carrying the TTL attribute.
+// At most limit, oldest first; one line each, by record ID. A record that
+// fails (changed since the listing) is reported and the rest still done;
+// the error then counts them.
+func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) error {
+	recs, err := t.listUnknown(ctx, tenant)
 	if err != nil {
 		return err
 	}
 	now := t.now()
+	done, failed := 0, 0
+	for _, rec := range recs {
+		if done+failed == limit {
+			break
+		}
+		if !rec.legacyTTL && !checkLost(rec.Record, now) {
+			continue
+		}
+		why := "check lost"
+		if rec.legacyTTL {
+			why = "TTL attribute, no check armed"
+		}
+		expires, err := t.rearm(ctx, rec.Record, now)
+		if err != nil {
+			failed++
+			fmt.Fprintln(t.out, err) // it names the record
+			continue
+		}
+		done++
+		fmt.Fprintf(t.out, "%s re-announced (%s; UNKNOWN under a new lease token, expires %s)\n", rec.Key.ID(), why, expires.UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintf(t.errOut, "%d re-announced, %d failed, of %d UNKNOWN record(s) read\n", done, failed, len(recs))
+	if failed > 0 {
+		return fmt.Errorf("%d record(s) not re-announced: look at them again with `oncectl show`", failed)
+	}
+	return nil
+}
+
+// rearm hands rec, as read, to the reconciler again: a fenced MarkUnknown
+// under rec's lease token and a new one, which is the stream MODIFY the
+// reconciler is triggered by (and the Scheduler arms a check on), with an
+// expiry at least the retention from now and no TTL attribute (the
+// store's TTL never deletes an UNKNOWN record). It returns the expiry;
+// an error if rec is not UNKNOWN or an External reservation whose lease
+// ran out, or if the record changed since rec was read.
+func (t *Tool) rearm(ctx context.Context, rec idempotency.Record, now time.Time) (time.Time, error) {
+	key := rec.Key
 	// The record's expiry is a retention from now, as the checker gives an
 	// External reservation whose lease ran out when it hands it to the
 	// reconciler. (A new request never reclaims an UNKNOWN record, expired
@@ -286,23 +384,18 @@ func (t *Tool) reannounce(ctx context.Context, args []string) error {
 		// As the checker would have: its check may be in a dead-letter
 		// queue.
 	case rec.Status == idempotency.StatusInProgress && !rec.Expired(now):
-		return fmt.Errorf("%s is IN_PROGRESS and its lease runs until %s: its request may still be running", key.ID(), rec.ExpiresAt.UTC().Format(time.RFC3339))
+		return time.Time{}, fmt.Errorf("%s is IN_PROGRESS and its lease runs until %s: its request may still be running", key.ID(), rec.ExpiresAt.UTC().Format(time.RFC3339))
 	case rec.Status == idempotency.StatusInProgress:
-		return fmt.Errorf("%s is an abandoned reservation of a route that is not External: there is nothing to reconcile, the key is free", key.ID())
+		return time.Time{}, fmt.Errorf("%s is an abandoned reservation of a route that is not External: there is nothing to reconcile, the key is free", key.ID())
 	default:
-		return fmt.Errorf("%s is %s: there is nothing to reconcile", key.ID(), rec.Status)
+		return time.Time{}, fmt.Errorf("%s is %s: there is nothing to reconcile", key.ID(), rec.Status)
 	}
-	err = t.store.MarkUnknown(ctx, key, rec.LeaseToken, idempotency.NewToken(), expires, now)
+	err := t.store.MarkUnknown(ctx, key, rec.LeaseToken, idempotency.NewToken(), expires, now)
 	var conflict *idempotency.ConflictError
 	if errors.As(err, &conflict) {
-		return fmt.Errorf("%s changed meanwhile (%v): look at it again with `oncectl show`", key.ID(), err)
+		return time.Time{}, fmt.Errorf("%s changed meanwhile (%v): look at it again with `oncectl show`", key.ID(), err)
 	}
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(t.out, "%s re-announced to the reconciler (UNKNOWN under a new lease token, expires %s)\n",
-		key.ID(), expires.UTC().Format(time.RFC3339))
-	return nil
+	return expires, err
 }
 
 // writeJSON writes v as one line.

@@ -1,0 +1,154 @@
+package operator_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	dynamodbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/operator"
+)
+
+// afterScan is a DynamoDB client that runs fn once, just after its first
+// Scan of the idempotency table: what another writer does between the
+// listing and the writes.
+type afterScan struct {
+	*dynamodb.Client
+	table string
+	once  sync.Once
+	fn    func()
+}
+
+func (a *afterScan) Scan(ctx context.Context, in *dynamodb.ScanInput, opts ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error) {
+	out, err := a.Client.Scan(ctx, in, opts...)
+	if aws.ToString(in.TableName) == a.table {
+		a.once.Do(a.fn)
+	}
+	return out, err
+}
+
+// TestReannounceLost: reannounce -lost re-arms every UNKNOWN record of the
+// tenant whose check chain is lost or that still carries the TTL attribute
+// (an item from before the upgrade), and nothing else; a record changed
+// between the listing and its write is reported and skipped, the others
+// still done, and the exit code says one failed.
+func TestReannounceLost(t *testing.T) {
+	e := newEnv(t)
+	table := e.names.ByLogicalID["IdempotencyTable"]
+	now := time.Now()
+	const day = 24 * time.Hour
+	unknown := func(tenant, raw string, expires time.Duration) idempotency.Record {
+		rec := idempotency.Record{
+			Key: idempotency.NewKey(tenant, raw), Status: idempotency.StatusUnknown, Route: "POST /v1/charges", Fingerprint: "f00d",
+			External: true, LeaseToken: idempotency.NewToken(), ExpiresAt: now.Add(expires),
+			CreatedAt: now.Add(-2 * day), UpdatedAt: now.Add(-2 * day),
+		}
+		e.put(t, rec)
+		return rec
+	}
+	legacy := unknown("acme", "legacy", time.Hour)
+	if _, err := e.db.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{ // written before UNKNOWN records lost their TTL
+		TableName: aws.String(table), Key: itemKey(legacy.Key),
+		UpdateExpression:          aws.String("SET #ttl = :ttl"),
+		ExpressionAttributeNames:  map[string]string{"#ttl": dynamo.AttrExpiresAt},
+		ExpressionAttributeValues: map[string]dynamodbtypes.AttributeValue{":ttl": &dynamodbtypes.AttributeValueMemberN{Value: "4102444800"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	raced := unknown("acme", "raced", -day)
+	raced.CreatedAt = now.Add(-3 * day) // the oldest: the first written, the others after it
+	e.put(t, raced)
+	racedLease := idempotency.NewToken()
+	tests := []struct {
+		name string
+		rec  idempotency.Record
+		// want: re-armed by the command; lease: else the lease token
+		// the record must still have.
+		want  bool
+		lease string
+	}{
+		{name: "legacy item with expires_at", rec: legacy, want: true},
+		{name: "check lost", rec: unknown("acme", "lost", -day), want: true},
+		{name: "fresh, armed", rec: unknown("acme", "fresh", day)},
+		{name: "completed", rec: e.record(t, "acme", "done", idempotency.StatusCompleted, time.Hour)},
+		{name: "other tenant", rec: unknown("globex", "lost", -day)},
+		{name: "changed meanwhile", rec: raced, lease: racedLease},
+	}
+	cfg, err := config.FromEnv(func(k string) string { return e.vars[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := &afterScan{Client: e.db, table: table, fn: func() { // the Checker redrives it meanwhile
+		if err := e.store.MarkUnknown(t.Context(), raced.Key, raced.LeaseToken, racedLease, now.Add(day), now); err != nil {
+			t.Error(err)
+		}
+	}}
+	var out, errOut strings.Builder
+	code := operator.New(cfg, db, e.sqs, &out, &errOut).Run(t.Context(), []string{"reannounce", "-lost", "-tenant", "acme"})
+	if code != 1 {
+		t.Errorf("reannounce -lost = exit %d, want 1 (one record changed meanwhile)", code)
+	}
+	if !strings.Contains(out.String(), raced.Key.ID()+" changed meanwhile") || !strings.Contains(errOut.String(), "2 re-announced, 1 failed") {
+		t.Errorf("reannounce -lost = %q %q, want the raced record reported and 2 re-announced, 1 failed", out.String(), errOut.String())
+	}
+	if strings.Contains(out.String()+errOut.String(), "legacy") {
+		t.Errorf("reannounce -lost printed a raw key: %q %q", out.String(), errOut.String())
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := e.store.Get(t.Context(), tt.rec.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if said := strings.Contains(out.String(), tt.rec.Key.ID()+" re-announced"); said != tt.want {
+				t.Errorf("output says %s re-announced: %v, want %v", tt.rec.Key.Short(), said, tt.want)
+			}
+			if !tt.want {
+				lease := tt.rec.LeaseToken
+				if tt.lease != "" {
+					lease = tt.lease
+				}
+				if got.Status != tt.rec.Status || got.LeaseToken != lease {
+					t.Errorf("after reannounce -lost: %s under %q, want untouched: %s under %q", got.Status, got.LeaseToken, tt.rec.Status, lease)
+				}
+				return
+			}
+			if got.Status != idempotency.StatusUnknown || got.LeaseToken == tt.rec.LeaseToken || got.ExpiresAt.Before(now.Add(config.DefaultRetention)) {
+				t.Errorf("after reannounce -lost: %s under %q, expires %v; want UNKNOWN under a new lease token, expiring a retention from now", got.Status, got.LeaseToken, got.ExpiresAt)
+			}
+			item, err := e.db.GetItem(t.Context(), &dynamodb.GetItemInput{TableName: aws.String(table), Key: itemKey(tt.rec.Key), ConsistentRead: aws.Bool(true)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ttl, ok := item.Item[dynamo.AttrExpiresAt]; ok {
+				t.Errorf("TTL attribute %s = %v after reannounce -lost, want none", dynamo.AttrExpiresAt, ttl)
+			}
+		})
+	}
+}
+
+// TestReannounceLostUsage: -lost takes no record.
+func TestReannounceLostUsage(t *testing.T) {
+	e := newEnv(t)
+	for _, args := range [][]string{
+		{"reannounce", "-lost", "acme#" + strings.Repeat("a", 64)},
+		{"reannounce", "-lost", "-tenant", "acme", "-key", "k"},
+		{"reannounce", "-lost", "-limit", "0"},
+	} {
+		if code, _, errOut := e.run(t, args...); code != 2 {
+			t.Errorf("%v = exit %d %q, want 2", args, code, errOut)
+		}
+	}
+}
+
+func itemKey(k idempotency.Key) map[string]dynamodbtypes.AttributeValue {
+	return map[string]dynamodbtypes.AttributeValue{dynamo.AttrPK: &dynamodbtypes.AttributeValueMemberS{Value: k.ID()}}
+}
