@@ -110,18 +110,20 @@
 //	                      UNKNOWN     --MarkUnknown---> UNKNOWN            (a retry after UnknownRedrive:
 //	                                                                        a new lease token re-announces
 //	                                                                        the record to the reconciler)
-//	                      UNKNOWN     (never deleted by TTL)
+//	                      UNKNOWN     (never deleted by TTL, nor is an External IN_PROGRESS)
 //
 // While IN_PROGRESS a record's expiry is its lease deadline, and the store's
-// TTL deletes abandoned reservations after it (a backstop: the recovery
-// package schedules a check at the deadline; the DynamoDB store keeps an
-// External reservation a day past it, until it is reconciled); a record
-// whose expiry has passed counts as absent at once, whether or not it has
-// been deleted yet, except an External reservation, which must go through
-// UNKNOWN (or, at a recovery point, be resumed) first, and an UNKNOWN
-// record, which never does: its request may have had its effect at the
-// other system, so only its reconciliation (Complete or Release), or an
-// operator's fenced delete, ends it. An UNKNOWN record's expiry (Retention
+// TTL deletes abandoned reservations that are not External after it; a
+// record whose expiry has passed counts as absent at once, whether or not
+// it has been deleted yet, except an External reservation, which must go
+// through UNKNOWN (or, at a recovery point, be resumed) first, and which
+// the store's TTL never deletes either (the DynamoDB store writes it
+// without the TTL attribute): the recovery package's check at its lease
+// deadline, or a retry after it (the redrive), hands it to the reconciler
+// (MarkUnknown), and oncectl reannounce -lost does when that check was
+// lost. An UNKNOWN record never counts as absent either: its request may
+// have had its effect at the other system, so only its reconciliation
+// (Complete or Release), or an operator's fenced delete, ends it. An UNKNOWN record's expiry (Retention
 // after it went UNKNOWN or was last redriven) ends nothing: the reclaim
 // condition never lets an UNKNOWN record through, whatever its expiry, and
 // the store's TTL never deletes it (the DynamoDB store writes it without the
@@ -131,8 +133,8 @@
 // it). A retry of it gets 409 (InProgressError) however old it is, and
 // one UnknownRedrive or more after it last changed re-announces it to the
 // reconciler (MarkUnknown), moving its expiry to at least Retention from
-// then. (A DynamoDB item written UNKNOWN before its TTL attribute was
-// dropped, and an External reservation deleted by TTL, are restored as
+// then. (A DynamoDB item written UNKNOWN, or as an External reservation,
+// before its TTL attribute was dropped, if TTL deletes it, is restored as
 // UNKNOWN by the recovery package's Sweeper from the stream; a retry that
 // takes the key between the deletion and the restore is counted
 // zombie_unrestored.)

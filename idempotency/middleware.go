@@ -977,7 +977,7 @@ func (c *Call) pause(ctx context.Context, rec *recorder, now time.Time) {
 		return
 	}
 	st := c.steps.rec
-	p := Progress{From: st.Point, Point: st.Point, Data: st.Data, LeaseToken: NewToken(), ExpiresAt: now, UpdatedAt: now, Status: StatusInProgress}
+	p := Progress{From: st.Point, Point: st.Point, Data: st.Data, LeaseToken: NewToken(), ExpiresAt: now, UpdatedAt: now, Status: StatusInProgress, External: st.External}
 	if err := c.timed(func() error { return c.m.cfg.Store.Advance(ctx, c.key, st.LeaseToken, p, nil) }); err != nil {
 		c.obs.Err = err.Error()
 	}
@@ -1153,7 +1153,7 @@ func (c *Call) decideExisting(ctx context.Context, r *http.Request, existing *Re
 // fenced on its lease token, and makes it the call's reservation. ctx is
 // the write's context.
 func (c *Call) takeOver(ctx context.Context, r *http.Request, existing Record, now time.Time) {
-	p := Progress{From: existing.Point, Point: existing.Point, Data: existing.Data, LeaseToken: NewToken(), ExpiresAt: now.Add(c.m.cfg.Lease), UpdatedAt: now, Status: StatusInProgress}
+	p := Progress{From: existing.Point, Point: existing.Point, Data: existing.Data, LeaseToken: NewToken(), ExpiresAt: now.Add(c.m.cfg.Lease), UpdatedAt: now, Status: StatusInProgress, External: existing.External}
 	err := c.timed(func() error { return c.m.cfg.Store.Advance(ctx, c.key, existing.LeaseToken, p, nil) })
 	var conflict *ConflictError
 	switch {

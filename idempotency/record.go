@@ -93,8 +93,9 @@ type Record struct {
 	// UNKNOWN records).
 	LeaseToken string
 	// ExpiresAt is the record's expiry, and the store's TTL but for an
-	// UNKNOWN record, which TTL never deletes: the lease deadline while
-	// IN_PROGRESS, the end of the retention otherwise.
+	// UNKNOWN record and an External reservation, which TTL never deletes:
+	// the lease deadline while IN_PROGRESS, the end of the retention
+	// otherwise.
 	ExpiresAt time.Time
 	// Request is the canonical request body, kept on External records (in
 	// every state) so that a reconciler can rebuild the response.

@@ -93,7 +93,7 @@ func (s *Steps) Advance(ctx context.Context, point string, data map[string]strin
 		merged = map[string]string{}
 	}
 	maps.Copy(merged, data)
-	p := Progress{From: s.rec.Point, Point: point, Data: merged, Added: maps.Clone(data), LeaseToken: s.rec.LeaseToken, ExpiresAt: s.renew(now), UpdatedAt: now, Status: s.rec.Status}
+	p := Progress{From: s.rec.Point, Point: point, Data: merged, Added: maps.Clone(data), LeaseToken: s.rec.LeaseToken, ExpiresAt: s.renew(now), UpdatedAt: now, Status: s.rec.Status, External: s.rec.External}
 	if err := s.timed(func() error { return s.store.Advance(ctx, s.key, s.rec.LeaseToken, p, effects) }); err != nil {
 		var conflict *ConflictError
 		if errors.As(err, &conflict) {

@@ -44,16 +44,17 @@ type Store interface {
 	// returning the errors Complete returns.
 	Release(ctx context.Context, key Key, lease string, effects []Effect) error
 	// Advance moves the record held under lease with the status p.Status
-	// (IN_PROGRESS or UNKNOWN) and at the recovery point p.From to the
-	// recovery point p (its Point, Data, lease token, expiry and update
-	// time), keeping its status, and writes effects, in one transaction. It
-	// returns the errors Complete returns: a record at another point or
-	// under another lease (a stale view of it) is a conflict too. A record
-	// held under lease at p.From but of another status than p.Status is
-	// the caller's mistake, not a lost lease: it returns an error wrapping
-	// ErrStatusMismatch, never a *ConflictError, and an invalid p.Status
-	// (see Progress.RecordStatus) another error. Either way it writes
-	// nothing.
+	// (IN_PROGRESS or UNKNOWN), External as p.External says, and at the
+	// recovery point p.From to the recovery point p (its Point, Data, lease
+	// token, expiry and update time), keeping its status, and writes
+	// effects, in one transaction. It returns the errors Complete returns:
+	// a record at another point or under another lease (a stale view of it)
+	// is a conflict too. A record held under lease at p.From but of another
+	// status than p.Status, or External when p.External is not (or the
+	// other way round), is the caller's mistake, not a lost lease: it
+	// returns an error wrapping ErrStatusMismatch, never a *ConflictError,
+	// and an invalid p.Status (see Progress.RecordStatus) another error.
+	// Either way it writes nothing.
 	Advance(ctx context.Context, key Key, lease string, p Progress, effects []Effect) error
 	// MarkUnknown moves the record held under lease (not COMPLETED) to
 	// UNKNOWN with the new lease token and expiry, returning a *ConflictError
@@ -97,6 +98,14 @@ type Progress struct {
 	// mistake, not a lost lease: Advance returns ErrStatusMismatch; any
 	// other status is an error too (see RecordStatus).
 	Status Status
+	// External is the record's Record.External, which Advance keeps: a
+	// store may keep External records differently (the DynamoDB store
+	// gives an External reservation no TTL attribute, so that its TTL
+	// never deletes a record whose request may have called out before it
+	// is reconciled). A record held under the caller's lease at From that
+	// is External when External is false, or the other way round, is the
+	// caller's mistake: Advance returns ErrStatusMismatch.
+	External bool
 }
 
 // RecordStatus returns the status the record must have for Advance:
@@ -151,10 +160,11 @@ var (
 		"The answer to this request is too large to be stored, so it cannot be sent. Retrying will not help.").Logged()
 	// ErrStatusMismatch: Store.Advance found the record held under the
 	// caller's lease, at Progress.From, but of another status than
-	// Progress.Status (a store result, not an answer). It is the caller's
+	// Progress.Status, or External other than Progress.External (a store
+	// result, not an answer). It is the caller's
 	// mistake, never a lost lease, so it is not a *ConflictError: a
 	// reconciler must fail the record (retried, alarmed), not drop it.
-	ErrStatusMismatch = errors.New("idempotency: the record held under the lease has another status than Progress.Status")
+	ErrStatusMismatch = errors.New("idempotency: the record held under the lease has another status than Progress.Status, or another External")
 	// ErrNotFound: no record for the key (a store result, not an answer).
 	ErrNotFound = errors.New("idempotency: record not found")
 	// ErrUnavailable: the store could not be reached (503, Retry-After: 1).

@@ -20,9 +20,10 @@
 // applied to the stored record. ReclaimCheck is that condition as a
 // ConditionCheck, for a transaction of the caller's own fenced on a key being
 // free. expires_at, the TTL attribute, is the expiry
-// rounded up to the second (a day later for an External reservation), so
-// TTL never deletes a record before it expires; an UNKNOWN record has none,
-// so TTL never deletes it (ItemFromRecord).
+// rounded up to the second (ReservationTTLMargin later for a reservation
+// that is not External, once Advance has moved it), so TTL never deletes a
+// record before it expires; an UNKNOWN record and an External reservation
+// have none, so TTL never deletes them (ItemFromRecord).
 //
 // Errors: throttling, network failures, 5xx and context cancellation, once the
 // SDK's own bounded retries are spent, wrap idempotency.ErrUnavailable. The

@@ -22,7 +22,7 @@ const (
 	AttrFingerprint     = "fingerprint"         // S
 	AttrExternal        = "external"            // BOOL, always present (the reclaim condition reads it)
 	AttrLeaseToken      = "lease_token"         // S, absent when empty
-	AttrExpiresAt       = "expires_at"          // N: unix seconds, rounded up (the TTL attribute; see ExternalReservationTTL), absent on an UNKNOWN record
+	AttrExpiresAt       = "expires_at"          // N: unix seconds, rounded up (the TTL attribute; see ItemFromRecord), absent on an UNKNOWN record and an External reservation
 	AttrExpiresAtMS     = "expires_at_ms"       // N: unix milliseconds (the conditions compare it)
 	AttrRequest         = "request"             // B, absent when empty
 	AttrResponseStatus  = "response_status"     // N, present when the record has a response
@@ -35,19 +35,31 @@ const (
 	AttrUpdatedAt       = "updated_at"          // N: unix milliseconds, absent when zero
 )
 
-// ExternalReservationTTL is how long after its lease an External
-// reservation (IN_PROGRESS) is left to DynamoDB's TTL. Until it is
-// reconciled it must stay: a key whose abandoned reservation had vanished
-// would take another request under it, which would act again although the
-// first one's effect at the other system is unknown. The scheduled lease
-// check (idempotency/recovery) hands it to the reconciler within seconds of
-// its lease; TTL, a day later, is the backstop. Store.Advance sets the TTL
-// the same way from the expiry it writes (a lease renewed or taken over by a
-// multi-step request, which may come long after its reservation). An
-// UNKNOWN record has no TTL at all (see ItemFromRecord). Every other
-// record's TTL is its expiry: the lease deadline of a Leased reservation,
-// the retention of a COMPLETED record.
-const ExternalReservationTTL = 24 * time.Hour
+// ReservationTTLMargin is how far past the lease deadline it writes
+// Store.Advance sets the TTL attribute of a reservation that is not
+// External (a Leased multi-step request's lease renewed or taken over,
+// which may come long after its reservation, must not sit under a TTL
+// already past, which DynamoDB may act on at any moment while its new
+// owner runs). An External reservation and an UNKNOWN record have no TTL
+// attribute at all (see ItemFromRecord).
+//
+// It is also the margin an External reservation's TTL attribute had,
+// past its lease, before External reservations lost it: items written
+// then (legacy items) still carry their lease deadline plus a day, which
+// DynamoDB's TTL acts on if their lease check was lost and nobody retried.
+// The recovery sweeper restores such a deleted reservation as UNKNOWN, and
+// `oncectl reannounce -lost` hands every one whose lease has run out to
+// the reconciler before that.
+const ReservationTTLMargin = 24 * time.Hour
+
+// ExternalReservationTTL is the margin, past its lease, of the TTL
+// attribute an External reservation carried before External reservations
+// lost theirs (legacy items; see ReservationTTLMargin).
+//
+// Deprecated: an External reservation has no TTL attribute now; use
+// ReservationTTLMargin for what Store.Advance gives a reservation that is
+// not External.
+const ExternalReservationTTL = ReservationTTLMargin
 
 // ItemFromRecord is the item that stores rec. Times are kept to the
 // millisecond; an empty lease token, request, header set or list of
@@ -55,21 +67,25 @@ const ExternalReservationTTL = 24 * time.Hour
 // response's body is always present, empty or not, and compressed from
 // CompressAbove bytes when that makes it smaller.
 //
-// An UNKNOWN record's item has no TTL attribute (expires_at), only its
+// The item of an UNKNOWN record or of an External reservation
+// (IN_PROGRESS, External) has no TTL attribute (expires_at), only its
 // expiry for the conditions (expires_at_ms): DynamoDB's TTL never deletes
 // it. Its request may have had its effect at another system, so it is
 // never reclaimable (idempotency.Record.Reclaimable); deleted, it would
 // leave its key free for a second execution until the recovery sweeper
-// restored it from the stream. Only its reconciliation (Complete, Release)
-// or an operator's fenced delete ends it; every Store write that leaves a
-// record UNKNOWN (Reserve of a restored record, MarkUnknown, Advance)
-// removes the attribute, and Complete sets it again.
+// restored it from the stream (which may lag by an hour). An External
+// reservation whose lease ran out is handed to the reconciler (UNKNOWN) by
+// its lease check or a client's retry (the redrive), or, its check lost,
+// by `oncectl reannounce -lost`; only the reconciliation of an UNKNOWN
+// record (Complete, Release) or an operator's fenced delete ends it. Every
+// Store write that leaves a record UNKNOWN or an External reservation
+// (Reserve, Commit, Reserve of a restored record, MarkUnknown, Advance)
+// leaves the attribute out or removes it, and Complete sets it again.
+// Every other record's TTL is its expiry: the lease deadline of a
+// reservation that is not External (Advance gives it ReservationTTLMargin
+// more), the retention of a COMPLETED record.
 func ItemFromRecord(rec idempotency.Record) map[string]types.AttributeValue {
 	expiresMS := rec.ExpiresAt.UnixMilli()
-	ttlMS := expiresMS
-	if rec.Status == idempotency.StatusInProgress && rec.External {
-		ttlMS += ExternalReservationTTL.Milliseconds()
-	}
 	item := map[string]types.AttributeValue{
 		AttrPK:          str(rec.Key.ID()),
 		AttrTenant:      str(rec.Key.Tenant),
@@ -79,8 +95,8 @@ func ItemFromRecord(rec idempotency.Record) map[string]types.AttributeValue {
 		AttrExternal:    &types.AttributeValueMemberBOOL{Value: rec.External},
 		AttrExpiresAtMS: num(expiresMS),
 	}
-	if rec.Status != idempotency.StatusUnknown {
-		item[AttrExpiresAt] = num(ceilSeconds(ttlMS))
+	if hasTTL(rec.Status, rec.External) {
+		item[AttrExpiresAt] = num(ceilSeconds(expiresMS))
 	}
 	if rec.LeaseToken != "" {
 		item[AttrLeaseToken] = str(rec.LeaseToken)
@@ -118,6 +134,13 @@ func ItemFromRecord(rec idempotency.Record) map[string]types.AttributeValue {
 		item[AttrUpdatedAt] = num(rec.UpdatedAt.UnixMilli())
 	}
 	return item
+}
+
+// hasTTL reports whether the item of a record of status, External or not,
+// carries the TTL attribute: not an UNKNOWN record's, nor an External
+// reservation's (see ItemFromRecord).
+func hasTTL(status idempotency.Status, external bool) bool {
+	return status != idempotency.StatusUnknown && !(status == idempotency.StatusInProgress && external)
 }
 
 // RecordFromItem decodes an item written by ItemFromRecord. Times come back in

@@ -52,8 +52,9 @@ func TestItemFromRecord(t *testing.T) {
 			want: map[string]types.AttributeValue{
 				"pk": s("acme#ab12"), "tenant": s("acme"), "status": s("IN_PROGRESS"), "route": s("POST /v1/charges"),
 				"fingerprint": s("f00d"), "external": bl(true), "lease_token": s("lease-1"),
-				// TTL: a day past the lease (ExternalReservationTTL).
-				"expires_at": n("2209172646"), "expires_at_ms": n("2209086245678"), "request": b([]byte(`{"a":1}`)),
+				// No TTL attribute: DynamoDB's TTL never deletes an External
+				// reservation.
+				"expires_at_ms": n("2209086245678"), "request": b([]byte(`{"a":1}`)),
 				"created_at": n("2209086215678"), "updated_at": n("2209086215678"),
 			},
 		},

@@ -142,7 +142,7 @@ func TestRecordItemBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 		note := map[string]string{"note": big[:dynamo.MaxData]}
-		p := idempotency.Progress{Point: "one", Data: note, Added: note, LeaseToken: "lease", ExpiresAt: now.Add(time.Minute), UpdatedAt: now}
+		p := idempotency.Progress{Point: "one", Data: note, Added: note, LeaseToken: "lease", ExpiresAt: now.Add(time.Minute), UpdatedAt: now, External: true}
 		if err := store.Advance(ctx, k, "lease", p, nil); !errors.Is(err, dynamo.ErrDataTooLarge) {
 			t.Errorf("Advance(data of %d bytes) = %v, want ErrDataTooLarge", dynamo.MaxData+4, err)
 		}
@@ -529,7 +529,7 @@ func TestCarriedData(t *testing.T) {
 			rec := carrying(t, client, records, k, "f", tt.legacy)
 			data := maps.Clone(rec.Data)
 			maps.Copy(data, tt.added)
-			p := idempotency.Progress{From: rec.Point, Point: tt.point, Data: data, Added: tt.added, LeaseToken: "next", ExpiresAt: now.Add(time.Minute), UpdatedAt: now}
+			p := idempotency.Progress{From: rec.Point, Point: tt.point, Data: data, Added: tt.added, LeaseToken: "next", ExpiresAt: now.Add(time.Minute), UpdatedAt: now, External: rec.External}
 			var effects []idempotency.Effect
 			if tt.effects {
 				effects = append(effects, dynamo.Insert(payments, "pk", map[string]string{"pk": k.ID()}))

@@ -238,12 +238,13 @@ func (s *Store) Release(ctx context.Context, key idempotency.Key, lease string, 
 	return s.outcome(ctx, "release", err, nil)
 }
 
-// Advance moves the record held under lease, of the status p.Status, to
-// the recovery point p with one conditional UpdateItem, or with effects one
-// TransactWriteItems, returning a *idempotency.ConflictError as Complete
-// does (a record at another point too), an error wrapping
-// idempotency.ErrStatusMismatch for a record held under lease at p.From but
-// of another status, an error for an invalid p.Status
+// Advance moves the record held under lease, of the status p.Status and
+// External as p.External says, to the recovery point p with one
+// conditional UpdateItem, or with effects one TransactWriteItems,
+// returning a *idempotency.ConflictError as Complete does (a record at
+// another point too), an error wrapping idempotency.ErrStatusMismatch for
+// a record held under lease at p.From but of another status or External,
+// an error for an invalid p.Status
 // (idempotency.Progress.RecordStatus), and ErrDataTooLarge for a step
 // whose data is over MaxData (p.Added; what the record carries is not
 // checked again) or would make the record larger than DynamoDB's 400 KB.
@@ -261,38 +262,43 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 	names["#expires"] = AttrExpiresAt
 	names["#expires_ms"] = AttrExpiresAtMS
 	names["#updated"] = AttrUpdatedAt
+	names["#external"] = AttrExternal
 	expiresMS := p.ExpiresAt.UnixMilli()
 	values[":status"] = str(string(status))
+	values[":external"] = &types.AttributeValueMemberBOOL{Value: p.External}
 	values[":new_lease"] = str(p.LeaseToken)
 	values[":point"] = str(p.Point)
 	values[":data"] = strMap(p.Data)
 	values[":expires_ms"] = num(expiresMS)
 	values[":now"] = num(p.UpdatedAt.UnixMilli())
-	cond := leaseCondition + " AND #status = :status AND attribute_not_exists(#point)"
+	// #external is always present (ItemFromRecord): the condition holds
+	// only for the kind of record the update below is written for.
+	cond := leaseCondition + " AND #status = :status AND #external = :external AND attribute_not_exists(#point)"
 	if p.From != "" {
-		cond = leaseCondition + " AND #status = :status AND #point = :from"
+		cond = leaseCondition + " AND #status = :status AND #external = :external AND #point = :from"
 		values[":from"] = str(p.From)
 	}
-	// An IN_PROGRESS record's TTL attribute moves with the expiry, a day
-	// past it (ExternalReservationTTL), as an External reservation's is: a
-	// lease renewed or taken over long after the reservation must not sit
-	// under a TTL already past, which DynamoDB may act on at any moment,
-	// freeing the key while its owner runs. An UNKNOWN record a Resolver
-	// resumes has none (removed, from an item written before UNKNOWN
-	// records lost theirs): TTL must never delete it (see ItemFromRecord).
+	// The TTL attribute of a reservation that is not External moves with
+	// the expiry, a day past it (ReservationTTLMargin): a lease renewed or
+	// taken over long after the reservation must not sit under a TTL
+	// already past, which DynamoDB may act on at any moment, freeing the
+	// key while its owner runs. An External reservation, and an UNKNOWN
+	// record a Resolver resumes, have none (removed, from an item written
+	// before they lost theirs): TTL must never delete them (see
+	// ItemFromRecord).
 	update := "SET #point = :point, #data = :data, #lease = :new_lease, " +
 		"#expires = :expires, #expires_ms = :expires_ms, #updated = :now"
-	if status == idempotency.StatusUnknown {
+	if !hasTTL(status, p.External) {
 		update = "SET #point = :point, #data = :data, #lease = :new_lease, " +
 			"#expires_ms = :expires_ms, #updated = :now REMOVE #expires"
 	} else {
-		values[":expires"] = num(ceilSeconds(expiresMS + ExternalReservationTTL.Milliseconds()))
+		values[":expires"] = num(ceilSeconds(expiresMS + ReservationTTLMargin.Milliseconds()))
 	}
 	k := map[string]types.AttributeValue{AttrPK: str(key.ID())}
 	// The write is already in place when the record is at p under its lease
 	// token and update time.
 	landed := func(r idempotency.Record) bool {
-		return r.Status == status && r.Point == p.Point && r.LeaseToken == p.LeaseToken && r.UpdatedAt.UnixMilli() == p.UpdatedAt.UnixMilli()
+		return r.Status == status && r.External == p.External && r.Point == p.Point && r.LeaseToken == p.LeaseToken && r.UpdatedAt.UnixMilli() == p.UpdatedAt.UnixMilli()
 	}
 	if len(effects) > 0 {
 		u := &types.Update{
@@ -304,7 +310,7 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 			ExpressionAttributeValues:           values,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}
-		return statusMismatch(s.transact(ctx, "advance", types.TransactWriteItem{Update: u}, nil, effects, landed), lease, p.From, status)
+		return statusMismatch(s.transact(ctx, "advance", types.TransactWriteItem{Update: u}, nil, effects, landed), lease, p.From, status, p.External)
 	}
 	in := &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(s.table),
@@ -319,23 +325,30 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 		_, err := s.client.UpdateItem(ctx, in)
 		return err
 	})
-	return statusMismatch(s.outcome(ctx, "advance", err, landed), lease, p.From, status)
+	return statusMismatch(s.outcome(ctx, "advance", err, landed), lease, p.From, status, p.External)
 }
 
 // statusMismatch turns Advance's conflict over a record still held under
-// lease at from, but of another status than status (not COMPLETED), into an
-// error wrapping idempotency.ErrStatusMismatch: the caller's mistake, not a
-// lost lease. Other errors pass through.
-func statusMismatch(err error, lease, from string, status idempotency.Status) error {
+// lease at from, but of another status than status (not COMPLETED) or
+// External other than external, into an error wrapping
+// idempotency.ErrStatusMismatch: the caller's mistake, not a lost lease.
+// Other errors pass through.
+func statusMismatch(err error, lease, from string, status idempotency.Status, external bool) error {
 	var c *idempotency.ConflictError
 	if !errors.As(err, &c) || c.Existing == nil {
 		return err
 	}
 	e := c.Existing
-	if e.LeaseToken != lease || e.Point != from || e.Status == status || e.Status == idempotency.StatusCompleted {
+	if e.LeaseToken != lease || e.Point != from || e.Status == idempotency.StatusCompleted {
 		return err
 	}
-	return fmt.Errorf("dynamo: advance: %w: the record is %s, Progress.Status %s", idempotency.ErrStatusMismatch, e.Status, status)
+	switch {
+	case e.Status != status:
+		return fmt.Errorf("dynamo: advance: %w: the record is %s, Progress.Status %s", idempotency.ErrStatusMismatch, e.Status, status)
+	case e.External != external:
+		return fmt.Errorf("dynamo: advance: %w: the record's External is %v, Progress.External %v", idempotency.ErrStatusMismatch, e.External, external)
+	}
+	return err
 }
 
 // MarkUnknown moves the record held under lease to UNKNOWN with newLease and

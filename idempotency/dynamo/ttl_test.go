@@ -14,11 +14,12 @@ import (
 	"github.com/oncehq/once/internal/dynamotest"
 )
 
-// TestAdvanceKeepsTTLAhead: a multi-step request taken over (or advanced)
-// long after it was reserved runs under a new lease; the TTL attribute must
-// stay a day past that lease (dynamo.ExternalReservationTTL), as it is at
-// the reservation, or DynamoDB's TTL may delete the record while its new
-// owner holds it, and free its key for a second execution.
+// TestAdvanceKeepsTTLAhead: a multi-step request of a route that is not
+// External taken over (or advanced) long after it was reserved runs under
+// a new lease; the TTL attribute must stay a day past that lease
+// (dynamo.ReservationTTLMargin), or DynamoDB's TTL may delete the record
+// while its new owner holds it, and free its key for a second execution.
+// (An External reservation has no TTL attribute: TestExternalCarriesNoTTL.)
 func TestAdvanceKeepsTTLAhead(t *testing.T) {
 	store, client, names := newStore(t)
 	ttlOff(t, client, names.ByLogicalID["IdempotencyTable"]) // the reservation's TTL is past
@@ -26,7 +27,7 @@ func TestAdvanceKeepsTTLAhead(t *testing.T) {
 	k := idempotency.NewKey("acme", "taken over")
 	reserved := now.Add(-25 * time.Hour)
 	rec := reservedRecord(k, "lease-1", reserved.Add(30*time.Second))
-	rec.External, rec.Point, rec.CreatedAt, rec.UpdatedAt = true, "order_created", reserved, reserved
+	rec.Point, rec.CreatedAt, rec.UpdatedAt = "order_created", reserved, reserved
 	if err := store.Reserve(t.Context(), rec, nil, reserved); err != nil {
 		t.Fatalf("Reserve = %v", err)
 	}
@@ -40,9 +41,9 @@ func TestAdvanceKeepsTTLAhead(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s = %v: %v", dynamo.AttrExpiresAt, item[dynamo.AttrExpiresAt], err)
 	}
-	if want := lease.Add(dynamo.ExternalReservationTTL).Unix(); ttl < want {
+	if want := lease.Add(dynamo.ReservationTTLMargin).Unix(); ttl < want {
 		t.Errorf("%s = %s after Advance, want at least %s (the new lease + %v)", dynamo.AttrExpiresAt,
-			time.Unix(ttl, 0).UTC(), time.Unix(want, 0).UTC(), dynamo.ExternalReservationTTL)
+			time.Unix(ttl, 0).UTC(), time.Unix(want, 0).UTC(), dynamo.ReservationTTLMargin)
 	}
 }
 

@@ -104,7 +104,7 @@ func TestUnknownCarriesNoTTL(t *testing.T) {
 			rec.Point = "order_created"
 			legacyUnknown(t, client, table, rec)
 			p := idempotency.Progress{From: "order_created", Point: "charge_created", Data: map[string]string{"charge": "ch_1"},
-				LeaseToken: "lease", ExpiresAt: expires, UpdatedAt: now, Status: idempotency.StatusUnknown}
+				LeaseToken: "lease", ExpiresAt: expires, UpdatedAt: now, Status: idempotency.StatusUnknown, External: true}
 			if err := store.Advance(t.Context(), k, "lease", p, nil); err != nil {
 				t.Fatalf("Advance(UNKNOWN) = %v", err)
 			}
@@ -115,7 +115,7 @@ func TestUnknownCarriesNoTTL(t *testing.T) {
 			rec.Point = "order_created"
 			legacyUnknown(t, client, table, rec)
 			p := idempotency.Progress{From: "order_created", Point: "charge_created", Data: map[string]string{"charge": "ch_1"},
-				LeaseToken: "lease", ExpiresAt: expires, UpdatedAt: now, Status: idempotency.StatusUnknown}
+				LeaseToken: "lease", ExpiresAt: expires, UpdatedAt: now, Status: idempotency.StatusUnknown, External: true}
 			if err := store.Advance(t.Context(), k, "lease", p, []idempotency.Effect{effect("advanced")}); err != nil {
 				t.Fatalf("Advance(UNKNOWN, an effect) = %v", err)
 			}

@@ -143,10 +143,10 @@ func (s *Store) Release(ctx context.Context, key idempotency.Key, lease string, 
 }
 
 // Advance moves the record held under lease, of the status p.Status
-// (IN_PROGRESS when empty), to the recovery point p and writes effects,
-// atomically, returning the errors Complete returns, or one wrapping
-// idempotency.ErrStatusMismatch for a record held under lease at p.From
-// but of another status.
+// (IN_PROGRESS when empty) and External as p.External says, to the
+// recovery point p and writes effects, atomically, returning the errors
+// Complete returns, or one wrapping idempotency.ErrStatusMismatch for a
+// record held under lease at p.From but of another status or External.
 func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, p idempotency.Progress, effects []idempotency.Effect) error {
 	status, err := p.RecordStatus()
 	if err != nil {
@@ -170,6 +170,9 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 		// Held under the caller's lease at p.From: the caller's mistake,
 		// not a lost lease (see idempotency.ErrStatusMismatch).
 		return fmt.Errorf("memory: advance: %w: the record is %s, Progress.Status %s", idempotency.ErrStatusMismatch, cur.Status, status)
+	}
+	if cur.External != p.External {
+		return fmt.Errorf("memory: advance: %w: the record's External is %v, Progress.External %v", idempotency.ErrStatusMismatch, cur.External, p.External)
 	}
 	writes, err := s.applyEffects("advance", effects)
 	if err != nil {

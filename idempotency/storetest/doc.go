@@ -6,6 +6,7 @@
 // record, fencing by lease token, the atomicity of effects, byte-exact
 // responses, millisecond times, a store recognising its own write, races
 // of many writers on one key, counting the effects that land, and UNKNOWN
-// records that outlive any expiry: a store whose TTL deletes records
-// (Inspect.ExpireTTL) never deletes an UNKNOWN one.
+// records and External reservations that outlive any expiry: a store whose
+// TTL deletes records (Inspect.ExpireTTL) never deletes an UNKNOWN record
+// or an External reservation.
 package storetest

@@ -70,6 +70,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("MarkUnknown", func(t *testing.T) { testMarkUnknown(t, newStore) })
 	t.Run("Advance", func(t *testing.T) { testAdvance(t, newStore) })
 	t.Run("UnknownOutlivesTTL", func(t *testing.T) { testUnknownOutlivesTTL(t, newStore) })
+	t.Run("ExternalOutlivesTTL", func(t *testing.T) { testExternalOutlivesTTL(t, newStore) })
 	t.Run("Get", func(t *testing.T) { testGet(t, newStore) })
 	t.Run("Bodies", func(t *testing.T) { testBodies(t, newStore) })
 	t.Run("LargeBodies", func(t *testing.T) { testLargeBodies(t, newStore) })
@@ -965,7 +966,7 @@ func testAdvance(t *testing.T, newStore NewStore) {
 	now := t0.Add(-10 * time.Second)
 	p := idempotency.Progress{
 		Point: "charge_created", Data: map[string]string{"order": "ord_1", "charge": "ch_1"},
-		LeaseToken: "next-lease", ExpiresAt: now.Add(30 * time.Second), UpdatedAt: now,
+		LeaseToken: "next-lease", ExpiresAt: now.Add(30 * time.Second), UpdatedAt: now, External: true,
 	}
 	for _, tt := range leaseTests(now) {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1031,30 +1032,36 @@ func testAdvance(t *testing.T, newStore NewStore) {
 		// mistake is ErrStatusMismatch, never a conflict: a reconciler
 		// reads a conflict as the record finalised elsewhere and drops it.
 		// With another lease, or at another point, it is a conflict.
+		// So is one that takes an External record for one that is not, or
+		// the other way round (a store keeps them differently).
 		for _, tt := range []struct {
 			name     string
 			stored   idempotency.Status
 			told     idempotency.Status
 			lease    string // the caller's lease ("lease" is the record's)
 			from     string // Progress.From (the record has no point)
+			external bool   // the record is External (Progress.External is always true)
 			mismatch bool   // ErrStatusMismatch, else a *ConflictError
 		}{
-			{"unknown as in progress", idempotency.StatusUnknown, idempotency.StatusInProgress, "lease", "", true},
-			{"unknown as unstated", idempotency.StatusUnknown, "", "lease", "", true},
-			{"in progress as unknown", idempotency.StatusInProgress, idempotency.StatusUnknown, "lease", "", true},
-			{"unknown as unstated, lease lost", idempotency.StatusUnknown, "", "other", "", false},
-			{"in progress as unknown, lease lost", idempotency.StatusInProgress, idempotency.StatusUnknown, "other", "", false},
-			{"unknown as unstated, stale point", idempotency.StatusUnknown, "", "lease", "order_created", false},
+			{"unknown as in progress", idempotency.StatusUnknown, idempotency.StatusInProgress, "lease", "", true, true},
+			{"unknown as unstated", idempotency.StatusUnknown, "", "lease", "", true, true},
+			{"in progress as unknown", idempotency.StatusInProgress, idempotency.StatusUnknown, "lease", "", true, true},
+			{"unknown as unstated, lease lost", idempotency.StatusUnknown, "", "other", "", true, false},
+			{"in progress as unknown, lease lost", idempotency.StatusInProgress, idempotency.StatusUnknown, "other", "", true, false},
+			{"unknown as unstated, stale point", idempotency.StatusUnknown, "", "lease", "order_created", true, false},
+			{"not external as external", idempotency.StatusInProgress, idempotency.StatusInProgress, "lease", "", false, true},
+			{"not external as external, lease lost", idempotency.StatusInProgress, idempotency.StatusInProgress, "other", "", false, false},
+			{"not external as external, stale point", idempotency.StatusInProgress, idempotency.StatusInProgress, "lease", "order_created", false, false},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				s, in := newStore(t)
-				r := reserved(key(t, "k"), "a", "lease", true, t0)
+				r := reserved(key(t, "k"), "a", "lease", tt.external, t0)
 				r.Status = tt.stored
 				put(t, s, r)
 				q := p
 				q.Status, q.From = tt.told, tt.from
 				err := s.Advance(t.Context(), r.Key, tt.lease, q, []idempotency.Effect{effect(t, in, "paid", "x")})
-				call := fmt.Sprintf("Advance(%s record, lease %q, Status %q, From %q)", tt.stored, tt.lease, tt.told, tt.from)
+				call := fmt.Sprintf("Advance(%s record, External %v, lease %q, Status %q, From %q)", tt.stored, tt.external, tt.lease, tt.told, tt.from)
 				if tt.mismatch {
 					var conflict *idempotency.ConflictError
 					if !errors.Is(err, idempotency.ErrStatusMismatch) || errors.As(err, &conflict) {
@@ -1112,7 +1119,7 @@ func testUnknownOutlivesTTL(t *testing.T, newStore NewStore) {
 	now := t0.Add(-10 * time.Second)
 	late := now.Add(10 * 365 * 24 * time.Hour) // long past every expiry, and past a day after it
 	p := idempotency.Progress{From: "order_created", Point: "charge_created", Data: map[string]string{"charge": "ch_1"},
-		LeaseToken: "advanced", ExpiresAt: now.Add(time.Hour), UpdatedAt: now, Status: idempotency.StatusUnknown}
+		LeaseToken: "advanced", ExpiresAt: now.Add(time.Hour), UpdatedAt: now, Status: idempotency.StatusUnknown, External: true}
 	for _, tt := range []struct {
 		name string
 		// unknown leaves k's record UNKNOWN under the lease token it
@@ -1174,6 +1181,107 @@ func testUnknownOutlivesTTL(t *testing.T, newStore NewStore) {
 				if !in.ExpireTTL(t, k, late) {
 					t.Errorf("the store's TTL kept the COMPLETED record %v past its expiry, want it deleted", late.Sub(c.ExpiresAt).Round(time.Hour))
 				}
+			}
+		})
+	}
+}
+
+// testExternalOutlivesTTL checks that an External reservation, however it
+// was written (Reserve, with holds or not; Advance of a step, of a
+// take-over, of a pause that gives the lease up), is never deleted by the
+// store's TTL, long past its lease: its request may have called the other
+// system, and a key freed under it would run the request again before its
+// reconciliation. It stays, and a new reservation of its key at that time
+// conflicts with it (the lease check, or a client's redrive, hands it to
+// the reconciler). A reservation that is not External keeps its TTL: its
+// key is reclaimable at its expiry anyway.
+func testExternalOutlivesTTL(t *testing.T, newStore NewStore) {
+	now := t0.Add(-10 * time.Second)
+	late := now.Add(10 * 365 * 24 * time.Hour) // long past every lease, and past a day after it
+	step := func(from, point string, lease time.Time, external bool) idempotency.Progress {
+		return idempotency.Progress{From: from, Point: point, Data: map[string]string{"order": "ord_1"},
+			LeaseToken: "advanced", ExpiresAt: lease, UpdatedAt: now, External: external}
+	}
+	for _, tt := range []struct {
+		name     string
+		external bool
+		// write leaves k's record IN_PROGRESS.
+		write func(t *testing.T, s idempotency.Store, in Inspect, k idempotency.Key, external bool)
+	}{
+		{"reserved", true, func(t *testing.T, s idempotency.Store, in Inspect, k idempotency.Key, external bool) {
+			put(t, s, reserved(k, "a", "lease", external, now.Add(30*time.Second)))
+		}},
+		{"reserved with holds", true, func(t *testing.T, s idempotency.Store, in Inspect, k idempotency.Key, external bool) {
+			put(t, s, reserved(k, "a", "lease", external, now.Add(30*time.Second)), effect(t, in, "hold", "x"))
+		}},
+		{"advanced", true, func(t *testing.T, s idempotency.Store, in Inspect, k idempotency.Key, external bool) {
+			put(t, s, reserved(k, "a", "lease", external, now.Add(30*time.Second)))
+			p := step("", "order_created", now.Add(30*time.Second), external)
+			if err := s.Advance(t.Context(), k, "lease", p, []idempotency.Effect{effect(t, in, "order", "x")}); err != nil {
+				t.Fatalf("Advance = %v", err)
+			}
+		}},
+		{"taken over", true, func(t *testing.T, s idempotency.Store, in Inspect, k idempotency.Key, external bool) {
+			r := reserved(k, "a", "lease", external, now.Add(30*time.Second))
+			r.Point = "order_created"
+			put(t, s, r)
+			if err := s.Advance(t.Context(), k, "lease", step("order_created", "order_created", now.Add(time.Minute), external), nil); err != nil {
+				t.Fatalf("Advance(take-over) = %v", err)
+			}
+		}},
+		{"paused", true, func(t *testing.T, s idempotency.Store, in Inspect, k idempotency.Key, external bool) {
+			r := reserved(k, "a", "lease", external, now.Add(30*time.Second))
+			r.Point = "order_created"
+			put(t, s, r)
+			if err := s.Advance(t.Context(), k, "lease", step("order_created", "order_created", now, external), nil); err != nil {
+				t.Fatalf("Advance(pause) = %v", err)
+			}
+		}},
+		{"not external, reserved", false, func(t *testing.T, s idempotency.Store, in Inspect, k idempotency.Key, external bool) {
+			put(t, s, reserved(k, "a", "lease", external, now.Add(30*time.Second)))
+		}},
+		{"not external, advanced", false, func(t *testing.T, s idempotency.Store, in Inspect, k idempotency.Key, external bool) {
+			put(t, s, reserved(k, "a", "lease", external, now.Add(30*time.Second)))
+			if err := s.Advance(t.Context(), k, "lease", step("", "order_created", now.Add(30*time.Second), external), nil); err != nil {
+				t.Fatalf("Advance = %v", err)
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, in := newStore(t)
+			k := key(t, "k")
+			tt.write(t, s, in, k, tt.external)
+			before, err := s.Get(t.Context(), k)
+			if err != nil || before.Status != idempotency.StatusInProgress || before.External != tt.external {
+				t.Fatalf("Get = %s (External %v), %v; want the reservation (External %v)", before.Status, before.External, err, tt.external)
+			}
+			if in.ExpireTTL != nil && in.ExpireTTL(t, k, before.ExpiresAt.Add(-time.Second)) {
+				t.Fatalf("the store's TTL deleted the reservation before its lease ran out")
+			}
+			if !tt.external {
+				// Its key is free at its expiry; the store's TTL may
+				// delete it, and does in a store that has one.
+				if in.ExpireTTL != nil && !in.ExpireTTL(t, k, late) {
+					t.Errorf("the store's TTL kept a reservation that is not External %v past its lease, want it deleted", late.Sub(before.ExpiresAt).Round(time.Hour))
+				}
+				if err := s.Reserve(t.Context(), reserved(k, "a", "retry", false, late.Add(time.Minute)), nil, late); err != nil {
+					t.Errorf("Reserve(the key of a reservation that is not External, past its lease) = %v, want nil", err)
+				}
+				return
+			}
+			if in.ExpireTTL != nil && in.ExpireTTL(t, k, late) {
+				t.Errorf("the store's TTL deleted an External reservation %v past its lease", late.Sub(before.ExpiresAt).Round(time.Hour))
+			}
+			wantRecord(t, s, before)
+			err = s.Reserve(t.Context(), reserved(k, "a", "retry", true, late.Add(time.Minute)), nil, late)
+			wantConflict(t, "Reserve(the External reservation's key, long past its lease)", err, &before)
+
+			// Handed to the reconciler: UNKNOWN, kept as well.
+			if err := s.MarkUnknown(t.Context(), k, before.LeaseToken, "unknown", late.Add(time.Hour), late); err != nil {
+				t.Fatalf("MarkUnknown = %v", err)
+			}
+			if in.ExpireTTL != nil && in.ExpireTTL(t, k, late.Add(365*24*time.Hour)) {
+				t.Errorf("the store's TTL deleted the UNKNOWN record")
 			}
 		})
 	}
