@@ -123,11 +123,12 @@
 // (MarkUnknown), and oncectl reannounce -lost does when that check was
 // lost. An UNKNOWN record never counts as absent either: its request may
 // have had its effect at the other system, so only its reconciliation
-// (Complete or Release), or an operator's fenced delete, ends it. An UNKNOWN record's expiry (Retention
-// after it went UNKNOWN or was last redriven) ends nothing: the reclaim
-// condition never lets an UNKNOWN record through, whatever its expiry, and
-// the store's TTL never deletes it (the DynamoDB store writes it without the
-// TTL attribute), so its key is never free while its outcome is unknown.
+// (Complete or Release), or an operator's fenced delete, ends it. An
+// UNKNOWN record's expiry (Retention after it went UNKNOWN or was last
+// redriven) ends nothing: the reclaim condition never lets an UNKNOWN
+// record through, whatever its expiry, and the store's TTL never deletes it
+// (the DynamoDB store writes it without the TTL attribute), so its key is
+// never free while its outcome is unknown.
 // Only the redrive reads it (it extends the expiry, never shortens it) and
 // an operator's tools (oncectl unknown lists it, oncectl reannounce extends
 // it). A retry of it gets 409 (InProgressError) however old it is, and

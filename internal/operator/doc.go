@@ -8,7 +8,12 @@
 //     client's, resets updated_at, not it), and marks lost the check of a
 //     record past its expiry by more than recovery.MaxDelay and a margin
 //     (its check chain was lost to a dead-letter queue: reannounce re-arms
-//     it). The raw key is never stored, so never shown.
+//     it). It lists too, IN_PROGRESS, the External reservations past their
+//     lease by as much (their check never handed them to the reconciler,
+//     and no TTL deletes them: nothing else will) and those whose lease
+//     ran out whose item still carries the TTL attribute (written before
+//     External reservations lost it: DynamoDB's TTL may delete them a day
+//     past their lease). The raw key is never stored, so never shown.
 //   - show prints one record as JSON: its state, lease, expiry and the key
 //     forwarded to the provider, and with -bodies the canonical request and
 //     the stored response. A record is named by its ID, or by -tenant and
@@ -24,10 +29,12 @@
 //     before UNKNOWN records lost it loses it): an UNKNOWN record is never
 //     free for a new request, expired or not, and TTL never deletes it.
 //     With -lost it reads the records unknown lists and does so for each
-//     that no check is armed for: its check lost, or its item still
-//     carrying the TTL attribute (written before the upgrade). Each write
-//     is fenced on the lease token read: a record changed meanwhile is
-//     reported and skipped, and the command exits 1.
+//     that no check will redrive or hand to the reconciler: its check
+//     lost, or its item still carrying the TTL attribute (written before
+//     the upgrade: an UNKNOWN record, or an External reservation whose
+//     lease ran out). Each write is fenced on the lease token read: a
+//     record changed meanwhile is reported and skipped, and the command
+//     exits 1.
 //   - forget deletes an UNKNOWN record that can never be reconciled, the
 //     operator's way out of its reconcile_failed alarm, once what its
 //     request did at the other system is settled: a retry of its key then
@@ -75,9 +82,10 @@
 //     the effects that give it back (reserve_effects_dropped,
 //     reconcile_effects_dropped) and has since expired. A hold whose key has
 //     no record is shown no_record, not stale: the record was forgotten, or
-//     TTL deleted it (an External reservation a day past its lease, an
-//     UNKNOWN item written before UNKNOWN records lost their TTL attribute,
-//     which the store no longer gives one, or that expired COMPLETED one)
+//     TTL deleted it (an External reservation or an UNKNOWN item written
+//     before they lost their TTL attribute, which the store no longer gives
+//     them, the reservation a day past its lease, or that expired COMPLETED
+//     one)
 //     and the sweeper may not have processed the deletion yet: it restores
 //     the first two as UNKNOWN,
 //     owning the hold, after the stream's lag, or, while its restore fails,

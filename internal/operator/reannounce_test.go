@@ -2,6 +2,8 @@ package operator_test
 
 import (
 	"context"
+	"encoding/json"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -37,9 +39,12 @@ func (a *afterScan) Scan(ctx context.Context, in *dynamodb.ScanInput, opts ...fu
 
 // TestReannounceLost: reannounce -lost re-arms every UNKNOWN record of the
 // tenant whose check chain is lost or that still carries the TTL attribute
-// (an item from before the upgrade), and nothing else; a record changed
-// between the listing and its write is reported and skipped, the others
-// still done, and the exit code says one failed.
+// (an item from before the upgrade), and every External reservation of the
+// tenant past its lease by as much (no TTL deletes it, no check will hand
+// it to the reconciler) or whose lease ran out and whose item still
+// carries the TTL attribute, and nothing else; a record changed between
+// the listing and its write is reported and skipped, the others still
+// done, and the exit code says one failed.
 func TestReannounceLost(t *testing.T) {
 	e := newEnv(t)
 	table := e.names.ByLogicalID["IdempotencyTable"]
@@ -55,13 +60,18 @@ func TestReannounceLost(t *testing.T) {
 		return rec
 	}
 	legacy := unknown("acme", "legacy", time.Hour)
-	if _, err := e.db.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{ // written before UNKNOWN records lost their TTL
-		TableName: aws.String(table), Key: itemKey(legacy.Key),
-		UpdateExpression:          aws.String("SET #ttl = :ttl"),
-		ExpressionAttributeNames:  map[string]string{"#ttl": dynamo.AttrExpiresAt},
-		ExpressionAttributeValues: map[string]dynamodbtypes.AttributeValue{":ttl": &dynamodbtypes.AttributeValueMemberN{Value: "4102444800"}},
-	}); err != nil {
-		t.Fatal(err)
+	legacyItem(t, e, legacy.Key, time.Unix(4102444800, 0)) // written before UNKNOWN records lost their TTL
+	// reservation is an External reservation (or not) of the tenant whose
+	// lease ran out (or runs) at now+expires, with the TTL attribute of
+	// a legacy item if legacy.
+	reservation := func(raw string, external bool, expires time.Duration, legacy bool) idempotency.Record {
+		rec := unknown("acme", raw, expires)
+		rec.Status, rec.External = idempotency.StatusInProgress, external
+		e.put(t, rec)
+		if legacy {
+			legacyItem(t, e, rec.Key, rec.ExpiresAt.Add(day))
+		}
+		return rec
 	}
 	raced := unknown("acme", "raced", -day)
 	raced.CreatedAt = now.Add(-3 * day) // the oldest: the first written, the others after it
@@ -81,6 +91,12 @@ func TestReannounceLost(t *testing.T) {
 		{name: "completed", rec: e.record(t, "acme", "done", idempotency.StatusCompleted, time.Hour)},
 		{name: "other tenant", rec: unknown("globex", "lost", -day)},
 		{name: "changed meanwhile", rec: raced, lease: racedLease},
+		{name: "External reservation, check lost", rec: reservation("reserved-lost", true, -day, false), want: true},
+		{name: "External reservation, lease just run out", rec: reservation("reserved-due", true, -time.Minute, false)},
+		{name: "External reservation, within its lease", rec: reservation("reserved-running", true, time.Minute, false)},
+		{name: "legacy External reservation, lease run out", rec: reservation("reserved-legacy", true, -time.Minute, true), want: true},
+		{name: "legacy External reservation, within its lease", rec: reservation("reserved-legacy-running", true, time.Minute, true)},
+		{name: "reservation not External, long run out", rec: reservation("leased", false, -day, true)},
 	}
 	cfg, err := config.FromEnv(func(k string) string { return e.vars[k] })
 	if err != nil {
@@ -96,8 +112,8 @@ func TestReannounceLost(t *testing.T) {
 	if code != 1 {
 		t.Errorf("reannounce -lost = exit %d, want 1 (one record changed meanwhile)", code)
 	}
-	if !strings.Contains(out.String(), raced.Key.ID()+" changed meanwhile") || !strings.Contains(errOut.String(), "2 re-announced, 1 failed") {
-		t.Errorf("reannounce -lost = %q %q, want the raced record reported and 2 re-announced, 1 failed", out.String(), errOut.String())
+	if !strings.Contains(out.String(), raced.Key.ID()+" changed meanwhile") || !strings.Contains(errOut.String(), "4 re-announced, 1 failed") {
+		t.Errorf("reannounce -lost = %q %q, want the raced record reported and 4 re-announced, 1 failed", out.String(), errOut.String())
 	}
 	if strings.Contains(out.String()+errOut.String(), "legacy") {
 		t.Errorf("reannounce -lost printed a raw key: %q %q", out.String(), errOut.String())
@@ -149,6 +165,95 @@ func TestReannounceLostUsage(t *testing.T) {
 	}
 }
 
+// legacyItem gives k's item the TTL attribute at ttl, as an UNKNOWN record
+// or an External reservation written before they lost it carries.
+func legacyItem(t *testing.T, e *env, k idempotency.Key, ttl time.Time) {
+	t.Helper()
+	if _, err := e.db.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
+		TableName: aws.String(e.names.ByLogicalID["IdempotencyTable"]), Key: itemKey(k),
+		UpdateExpression:          aws.String("SET #ttl = :ttl"),
+		ExpressionAttributeNames:  map[string]string{"#ttl": dynamo.AttrExpiresAt},
+		ExpressionAttributeValues: map[string]dynamodbtypes.AttributeValue{":ttl": &dynamodbtypes.AttributeValueMemberN{Value: strconv.FormatInt(ttl.Unix(), 10)}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func itemKey(k idempotency.Key) map[string]dynamodbtypes.AttributeValue {
 	return map[string]dynamodbtypes.AttributeValue{dynamo.AttrPK: &dynamodbtypes.AttributeValueMemberS{Value: k.ID()}}
+}
+
+// TestUnknownListsLostReservations: unknown lists, beside the UNKNOWN
+// records, the External reservations that no check will hand to the
+// reconciler and no TTL will delete: past their lease by more than
+// recovery.MaxDelay and the margin (check lost), or, written before
+// External reservations lost their TTL attribute, whose lease ran out; not
+// one whose lease just ran out (its check is due), nor one within its lease,
+// nor a reservation that is not External (its key is free).
+func TestUnknownListsLostReservations(t *testing.T) {
+	e := newEnv(t)
+	now := time.Now()
+	const day = 24 * time.Hour
+	tests := []struct {
+		name     string
+		status   idempotency.Status
+		external bool
+		expires  time.Duration // from now
+		legacy   bool          // the item carries the TTL attribute
+		listed   bool
+		lost     bool
+	}{
+		{name: "unknown", status: idempotency.StatusUnknown, external: true, expires: day, listed: true},
+		{name: "external, check lost", status: idempotency.StatusInProgress, external: true, expires: -day, listed: true, lost: true},
+		{name: "external, lease just run out", status: idempotency.StatusInProgress, external: true, expires: -time.Minute},
+		{name: "external, within its lease", status: idempotency.StatusInProgress, external: true, expires: time.Minute},
+		{name: "legacy external, lease run out", status: idempotency.StatusInProgress, external: true, expires: -time.Minute, legacy: true, listed: true},
+		{name: "legacy external, check lost", status: idempotency.StatusInProgress, external: true, expires: -day, legacy: true, listed: true, lost: true},
+		{name: "legacy external, within its lease", status: idempotency.StatusInProgress, external: true, expires: time.Minute, legacy: true},
+		{name: "not external, long run out", status: idempotency.StatusInProgress, expires: -day, legacy: true},
+	}
+	type line struct {
+		Record    string `json:"record"`
+		Status    string `json:"status"`
+		CheckLost bool   `json:"check_lost"`
+	}
+	recs := make([]idempotency.Record, len(tests))
+	for i, tt := range tests {
+		recs[i] = idempotency.Record{
+			Key: idempotency.NewKey("acme", tt.name), Status: tt.status, Route: "POST /v1/charges", Fingerprint: "f00d",
+			External: tt.external, LeaseToken: idempotency.NewToken(), ExpiresAt: now.Add(tt.expires),
+			CreatedAt: now.Add(-2 * day), UpdatedAt: now.Add(-2 * day),
+		}
+		e.put(t, recs[i])
+		if tt.legacy {
+			legacyItem(t, e, recs[i].Key, recs[i].ExpiresAt.Add(day))
+		}
+	}
+	code, out, errOut := e.run(t, "unknown", "-json")
+	if code != 0 {
+		t.Fatalf("unknown -json = exit %d: %s", code, errOut)
+	}
+	got := map[string]line{}
+	for l := range strings.Lines(out) {
+		var s line
+		if err := json.Unmarshal([]byte(l), &s); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		got[s.Record] = s
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g, listed := got[recs[i].Key.ID()]
+			if listed != tt.listed {
+				t.Fatalf("listed = %v, want %v", listed, tt.listed)
+			}
+			if listed && (g.Status != string(tt.status) || g.CheckLost != tt.lost) {
+				t.Errorf("listed as %s, check_lost %v; want %s, %v", g.Status, g.CheckLost, tt.status, tt.lost)
+			}
+		})
+	}
+	code, out, errOut = e.run(t, "unknown")
+	if code != 0 || !strings.Contains(out, "IN_PROGRESS") || !strings.Contains(errOut, "3 External reservation(s)") || !strings.Contains(errOut, "2 past their expiry") {
+		t.Errorf("table = exit %d %q %q, want the reservations listed IN_PROGRESS, counted, and the 2 lost checks", code, out, errOut)
+	}
 }

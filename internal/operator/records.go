@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,19 +20,23 @@ import (
 	"github.com/oncehq/once/idempotency/recovery"
 )
 
-// lostCheckAfter is how long past its expiry an UNKNOWN record must be for
-// unknown to call its check lost: the Checker redrives it at its expiry
+// lostCheckAfter is how long past its expiry an UNKNOWN record, or an
+// External reservation past its lease, must be for unknown to call its
+// check lost: the Checker redrives an UNKNOWN record at its expiry, and
+// hands an External reservation to the reconciler at its lease deadline
 // (plus the Scheduler's margin), its check sent on in hops of at most
 // recovery.MaxDelay; lostCheckMargin covers the queue's delivery, the
 // Checker's retries and clocks that disagree. Past it, its check chain was
 // lost (a check in the check dead-letter queue, or the Scheduler's stream
-// record in the sweeper's): `oncectl reannounce` re-arms it.
+// record in the sweeper's): `oncectl reannounce` re-arms it. Neither
+// record has a TTL attribute: nothing else ends it.
 const lostCheckAfter = recovery.MaxDelay + lostCheckMargin
 
 // lostCheckMargin: see lostCheckAfter.
 const lostCheckMargin = 15 * time.Minute
 
-// unknown lists the UNKNOWN records: a Scan of the idempotency table with a
+// unknown lists the UNKNOWN records, and the External reservations whose
+// check is lost (listUnknown): a Scan of the idempotency table with a
 // filter, every page of it (up to maxScanPages), so that the -limit records
 // listed are the oldest, by their created_at (recordAge: a redrive, the
 // Checker's or a client's, resets updated_at, not created_at).
@@ -41,8 +46,11 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 			"resets updated_at, not it; by updated_at when a record has no created_at), by their ID\n"+
 			"(tenant#key-hash). CHECK says lost for a record past its expiry by more than "+lostCheckAfter.String()+":\n"+
 			"its recovery check, due at its expiry, never redrove it (a check in the check dead-letter queue,\n"+
-			"or the Scheduler's stream record in the sweeper's): `oncectl reannounce` re-arms it. -json adds\n"+
-			"created_at, updated_at and check_lost.")
+			"or the Scheduler's stream record in the sweeper's): `oncectl reannounce` re-arms it. External\n"+
+			"reservations (IN_PROGRESS) past their lease by as much are listed too, lost: their check never\n"+
+			"handed them to the reconciler; and those whose lease ran out whose item still has the TTL attribute\n"+
+			"(written before the upgrade that took it away), which reannounce -lost re-arms as well.\n"+
+			"-json adds created_at, updated_at and check_lost.")
 	tenant := fs.String("tenant", "", "only this tenant's records")
 	limit := fs.Int("limit", 100, "list at most this many")
 	asJSON := fs.Bool("json", false, "one JSON object per line")
@@ -52,54 +60,73 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 	if *limit < 1 {
 		return usageError{fs, "-limit must be positive"}
 	}
-	recs, err := t.listUnknown(ctx, *tenant)
+	now := t.now()
+	recs, err := t.listUnknown(ctx, *tenant, now)
 	if err != nil {
 		return err
 	}
 	if len(recs) > *limit {
 		recs = recs[:*limit]
 	}
-	now := t.now()
 	rows := make([]recordSummary, len(recs))
-	lost := 0
+	lost, reservations := 0, 0
 	for i, rec := range recs {
 		rows[i] = summary(rec.Record, now)
 		if rows[i].CheckLost {
 			lost++
 		}
+		if rec.Status == idempotency.StatusInProgress {
+			reservations++
+		}
 	}
-	err = writeListing(t, rows, *asJSON, "RECORD\tROUTE\tUNKNOWN FOR\tEXPIRES\tCHECK", func(s recordSummary) string {
+	err = writeListing(t, rows, *asJSON, "RECORD\tSTATUS\tROUTE\tUNKNOWN FOR\tEXPIRES\tCHECK", func(s recordSummary) string {
 		check := "armed"
 		if s.CheckLost {
 			check = "lost"
 		}
-		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", s.Record, s.Route, s.For, s.ExpiresAt.Format(time.RFC3339), check)
+		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", s.Record, s.Status, s.Route, s.For, s.ExpiresAt.Format(time.RFC3339), check)
 	})
 	if err != nil || *asJSON {
 		return err
 	}
-	fmt.Fprintf(t.errOut, "%d UNKNOWN record(s)\n", len(recs))
+	fmt.Fprintf(t.errOut, "%d UNKNOWN record(s)\n", len(recs)-reservations)
+	if reservations > 0 {
+		fmt.Fprintf(t.errOut, "%d External reservation(s) (IN_PROGRESS) whose lease ran out, no check handing them to the reconciler or a TTL attribute\n", reservations)
+	}
 	if lost > 0 {
 		fmt.Fprintf(t.errOut, "%d past their expiry by more than %s: their check was lost (see the check and sweeper dead-letter queues); `oncectl reannounce RECORD` re-arms one, `oncectl reannounce -lost` all\n", lost, lostCheckAfter)
 	}
 	return nil
 }
 
-// unknownRecord is an UNKNOWN record as listUnknown reads it.
+// unknownRecord is a record as listUnknown reads it: UNKNOWN, or an
+// External reservation whose lease ran out.
 type unknownRecord struct {
 	idempotency.Record
 	// legacyTTL: its item still carries the TTL attribute: it went
-	// UNKNOWN before UNKNOWN records lost it, so no check is armed for it.
+	// UNKNOWN (or was reserved, External) before such records lost it,
+	// and DynamoDB's TTL may delete it. No check is armed for a legacy
+	// UNKNOWN record.
 	legacyTTL bool
 }
 
-// listUnknown reads the UNKNOWN records (of tenant, unless it is empty): a
-// Scan of the idempotency table with a filter, every page of it (up to
-// maxScanPages), oldest first by recordAge.
-func (t *Tool) listUnknown(ctx context.Context, tenant string) ([]unknownRecord, error) {
-	filter := "#status = :unknown"
-	names := map[string]string{"#status": dynamo.AttrStatus}
-	values := map[string]types.AttributeValue{":unknown": &types.AttributeValueMemberS{Value: string(idempotency.StatusUnknown)}}
+// listUnknown reads, of tenant unless it is empty, the UNKNOWN records, and
+// the External reservations (IN_PROGRESS) whose lease ran out at now and
+// whose check is lost (checkLost) or whose item still carries the TTL
+// attribute: a Scan of the idempotency table with a filter, every page of
+// it (up to maxScanPages), oldest first by recordAge. Neither kind of
+// reservation will be handed to the reconciler by its check (lost) or
+// before DynamoDB's TTL may delete it (a legacy item's check may be lost
+// too, and its TTL frees its key until the sweeper restores it).
+func (t *Tool) listUnknown(ctx context.Context, tenant string, now time.Time) ([]unknownRecord, error) {
+	filter := "(#status = :unknown OR #status = :in_progress AND #external = :true AND #expires_ms <= :now)"
+	names := map[string]string{"#status": dynamo.AttrStatus, "#external": dynamo.AttrExternal, "#expires_ms": dynamo.AttrExpiresAtMS}
+	values := map[string]types.AttributeValue{
+		":unknown":     &types.AttributeValueMemberS{Value: string(idempotency.StatusUnknown)},
+		":in_progress": &types.AttributeValueMemberS{Value: string(idempotency.StatusInProgress)},
+		":true":        &types.AttributeValueMemberBOOL{Value: true},
+		":now":         &types.AttributeValueMemberN{Value: strconv.FormatInt(now.UnixMilli(), 10)},
+	}
 	if tenant != "" {
 		filter += " AND #tenant = :tenant"
 		names["#tenant"] = dynamo.AttrTenant
@@ -118,6 +145,9 @@ func (t *Tool) listUnknown(ctx context.Context, tenant string) ([]unknownRecord,
 			return fmt.Errorf("record %s: %w", pkOf(item), err)
 		}
 		_, ttl := item[dynamo.AttrExpiresAt]
+		if rec.Status == idempotency.StatusInProgress && !ttl && !checkLost(rec, now) {
+			return nil // its check is still due to hand it to the reconciler
+		}
 		recs = append(recs, unknownRecord{Record: rec, legacyTTL: ttl})
 		return nil
 	})
@@ -128,8 +158,9 @@ func (t *Tool) listUnknown(ctx context.Context, tenant string) ([]unknownRecord,
 	return recs, nil
 }
 
-// checkLost reports whether rec, UNKNOWN, is past its expiry by more than
-// lostCheckAfter at now: its check never redrove it.
+// checkLost reports whether rec, UNKNOWN or an External reservation, is
+// past its expiry by more than lostCheckAfter at now: its check never
+// redrove it, or never handed it to the reconciler.
 func checkLost(rec idempotency.Record, now time.Time) bool {
 	return !rec.ExpiresAt.IsZero() && now.Sub(rec.ExpiresAt) > lostCheckAfter
 }
@@ -138,6 +169,9 @@ func checkLost(rec idempotency.Record, now time.Time) bool {
 type recordSummary struct {
 	Record string `json:"record"`
 	Tenant string `json:"tenant"`
+	// Status is UNKNOWN, or IN_PROGRESS for an External reservation whose
+	// lease ran out.
+	Status string `json:"status"`
 	Route  string `json:"route"`
 	// Since is what the record's age is from (recordAge): its created_at,
 	// or its updated_at when it has no created_at; SinceFrom names which.
@@ -155,7 +189,7 @@ type recordSummary struct {
 func summary(rec idempotency.Record, now time.Time) recordSummary {
 	since, from := recordAge(rec)
 	s := recordSummary{
-		Record: rec.Key.ID(), Tenant: rec.Key.Tenant, Route: rec.Route, Since: since.UTC(), SinceFrom: from,
+		Record: rec.Key.ID(), Tenant: rec.Key.Tenant, Status: string(rec.Status), Route: rec.Route, Since: since.UTC(), SinceFrom: from,
 		CreatedAt: timeOrNil(rec.CreatedAt), UpdatedAt: timeOrNil(rec.UpdatedAt), ExpiresAt: rec.ExpiresAt.UTC(),
 		CheckLost: checkLost(rec, now),
 	}
@@ -290,9 +324,10 @@ func (t *Tool) show(ctx context.Context, args []string) error {
 func (t *Tool) reannounce(ctx context.Context, args []string) error {
 	fs := t.flags("reannounce", "(RECORD | -tenant T -key KEY) | -lost [-tenant T] [-limit N]",
 		"Hand a record to the reconciler again: an UNKNOWN record, or an External reservation whose lease ran out; either is then UNKNOWN, its expiry at least ONCE_RETENTION from now, kept until it is reconciled or forgotten.\n"+
-			"-lost does so for every UNKNOWN record (of -tenant) no recovery check is armed for, oldest first: those `oncectl unknown` marks lost,\n"+
-			"and those that went UNKNOWN before the upgrade that took their TTL attribute (expires_at) away. A record changed meanwhile is reported and skipped.")
-	lost := fs.Bool("lost", false, "every UNKNOWN record whose check is lost or that still has a TTL attribute (no RECORD)")
+			"-lost does so for every record `oncectl unknown` lists (of -tenant) that no recovery check will hand to the reconciler, oldest first:\n"+
+			"the UNKNOWN records and External reservations it marks lost, and those written before the upgrade that took their TTL\n"+
+			"attribute (expires_at) away (UNKNOWN, or External reservations whose lease ran out). A record changed meanwhile is reported and skipped.")
+	lost := fs.Bool("lost", false, "every UNKNOWN record or External reservation whose check is lost or that still has a TTL attribute (no RECORD)")
 	limit := fs.Int("limit", 100, "with -lost: re-announce at most this many")
 	read := t.recordArg(fs)
 	if err := t.parse(fs, args, -1); err != nil {
@@ -320,18 +355,20 @@ func (t *Tool) reannounce(ctx context.Context, args []string) error {
 	return t.reannounceLost(ctx, tenant, *limit)
 }
 
-// reannounceLost re-arms (rearm) the UNKNOWN records of tenant (all, if it
-// is empty) that listUnknown reads and no check is armed for: past their
-// expiry by more than lostCheckAfter, or still carrying the TTL attribute.
-// At most limit, oldest first; one line each, by record ID. A record that
-// fails (changed since the listing) is reported and the rest still done;
-// the error then counts them.
+// reannounceLost re-arms (rearm) the records of tenant (all, if it is
+// empty) that listUnknown reads and no check will redrive or hand to the
+// reconciler: UNKNOWN records and External reservations past their expiry
+// by more than lostCheckAfter, or still carrying the TTL attribute (the
+// reservations listUnknown reads have run out of lease). At most limit,
+// oldest first; one line each, by record ID. A record that fails (changed
+// since the listing) is reported and the rest still done; the error then
+// counts them.
 func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) error {
-	recs, err := t.listUnknown(ctx, tenant)
+	now := t.now()
+	recs, err := t.listUnknown(ctx, tenant, now)
 	if err != nil {
 		return err
 	}
-	now := t.now()
 	done, failed := 0, 0
 	for _, rec := range recs {
 		if done+failed == limit {
@@ -341,7 +378,12 @@ func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) err
 			continue
 		}
 		why := "check lost"
-		if rec.legacyTTL {
+		switch {
+		case rec.Status == idempotency.StatusInProgress && rec.legacyTTL:
+			why = "External reservation, lease run out, TTL attribute"
+		case rec.Status == idempotency.StatusInProgress:
+			why = "External reservation, check lost"
+		case rec.legacyTTL:
 			why = "TTL attribute, no check armed"
 		}
 		expires, err := t.rearm(ctx, rec.Record, now)
@@ -353,7 +395,7 @@ func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) err
 		done++
 		fmt.Fprintf(t.out, "%s re-announced (%s; UNKNOWN under a new lease token, expires %s)\n", rec.Key.ID(), why, expires.UTC().Format(time.RFC3339))
 	}
-	fmt.Fprintf(t.errOut, "%d re-announced, %d failed, of %d UNKNOWN record(s) read\n", done, failed, len(recs))
+	fmt.Fprintf(t.errOut, "%d re-announced, %d failed, of %d UNKNOWN record(s) or abandoned External reservation(s) read\n", done, failed, len(recs))
 	if failed > 0 {
 		return fmt.Errorf("%d record(s) not re-announced: look at them again with `oncectl show`", failed)
 	}
@@ -364,7 +406,8 @@ func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) err
 // under rec's lease token and a new one, which is the stream MODIFY the
 // reconciler is triggered by (and the Scheduler arms a check on), with an
 // expiry at least the retention from now and no TTL attribute (the
-// store's TTL never deletes an UNKNOWN record). It returns the expiry;
+// store's TTL never deletes an UNKNOWN record, and removes a legacy
+// item's). It returns the expiry;
 // an error if rec is not UNKNOWN or an External reservation whose lease
 // ran out, or if the record changed since rec was read.
 func (t *Tool) rearm(ctx context.Context, rec idempotency.Record, now time.Time) (time.Time, error) {
