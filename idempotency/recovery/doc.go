@@ -61,7 +61,15 @@
 //     effect, so the record moves to UNKNOWN under a new lease token with
 //     the retention as expiry (Store.MarkUnknown, fenced on the checked
 //     token): the stream MODIFY that hands it to the Reconciler. Counts
-//     reservation_abandoned and reconcile_scheduled.
+//     reservation_abandoned and reconcile_scheduled. The DynamoDB store
+//     gives an External reservation no TTL attribute (nor an UNKNOWN
+//     record), so this check, or a client's retry past the lease (its
+//     redrive, the same fenced MarkUnknown), is what ends it; one whose
+//     check is lost (CheckDLQ, SweeperDLQ) and that nobody retries stays
+//     IN_PROGRESS, holding its key, until an operator re-arms it (oncectl
+//     dlq redrive check, or oncectl reannounce; oncectl unknown lists it,
+//     its check lost, once past its lease by more than MaxDelay and a
+//     margin).
 //   - It has, and it is not External: nothing happened that needs
 //     remembering, and the key is released (Store.Release, fenced). Counts
 //     reservation_abandoned.
@@ -80,15 +88,23 @@
 //
 // # Sweeper
 //
-// The Sweeper is the backstop, for an abandoned reservation whose check
-// never came (lost to the check queue's dead-letter queue). It is triggered
-// by the idempotency table's stream, filtered to REMOVE records whose old
-// image is IN_PROGRESS. While a record is IN_PROGRESS its TTL attribute is
-// its lease deadline, or for an External reservation the lease deadline plus
-// a day (dynamo.ExternalReservationTTL: its key must not be free before its
-// check had a chance to hand it to the Reconciler), so a request that died
-// holding its lease leaves a reservation that DynamoDB deletes by itself. What
-// the sweeper does with it depends on the old image:
+// The Sweeper is the backstop, for an abandoned reservation that DynamoDB's
+// TTL deleted. It is triggered by the idempotency table's stream, filtered
+// to REMOVE records whose old image is IN_PROGRESS. While a reservation that
+// is not External is IN_PROGRESS its TTL attribute is its lease deadline
+// (a day past it once Advance moved it: dynamo.ReservationTTLMargin), so a
+// request that died holding its lease leaves a reservation that DynamoDB
+// deletes by itself. The DynamoDB store gives an External reservation no
+// TTL attribute (and removes it at every write that leaves one so): TTL
+// deleting it freed its key, for a second call out by a retry, until the
+// Sweeper restored it, which the stream's lag (seconds to an hour) left
+// open; its check, a retry's redrive or an operator hands it to the
+// Reconciler instead (above). Only an External reservation written before
+// that, and never written since, still carries one (its lease deadline
+// plus a day, dynamo.ExternalReservationTTL) and can be deleted so: the
+// restore stays for those (`oncectl reannounce -lost` after the upgrade
+// hands every one whose lease has run out to the Reconciler first). What
+// the sweeper does with a deleted reservation depends on the old image:
 //
 //   - Not External (Atomic and Leased endpoints commit their effects with the
 //     completion, and hold nothing with the reservation): nothing happened
@@ -144,7 +160,7 @@
 // Store.Reserve and with the same conflicts as an abandoned reservation, so
 // that the reconciler looks it up again; it counts reconcile_scheduled (or
 // zombie_unrestored, when a new request reserved the key in the seconds
-// between the deletion and the restore). The restore, like an abandoned
+// between the deletion and the restore). The restore, like a legacy
 // External reservation's, carries no TTL attribute: a record that can never
 // be resolved stays UNKNOWN, alarmed by the reconciler, until an operator
 // deletes it (a delete conditioned on its status and lease token, as

@@ -126,9 +126,10 @@ func TestRecoveryThroughTTL(t *testing.T) {
 			t.Fatalf("Reserve(%s): %v", raw, err)
 		}
 		if external {
-			// An External reservation is left to TTL a day past its lease
-			// (dynamo.ExternalReservationTTL): the backstop of the scheduled
-			// lease check. Bring that day forward.
+			// Make it a legacy item, written before External reservations
+			// lost their TTL attribute (it was their lease deadline plus a
+			// day, dynamo.ExternalReservationTTL), and bring that day
+			// forward: TTL deletes it, and the sweeper restores it.
 			_, err := w.db.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
 				TableName:                 aws.String(w.names.ByLogicalID["IdempotencyTable"]),
 				Key:                       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: rec.Key.ID()}},
@@ -221,8 +222,9 @@ func TestRecoveryThroughTTL(t *testing.T) {
 // known are restored by the sweeper (behind the template's FilterCriteria)
 // as UNKNOWN records without a TTL attribute, which TTL then leaves alone:
 // an UNKNOWN item written before UNKNOWN records lost theirs (it carries
-// expires_at), and an abandoned External reservation (its TTL, a day past
-// its lease, brought forward). Long after, and after TTL has run again,
+// expires_at), and an abandoned External reservation written before
+// External reservations lost theirs (its TTL, a day past its lease,
+// brought forward). Long after, and after TTL has run again,
 // both are still UNKNOWN and hold their keys against a new reservation.
 // No reconciler runs.
 func TestSweeperRestoresWithoutTTL(t *testing.T) {
@@ -246,7 +248,8 @@ func TestSweeperRestoresWithoutTTL(t *testing.T) {
 
 	now := time.Now()
 	// expire gives key's item a TTL attribute already past, as a legacy
-	// UNKNOWN item's, or an External reservation's a day on, would be.
+	// UNKNOWN item's, or a legacy External reservation's a day on, would
+	// be.
 	expire := func(key idempotency.Key, status idempotency.Status) {
 		t.Helper()
 		_, err := w.db.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
