@@ -49,6 +49,12 @@ type fixture struct {
 	// poison lists the records (by index) whose images are deliberately not
 	// payments.
 	poison []int
+	// legacy lists the records (by index) whose images are idempotency
+	// items written before External reservations lost their TTL attribute:
+	// they carry expires_at (the lease deadline plus
+	// dynamo.ExternalReservationTTL), as only such an External reservation
+	// is deleted by TTL.
+	legacy []int
 	// run feeds the file, after whatever it follows, to a fresh stack and
 	// checks the outcome.
 	run func(t *testing.T, s *stack, file string)
@@ -301,6 +307,7 @@ var fixtures = map[string]fixture{
 	// The sweeper, on the idempotency table's stream.
 	"sweeper-ttl-remove-external.json": {
 		origin: &origin{"acme", "charge-7", `{"amount": 4200, "currency": "EUR", "customer": "cus_7", "description": "Order 1007", "source": "tok_visa"}`},
+		legacy: []int{0},
 		run: func(t *testing.T, s *stack, file string) {
 			rec := streamEvent(t, file).Records[0]
 			old := recordImage(t, rec.Change.OldImage)
