@@ -96,7 +96,9 @@
 // reconciler, the worker and the receipts function for reservations,
 // payments and receipts nobody retried. The tables have no TTL, as on AWS
 // where it takes days (MODELCHECK_TTL=on turns DynamoDB Local's on: its
-// deletions within seconds then race the checker). It then reads the final
+// deletions within seconds then race the checker for the reservations that
+// are not External; an External reservation and an UNKNOWN record carry no
+// TTL attribute, so TTL never deletes them). It then reads the final
 // record of every key and every effect (payment items, provider charges,
 // provider refunds, order items), and sends every variant of every
 // completed key once more (probes). The history, the final reads and the
@@ -206,8 +208,9 @@
 //   - TestAbandonedChargeKeepsItsKey and TestLateProviderWriteAfterRelease
 //     are the regression tests of two double charges the check found (an
 //     abandoned External reservation deleted by TTL before it was
-//     reconciled; a key released before the provider had applied a call its
-//     client gave up on), on crafted schedules;
+//     reconciled, which now carries no TTL attribute at all; a key released
+//     before the provider had applied a call its client gave up on), on
+//     crafted schedules;
 //   - MODELCHECK_TTL=on runs with DynamoDB Local's TTL on;
 //   - MODELCHECK_OUT sets where failures write their files.
 //
