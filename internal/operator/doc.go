@@ -75,6 +75,9 @@
 //   - holds prints a payment's refund figures and holds as JSON: each
 //     hold's key hash, record ID (tenant#key-hash), the refund ID its key
 //     names and its amount, with the status and expiry of its key's record.
+//     It reads the payment again after the records and shows them only if
+//     its holds and figures did not change meanwhile (a hold settles with
+//     its record, in one transaction), trying 3 times, then failing.
 //     A hold whose key's record is one a new request may reclaim
 //     (idempotency.Record.Reclaimable) is stale: nothing will complete or
 //     release it, and every retry of its key answers 500. It gets so when

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -46,8 +47,8 @@ const (
 // noRecordNote is what holds says of a hold whose key has no record, and
 // what settle-hold's -no-record acknowledges.
 const noRecordNote = "its key has no record: it was forgotten (`oncectl forget`), or deleted by TTL (an External " +
-	"reservation a day past its lease, or an UNKNOWN record written before UNKNOWN records lost their TTL: TTL " +
-	"deletes no other UNKNOWN record) and perhaps not yet restored by the sweeper, which restores either as " +
+	"reservation or an UNKNOWN record written before they lost their TTL, the reservation a day past its lease: " +
+	"TTL deletes no other) and perhaps not yet restored by the sweeper, which restores either as " +
 	"UNKNOWN, owning this hold (after the stream's lag, or, while its restore fails, until its mapping gives the " +
 	"REMOVE up an hour after it: MaximumRecordAgeInSeconds, then SweeperDLQ); settle it with " +
 	"`oncectl settle-hold -no-record` only after `oncectl forget` of that record, or once the sweeper has " +
@@ -87,9 +88,8 @@ type holdView struct {
 	// release the hold.
 	Stale bool `json:"stale"`
 	// NoRecord: the key has no record. The hold is stale if the record was
-	// forgotten, or if TTL deleted it (an External reservation, or an
-	// UNKNOWN item written with a TTL attribute, before UNKNOWN records lost
-	// it) and the sweeper has processed the deletion without restoring it;
+	// forgotten, or if TTL deleted it (an External reservation or an
+	// UNKNOWN item written with a TTL attribute, before they lost it) and the sweeper has processed the deletion without restoring it;
 	// until then the sweeper may restore it (Note says so).
 	NoRecord bool   `json:"no_record,omitempty"`
 	Note     string `json:"note,omitempty"`
@@ -120,33 +120,57 @@ func paymentArg(fs *flag.FlagSet) func(args []string) (tnt, id string, err error
 	}
 }
 
+// holdsReads bounds readHolds' attempts at a consistent view.
+const holdsReads = 3
+
+// errHoldsChanging: the payment's holds changed during each of readHolds'
+// attempts.
+var errHoldsChanging = errors.New("its holds changed while they were read; run the command again")
+
 // readHolds reads tenant's payment id and the record of each of its holds'
-// keys, as of now.
+// keys, as of now. A hold and its key's record change in one transaction
+// (a refund completing or released), so it reads the payment again,
+// consistently, after the records, and returns the view only when the
+// payment's refund figures and holds are as the first read found them:
+// otherwise a hold settled meanwhile would be shown beside the settled
+// record, or none. It tries holdsReads times, then gives up with
+// errHoldsChanging.
 func (t *Tool) readHolds(ctx context.Context, tnt, id string, now time.Time) (paymentHolds, error) {
-	p, err := payments.NewTable(t.db, t.cfg.Table("PaymentsTable")).Get(ctx, tnt, id)
-	if errors.Is(err, payments.ErrNotFound) {
-		return paymentHolds{}, fmt.Errorf("no payment %s", payments.PK(tnt, id))
-	}
-	if err != nil {
-		return paymentHolds{}, err
-	}
-	v := paymentHolds{
-		Payment: payments.PK(tnt, id), Tenant: tnt, Status: string(p.Status), Currency: p.Currency, Amount: p.Amount,
-		AmountRefunded: p.AmountRefunded, Refundable: p.Refundable, ProviderChargeID: p.ProviderChargeID, Holds: []holdView{},
-	}
-	hashes := make([]string, 0, len(p.Holds))
-	for h := range p.Holds {
-		hashes = append(hashes, h)
-	}
-	slices.Sort(hashes)
-	for _, h := range hashes {
-		hv, err := t.hold(ctx, idempotency.Key{Tenant: tnt, Hash: h}, p.Holds[h], now)
+	table := payments.NewTable(t.db, t.cfg.Table("PaymentsTable"))
+	p, err := table.Get(ctx, tnt, id)
+	for range holdsReads {
+		if errors.Is(err, payments.ErrNotFound) {
+			return paymentHolds{}, fmt.Errorf("no payment %s", payments.PK(tnt, id))
+		}
 		if err != nil {
 			return paymentHolds{}, err
 		}
-		v.Holds = append(v.Holds, hv)
+		v := paymentHolds{
+			Payment: payments.PK(tnt, id), Tenant: tnt, Status: string(p.Status), Currency: p.Currency, Amount: p.Amount,
+			AmountRefunded: p.AmountRefunded, Refundable: p.Refundable, ProviderChargeID: p.ProviderChargeID, Holds: []holdView{},
+		}
+		hashes := slices.Sorted(maps.Keys(p.Holds))
+		for _, h := range hashes {
+			hv, err := t.hold(ctx, idempotency.Key{Tenant: tnt, Hash: h}, p.Holds[h], now)
+			if err != nil {
+				return paymentHolds{}, err
+			}
+			v.Holds = append(v.Holds, hv)
+		}
+		again, err2 := table.Get(ctx, tnt, id)
+		if err2 == nil && sameHolds(p, again) {
+			return v, nil
+		}
+		p, err = again, err2
 	}
-	return v, nil
+	return paymentHolds{}, fmt.Errorf("payment %s: %w", payments.PK(tnt, id), errHoldsChanging)
+}
+
+// sameHolds reports whether a and b, two reads of one payment, have the
+// same refund figures and holds.
+func sameHolds(a, b payments.Payment) bool {
+	return a.Amount == b.Amount && a.AmountRefunded == b.AmountRefunded && a.Refundable == b.Refundable &&
+		a.Status == b.Status && maps.Equal(a.Holds, b.Holds)
 }
 
 // hold is the view of key's hold of amount at now: it reads the key's
@@ -182,8 +206,8 @@ func (t *Tool) holds(ctx context.Context, args []string) error {
 			"a new request may reclaim (an expired COMPLETED one) is stale: nothing will ever complete or release\n"+
 			"it, and every retry of its key answers 500 until `oncectl settle-hold` settles it. A hold whose key\n"+
 			"has no record is shown \"no_record\": the record was forgotten (`oncectl forget`), or deleted by TTL\n"+
-			"(an External reservation a day past its lease, or an UNKNOWN record written before UNKNOWN records\n"+
-			"lost their TTL) and perhaps not yet restored by the sweeper (as UNKNOWN, owning the hold): settle it, with\n"+
+			"(an External reservation a day past its lease, or an UNKNOWN record, written before they lost their\n"+
+			"TTL) and perhaps not yet restored by the sweeper (as UNKNOWN, owning the hold): settle it, with\n"+
 			"-no-record, only after `oncectl forget` of that record or once the sweeper has handled the\n"+
 			"deletion (more than an hour after it, and SweeperDLQ holding no message for it).\n"+
 			"\n"+staleHoldsHelp)
