@@ -34,10 +34,12 @@ type Store interface {
 	// same errors.
 	Reserve(ctx context.Context, rec Record, effects []Effect, now time.Time) error
 	// Complete replaces the record held under lease (IN_PROGRESS or UNKNOWN
-	// with that LeaseToken) with rec, and writes effects, in one transaction.
-	// When the lease is no longer held it returns a *ConflictError carrying the
-	// current record, or with a nil Existing when the record is gone; when an
-	// effect's condition fails, a *RejectedError.
+	// with that LeaseToken) with rec, which must be COMPLETED, and writes
+	// effects, in one transaction. When the lease is no longer held it
+	// returns a *ConflictError carrying the current record, or with a nil
+	// Existing when the record is gone; when an effect's condition fails, a
+	// *RejectedError. A rec of another status is the caller's mistake: an
+	// error, never a *ConflictError, and nothing written.
 	Complete(ctx context.Context, rec Record, lease string, effects []Effect) error
 	// Release deletes the record held under lease (not COMPLETED) and writes
 	// effects (undoing the reservation's holds) in one transaction,

@@ -104,12 +104,15 @@ func (s *Store) Reserve(ctx context.Context, rec idempotency.Record, effects []i
 	return nil
 }
 
-// Complete replaces the record held under lease with rec and writes effects,
-// atomically. When the lease is not held it returns a
-// *idempotency.ConflictError carrying the current record (nil Existing when
-// there is none); when an effect's item exists, an error. Either way it writes
-// nothing.
+// Complete replaces the record held under lease with rec, which must be
+// COMPLETED, and writes effects, atomically. When the lease is not held it
+// returns a *idempotency.ConflictError carrying the current record (nil
+// Existing when there is none); when an effect's item exists, or rec is of
+// another status, an error. Either way it writes nothing.
 func (s *Store) Complete(ctx context.Context, rec idempotency.Record, lease string, effects []idempotency.Effect) error {
+	if rec.Status != idempotency.StatusCompleted {
+		return fmt.Errorf("memory: complete: the record is %q, not %s", rec.Status, idempotency.StatusCompleted)
+	}
 	rec = normalize(rec)
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -64,6 +64,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("CommitEffects", func(t *testing.T) { testCommitEffects(t, newStore) })
 	t.Run("Complete", func(t *testing.T) { testComplete(t, newStore) })
 	t.Run("CompleteEffects", func(t *testing.T) { testCompleteEffects(t, newStore) })
+	t.Run("CompleteNotCompleted", func(t *testing.T) { testCompleteNotCompleted(t, newStore) })
 	t.Run("Release", func(t *testing.T) { testRelease(t, newStore) })
 	t.Run("ReleaseEffects", func(t *testing.T) { testReleaseEffects(t, newStore) })
 	t.Run("Rejections", func(t *testing.T) { testRejections(t, newStore) })
@@ -432,6 +433,32 @@ func testComplete(t *testing.T, newStore NewStore) {
 				wantRecord(t, s, *current)
 			}
 			wantEffects(t, in)
+		})
+	}
+}
+
+// testCompleteNotCompleted checks that Complete refuses a record that is
+// not COMPLETED: an error, never a conflict, and nothing written (a store
+// keeps a COMPLETED record differently: its TTL, its answer's chunks).
+func testCompleteNotCompleted(t *testing.T, newStore NewStore) {
+	for _, status := range []idempotency.Status{idempotency.StatusInProgress, idempotency.StatusUnknown, "", "PENDING"} {
+		name := string(status)
+		if name == "" {
+			name = "empty"
+		}
+		t.Run(name, func(t *testing.T) {
+			s, in := newStore(t)
+			r := reserved(key(t, "k"), "a", "lease", true, t0)
+			put(t, s, r)
+			c := done(r, t0.Add(-time.Second))
+			c.Status = status
+			err := s.Complete(t.Context(), c, "lease", []idempotency.Effect{effect(t, in, "paid", "x")})
+			var conflict *idempotency.ConflictError
+			if err == nil || errors.As(err, &conflict) || errors.Is(err, idempotency.ErrUnavailable) {
+				t.Errorf("Complete(Status %q) = %v, want an error, neither a *ConflictError nor unavailable", status, err)
+			}
+			wantEffects(t, in)
+			wantRecord(t, s, r)
 		})
 	}
 }
