@@ -257,3 +257,95 @@ func TestUnknownListsLostReservations(t *testing.T) {
 		t.Errorf("table = exit %d %q %q, want the reservations listed IN_PROGRESS, counted, and the 2 lost checks", code, out, errOut)
 	}
 }
+
+// TestReannounceLostRereads: reannounce -lost reads each record again,
+// consistently, before it re-arms it, and skips, as changed meanwhile, one
+// that no longer qualifies though its lease token is the same (its Scan
+// row may be stale, and the write is fenced on the token only): a lease
+// renewed or a phase committed between the listing and the write leaves
+// the record as it is.
+func TestReannounceLostRereads(t *testing.T) {
+	e := newEnv(t)
+	table := e.names.ByLogicalID["IdempotencyTable"]
+	now := time.Now()
+	const day = 24 * time.Hour
+	tests := []struct {
+		name   string
+		status idempotency.Status
+		// expires is the record's expiry from now as listed; legacy: its
+		// item carries the TTL attribute.
+		expires time.Duration
+		legacy  bool
+		// meanwhile, unless zero, is the expiry from now an Advance under
+		// the same lease token gives it between the Scan and the write.
+		meanwhile time.Duration
+		want      bool // re-armed
+	}{
+		{name: "External reservation, check lost", status: idempotency.StatusInProgress, expires: -day, want: true},
+		{name: "External reservation, check lost, lease renewed", status: idempotency.StatusInProgress, expires: -day, meanwhile: 5 * time.Minute},
+		{name: "legacy External reservation, lease run out, renewed", status: idempotency.StatusInProgress, expires: -time.Second, legacy: true, meanwhile: 5 * time.Minute},
+		{name: "UNKNOWN, check lost, resumed", status: idempotency.StatusUnknown, expires: -day, meanwhile: 5 * time.Minute},
+		{name: "legacy UNKNOWN, resumed", status: idempotency.StatusUnknown, expires: time.Hour, legacy: true, meanwhile: 2 * time.Hour},
+		{name: "legacy UNKNOWN", status: idempotency.StatusUnknown, expires: time.Hour, legacy: true, want: true},
+	}
+	recs := make([]idempotency.Record, len(tests))
+	for i, tt := range tests {
+		recs[i] = idempotency.Record{
+			Key: idempotency.NewKey("acme", tt.name), Status: tt.status, Route: "POST /v1/charges", Fingerprint: "f00d",
+			External: true, LeaseToken: idempotency.NewToken(), ExpiresAt: now.Add(tt.expires),
+			CreatedAt: now.Add(-2 * day), UpdatedAt: now.Add(-2 * day),
+		}
+		e.put(t, recs[i])
+		if tt.legacy {
+			legacyItem(t, e, recs[i].Key, recs[i].ExpiresAt.Add(day))
+		}
+	}
+	cfg, err := config.FromEnv(func(k string) string { return e.vars[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := &afterScan{Client: e.db, table: table, fn: func() {
+		for i, tt := range tests {
+			if tt.meanwhile == 0 {
+				continue
+			}
+			p := idempotency.Progress{
+				Point: "charged", Data: map[string]string{"charge": "ch_1"}, Added: map[string]string{"charge": "ch_1"},
+				LeaseToken: recs[i].LeaseToken, ExpiresAt: time.Now().Add(tt.meanwhile), UpdatedAt: time.Now(),
+				Status: tt.status, External: true,
+			}
+			if err := e.store.Advance(t.Context(), recs[i].Key, recs[i].LeaseToken, p, nil); err != nil {
+				t.Errorf("%s: Advance: %v", tt.name, err)
+			}
+		}
+	}}
+	var out, errOut strings.Builder
+	code := operator.New(cfg, db, e.sqs, &out, &errOut).Run(t.Context(), []string{"reannounce", "-lost", "-tenant", "acme"})
+	if code != 1 {
+		t.Errorf("reannounce -lost = exit %d, want 1 (records changed meanwhile)", code)
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := recs[i].Key.ID()
+			if said := strings.Contains(out.String(), id+" re-announced"); said != tt.want {
+				t.Errorf("output says %s re-announced: %v, want %v", recs[i].Key.Short(), said, tt.want)
+			}
+			if changed := strings.Contains(out.String(), id+" changed meanwhile"); changed == tt.want {
+				t.Errorf("output says %s changed meanwhile: %v, want %v", recs[i].Key.Short(), changed, !tt.want)
+			}
+			got, err := e.store.Get(t.Context(), recs[i].Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.want {
+				if got.Status != idempotency.StatusUnknown || got.LeaseToken == recs[i].LeaseToken {
+					t.Errorf("after reannounce -lost: %s under %q, want UNKNOWN under a new lease token", got.Status, got.LeaseToken)
+				}
+				return
+			}
+			if got.Status != tt.status || got.LeaseToken != recs[i].LeaseToken || got.Point != "charged" {
+				t.Errorf("after reannounce -lost: %s under %q at %q, want it as the Advance left it: %s under %q at %q", got.Status, got.LeaseToken, got.Point, tt.status, recs[i].LeaseToken, "charged")
+			}
+		})
+	}
+}

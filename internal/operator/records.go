@@ -360,9 +360,10 @@ func (t *Tool) reannounce(ctx context.Context, args []string) error {
 // reconciler: UNKNOWN records and External reservations past their expiry
 // by more than lostCheckAfter, or still carrying the TTL attribute (the
 // reservations listUnknown reads have run out of lease). At most limit,
-// oldest first; one line each, by record ID. A record that fails (changed
-// since the listing) is reported and the rest still done; the error then
-// counts them.
+// oldest first; one line each, by record ID. Each is read again,
+// consistently, before its write (reread): one that fails (changed since
+// the listing, or no longer abandoned) is reported and the rest still
+// done; the error then counts them.
 func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) error {
 	now := t.now()
 	recs, err := t.listUnknown(ctx, tenant, now)
@@ -374,7 +375,7 @@ func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) err
 		if done+failed == limit {
 			break
 		}
-		if !rec.legacyTTL && !checkLost(rec.Record, now) {
+		if !abandoned(rec, now) {
 			continue
 		}
 		why := "check lost"
@@ -386,7 +387,14 @@ func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) err
 		case rec.legacyTTL:
 			why = "TTL attribute, no check armed"
 		}
-		expires, err := t.rearm(ctx, rec.Record, now)
+		// The listing's Scan is eventually consistent, and rearm's write
+		// is fenced on the lease token only: a lease renewed, or a phase
+		// committed, under the same token since must not be re-armed.
+		fresh, err := t.reread(ctx, rec, now)
+		var expires time.Time
+		if err == nil {
+			expires, err = t.rearm(ctx, fresh, now)
+		}
 		if err != nil {
 			failed++
 			fmt.Fprintln(t.out, err) // it names the record
@@ -400,6 +408,37 @@ func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) err
 		return fmt.Errorf("%d record(s) not re-announced: look at them again with `oncectl show`", failed)
 	}
 	return nil
+}
+
+// abandoned reports whether rec, as listUnknown read it, is one no check
+// will redrive or hand to the reconciler at now: past its expiry by more
+// than lostCheckAfter (checkLost), or an item with the TTL attribute
+// (legacy) that is UNKNOWN or whose lease ran out.
+func abandoned(rec unknownRecord, now time.Time) bool {
+	return checkLost(rec.Record, now) ||
+		rec.legacyTTL && (rec.Status == idempotency.StatusUnknown || rec.Expired(now))
+}
+
+// reread reads rec's record again, strongly consistent, and returns it if
+// it is still as listUnknown read it (status, kind, lease token, expiry,
+// update time: a lease renewed or a phase committed under the same token
+// moves the last two) and still abandoned at now; else an error naming it,
+// changed meanwhile.
+func (t *Tool) reread(ctx context.Context, rec unknownRecord, now time.Time) (idempotency.Record, error) {
+	got, err := t.store.Get(ctx, rec.Key)
+	if errors.Is(err, idempotency.ErrNotFound) {
+		return got, fmt.Errorf("%s changed meanwhile (no record now)", rec.Key.ID())
+	}
+	if err != nil {
+		return got, fmt.Errorf("%s: %w", rec.Key.ID(), err)
+	}
+	same := got.Status == rec.Status && got.External == rec.External && got.LeaseToken == rec.LeaseToken &&
+		got.ExpiresAt.Equal(rec.ExpiresAt) && got.UpdatedAt.Equal(rec.UpdatedAt)
+	if !same || !abandoned(unknownRecord{Record: got, legacyTTL: rec.legacyTTL}, now) {
+		return got, fmt.Errorf("%s changed meanwhile (now %s, expires %s): look at it again with `oncectl show`",
+			rec.Key.ID(), got.Status, got.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return got, nil
 }
 
 // rearm hands rec, as read, to the reconciler again: a fenced MarkUnknown
