@@ -253,6 +253,9 @@ func TestUnknownListsLostReservations(t *testing.T) {
 		})
 	}
 	code, out, errOut = e.run(t, "unknown")
+	if header, _, _ := strings.Cut(out, "\n"); !strings.Contains(header, "AGE") || strings.Contains(header, "UNKNOWN FOR") {
+		t.Errorf("table header = %q, want AGE (the rows are not all UNKNOWN), not UNKNOWN FOR", header)
+	}
 	if code != 0 || !strings.Contains(out, "IN_PROGRESS") || !strings.Contains(errOut, "3 External reservation(s)") || !strings.Contains(errOut, "2 past their expiry") {
 		t.Errorf("table = exit %d %q %q, want the reservations listed IN_PROGRESS, counted, and the 2 lost checks", code, out, errOut)
 	}

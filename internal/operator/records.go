@@ -30,6 +30,13 @@ import (
 // lost (a check in the check dead-letter queue, or the Scheduler's stream
 // record in the sweeper's): `oncectl reannounce` re-arms it. Neither
 // record has a TTL attribute: nothing else ends it.
+//
+// The margin does not cover the sweeper mapping's stream retries: the
+// Scheduler's stream record is retried for up to an hour
+// (MaximumRecordAgeInSeconds 3600) before it goes to the sweeper's
+// dead-letter queue, so a check may still be armed, and come late, for a
+// record listed lost. Re-arming one is harmless: the late check, and the
+// write it leads to, are fenced on the lease token rearm replaces.
 const lostCheckAfter = recovery.MaxDelay + lostCheckMargin
 
 // lostCheckMargin: see lostCheckAfter.
@@ -50,6 +57,9 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 			"reservations (IN_PROGRESS) past their lease by as much are listed too, lost: their check never\n"+
 			"handed them to the reconciler; and those whose lease ran out whose item still has the TTL attribute\n"+
 			"(written before the upgrade that took it away), which reannounce -lost re-arms as well.\n"+
+			"A lost check may still come late (the sweeper's stream retries last up to an hour): re-arming the\n"+
+			"record is harmless, the late check is fenced on the lease token reannounce replaces.\n"+
+			"AGE is from created_at (or updated_at), for UNKNOWN records and reservations alike.\n"+
 			"-json adds created_at, updated_at and check_lost.")
 	tenant := fs.String("tenant", "", "only this tenant's records")
 	limit := fs.Int("limit", 100, "list at most this many")
@@ -79,7 +89,7 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 			reservations++
 		}
 	}
-	err = writeListing(t, rows, *asJSON, "RECORD\tSTATUS\tROUTE\tUNKNOWN FOR\tEXPIRES\tCHECK", func(s recordSummary) string {
+	err = writeListing(t, rows, *asJSON, "RECORD\tSTATUS\tROUTE\tAGE\tEXPIRES\tCHECK", func(s recordSummary) string {
 		check := "armed"
 		if s.CheckLost {
 			check = "lost"
