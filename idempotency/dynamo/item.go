@@ -35,9 +35,8 @@ const (
 	AttrUpdatedAt       = "updated_at"          // N: unix milliseconds, absent when zero
 )
 
-// ReservationTTLMargin is how far past the lease deadline it writes
-// Store.Advance sets the TTL attribute of a reservation that is not
-// External (a Leased multi-step request's lease renewed or taken over,
+// ReservationTTLMargin is how far past its lease deadline Store.Advance
+// sets the TTL attribute of a reservation that is not External (a Leased multi-step request's lease renewed or taken over,
 // which may come long after its reservation, must not sit under a TTL
 // already past, which DynamoDB may act on at any moment while its new
 // owner runs). An External reservation and an UNKNOWN record have no TTL

@@ -157,7 +157,7 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 	}
 	expiresAt, now := millis(p.ExpiresAt), millis(p.UpdatedAt)
 	landed := func(r idempotency.Record) bool {
-		return r.Status == status && r.Point == p.Point && r.LeaseToken == p.LeaseToken && r.UpdatedAt.Equal(now)
+		return r.Status == status && r.External == p.External && r.Point == p.Point && r.LeaseToken == p.LeaseToken && r.UpdatedAt.Equal(now)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

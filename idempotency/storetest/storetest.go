@@ -1067,18 +1067,23 @@ func testAdvance(t *testing.T, newStore NewStore) {
 			told     idempotency.Status
 			lease    string // the caller's lease ("lease" is the record's)
 			from     string // Progress.From (the record has no point)
-			external bool   // the record is External (Progress.External is always true)
+			external bool   // the record is External
+			toldExt  bool   // Progress.External
 			mismatch bool   // ErrStatusMismatch, else a *ConflictError
 		}{
-			{"unknown as in progress", idempotency.StatusUnknown, idempotency.StatusInProgress, "lease", "", true, true},
-			{"unknown as unstated", idempotency.StatusUnknown, "", "lease", "", true, true},
-			{"in progress as unknown", idempotency.StatusInProgress, idempotency.StatusUnknown, "lease", "", true, true},
-			{"unknown as unstated, lease lost", idempotency.StatusUnknown, "", "other", "", true, false},
-			{"in progress as unknown, lease lost", idempotency.StatusInProgress, idempotency.StatusUnknown, "other", "", true, false},
-			{"unknown as unstated, stale point", idempotency.StatusUnknown, "", "lease", "order_created", true, false},
-			{"not external as external", idempotency.StatusInProgress, idempotency.StatusInProgress, "lease", "", false, true},
-			{"not external as external, lease lost", idempotency.StatusInProgress, idempotency.StatusInProgress, "other", "", false, false},
-			{"not external as external, stale point", idempotency.StatusInProgress, idempotency.StatusInProgress, "lease", "order_created", false, false},
+			{"unknown as in progress", idempotency.StatusUnknown, idempotency.StatusInProgress, "lease", "", true, true, true},
+			{"unknown as unstated", idempotency.StatusUnknown, "", "lease", "", true, true, true},
+			{"in progress as unknown", idempotency.StatusInProgress, idempotency.StatusUnknown, "lease", "", true, true, true},
+			{"unknown as unstated, lease lost", idempotency.StatusUnknown, "", "other", "", true, true, false},
+			{"in progress as unknown, lease lost", idempotency.StatusInProgress, idempotency.StatusUnknown, "other", "", true, true, false},
+			{"unknown as unstated, stale point", idempotency.StatusUnknown, "", "lease", "order_created", true, true, false},
+			{"not external as external", idempotency.StatusInProgress, idempotency.StatusInProgress, "lease", "", false, true, true},
+			{"not external as external, lease lost", idempotency.StatusInProgress, idempotency.StatusInProgress, "other", "", false, true, false},
+			{"not external as external, stale point", idempotency.StatusInProgress, idempotency.StatusInProgress, "lease", "order_created", false, true, false},
+			{"external as not external", idempotency.StatusInProgress, idempotency.StatusInProgress, "lease", "", true, false, true},
+			{"external unknown as not external", idempotency.StatusUnknown, idempotency.StatusUnknown, "lease", "", true, false, true},
+			{"external as not external, lease lost", idempotency.StatusInProgress, idempotency.StatusInProgress, "other", "", true, false, false},
+			{"external as not external, stale point", idempotency.StatusInProgress, idempotency.StatusInProgress, "lease", "order_created", true, false, false},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				s, in := newStore(t)
@@ -1086,9 +1091,9 @@ func testAdvance(t *testing.T, newStore NewStore) {
 				r.Status = tt.stored
 				put(t, s, r)
 				q := p
-				q.Status, q.From = tt.told, tt.from
+				q.Status, q.From, q.External = tt.told, tt.from, tt.toldExt
 				err := s.Advance(t.Context(), r.Key, tt.lease, q, []idempotency.Effect{effect(t, in, "paid", "x")})
-				call := fmt.Sprintf("Advance(%s record, External %v, lease %q, Status %q, From %q)", tt.stored, tt.external, tt.lease, tt.told, tt.from)
+				call := fmt.Sprintf("Advance(%s record, External %v, lease %q, Status %q, From %q, Progress.External %v)", tt.stored, tt.external, tt.lease, tt.told, tt.from, tt.toldExt)
 				if tt.mismatch {
 					var conflict *idempotency.ConflictError
 					if !errors.Is(err, idempotency.ErrStatusMismatch) || errors.As(err, &conflict) {
@@ -1101,6 +1106,27 @@ func testAdvance(t *testing.T, newStore NewStore) {
 				wantRecord(t, s, r)
 			})
 		}
+	})
+	t.Run("own write of the other kind", func(t *testing.T) {
+		// A store recognises its own Advance by what it wrote, External
+		// included: the same step, retried as if the record were not
+		// External, did not land, and the lease it names is lost.
+		s, in := newStore(t)
+		r := reserved(key(t, "k"), "a", "lease", true, t0)
+		put(t, s, r)
+		if err := s.Advance(t.Context(), r.Key, "lease", p, nil); err != nil {
+			t.Fatalf("Advance = %v, want nil", err)
+		}
+		want, err := s.Get(t.Context(), r.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := p
+		q.External = false
+		err = s.Advance(t.Context(), r.Key, "lease", q, []idempotency.Effect{effect(t, in, "paid", "x")})
+		wantConflict(t, "Advance(again, Progress.External false)", err, &want)
+		wantEffects(t, in)
+		wantRecord(t, s, want)
 	})
 	t.Run("invalid status", func(t *testing.T) {
 		// A status no recovery point belongs to is the caller's mistake:
