@@ -36,11 +36,12 @@ const (
 )
 
 // ReservationTTLMargin is how far past its lease deadline Store.Advance
-// sets the TTL attribute of a reservation that is not External (a Leased multi-step request's lease renewed or taken over,
-// which may come long after its reservation, must not sit under a TTL
-// already past, which DynamoDB may act on at any moment while its new
-// owner runs). An External reservation and an UNKNOWN record have no TTL
-// attribute at all (see ItemFromRecord).
+// sets the TTL attribute of a reservation that is not External: a Leased
+// multi-step request's lease renewed or taken over, which may come long
+// after its reservation, must not sit under a TTL already past, which
+// DynamoDB may act on at any moment while its new owner runs. An External
+// reservation and an UNKNOWN record have no TTL attribute at all (see
+// ItemFromRecord).
 //
 // It is also the margin an External reservation's TTL attribute had,
 // past its lease, before External reservations lost it: items written
