@@ -25,6 +25,7 @@ import (
 	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/auth"
 	"github.com/oncehq/once/internal/dynamotest"
+	"github.com/oncehq/once/internal/outbox"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/samtemplate"
 	"github.com/oncehq/once/internal/tenant"
@@ -484,10 +485,11 @@ func plain(v types.AttributeValue) any {
 // TestSeededImagesOutliveTheFixtures checks that every item a stream file
 // leaves in a table with TTL (a record's new image, which `sam local
 // invoke` needs seeded first) has no TTL expiry within fifty years, or no
-// TTL attribute at all (an UNKNOWN record, an External reservation): an
-// expiry already in the past would have DynamoDB (Local too) delete the
-// seeded item within seconds, and the invocation would quietly find
-// nothing.
+// TTL attribute at all, which only an item the code writes without one
+// may lack (withoutTTL: an UNKNOWN record, an External reservation, an
+// outbox job not sent yet): an expiry
+// already in the past would have DynamoDB (Local too) delete the seeded
+// item within seconds, and the invocation would quietly find nothing.
 func TestSeededImagesOutliveTheFixtures(t *testing.T) {
 	tables, err := template(t).Tables("once")
 	if err != nil {
@@ -498,21 +500,29 @@ func TestSeededImagesOutliveTheFixtures(t *testing.T) {
 		ttl[tbl.LogicalID] = tbl.TTLAttribute
 	}
 	horizon := time.Now().AddDate(50, 0, 0)
-	checked := 0
+	expiring, kept := 0, 0 // images with the TTL attribute, and without
 	for file, trig := range streamFiles(t) {
 		attr := ttl[trig.table]
 		if attr == "" {
 			continue
 		}
 		for i, rec := range streamEvent(t, file).Records {
-			if rec.Change.NewImage == nil {
+			img := rec.Change.NewImage
+			if img == nil {
 				continue
 			}
-			checked++
-			v, ok := rec.Change.NewImage[attr]
+			v, ok := img[attr]
 			if !ok {
-				continue // TTL never deletes it
+				// TTL never deletes it: it must be a record the store
+				// writes without the attribute.
+				kept++
+				if none, ok := withoutTTL[trig.table]; !ok || !none(img) {
+					t.Errorf("%s record %d: new image in %s has no %s, want it (see withoutTTL for the items written without one)",
+						file, i, trig.table, attr)
+				}
+				continue
 			}
+			expiring++
 			secs, err := strconv.ParseInt(v.Number(), 10, 64)
 			if err != nil || time.Unix(secs, 0).Before(horizon) {
 				t.Errorf("%s record %d: new image's %s = %v, want a date after %v (a TTL deletion would remove the seeded item)",
@@ -520,9 +530,39 @@ func TestSeededImagesOutliveTheFixtures(t *testing.T) {
 			}
 		}
 	}
-	if checked == 0 {
+	if expiring+kept == 0 {
 		t.Error("no stream file seeds an item in a table with TTL: the test checks nothing")
 	}
+	t.Logf("%d seeded image(s) with a TTL expiry checked, %d written without the attribute", expiring, kept)
+}
+
+// withoutTTL reports, for each table with TTL (by logical ID), whether an
+// item is one the code writes without the TTL attribute.
+var withoutTTL = map[string]func(map[string]events.DynamoDBAttributeValue) bool{
+	"IdempotencyTable": recordWithoutTTL,
+	// A job gets its TTL once sent (outbox.Job.ExpiresAt).
+	"OutboxTable": func(img map[string]events.DynamoDBAttributeValue) bool {
+		state, ok := img["state"]
+		return ok && state.DataType() == events.DataTypeString && state.String() != string(outbox.Sent)
+	},
+}
+
+// recordWithoutTTL reports whether img is a record the store writes
+// without the TTL attribute: UNKNOWN, or an External reservation
+// (IN_PROGRESS).
+func recordWithoutTTL(img map[string]events.DynamoDBAttributeValue) bool {
+	status, ok := img[dynamo.AttrStatus]
+	if !ok || status.DataType() != events.DataTypeString {
+		return false
+	}
+	switch idempotency.Status(status.String()) {
+	case idempotency.StatusUnknown:
+		return true
+	case idempotency.StatusInProgress:
+		ext, ok := img[dynamo.AttrExternal]
+		return ok && ext.DataType() == events.DataTypeBoolean && ext.Boolean()
+	}
+	return false
 }
 
 // streamFiles returns the stream event files, with their function's trigger.
