@@ -1,8 +1,10 @@
 // Command sweeper is the sweeper Lambda function: triggered by the idempotency
 // table's stream, it schedules a recovery check for each new IN_PROGRESS
-// reservation (on the check queue, due when its lease runs out), and, as the
-// TTL backstop, sweeps the IN_PROGRESS reservations TTL removed, restoring
-// abandoned External ones as UNKNOWN.
+// reservation (on the check queue, due when its lease runs out), and sweeps
+// the IN_PROGRESS reservations TTL removed, restoring abandoned External ones
+// as UNKNOWN: legacy items only, written before External reservations lost
+// their TTL attribute (one whose check is lost now waits for a retry or
+// `oncectl reannounce -lost`).
 package main
 
 import (

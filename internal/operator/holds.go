@@ -88,9 +88,10 @@ type holdView struct {
 	// release the hold.
 	Stale bool `json:"stale"`
 	// NoRecord: the key has no record. The hold is stale if the record was
-	// forgotten, or if TTL deleted it (an External reservation or an
-	// UNKNOWN item written with a TTL attribute, before they lost it) and the sweeper has processed the deletion without restoring it;
-	// until then the sweeper may restore it (Note says so).
+	// forgotten, or if TTL deleted it (a legacy item: an External
+	// reservation or an UNKNOWN record written with a TTL attribute, before
+	// they lost it) and the sweeper has processed the deletion without
+	// restoring it; until then the sweeper may restore it (Note says so).
 	NoRecord bool   `json:"no_record,omitempty"`
 	Note     string `json:"note,omitempty"`
 }

@@ -14,9 +14,10 @@ import (
 
 // Handler returns the sweeper function's stream handler on the idempotency
 // table: recovery.Scheduler, which sends every new reservation's check to
-// cfg.CheckQueue, due when its lease runs out, and recovery.Sweeper, the
-// backstop, which restores the abandoned External reservations that TTL
-// deleted. One function reads the stream for both: DynamoDB Streams serves
+// cfg.CheckQueue, due when its lease runs out, and recovery.Sweeper, which
+// restores the abandoned External reservations that TTL deleted (legacy
+// items, written before External reservations lost their TTL attribute:
+// nothing timed ends one written since whose check is lost). One function reads the stream for both: DynamoDB Streams serves
 // at most two readers per shard without throttling, and the reconciler is
 // the other.
 func Handler(ctx context.Context, cfg config.Config, c queue.Clients, opts app.Options) (stream.Handler, error) {
