@@ -563,3 +563,42 @@ func TestCfnLintConfig(t *testing.T) {
 		t.Errorf("samconfig.toml [default.validate.parameters] lint = %v, want true", got)
 	}
 }
+
+// TestRecoveryDLQAlarms: the alarms on the recovery chain's dead-letter
+// queues (a check the Checker gave up on, the Scheduler's stream record the
+// sweeper gave up on) tell the operator what ends the records left behind,
+// as nothing timed does (no TTL on an External reservation or an UNKNOWN
+// record): oncectl reannounce -lost, within the queue's retention, in days,
+// after which the message is gone and the alarm clears. Every alarm's
+// description fits CloudFormation's 1024 characters.
+func TestRecoveryDLQAlarms(t *testing.T) {
+	res := template(t).Resources()
+	for id, r := range template(t).ResourcesOfType("AWS::CloudWatch::Alarm") {
+		if d, _ := r.Properties["AlarmDescription"].(string); len(d) > 1024 {
+			t.Errorf("%s AlarmDescription is %d characters, want at most 1024", id, len(d))
+		}
+	}
+	for alarm, queue := range map[string]string{"CheckDLQAlarm": "CheckDLQ", "SweeperDLQAlarm": "SweeperDLQ"} {
+		a, ok := res[alarm]
+		if !ok {
+			t.Errorf("no %s", alarm)
+			continue
+		}
+		q, ok := res[queue]
+		if !ok {
+			t.Errorf("no %s", queue)
+			continue
+		}
+		secs, ok := q.Properties["MessageRetentionPeriod"].(int)
+		if !ok || secs%86400 != 0 {
+			t.Errorf("%s MessageRetentionPeriod = %v, want whole days", queue, q.Properties["MessageRetentionPeriod"])
+			continue
+		}
+		desc, _ := a.Properties["AlarmDescription"].(string)
+		for _, want := range []string{"oncectl reannounce -lost", fmt.Sprintf("within %d days", secs/86400), "alarm clears"} {
+			if !strings.Contains(desc, want) {
+				t.Errorf("%s AlarmDescription = %q, want it to say %q", alarm, desc, want)
+			}
+		}
+	}
+}
