@@ -1,8 +1,9 @@
 // Package recovery holds the handlers that make sure no idempotency key
 // stays stuck and no request runs twice after a crash: the Scheduler and the
 // Checker, which recover an abandoned reservation as soon as its lease runs
-// out; the Sweeper, the backstop, which deals with abandoned reservations
-// that DynamoDB's TTL deleted; and the Reconciler, which finds out what
+// out; the Sweeper, which deals with abandoned reservations that DynamoDB's
+// TTL deleted (an External one only if written before External reservations
+// lost their TTL attribute: a legacy item); and the Reconciler, which finds out what
 // became of requests whose outcome is unknown, dispatching on each record's
 // route to that route's idempotency.Resolver.
 //
@@ -88,9 +89,10 @@
 //
 // # Sweeper
 //
-// The Sweeper is the backstop, for an abandoned reservation that DynamoDB's
-// TTL deleted. It is triggered by the idempotency table's stream, filtered
-// to REMOVE records whose old image is IN_PROGRESS. While a reservation that
+// The Sweeper handles an abandoned reservation that DynamoDB's TTL deleted
+// (no longer a backstop for an External one written since: see below). It
+// is triggered by the idempotency table's stream, filtered to REMOVE
+// records whose old image is IN_PROGRESS. While a reservation that
 // is not External is IN_PROGRESS its TTL attribute is its lease deadline
 // (a day past it once Advance moved it: dynamo.ReservationTTLMargin), so a
 // request that died holding its lease leaves a reservation that DynamoDB
