@@ -217,24 +217,6 @@ func TestUnknownOutlivesTTL(t *testing.T) {
 		t.Fatalf("first request = %d %s, want 504", w.Code, w.Body)
 	}
 
-	// ttlRan waits until DynamoDB Local's TTL has deleted a COMPLETED
-	// record whose TTL has passed, then another second.
-	ttlRan := func(t *testing.T, name string) {
-		t.Helper()
-		k := idempotency.NewKey("acme", t.Name()+"/"+name)
-		if err := store.Commit(t.Context(), completedRecord(k, "", time.Now().Add(-2*time.Second)), nil, time.Now()); err != nil {
-			t.Fatal(err)
-		}
-		start := time.Now()
-		for dynamotest.Exists(t, client, table, k.ID()) {
-			if time.Since(start) > 60*time.Second {
-				t.Fatal("DynamoDB Local's TTL did not delete an expired COMPLETED record in 60s")
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		t.Logf("TTL deleted the expired COMPLETED record in %v", time.Since(start).Round(100*time.Millisecond))
-		time.Sleep(time.Second)
-	}
 	// stays checks that the record is UNKNOWN, without a TTL attribute,
 	// its expiry long past, and that a retry gets 409 without running the
 	// handler.
@@ -260,10 +242,30 @@ func TestUnknownOutlivesTTL(t *testing.T) {
 		return rec
 	}
 
-	ttlRan(t, "control-1")
+	ttlRan(t, store, client, table, "control-1")
 	first := stays(t) // this retry, over a second after it went UNKNOWN, redrives it
-	ttlRan(t, "control-2")
+	ttlRan(t, store, client, table, "control-2")
 	if second := stays(t); second.LeaseToken == first.LeaseToken {
 		t.Errorf("lease token kept %q: no retry redrove the record", first.LeaseToken)
 	}
+}
+
+// ttlRan waits until DynamoDB Local's TTL has deleted a COMPLETED record
+// whose TTL has passed (written to table as name, under t's name), then
+// another second: a TTL pass has gone over the table.
+func ttlRan(t *testing.T, store *dynamo.Store, client *dynamodb.Client, table, name string) {
+	t.Helper()
+	k := idempotency.NewKey("acme", t.Name()+"/"+name)
+	if err := store.Commit(t.Context(), completedRecord(k, "", time.Now().Add(-2*time.Second)), nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for dynamotest.Exists(t, client, table, k.ID()) {
+		if time.Since(start) > 60*time.Second {
+			t.Fatal("DynamoDB Local's TTL did not delete an expired COMPLETED record in 60s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("TTL deleted the expired COMPLETED record in %v", time.Since(start).Round(100*time.Millisecond))
+	time.Sleep(time.Second)
 }

@@ -81,37 +81,21 @@ func TestStaleHoldsSettledMeanwhile(t *testing.T) {
 		{
 			// The reconciler finds no refund: it releases the key, giving
 			// the hold back, and deletes the record.
-			name: "released",
-			hold: heldBy{pay: "p", tenant: "acme", raw: "declined", amount: 700, status: idempotency.StatusUnknown, ago: time.Minute, expires: time.Hour},
-			other: func(t *testing.T, e *env, s stored) {
-				rec, err := e.store.Get(t.Context(), s.key)
-				if err != nil {
-					t.Fatal(err)
-				}
-				tables := refunds.Tables{Payments: e.names.ByLogicalID["PaymentsTable"], Refunds: e.names.ByLogicalID["RefundsTable"]}
-				if err := e.store.Release(t.Context(), s.key, rec.LeaseToken, []idempotency.Effect{tables.Release(s.key, s.p.ID)}); err != nil {
-					t.Fatal(err)
-				}
-			},
+			name:  "released",
+			hold:  heldBy{pay: "p", tenant: "acme", raw: "declined", amount: 700, status: idempotency.StatusUnknown, ago: time.Minute, expires: time.Hour},
+			other: releaseHold,
 		},
 		{
 			// The refund's request completes: the hold moves to
 			// amount_refunded, the record is COMPLETED (201).
-			name: "completed",
-			hold: heldBy{pay: "p", tenant: "acme", raw: "done", amount: 700, status: idempotency.StatusInProgress, ago: time.Second, expires: time.Minute},
-			other: func(t *testing.T, e *env, s stored) {
-				e.updateHold(t, s, "SET amount_refunded = :a REMOVE #h.#k", 700)
-				rec := refundRecord(s.key, idempotency.StatusCompleted, 0, 24*time.Hour)
-				rec.Response.Status, rec.Response.Body = 201, []byte(`{"id":"re_x"}`)
-				e.put(t, rec)
-			},
+			name:  "completed",
+			hold:  heldBy{pay: "p", tenant: "acme", raw: "done", amount: 700, status: idempotency.StatusInProgress, ago: time.Second, expires: time.Minute},
+			other: completeHold,
 		},
 		{
-			name: "amount changed",
-			hold: heldBy{pay: "p", tenant: "acme", raw: "changed", amount: 700, status: idempotency.StatusUnknown, ago: 2 * time.Hour, expires: time.Hour},
-			other: func(t *testing.T, e *env, s stored) {
-				e.updateHold(t, s, "SET #h.#k = :a", 500)
-			},
+			name:  "amount changed",
+			hold:  heldBy{pay: "p", tenant: "acme", raw: "changed", amount: 700, status: idempotency.StatusUnknown, ago: 2 * time.Hour, expires: time.Hour},
+			other: changeHold,
 		},
 	}
 	for _, tt := range tests {
@@ -170,36 +154,20 @@ func TestHoldsSettledMeanwhile(t *testing.T) {
 		wantRefunded int64
 	}{
 		{
-			name: "released",
-			hold: heldBy{pay: "p", tenant: "acme", raw: "declined", amount: 700, status: idempotency.StatusUnknown, ago: time.Minute, expires: time.Hour},
-			other: func(t *testing.T, e *env, s stored) {
-				rec, err := e.store.Get(t.Context(), s.key)
-				if err != nil {
-					t.Fatal(err)
-				}
-				tables := refunds.Tables{Payments: e.names.ByLogicalID["PaymentsTable"], Refunds: e.names.ByLogicalID["RefundsTable"]}
-				if err := e.store.Release(t.Context(), s.key, rec.LeaseToken, []idempotency.Effect{tables.Release(s.key, s.p.ID)}); err != nil {
-					t.Fatal(err)
-				}
-			},
+			name:  "released",
+			hold:  heldBy{pay: "p", tenant: "acme", raw: "declined", amount: 700, status: idempotency.StatusUnknown, ago: time.Minute, expires: time.Hour},
+			other: releaseHold,
 		},
 		{
-			name: "completed",
-			hold: heldBy{pay: "p", tenant: "acme", raw: "done", amount: 700, status: idempotency.StatusInProgress, ago: time.Second, expires: time.Minute},
-			other: func(t *testing.T, e *env, s stored) {
-				e.updateHold(t, s, "SET amount_refunded = :a REMOVE #h.#k", 700)
-				rec := refundRecord(s.key, idempotency.StatusCompleted, 0, 24*time.Hour)
-				rec.Response.Status, rec.Response.Body = 201, []byte(`{"id":"re_x"}`)
-				e.put(t, rec)
-			},
+			name:         "completed",
+			hold:         heldBy{pay: "p", tenant: "acme", raw: "done", amount: 700, status: idempotency.StatusInProgress, ago: time.Second, expires: time.Minute},
+			other:        completeHold,
 			wantRefunded: 700,
 		},
 		{
-			name: "amount changed",
-			hold: heldBy{pay: "p", tenant: "acme", raw: "changed", amount: 700, status: idempotency.StatusUnknown, ago: 2 * time.Hour, expires: time.Hour},
-			other: func(t *testing.T, e *env, s stored) {
-				e.updateHold(t, s, "SET #h.#k = :a", 500)
-			},
+			name:       "amount changed",
+			hold:       heldBy{pay: "p", tenant: "acme", raw: "changed", amount: 700, status: idempotency.StatusUnknown, ago: 2 * time.Hour, expires: time.Hour},
+			other:      changeHold,
 			wantAmount: 500,
 			wantStatus: idempotency.StatusUnknown,
 		},
@@ -242,4 +210,31 @@ func TestHoldsSettledMeanwhile(t *testing.T) {
 			t.Errorf("holds read the records %d times, want 3 (bounded)", reads)
 		}
 	})
+}
+
+// releaseHold is the reconciler finding no refund for s's key meanwhile:
+// it releases the key, giving the hold back, and deletes the record.
+func releaseHold(t *testing.T, e *env, s stored) {
+	rec, err := e.store.Get(t.Context(), s.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := refunds.Tables{Payments: e.names.ByLogicalID["PaymentsTable"], Refunds: e.names.ByLogicalID["RefundsTable"]}
+	if err := e.store.Release(t.Context(), s.key, rec.LeaseToken, []idempotency.Effect{tables.Release(s.key, s.p.ID)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// completeHold is s's refund request completing meanwhile: its hold of
+// 700 moves to amount_refunded, its record is COMPLETED (201).
+func completeHold(t *testing.T, e *env, s stored) {
+	e.updateHold(t, s, "SET amount_refunded = :a REMOVE #h.#k", 700)
+	rec := refundRecord(s.key, idempotency.StatusCompleted, 0, 24*time.Hour)
+	rec.Response.Status, rec.Response.Body = 201, []byte(`{"id":"re_x"}`)
+	e.put(t, rec)
+}
+
+// changeHold is s's hold changing to 500 meanwhile.
+func changeHold(t *testing.T, e *env, s stored) {
+	e.updateHold(t, s, "SET #h.#k = :a", 500)
 }
