@@ -75,9 +75,12 @@
 //   - holds prints a payment's refund figures and holds as JSON: each
 //     hold's key hash, record ID (tenant#key-hash), the refund ID its key
 //     names and its amount, with the status and expiry of its key's record.
-//     It reads the payment again after the records and shows them only if
-//     its holds and figures did not change meanwhile (a hold settles with
-//     its record, in one transaction), trying 3 times, then failing.
+//     It reads the payment and its holds' records as one snapshot (a
+//     TransactGetItems: a hold changes with its key's record, in one
+//     transaction), again with the key of a hold reserved meanwhile, 3
+//     times at most, then fails; a payment with more than 99 holds is read
+//     record by record, then read again, and shown only if it did not
+//     change.
 //     A hold whose key's record is one a new request may reclaim
 //     (idempotency.Record.Reclaimable) is stale: nothing will complete or
 //     release it, and every retry of its key answers 500. It gets so when

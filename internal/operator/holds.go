@@ -124,45 +124,154 @@ func paymentArg(fs *flag.FlagSet) func(args []string) (tnt, id string, err error
 // holdsReads bounds readHolds' attempts at a consistent view.
 const holdsReads = 3
 
+// maxSnapshotHolds is how many holds readHolds reads in one
+// TransactGetItems with their payment (DynamoDB's limit is 100 items).
+const maxSnapshotHolds = 99
+
 // errHoldsChanging: the payment's holds changed during each of readHolds'
 // attempts.
 var errHoldsChanging = errors.New("its holds changed while they were read; run the command again")
 
 // readHolds reads tenant's payment id and the record of each of its holds'
-// keys, as of now. A hold and its key's record change in one transaction
-// (a refund completing or released), so it reads the payment again,
-// consistently, after the records, and returns the view only when the
-// payment's refund figures and holds are as the first read found them:
-// otherwise a hold settled meanwhile would be shown beside the settled
-// record, or none. It tries holdsReads times, then gives up with
-// errHoldsChanging.
+// keys, as of now, as one snapshot. A hold and its key's record change in
+// one transaction (a refund reserved, completing or released), so reads
+// one after the other could show a hold beside a record that never went
+// with it (a release and a new reservation of the same key between the
+// reads restore the payment exactly). It reads the payment, then the
+// payment and its holds' records in one TransactGetItems, which no write
+// transaction interleaves with; when the snapshot's payment holds a key
+// the first read did not (a refund reserved meanwhile), it reads again
+// with that key, holdsReads times at most, then gives up with
+// errHoldsChanging. A payment with more than maxSnapshotHolds holds is read
+// as readHoldsApart does.
 func (t *Tool) readHolds(ctx context.Context, tnt, id string, now time.Time) (paymentHolds, error) {
-	table := payments.NewTable(t.db, t.cfg.Table("PaymentsTable"))
-	p, err := table.Get(ctx, tnt, id)
+	p, err := payments.NewTable(t.db, t.cfg.Table("PaymentsTable")).Get(ctx, tnt, id)
+	if errors.Is(err, payments.ErrNotFound) {
+		return paymentHolds{}, fmt.Errorf("no payment %s", payments.PK(tnt, id))
+	}
+	if err != nil {
+		return paymentHolds{}, err
+	}
 	for range holdsReads {
-		if errors.Is(err, payments.ErrNotFound) {
-			return paymentHolds{}, fmt.Errorf("no payment %s", payments.PK(tnt, id))
+		if len(p.Holds) > maxSnapshotHolds {
+			return t.readHoldsApart(ctx, tnt, id, p, now)
 		}
+		snap, records, err := t.snapshot(ctx, tnt, id, slices.Sorted(maps.Keys(p.Holds)))
 		if err != nil {
 			return paymentHolds{}, err
 		}
+		v, complete := holdsView(snap, records, now)
+		if complete {
+			return v, nil
+		}
+		p = snap
+	}
+	return paymentHolds{}, fmt.Errorf("payment %s: %w", payments.PK(tnt, id), errHoldsChanging)
+}
+
+// snapshot reads tenant's payment id and the records of the keys of
+// hashes in one TransactGetItems: the payment as it is, and each key's
+// item (nil when there is none) by hash. A read cancelled by a write in
+// flight on one of the items is an error wrapping errHoldsChanging only
+// when every attempt (holdsReads) is.
+func (t *Tool) snapshot(ctx context.Context, tnt, id string, hashes []string) (payments.Payment, map[string]map[string]types.AttributeValue, error) {
+	items := []types.TransactGetItem{{Get: &types.Get{
+		TableName: aws.String(t.cfg.Table("PaymentsTable")),
+		Key:       map[string]types.AttributeValue{payments.KeyAttr: &types.AttributeValueMemberS{Value: payments.PK(tnt, id)}},
+	}}}
+	for _, h := range hashes {
+		items = append(items, types.TransactGetItem{Get: &types.Get{
+			TableName: aws.String(t.cfg.Table("IdempotencyTable")),
+			Key:       map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: idempotency.Key{Tenant: tnt, Hash: h}.ID()}},
+		}})
+	}
+	var out *dynamodb.TransactGetItemsOutput
+	var err error
+	for range holdsReads {
+		out, err = t.db.TransactGetItems(ctx, &dynamodb.TransactGetItemsInput{TransactItems: items})
+		var canceled *types.TransactionCanceledException
+		if !errors.As(err, &canceled) {
+			break
+		}
+	}
+	var canceled *types.TransactionCanceledException
+	switch {
+	case errors.As(err, &canceled):
+		return payments.Payment{}, nil, fmt.Errorf("payment %s: %w (%v)", payments.PK(tnt, id), errHoldsChanging, err)
+	case err != nil:
+		return payments.Payment{}, nil, fmt.Errorf("payment %s: %w", payments.PK(tnt, id), err)
+	case len(out.Responses) != len(items):
+		return payments.Payment{}, nil, fmt.Errorf("payment %s: TransactGetItems answered %d items of %d", payments.PK(tnt, id), len(out.Responses), len(items))
+	case out.Responses[0].Item == nil:
+		return payments.Payment{}, nil, fmt.Errorf("no payment %s", payments.PK(tnt, id))
+	}
+	var p payments.Payment
+	if err := attributevalue.UnmarshalMap(out.Responses[0].Item, &p); err != nil {
+		return payments.Payment{}, nil, fmt.Errorf("payment %s: %w", payments.PK(tnt, id), err)
+	}
+	records := make(map[string]map[string]types.AttributeValue, len(hashes))
+	for i, h := range hashes {
+		records[h] = out.Responses[i+1].Item
+	}
+	return p, records, nil
+}
+
+// holdsView is holds' view of payment p and its holds, whose keys' items
+// are records by hash (a nil item: no record), at now; complete is false
+// when p holds a key whose item was not read.
+func holdsView(p payments.Payment, records map[string]map[string]types.AttributeValue, now time.Time) (paymentHolds, bool) {
+	v := paymentHolds{
+		Payment: p.PK, Tenant: p.Tenant, Status: string(p.Status), Currency: p.Currency, Amount: p.Amount,
+		AmountRefunded: p.AmountRefunded, Refundable: p.Refundable, ProviderChargeID: p.ProviderChargeID, Holds: []holdView{},
+	}
+	for _, h := range slices.Sorted(maps.Keys(p.Holds)) {
+		item, read := records[h]
+		if !read {
+			return paymentHolds{}, false
+		}
+		key := idempotency.Key{Tenant: p.Tenant, Hash: h}
+		hv := holdView{KeyHash: h, Record: key.ID(), Refund: refunds.ID(key), Amount: p.Holds[h]}
+		if item == nil {
+			hv.NoRecord, hv.Note = true, noRecordNote
+		} else if rec, err := dynamo.RecordFromItem(item); err != nil {
+			hv.Note = "its key's record cannot be read: " + err.Error()
+		} else {
+			expires := rec.ExpiresAt.UTC()
+			hv.RecordStatus, hv.RecordExpiresAt, hv.Stale = string(rec.Status), &expires, rec.Reclaimable(now)
+		}
+		v.Holds = append(v.Holds, hv)
+	}
+	return v, true
+}
+
+// readHoldsApart is readHolds for a payment with more holds than one
+// TransactGetItems reads: it reads the record of each hold's key, then the
+// payment again, and returns the view only when the payment's refund
+// figures and holds are as the read before found them, holdsReads times
+// at most (a release and a new reservation of one key between the reads
+// would go unseen).
+func (t *Tool) readHoldsApart(ctx context.Context, tnt, id string, p payments.Payment, now time.Time) (paymentHolds, error) {
+	table := payments.NewTable(t.db, t.cfg.Table("PaymentsTable"))
+	for range holdsReads {
 		v := paymentHolds{
 			Payment: payments.PK(tnt, id), Tenant: tnt, Status: string(p.Status), Currency: p.Currency, Amount: p.Amount,
 			AmountRefunded: p.AmountRefunded, Refundable: p.Refundable, ProviderChargeID: p.ProviderChargeID, Holds: []holdView{},
 		}
-		hashes := slices.Sorted(maps.Keys(p.Holds))
-		for _, h := range hashes {
+		for _, h := range slices.Sorted(maps.Keys(p.Holds)) {
 			hv, err := t.hold(ctx, idempotency.Key{Tenant: tnt, Hash: h}, p.Holds[h], now)
 			if err != nil {
 				return paymentHolds{}, err
 			}
 			v.Holds = append(v.Holds, hv)
 		}
-		again, err2 := table.Get(ctx, tnt, id)
-		if err2 == nil && sameHolds(p, again) {
+		again, err := table.Get(ctx, tnt, id)
+		if err != nil {
+			return paymentHolds{}, err
+		}
+		if sameHolds(p, again) {
 			return v, nil
 		}
-		p, err = again, err2
+		p = again
 	}
 	return paymentHolds{}, fmt.Errorf("payment %s: %w", payments.PK(tnt, id), errHoldsChanging)
 }

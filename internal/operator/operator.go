@@ -23,6 +23,7 @@ import (
 type DynamoDB interface {
 	dynamo.Client
 	Scan(ctx context.Context, in *dynamodb.ScanInput, opts ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+	TransactGetItems(ctx context.Context, in *dynamodb.TransactGetItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactGetItemsOutput, error)
 }
 
 // SQS is the part of the SQS client the tool uses; *sqs.Client implements

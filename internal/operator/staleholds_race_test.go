@@ -3,6 +3,7 @@ package operator_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,26 +22,42 @@ import (
 )
 
 // meanwhile is a DynamoDB client that runs fn just before its first GetItem
-// of the idempotency table (before every one with always): what another
-// writer does between a command's read of a payment and its reads of its
-// holds' records, and its read of the payment again.
+// of the idempotency table or TransactGetItems (before every one with
+// always): what another writer does between a command's read of a payment
+// and its reads of its holds' records.
 type meanwhile struct {
 	*dynamodb.Client
 	table  string
 	once   sync.Once
 	always bool
 	fn     func()
+	// elsewhere, when set, runs before every GetItem of another table
+	// (the payments table's).
+	elsewhere func()
 }
 
 func (m *meanwhile) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	if aws.ToString(in.TableName) == m.table {
-		if m.always {
-			m.fn()
-		} else {
-			m.once.Do(m.fn)
-		}
+	switch {
+	case aws.ToString(in.TableName) == m.table:
+		m.run()
+	case m.elsewhere != nil:
+		m.elsewhere()
 	}
 	return m.Client.GetItem(ctx, in, opts...)
+}
+
+// TransactGetItems runs fn first too: a TransactGetItems reads records.
+func (m *meanwhile) TransactGetItems(ctx context.Context, in *dynamodb.TransactGetItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactGetItemsOutput, error) {
+	m.run()
+	return m.Client.TransactGetItems(ctx, in, opts...)
+}
+
+func (m *meanwhile) run() {
+	if m.always {
+		m.fn()
+	} else {
+		m.once.Do(m.fn)
+	}
 }
 
 // staleHoldsMeanwhile runs oncectl holds -stale -json -all with fn run
@@ -127,21 +144,37 @@ func (e *env) updateHold(t *testing.T, s stored, update string, a int64) {
 	}
 }
 
-// TestHoldsSettledMeanwhile: oncectl holds PAYMENT shows the payment as it
-// is after a hold settled between its read of the payment and its read of
-// the hold's record (released, completed, or its amount changed), never the
-// hold beside the settled record: it reads the payment again after the
-// records. A payment whose holds change at every attempt is an error, not
-// a view.
+// TestHoldsSettledMeanwhile: oncectl holds PAYMENT shows the payment and
+// its holds' records as one snapshot, whatever another writer does after
+// its first read of the payment: a hold released, completed, changed, or
+// released and reserved again under the same key (which restores the
+// payment exactly, so that reading the payment twice around the records
+// cannot tell); a refund reserved meanwhile is read again with its key;
+// one reserved at every attempt is an error after 3, not a view; and a
+// payment with more holds than one snapshot reads is shown too.
 func TestHoldsSettledMeanwhile(t *testing.T) {
+	type shown struct {
+		KeyHash      string `json:"key_hash"`
+		Amount       int64  `json:"amount"`
+		RecordStatus string `json:"record_status"`
+		NoRecord     bool   `json:"no_record"`
+	}
 	type view struct {
-		AmountRefunded int64 `json:"amount_refunded"`
-		Refundable     int64 `json:"refundable"`
-		Holds          []struct {
-			KeyHash      string `json:"key_hash"`
-			Amount       int64  `json:"amount"`
-			RecordStatus string `json:"record_status"`
-		} `json:"holds"`
+		AmountRefunded int64   `json:"amount_refunded"`
+		Refundable     int64   `json:"refundable"`
+		Holds          []shown `json:"holds"`
+	}
+	holds := func(t *testing.T, e *env, m *meanwhile, pk string) view {
+		t.Helper()
+		code, out, errOut := e.runMeanwhile(t, m, "holds", pk)
+		if code != 0 {
+			t.Fatalf("holds = exit %d: %s", code, errOut)
+		}
+		var got view
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("holds printed %q: %v", out, err)
+		}
+		return got
 	}
 	tests := []struct {
 		name  string
@@ -176,18 +209,11 @@ func TestHoldsSettledMeanwhile(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t)
 			s := e.makeHolds(t, []heldBy{tt.hold})[tt.hold.raw]
-			code, out, errOut := e.runMeanwhile(t, &meanwhile{fn: func() { tt.other(t, e, s) }}, "holds", s.p.PK)
-			if code != 0 {
-				t.Fatalf("holds = exit %d: %s", code, errOut)
-			}
-			var got view
-			if err := json.Unmarshal([]byte(out), &got); err != nil {
-				t.Fatalf("holds printed %q: %v", out, err)
-			}
+			got := holds(t, e, &meanwhile{fn: func() { tt.other(t, e, s) }}, s.p.PK)
 			switch {
 			case tt.wantAmount == 0 && len(got.Holds) != 0:
 				t.Errorf("holds shows %+v, want no hold: it was settled between the payment's read and the record's", got.Holds)
-			case tt.wantAmount != 0 && (len(got.Holds) != 1 || got.Holds[0].Amount != tt.wantAmount || got.Holds[0].RecordStatus != string(tt.wantStatus)):
+			case tt.wantAmount != 0 && (len(got.Holds) != 1 || got.Holds[0].Amount != tt.wantAmount || got.Holds[0].RecordStatus != string(tt.wantStatus) || got.Holds[0].NoRecord):
 				t.Errorf("holds shows %+v, want one hold of %d, its record %s", got.Holds, tt.wantAmount, tt.wantStatus)
 			}
 			if got.AmountRefunded != tt.wantRefunded {
@@ -196,18 +222,83 @@ func TestHoldsSettledMeanwhile(t *testing.T) {
 		})
 	}
 
-	t.Run("changing at every attempt", func(t *testing.T) {
+	t.Run("released and reserved again", func(t *testing.T) {
+		// The key is released just before its record is read, and
+		// reserved again, holding the same amount, just before the
+		// payment is read again: the payment ends as it began, and only
+		// the record tells. A hold shown beside no record would never
+		// have existed.
+		e := newEnv(t)
+		h := heldBy{pay: "p", tenant: "acme", raw: "again", amount: 700, status: idempotency.StatusUnknown, ago: time.Minute, expires: time.Hour}
+		s := e.makeHolds(t, []heldBy{h})[h.raw]
+		released, again := false, false
+		m := &meanwhile{
+			fn: func() { releaseHold(t, e, s); released = true },
+			elsewhere: func() {
+				if released && !again {
+					again = true
+					e.updateHold(t, s, "SET #h.#k = :a, refundable = refundable - :a", 700)
+					e.put(t, refundRecord(s.key, idempotency.StatusInProgress, 0, time.Minute))
+				}
+			},
+		}
+		got := holds(t, e, m, s.p.PK)
+		for _, h := range got.Holds {
+			if h.NoRecord || h.RecordStatus != string(idempotency.StatusInProgress) {
+				t.Errorf("holds shows %+v: a hold beside a record it never went with (want none, or the new reservation's)", h)
+			}
+		}
+	})
+
+	// reserve gives s's payment a new hold of 100, with its record, named
+	// name.
+	reserve := func(t *testing.T, e *env, s stored, name string) {
+		k := idempotency.NewKey(s.tenant, rawKey(name))
+		e.updateHold(t, stored{heldBy: s.heldBy, p: s.p, key: k}, "SET #h.#k = :a, refundable = refundable - :a", 100)
+		e.put(t, refundRecord(k, idempotency.StatusInProgress, 0, time.Minute))
+	}
+
+	t.Run("reserved meanwhile", func(t *testing.T) {
+		e := newEnv(t)
+		h := heldBy{pay: "p", tenant: "acme", raw: "first", amount: 700, status: idempotency.StatusUnknown, ago: time.Minute, expires: time.Hour}
+		s := e.makeHolds(t, []heldBy{h})[h.raw]
+		got := holds(t, e, &meanwhile{fn: func() { reserve(t, e, s, "second") }}, s.p.PK)
+		if len(got.Holds) != 2 || got.Holds[0].RecordStatus == "" || got.Holds[1].RecordStatus == "" {
+			t.Errorf("holds shows %+v, want both holds, each with its record", got.Holds)
+		}
+	})
+
+	t.Run("reserved at every attempt", func(t *testing.T) {
 		e := newEnv(t)
 		h := heldBy{pay: "p", tenant: "acme", raw: "busy", amount: 700, status: idempotency.StatusUnknown, ago: time.Minute, expires: time.Hour}
 		s := e.makeHolds(t, []heldBy{h})[h.raw]
-		amount := int64(700)
-		m := &meanwhile{always: true, fn: func() { amount--; e.updateHold(t, s, "SET #h.#k = :a", amount) }}
+		n := 0
+		m := &meanwhile{always: true, fn: func() { n++; reserve(t, e, s, fmt.Sprintf("new-%d", n)) }}
 		code, out, errOut := e.runMeanwhile(t, m, "holds", s.p.PK)
 		if code == 0 || out != "" || !strings.Contains(errOut, "changed while they were read") {
 			t.Errorf("holds = exit %d, stdout %q, stderr %q; want a failure saying the holds kept changing, no view", code, out, errOut)
 		}
-		if reads := 700 - amount; reads != 3 {
-			t.Errorf("holds read the records %d times, want 3 (bounded)", reads)
+		if n != 3 {
+			t.Errorf("holds read the records %d times, want 3 (bounded)", n)
+		}
+	})
+
+	t.Run("more holds than a snapshot", func(t *testing.T) {
+		e := newEnv(t)
+		var many []heldBy
+		for i := range 100 {
+			many = append(many, heldBy{pay: "p", tenant: "acme", raw: fmt.Sprintf("h%03d", i), amount: 10, status: idempotency.StatusUnknown, ago: time.Minute, expires: time.Hour})
+		}
+		made := e.makeHolds(t, many)
+		s := made["h000"]
+		got := holds(t, e, &meanwhile{fn: func() { releaseHold(t, e, s) }}, s.p.PK)
+		if len(got.Holds) != 99 {
+			t.Errorf("holds shows %d holds, want 99: the 100 made, less the one released between the reads", len(got.Holds))
+		}
+		for _, h := range got.Holds {
+			if h.KeyHash == s.key.Hash || h.RecordStatus != string(idempotency.StatusUnknown) {
+				t.Errorf("holds shows %+v, want only the 99 holds left, each with its UNKNOWN record", h)
+			}
 		}
 	})
 }
