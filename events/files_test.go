@@ -522,6 +522,10 @@ func TestSeededImagesOutliveTheFixtures(t *testing.T) {
 				}
 				continue
 			}
+			if none, ok := withoutTTL[trig.table]; ok && none(img) {
+				t.Errorf("%s record %d: new image in %s has %s, want none: the store writes this kind of item without it",
+					file, i, trig.table, attr)
+			}
 			expiring++
 			secs, err := strconv.ParseInt(v.Number(), 10, 64)
 			if err != nil || time.Unix(secs, 0).Before(horizon) {

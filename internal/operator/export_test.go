@@ -16,3 +16,7 @@ func SetHoldFor(t interface{ Cleanup(func()) }, seconds int32) {
 
 // NoRecordNote is what holds says of a hold whose key has no record.
 const NoRecordNote = noRecordNote
+
+// Conflicted reports whether err is a transaction cancelled only by
+// writes in flight on its items.
+var Conflicted = conflicted

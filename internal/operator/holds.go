@@ -171,9 +171,12 @@ func (t *Tool) readHolds(ctx context.Context, tnt, id string, now time.Time) (pa
 
 // snapshot reads tenant's payment id and the records of the keys of
 // hashes in one TransactGetItems: the payment as it is, and each key's
-// item (nil when there is none) by hash. A read cancelled by a write in
-// flight on one of the items is an error wrapping errHoldsChanging only
-// when every attempt (holdsReads) is.
+// item (nil when there is none) by hash, projected to what holdsView shows
+// (so that the read stays far below the transaction's 4 MB whatever the
+// records' answers). A read cancelled only by writes in flight on its
+// items (TransactionConflict) is tried again after a short pause,
+// holdsReads times at most, then is errHoldsChanging; one cancelled for
+// another reason (throttled) is that error.
 func (t *Tool) snapshot(ctx context.Context, tnt, id string, hashes []string) (payments.Payment, map[string]map[string]types.AttributeValue, error) {
 	items := []types.TransactGetItem{{Get: &types.Get{
 		TableName: aws.String(t.cfg.Table("PaymentsTable")),
@@ -181,22 +184,29 @@ func (t *Tool) snapshot(ctx context.Context, tnt, id string, hashes []string) (p
 	}}}
 	for _, h := range hashes {
 		items = append(items, types.TransactGetItem{Get: &types.Get{
-			TableName: aws.String(t.cfg.Table("IdempotencyTable")),
-			Key:       map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: idempotency.Key{Tenant: tnt, Hash: h}.ID()}},
+			TableName:                aws.String(t.cfg.Table("IdempotencyTable")),
+			Key:                      map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: idempotency.Key{Tenant: tnt, Hash: h}.ID()}},
+			ProjectionExpression:     aws.String("#pk, #tenant, #status, #external, #expires_ms"),
+			ExpressionAttributeNames: holdRecordNames,
 		}})
 	}
 	var out *dynamodb.TransactGetItemsOutput
 	var err error
-	for range holdsReads {
+	for attempt := range holdsReads {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return payments.Payment{}, nil, ctx.Err()
+			case <-time.After(time.Duration(50<<attempt) * time.Millisecond):
+			}
+		}
 		out, err = t.db.TransactGetItems(ctx, &dynamodb.TransactGetItemsInput{TransactItems: items})
-		var canceled *types.TransactionCanceledException
-		if !errors.As(err, &canceled) {
+		if !conflicted(err) {
 			break
 		}
 	}
-	var canceled *types.TransactionCanceledException
 	switch {
-	case errors.As(err, &canceled):
+	case conflicted(err):
 		return payments.Payment{}, nil, fmt.Errorf("payment %s: %w (%v)", payments.PK(tnt, id), errHoldsChanging, err)
 	case err != nil:
 		return payments.Payment{}, nil, fmt.Errorf("payment %s: %w", payments.PK(tnt, id), err)
@@ -214,6 +224,34 @@ func (t *Tool) snapshot(ctx context.Context, tnt, id string, hashes []string) (p
 		records[h] = out.Responses[i+1].Item
 	}
 	return p, records, nil
+}
+
+// holdRecordNames are the names of what snapshot reads of a record: what
+// dynamo.RecordFromItem needs, and holdsView shows.
+var holdRecordNames = map[string]string{
+	"#pk": dynamo.AttrPK, "#tenant": dynamo.AttrTenant, "#status": dynamo.AttrStatus,
+	"#external": dynamo.AttrExternal, "#expires_ms": dynamo.AttrExpiresAtMS,
+}
+
+// conflicted reports whether err is a transaction cancelled only because
+// of writes in flight on its items: every reason TransactionConflict, or
+// None for the items not involved.
+func conflicted(err error) bool {
+	var canceled *types.TransactionCanceledException
+	if !errors.As(err, &canceled) || len(canceled.CancellationReasons) == 0 {
+		return false
+	}
+	conflict := false
+	for _, r := range canceled.CancellationReasons {
+		switch aws.ToString(r.Code) {
+		case "TransactionConflict":
+			conflict = true
+		case "None", "":
+		default:
+			return false
+		}
+	}
+	return conflict
 }
 
 // holdsView is holds' view of payment p and its holds, whose keys' items
