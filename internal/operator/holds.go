@@ -254,14 +254,19 @@ func conflicted(err error) bool {
 	return conflict
 }
 
+// figures is holds' view of payment p's refund figures, with no holds yet.
+func figures(p payments.Payment) paymentHolds {
+	return paymentHolds{
+		Payment: payments.PK(p.Tenant, p.ID), Tenant: p.Tenant, Status: string(p.Status), Currency: p.Currency, Amount: p.Amount,
+		AmountRefunded: p.AmountRefunded, Refundable: p.Refundable, ProviderChargeID: p.ProviderChargeID, Holds: []holdView{},
+	}
+}
+
 // holdsView is holds' view of payment p and its holds, whose keys' items
 // are records by hash (a nil item: no record), at now; complete is false
 // when p holds a key whose item was not read.
 func holdsView(p payments.Payment, records map[string]map[string]types.AttributeValue, now time.Time) (paymentHolds, bool) {
-	v := paymentHolds{
-		Payment: p.PK, Tenant: p.Tenant, Status: string(p.Status), Currency: p.Currency, Amount: p.Amount,
-		AmountRefunded: p.AmountRefunded, Refundable: p.Refundable, ProviderChargeID: p.ProviderChargeID, Holds: []holdView{},
-	}
+	v := figures(p)
 	for _, h := range slices.Sorted(maps.Keys(p.Holds)) {
 		item, read := records[h]
 		if !read {
@@ -291,10 +296,7 @@ func holdsView(p payments.Payment, records map[string]map[string]types.Attribute
 func (t *Tool) readHoldsApart(ctx context.Context, tnt, id string, p payments.Payment, now time.Time) (paymentHolds, error) {
 	table := payments.NewTable(t.db, t.cfg.Table("PaymentsTable"))
 	for range holdsReads {
-		v := paymentHolds{
-			Payment: payments.PK(tnt, id), Tenant: tnt, Status: string(p.Status), Currency: p.Currency, Amount: p.Amount,
-			AmountRefunded: p.AmountRefunded, Refundable: p.Refundable, ProviderChargeID: p.ProviderChargeID, Holds: []holdView{},
-		}
+		v := figures(p)
 		for _, h := range slices.Sorted(maps.Keys(p.Holds)) {
 			hv, err := t.hold(ctx, idempotency.Key{Tenant: tnt, Hash: h}, p.Holds[h], now)
 			if err != nil {
