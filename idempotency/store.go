@@ -39,7 +39,8 @@ type Store interface {
 	// returns a *ConflictError carrying the current record, or with a nil
 	// Existing when the record is gone; when an effect's condition fails, a
 	// *RejectedError. A rec of another status is the caller's mistake: an
-	// error, never a *ConflictError, and nothing written.
+	// error wrapping ErrNotCompleted, never a *ConflictError, and nothing
+	// written.
 	Complete(ctx context.Context, rec Record, lease string, effects []Effect) error
 	// Release deletes the record held under lease (not COMPLETED) and writes
 	// effects (undoing the reservation's holds) in one transaction,
@@ -167,6 +168,13 @@ var (
 	// mistake, never a lost lease, so it is not a *ConflictError: a
 	// reconciler must fail the record (retried, alarmed), not drop it.
 	ErrStatusMismatch = errors.New("idempotency: the record held under the lease has another status than Progress.Status, or another External")
+	// ErrNotCompleted: Store.Complete was given a record that is not
+	// COMPLETED (a store result, not an answer). It is the caller's
+	// mistake, never a lost lease, so it is not a *ConflictError, and the
+	// store writes nothing: a store keeps a COMPLETED record differently
+	// (the DynamoDB store gives it, and its answer's chunks, the
+	// retention's TTL).
+	ErrNotCompleted = errors.New("idempotency: Store.Complete was given a record that is not COMPLETED")
 	// ErrNotFound: no record for the key (a store result, not an answer).
 	ErrNotFound = errors.New("idempotency: record not found")
 	// ErrUnavailable: the store could not be reached (503, Retry-After: 1).
