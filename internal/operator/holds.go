@@ -424,6 +424,11 @@ type settleView struct {
 	Outcome          string `json:"outcome"`
 	ProviderRefundID string `json:"provider_refund_id,omitempty"`
 	Settled          bool   `json:"settled"`
+	// ChangedMeanwhile: the write was refused because the hold, its key's
+	// record or the refund changed after settle-hold read them; the hold
+	// is then shown as read again after the refusal (holdAfterRefusal),
+	// not as it was read before.
+	ChangedMeanwhile bool `json:"changed_meanwhile,omitempty"`
 }
 
 // settleHold settles a stale hold as the operator found the provider: the
@@ -447,7 +452,8 @@ func (t *Tool) settleHold(ctx context.Context, args []string) error {
 			"sweeper may restore the record as UNKNOWN, owning the hold, and a settlement before would leave it\n"+
 			"unresolvable (refunded) or give back an amount the provider refunded (release). The write is one\n"+
 			"transaction, conditioned on the hold still being that amount and on no live record of its key:\n"+
-			"a hold that changed, or whose key has a live record (it is not stale), is left as it is.")
+			"a hold that changed, or whose key has a live record (it is not stale), is left as it is, and\n"+
+			"what it prints is the hold read again then, marked changed_meanwhile.")
 	payment := paymentArg(fs)
 	hash := fs.String("hold", "", "the hold's key hash, as holds shows it")
 	confirm := fs.Int64("confirm", 0, "the hold's amount, as shown: settle it")
@@ -510,8 +516,12 @@ func (t *Tool) settleHold(ctx context.Context, args []string) error {
 	case *confirm != amount:
 		err = fmt.Errorf("%s: it is %d now, not %d: it changed since it was shown; look at it again", refusal, amount, *confirm)
 	default:
-		err = t.settleFenced(ctx, key, p, amount, outcome, *providerRefund, now)
+		var refused bool
+		refused, err = t.settleFenced(ctx, key, p, amount, outcome, *providerRefund, now)
 		v.Settled = err == nil
+		if refused {
+			v.holdView, v.ChangedMeanwhile = t.holdAfterRefusal(ctx, key, p, t.now()), true
+		}
 	}
 	if werr := t.writeJSON(v); werr != nil {
 		return errors.Join(err, werr)
@@ -537,8 +547,9 @@ func settleWhat(outcome string, amount int64) string {
 // outcome: one TransactWriteItems of the payment's Update, conditioned on
 // the hold still being amount, a ConditionCheck that no record holds the key
 // at now, and, for refunded, the refund item, conditioned on there being
-// none. It is not retried: a failed condition says what the item is now.
-func (t *Tool) settleFenced(ctx context.Context, key idempotency.Key, p payments.Payment, amount int64, outcome, providerRefund string, now time.Time) error {
+// none. It is not retried: a failed condition says what the item is now,
+// and refused is true.
+func (t *Tool) settleFenced(ctx context.Context, key idempotency.Key, p payments.Payment, amount int64, outcome, providerRefund string, now time.Time) (refused bool, err error) {
 	names := map[string]string{"#holds": payments.AttrHolds, "#key": key.Hash}
 	values := map[string]types.AttributeValue{":amount": &types.AttributeValueMemberN{Value: fmt.Sprint(amount)}}
 	update := "SET #refundable = #refundable + :amount REMOVE #holds.#key"
@@ -573,7 +584,7 @@ func (t *Tool) settleFenced(ctx context.Context, key idempotency.Key, p payments
 			Created: time.Unix(now.Unix(), 0).UTC(),
 		})
 		if err != nil {
-			return fmt.Errorf("refund %s: %w", refundID, err)
+			return false, fmt.Errorf("refund %s: %w", refundID, err)
 		}
 		items = append(items, types.TransactWriteItem{Put: &types.Put{
 			TableName:                           aws.String(t.cfg.Table("RefundsTable")),
@@ -583,13 +594,13 @@ func (t *Tool) settleFenced(ctx context.Context, key idempotency.Key, p payments
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}})
 	}
-	_, err := t.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	_, err = t.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 	var cancelled *types.TransactionCanceledException
 	if !errors.As(err, &cancelled) {
 		if err != nil {
-			return fmt.Errorf("settle the hold of %s on %s: %w", key.Hash, p.PK, err)
+			return false, fmt.Errorf("settle the hold of %s on %s: %w", key.Hash, p.PK, err)
 		}
-		return nil
+		return false, nil
 	}
 	refusal := fmt.Sprintf("the hold of %s on %s is not settled", key.Hash, p.PK)
 	var errs []error
@@ -612,9 +623,40 @@ func (t *Tool) settleFenced(ctx context.Context, key idempotency.Key, p payments
 		}
 	}
 	if len(errs) == 0 {
-		return fmt.Errorf("settle the hold of %s on %s: %w", key.Hash, p.PK, err)
+		return false, fmt.Errorf("settle the hold of %s on %s: %w", key.Hash, p.PK, err)
 	}
-	return errors.Join(errs...)
+	return true, errors.Join(errs...)
+}
+
+// holdAfterRefusal is key's hold on p at now, after settleFenced's write
+// was refused because something changed since settle-hold read the hold:
+// read again as holds reads it (the payment and its holds' records, one
+// snapshot), so that what settle-hold prints is what is true when it
+// refuses, not what it read before. A hold gone (settled meanwhile) is
+// shown with amount 0 and its key's record as it is now; one that cannot
+// be read again says so in its note.
+func (t *Tool) holdAfterRefusal(ctx context.Context, key idempotency.Key, p payments.Payment, now time.Time) holdView {
+	v := holdView{KeyHash: key.Hash, Record: key.ID(), Refund: refunds.ID(key)}
+	again := func(err error) holdView {
+		v.Note = fmt.Sprintf("it changed meanwhile and could not be read again (%v): look at it again with `oncectl holds %s`", err, p.PK)
+		return v
+	}
+	cur, err := t.readHolds(ctx, key.Tenant, p.ID, now)
+	if err != nil {
+		return again(err)
+	}
+	for _, h := range cur.Holds {
+		if h.KeyHash == key.Hash {
+			return h
+		}
+	}
+	hv, err := t.hold(ctx, key, 0, now)
+	if err != nil {
+		return again(err)
+	}
+	hv.Stale = false
+	hv.Note = "the payment holds nothing for the key now: it was settled meanwhile (its refund completed or was released, or another operator settled it)"
+	return hv
 }
 
 // holdNow says what key's hold on the payment item is, given that it is no

@@ -178,6 +178,7 @@ type settled struct {
 	Outcome          string `json:"outcome"`
 	ProviderRefundID string `json:"provider_refund_id"`
 	Settled          bool   `json:"settled"`
+	ChangedMeanwhile bool   `json:"changed_meanwhile"`
 }
 
 func decodeSettled(t *testing.T, out string) settled {
@@ -385,7 +386,8 @@ func TestSettleHoldRefuses(t *testing.T) {
 // request may not reclaim: an External reservation, expired or not, an
 // expired UNKNOWN record, a COMPLETED record within its retention (its
 // ConditionCheck), and a refund of the key written meanwhile (the refund's
-// Put).
+// Put). What it prints is the hold as it is when the write is refused,
+// marked changed meanwhile, not as it was read before.
 func TestSettleHoldFenced(t *testing.T) {
 	e := newEnv(t)
 	paymentsTable := e.names.ByLogicalID["PaymentsTable"]
@@ -404,33 +406,37 @@ func TestSettleHoldFenced(t *testing.T) {
 		outcome string
 		change  func(t *testing.T, h held)
 		want    string
+		// shown: the hold's amount (0: gone) and its key's record's
+		// status ("": none) printed, as they are after the change.
+		amount int64
+		status idempotency.Status
 	}{
 		{"hold changed meanwhile", "release", func(t *testing.T, h held) {
 			setHold(t, h, "SET #holds.#key = :a", map[string]dynamodbtypes.AttributeValue{":a": &dynamodbtypes.AttributeValueMemberN{Value: "500"}})
-		}, "it changed meanwhile, to 500 (not 700)"},
+		}, "it changed meanwhile, to 500 (not 700)", 500, ""},
 		{"hold settled meanwhile", "refunded", func(t *testing.T, h held) {
 			setHold(t, h, "REMOVE #holds.#key", nil)
-		}, "it is gone: settled meanwhile"},
+		}, "it is gone: settled meanwhile", 0, ""},
 		{"record restored meanwhile", "release", func(t *testing.T, h held) {
 			// As the sweeper restores an UNKNOWN record that TTL deleted.
 			if err := e.store.Reserve(t.Context(), h.rec, nil, time.Now()); err != nil {
 				t.Fatal(err)
 			}
-		}, "its key has a live record now, UNKNOWN"},
+		}, "its key has a live record now, UNKNOWN", heldAmount, idempotency.StatusUnknown},
 		// The store's reclaim rule: a record of the key that a new request
 		// may not reclaim holds the hold, however it got there meanwhile.
 		{"live External reservation meanwhile", "refunded", func(t *testing.T, h held) {
 			e.put(t, recordAs(h.rec, idempotency.StatusInProgress, time.Hour))
-		}, "its key has a live record now, IN_PROGRESS"},
+		}, "its key has a live record now, IN_PROGRESS", heldAmount, idempotency.StatusInProgress},
 		{"expired External reservation meanwhile", "release", func(t *testing.T, h held) {
 			e.put(t, recordAs(h.rec, idempotency.StatusInProgress, -time.Minute))
-		}, "its key has a live record now, IN_PROGRESS"},
+		}, "its key has a live record now, IN_PROGRESS", heldAmount, idempotency.StatusInProgress},
 		{"expired UNKNOWN record meanwhile", "release", func(t *testing.T, h held) {
 			e.put(t, recordAs(h.rec, idempotency.StatusUnknown, -time.Minute))
-		}, "its key has a live record now, UNKNOWN"},
+		}, "its key has a live record now, UNKNOWN", heldAmount, idempotency.StatusUnknown},
 		{"COMPLETED record within its retention meanwhile", "refunded", func(t *testing.T, h held) {
 			e.put(t, recordAs(h.rec, idempotency.StatusCompleted, time.Hour))
-		}, "its key has a live record now, COMPLETED"},
+		}, "its key has a live record now, COMPLETED", heldAmount, idempotency.StatusCompleted},
 		{"refund written meanwhile", "refunded", func(t *testing.T, h held) {
 			item, err := attributevalue.MarshalMap(refunds.Refund{PK: refunds.PK("acme", refunds.ID(h.key)), ID: refunds.ID(h.key), Tenant: "acme"})
 			if err != nil {
@@ -439,7 +445,7 @@ func TestSettleHoldFenced(t *testing.T) {
 			if _, err := e.db.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(e.names.ByLogicalID["RefundsTable"]), Item: item}); err != nil {
 				t.Fatal(err)
 			}
-		}, "refund " + "re_"},
+		}, "refund " + "re_", heldAmount, ""},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -459,17 +465,21 @@ func TestSettleHoldFenced(t *testing.T) {
 			if code != 1 || !strings.Contains(errOut.String(), tt.want) {
 				t.Errorf("settle-hold = exit %d %q, want 1 saying %q", code, errOut.String(), tt.want)
 			}
-			if got := decodeSettled(t, out.String()); got.Settled {
-				t.Errorf("printed %+v, want not settled", got)
+			got := decodeSettled(t, out.String())
+			if got.Settled || !got.ChangedMeanwhile || got.Amount != tt.amount || got.RecordStatus != string(tt.status) || got.NoRecord != (tt.status == "") {
+				t.Errorf("printed %+v, want not settled, changed meanwhile, the hold of %d as it is now, its record %q", got, tt.amount, tt.status)
+			}
+			if tt.amount == 0 && !strings.Contains(got.Note, "holds nothing for the key now") {
+				t.Errorf("printed note %q, want it to say the payment holds nothing for the key now", got.Note)
 			}
 			if db.transactions != 1 {
 				t.Errorf("TransactWriteItems calls = %d, want 1 (fenced, not retried)", db.transactions)
 			}
 			// Nothing of the transaction is written: the payment is as
 			// the change left it.
-			got := figuresOf(e.paymentNow(t, h.p))
-			if got.Refundable != before.Refundable || got.Refunded != before.Refunded {
-				t.Errorf("payment after = %+v, want refundable %d and refunded %d as before", got, before.Refundable, before.Refunded)
+			after := figuresOf(e.paymentNow(t, h.p))
+			if after.Refundable != before.Refundable || after.Refunded != before.Refunded {
+				t.Errorf("payment after = %+v, want refundable %d and refunded %d as before", after, before.Refundable, before.Refunded)
 			}
 			if tt.outcome == "refunded" && !strings.HasPrefix(tt.name, "refund written") {
 				out, err := e.db.GetItem(t.Context(), &dynamodb.GetItemInput{
