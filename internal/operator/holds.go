@@ -92,8 +92,13 @@ type holdView struct {
 	// reservation or an UNKNOWN record written with a TTL attribute, before
 	// they lost it) and the sweeper has processed the deletion without
 	// restoring it; until then the sweeper may restore it (Note says so).
-	NoRecord bool   `json:"no_record,omitempty"`
-	Note     string `json:"note,omitempty"`
+	NoRecord bool `json:"no_record,omitempty"`
+	// RecordUnreadable: the key has a record that cannot be decoded
+	// (dynamo.RecordFromItem fails; Note says why). Whether the hold is
+	// stale cannot be told: it is shown, not stale, so that the operator
+	// looks at it (`oncectl show`), and the other holds are shown too.
+	RecordUnreadable bool   `json:"record_unreadable,omitempty"`
+	Note             string `json:"note,omitempty"`
 }
 
 // paymentArg adds -tenant and -payment to fs and returns what, given the
@@ -186,7 +191,7 @@ func (t *Tool) snapshot(ctx context.Context, tnt, id string, hashes []string) (p
 		items = append(items, types.TransactGetItem{Get: &types.Get{
 			TableName:                aws.String(t.cfg.Table("IdempotencyTable")),
 			Key:                      map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: idempotency.Key{Tenant: tnt, Hash: h}.ID()}},
-			ProjectionExpression:     aws.String("#pk, #tenant, #status, #external, #expires_ms"),
+			ProjectionExpression:     aws.String(holdRecordProjection),
 			ExpressionAttributeNames: holdRecordNames,
 		}})
 	}
@@ -226,8 +231,12 @@ func (t *Tool) snapshot(ctx context.Context, tnt, id string, hashes []string) (p
 	return p, records, nil
 }
 
-// holdRecordNames are the names of what snapshot reads of a record: what
-// dynamo.RecordFromItem needs, and holdsView shows.
+// holdRecordProjection is what holds reads of a hold's key's record, in
+// snapshot and in holdItem alike, so that both decode the same item:
+// what dynamo.RecordFromItem needs, and holdFromItem shows.
+const holdRecordProjection = "#pk, #tenant, #status, #external, #expires_ms"
+
+// holdRecordNames are the names of holdRecordProjection.
 var holdRecordNames = map[string]string{
 	"#pk": dynamo.AttrPK, "#tenant": dynamo.AttrTenant, "#status": dynamo.AttrStatus,
 	"#external": dynamo.AttrExternal, "#expires_ms": dynamo.AttrExpiresAtMS,
@@ -272,23 +281,56 @@ func holdsView(p payments.Payment, records map[string]map[string]types.Attribute
 		if !read {
 			return paymentHolds{}, false
 		}
-		key := idempotency.Key{Tenant: p.Tenant, Hash: h}
-		hv := holdView{KeyHash: h, Record: key.ID(), Refund: refunds.ID(key), Amount: p.Holds[h]}
-		if item == nil {
-			hv.NoRecord, hv.Note = true, noRecordNote
-		} else if rec, err := dynamo.RecordFromItem(item); err != nil {
-			hv.Note = "its key's record cannot be read: " + err.Error()
-		} else {
-			expires := rec.ExpiresAt.UTC()
-			hv.RecordStatus, hv.RecordExpiresAt, hv.Stale = string(rec.Status), &expires, rec.Reclaimable(now)
-		}
-		v.Holds = append(v.Holds, hv)
+		v.Holds = append(v.Holds, holdFromItem(idempotency.Key{Tenant: p.Tenant, Hash: h}, p.Holds[h], item, now))
 	}
 	return v, true
 }
 
+// holdFromItem is holds' view of key's hold of amount at now, given the
+// key's item as read (holdRecordProjection; nil: no record). Both of
+// readHolds' paths build their views with it. An item that
+// dynamo.RecordFromItem cannot decode is reported, neither hidden nor an
+// error that would fail the whole listing: the hold is shown with
+// RecordUnreadable and the decoding error in its note.
+func holdFromItem(key idempotency.Key, amount int64, item map[string]types.AttributeValue, now time.Time) holdView {
+	hv := holdView{KeyHash: key.Hash, Record: key.ID(), Refund: refunds.ID(key), Amount: amount}
+	if item == nil {
+		hv.NoRecord, hv.Note = true, noRecordNote
+		return hv
+	}
+	rec, err := dynamo.RecordFromItem(item)
+	if err != nil {
+		hv.RecordUnreadable = true
+		hv.Note = fmt.Sprintf("its key's record cannot be read (%v): whether the hold is stale cannot be told; look at it with `oncectl show %s`", err, key.ID())
+		return hv
+	}
+	expires := rec.ExpiresAt.UTC()
+	hv.RecordStatus, hv.RecordExpiresAt, hv.Stale = string(rec.Status), &expires, rec.Reclaimable(now)
+	return hv
+}
+
+// holdItem reads key's record as holds shows it: one consistent GetItem,
+// projected as snapshot projects it; nil when there is none.
+func (t *Tool) holdItem(ctx context.Context, key idempotency.Key) (map[string]types.AttributeValue, error) {
+	out, err := t.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:                aws.String(t.cfg.Table("IdempotencyTable")),
+		Key:                      map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: key.ID()}},
+		ConsistentRead:           aws.Bool(true),
+		ProjectionExpression:     aws.String(holdRecordProjection),
+		ExpressionAttributeNames: holdRecordNames,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record %s: %w", key.ID(), err)
+	}
+	if len(out.Item) == 0 {
+		return nil, nil
+	}
+	return out.Item, nil
+}
+
 // readHoldsApart is readHolds for a payment with more holds than one
-// TransactGetItems reads: it reads the record of each hold's key, then the
+// TransactGetItems reads: it reads the record of each hold's key
+// (holdItem), then the
 // payment again, and returns the view only when the payment's refund
 // figures and holds are as the read before found them, holdsReads times
 // at most (a release and a new reservation of one key between the reads
@@ -298,11 +340,12 @@ func (t *Tool) readHoldsApart(ctx context.Context, tnt, id string, p payments.Pa
 	for range holdsReads {
 		v := figures(p)
 		for _, h := range slices.Sorted(maps.Keys(p.Holds)) {
-			hv, err := t.hold(ctx, idempotency.Key{Tenant: tnt, Hash: h}, p.Holds[h], now)
+			key := idempotency.Key{Tenant: tnt, Hash: h}
+			item, err := t.holdItem(ctx, key)
 			if err != nil {
 				return paymentHolds{}, err
 			}
-			v.Holds = append(v.Holds, hv)
+			v.Holds = append(v.Holds, holdFromItem(key, p.Holds[h], item, now))
 		}
 		again, err := table.Get(ctx, tnt, id)
 		if err != nil {
@@ -359,7 +402,10 @@ func (t *Tool) holds(ctx context.Context, args []string) error {
 			"(an External reservation a day past its lease, or an UNKNOWN record, written before they lost their\n"+
 			"TTL) and perhaps not yet restored by the sweeper (as UNKNOWN, owning the hold): settle it, with\n"+
 			"-no-record, only after `oncectl forget` of that record or once the sweeper has handled the\n"+
-			"deletion (more than an hour after it, and SweeperDLQ holding no message for it).\n"+
+			"deletion (more than an hour after it, and SweeperDLQ holding no message for it). A hold whose\n"+
+			"key's record cannot be decoded is shown \"record_unreadable\", the error in its note, and counted\n"+
+			"on stderr: whether it is stale cannot be told (look at it with `oncectl show`); the others are\n"+
+			"shown as usual.\n"+
 			"\n"+staleHoldsHelp)
 	payment := paymentArg(fs)
 	fs.Lookup("tenant").Usage = "the payment's tenant, with -payment; with -stale, only this tenant's holds"
@@ -403,7 +449,7 @@ func (t *Tool) holds(ctx context.Context, args []string) error {
 	if err := t.writeIndented(v); err != nil {
 		return err
 	}
-	reclaimable, none := 0, 0
+	reclaimable, none, unreadable := 0, 0, 0
 	for _, h := range v.Holds {
 		if h.Stale {
 			reclaimable++
@@ -411,8 +457,15 @@ func (t *Tool) holds(ctx context.Context, args []string) error {
 		if h.NoRecord {
 			none++
 		}
+		if h.RecordUnreadable {
+			unreadable++
+		}
 	}
-	fmt.Fprintf(t.errOut, "%d hold(s), %d stale, %d with no record of its key\n", len(v.Holds), reclaimable, none)
+	fmt.Fprintf(t.errOut, "%d hold(s), %d stale, %d with no record of its key", len(v.Holds), reclaimable, none)
+	if unreadable > 0 {
+		fmt.Fprintf(t.errOut, ", %d whose record cannot be read (see its note)", unreadable)
+	}
+	fmt.Fprintln(t.errOut)
 	return nil
 }
 

@@ -663,3 +663,66 @@ func TestSettleHoldNoRecord(t *testing.T) {
 		t.Errorf("payment after = %+v, want %+v", got, want)
 	}
 }
+
+// TestHoldsUnreadableRecord: oncectl holds PAYMENT shows a hold whose key's
+// record cannot be decoded as such (record_unreadable, the error in its
+// note, counted on stderr), beside the others, whether it reads the
+// payment's holds as one snapshot (99 holds and fewer) or apart (more): it
+// neither fails the listing nor leaves the hold out.
+func TestHoldsUnreadableRecord(t *testing.T) {
+	type shown struct {
+		KeyHash          string `json:"key_hash"`
+		RecordStatus     string `json:"record_status"`
+		Stale            bool   `json:"stale"`
+		NoRecord         bool   `json:"no_record"`
+		RecordUnreadable bool   `json:"record_unreadable"`
+		Note             string `json:"note"`
+	}
+	for _, n := range []int{1, 99, 100} {
+		t.Run(fmt.Sprintf("%d holds", n), func(t *testing.T) {
+			e := newEnv(t)
+			var many []heldBy
+			for i := range n {
+				many = append(many, heldBy{pay: "p", tenant: "acme", raw: fmt.Sprintf("h%03d", i), amount: 10, status: idempotency.StatusUnknown, ago: time.Minute, expires: time.Hour})
+			}
+			made := e.makeHolds(t, many)
+			bad := made["h000"]
+			// An expiry that is not a number: dynamo.RecordFromItem fails.
+			if _, err := e.db.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
+				TableName:                 aws.String(e.names.ByLogicalID["IdempotencyTable"]),
+				Key:                       map[string]dynamodbtypes.AttributeValue{dynamo.AttrPK: &dynamodbtypes.AttributeValueMemberS{Value: bad.key.ID()}},
+				UpdateExpression:          aws.String("SET #e = :e"),
+				ExpressionAttributeNames:  map[string]string{"#e": dynamo.AttrExpiresAtMS},
+				ExpressionAttributeValues: map[string]dynamodbtypes.AttributeValue{":e": &dynamodbtypes.AttributeValueMemberS{Value: "soon"}},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			code, out, errOut := e.run(t, "holds", bad.p.PK)
+			if code != 0 {
+				t.Fatalf("holds = exit %d %q, want the listing", code, errOut)
+			}
+			var got struct{ Holds []shown }
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Holds) != n {
+				t.Fatalf("holds shows %d holds, want %d", len(got.Holds), n)
+			}
+			for _, h := range got.Holds {
+				if h.KeyHash != bad.key.Hash {
+					if h.RecordUnreadable || h.RecordStatus != string(idempotency.StatusUnknown) {
+						t.Errorf("holds shows %+v, want its UNKNOWN record", h)
+					}
+					continue
+				}
+				if !h.RecordUnreadable || h.RecordStatus != "" || h.Stale || h.NoRecord ||
+					!strings.Contains(h.Note, "cannot be read") || !strings.Contains(h.Note, dynamo.AttrExpiresAtMS) {
+					t.Errorf("holds shows the hold of the undecodable record as %+v, want record_unreadable, neither stale nor no record, its note naming %s", h, dynamo.AttrExpiresAtMS)
+				}
+			}
+			if !strings.Contains(errOut, "1 whose record cannot be read") {
+				t.Errorf("holds stderr %q, want it to count the hold whose record cannot be read", errOut)
+			}
+		})
+	}
+}
