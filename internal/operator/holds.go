@@ -366,13 +366,6 @@ func sameHolds(a, b payments.Payment) bool {
 		a.Status == b.Status && maps.Equal(a.Holds, b.Holds)
 }
 
-// hold is the view of key's hold of amount at now: it reads the key's
-// record.
-func (t *Tool) hold(ctx context.Context, key idempotency.Key, amount int64, now time.Time) (holdView, error) {
-	v, _, err := t.holdRecord(ctx, key, amount, now)
-	return v, err
-}
-
 // holdRecord is hold's view of key's hold of amount at now, and the key's
 // record as read: the zero Record when there is none (v.NoRecord).
 func (t *Tool) holdRecord(ctx context.Context, key idempotency.Key, amount int64, now time.Time) (holdView, idempotency.Record, error) {
@@ -506,7 +499,9 @@ func (t *Tool) settleHold(ctx context.Context, args []string) error {
 			"unresolvable (refunded) or give back an amount the provider refunded (release). The write is one\n"+
 			"transaction, conditioned on the hold still being that amount and on no live record of its key:\n"+
 			"a hold that changed, or whose key has a live record (it is not stale), is left as it is, and\n"+
-			"what it prints is the hold read again then, marked changed_meanwhile.")
+			"what it prints is the hold read again then, marked changed_meanwhile. It reads the payment and\n"+
+			"the key's record as one snapshot, as holds does, and refuses a hold whose key's record cannot be\n"+
+			"decoded.")
 	payment := paymentArg(fs)
 	hash := fs.String("hold", "", "the hold's key hash, as holds shows it")
 	confirm := fs.Int64("confirm", 0, "the hold's amount, as shown: settle it")
@@ -540,10 +535,10 @@ func (t *Tool) settleHold(ctx context.Context, args []string) error {
 	}
 	key := idempotency.Key{Tenant: tnt, Hash: *hash}
 	now := t.now()
-	p, err := payments.NewTable(t.db, t.cfg.Table("PaymentsTable")).Get(ctx, tnt, id)
-	if errors.Is(err, payments.ErrNotFound) {
-		return fmt.Errorf("no payment %s", payments.PK(tnt, id))
-	}
+	// The payment and the key's record as one snapshot, as holds reads
+	// them: read apart, a hold settled between the two reads would be
+	// refused as one whose key has no record, or a live one.
+	p, records, err := t.snapshot(ctx, tnt, id, []string{key.Hash})
 	if err != nil {
 		return err
 	}
@@ -551,13 +546,12 @@ func (t *Tool) settleHold(ctx context.Context, args []string) error {
 	if !held {
 		return fmt.Errorf("payment %s holds nothing for key hash %s (see `oncectl holds %s`)", p.PK, key.Hash, p.PK)
 	}
-	hv, err := t.hold(ctx, key, amount, now)
-	if err != nil {
-		return err
-	}
+	hv := holdFromItem(key, amount, records[key.Hash], now)
 	v := settleView{holdView: hv, Payment: p.PK, Outcome: outcome, ProviderRefundID: *providerRefund}
 	refusal := fmt.Sprintf("the hold of %s on %s is not settled", key.Hash, p.PK)
 	switch {
+	case hv.RecordUnreadable:
+		err = fmt.Errorf("%s: %s", refusal, hv.Note)
 	case hv.NoRecord && !*noRecord:
 		err = fmt.Errorf("%s: %s", refusal, strings.Replace(noRecordNote, "`oncectl settle-hold -no-record`", "-no-record", 1))
 	case !hv.Stale && !hv.NoRecord:
@@ -703,12 +697,16 @@ func (t *Tool) holdAfterRefusal(ctx context.Context, key idempotency.Key, p paym
 			return h
 		}
 	}
-	hv, err := t.hold(ctx, key, 0, now)
+	item, err := t.holdItem(ctx, key)
 	if err != nil {
 		return again(err)
 	}
-	hv.Stale = false
-	hv.Note = "the payment holds nothing for the key now: it was settled meanwhile (its refund completed or was released, or another operator settled it)"
+	hv := holdFromItem(key, 0, item, now)
+	gone := "the payment holds nothing for the key now: it was settled meanwhile (its refund completed or was released, or another operator settled it)"
+	if hv.RecordUnreadable {
+		gone += "; " + hv.Note
+	}
+	hv.Stale, hv.Note = false, gone
 	return hv
 }
 

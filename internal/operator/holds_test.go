@@ -723,6 +723,42 @@ func TestHoldsUnreadableRecord(t *testing.T) {
 			if !strings.Contains(errOut, "1 whose record cannot be read") {
 				t.Errorf("holds stderr %q, want it to count the hold whose record cannot be read", errOut)
 			}
+			// settle-hold cannot tell whether it is stale: it refuses it.
+			code, _, errOut = e.run(t, "settle-hold", "release", "-no-record", "-confirm", "10", "-hold", bad.key.Hash, bad.p.PK)
+			if code != 1 || !strings.Contains(errOut, "cannot be read") {
+				t.Errorf("settle-hold of the hold of the undecodable record = exit %d %q, want 1 saying its record cannot be read", code, errOut)
+			}
+			if got := figuresOf(e.paymentNow(t, bad.p)); !cmp.Equal(got, figuresOf(bad.p)) {
+				t.Errorf("payment after = %+v, want it unchanged, %+v", got, figuresOf(bad.p))
+			}
+		})
+	}
+}
+
+// TestSettleHoldReadsOnce: settle-hold reads the payment and its hold's
+// record as one snapshot, so what it refuses with is what is true then: a
+// hold released or completed just as it reads (between a read of the
+// payment and one of the record, when they were read apart) is refused as
+// a hold the payment no longer has, not as a hold whose key has no record
+// (released) or a live record (completed).
+func TestSettleHoldReadsOnce(t *testing.T) {
+	tests := []struct {
+		name  string
+		other func(t *testing.T, e *env, s stored)
+	}{
+		{"released", releaseHold},
+		{"completed", completeHold},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			h := heldBy{pay: "p", tenant: "acme", raw: "racing", amount: heldAmount, status: idempotency.StatusUnknown, ago: time.Minute, expires: time.Hour}
+			s := e.makeHolds(t, []heldBy{h})[h.raw]
+			code, _, errOut := e.runMeanwhile(t, &meanwhile{fn: func() { tt.other(t, e, s) }},
+				"settle-hold", "release", "-confirm", fmt.Sprint(heldAmount), "-hold", s.key.Hash, s.p.PK)
+			if code != 1 || !strings.Contains(errOut, "holds nothing for key hash "+s.key.Hash) {
+				t.Errorf("settle-hold = exit %d %q, want 1 saying the payment holds nothing for the key (now)", code, errOut)
+			}
 		})
 	}
 }
