@@ -330,11 +330,10 @@ func (t *Tool) holdItem(ctx context.Context, key idempotency.Key) (map[string]ty
 
 // readHoldsApart is readHolds for a payment with more holds than one
 // TransactGetItems reads: it reads the record of each hold's key
-// (holdItem), then the
-// payment again, and returns the view only when the payment's refund
-// figures and holds are as the read before found them, holdsReads times
-// at most (a release and a new reservation of one key between the reads
-// would go unseen).
+// (holdItem), then the payment again, and returns the view only when the
+// payment's refund figures and holds are as the read before found them,
+// holdsReads times at most (a release and a new reservation of one key
+// between the reads would go unseen).
 func (t *Tool) readHoldsApart(ctx context.Context, tnt, id string, p payments.Payment, now time.Time) (paymentHolds, error) {
 	table := payments.NewTable(t.db, t.cfg.Table("PaymentsTable"))
 	for range holdsReads {
@@ -677,36 +676,26 @@ func (t *Tool) settleFenced(ctx context.Context, key idempotency.Key, p payments
 
 // holdAfterRefusal is key's hold on p at now, after settleFenced's write
 // was refused because something changed since settle-hold read the hold:
-// read again as holds reads it (the payment and its holds' records, one
-// snapshot), so that what settle-hold prints is what is true when it
+// read again as settle-hold reads it (the payment and the key's record,
+// one snapshot), so that what settle-hold prints is what is true when it
 // refuses, not what it read before. A hold gone (settled meanwhile) is
 // shown with amount 0 and its key's record as it is now; one that cannot
 // be read again says so in its note.
 func (t *Tool) holdAfterRefusal(ctx context.Context, key idempotency.Key, p payments.Payment, now time.Time) holdView {
-	v := holdView{KeyHash: key.Hash, Record: key.ID(), Refund: refunds.ID(key)}
-	again := func(err error) holdView {
-		v.Note = fmt.Sprintf("it changed meanwhile and could not be read again (%v): look at it again with `oncectl holds %s`", err, p.PK)
-		return v
-	}
-	cur, err := t.readHolds(ctx, key.Tenant, p.ID, now)
+	cur, records, err := t.snapshot(ctx, key.Tenant, p.ID, []string{key.Hash})
 	if err != nil {
-		return again(err)
+		return holdView{KeyHash: key.Hash, Record: key.ID(), Refund: refunds.ID(key),
+			Note: fmt.Sprintf("it changed meanwhile and could not be read again (%v): look at it again with `oncectl holds %s`", err, p.PK)}
 	}
-	for _, h := range cur.Holds {
-		if h.KeyHash == key.Hash {
-			return h
+	amount, held := cur.Holds[key.Hash]
+	hv := holdFromItem(key, amount, records[key.Hash], now)
+	if !held {
+		gone := "the payment holds nothing for the key now: it was settled meanwhile (its refund completed or was released, or another operator settled it)"
+		if hv.RecordUnreadable {
+			gone += "; " + hv.Note
 		}
+		hv.Stale, hv.Note = false, gone
 	}
-	item, err := t.holdItem(ctx, key)
-	if err != nil {
-		return again(err)
-	}
-	hv := holdFromItem(key, 0, item, now)
-	gone := "the payment holds nothing for the key now: it was settled meanwhile (its refund completed or was released, or another operator settled it)"
-	if hv.RecordUnreadable {
-		gone += "; " + hv.Note
-	}
-	hv.Stale, hv.Note = false, gone
 	return hv
 }
 
