@@ -17,8 +17,11 @@ import (
 // failed condition). Implementations return *ConflictError when a
 // condition fails, wrap ErrNotFound when a record does not exist, and wrap
 // ErrUnavailable when the store could not be reached or throttled after its
-// own bounded retries, and ErrResponseTooLarge when a record's answer is
-// larger than the store can keep. The Middleware answers any other error
+// own bounded retries, ErrResponseTooLarge when a record's answer is
+// larger than the store can keep, and, for a caller's mistake rather than
+// a lost lease, ErrStatusMismatch (Advance given a Progress whose status or
+// External is not the record's) and ErrNotCompleted (Complete given a
+// record that is not COMPLETED). The Middleware answers any other error
 // (a misconfiguration, a bug) 500 internal_error, not 503: only
 // ErrUnavailable tells a client that a retry may succeed.
 type Store interface {
