@@ -96,7 +96,9 @@ type holdView struct {
 	// RecordUnreadable: the key has a record that cannot be decoded
 	// (dynamo.RecordFromItem fails; Note says why). Whether the hold is
 	// stale cannot be told: it is shown, not stale, so that the operator
-	// looks at it (`oncectl show`), and the other holds are shown too.
+	// looks at its item as it is (Note names the `aws dynamodb get-item`:
+	// `oncectl show` decodes it, and fails), and the other holds are shown
+	// too.
 	RecordUnreadable bool   `json:"record_unreadable,omitempty"`
 	Note             string `json:"note,omitempty"`
 }
@@ -165,7 +167,7 @@ func (t *Tool) readHolds(ctx context.Context, tnt, id string, now time.Time) (pa
 		if err != nil {
 			return paymentHolds{}, err
 		}
-		v, complete := holdsView(snap, records, now)
+		v, complete := t.holdsView(snap, records, now)
 		if complete {
 			return v, nil
 		}
@@ -233,13 +235,15 @@ func (t *Tool) snapshot(ctx context.Context, tnt, id string, hashes []string) (p
 
 // holdRecordProjection is what holds reads of a hold's key's record, in
 // snapshot and in holdItem alike, so that both decode the same item:
-// what dynamo.RecordFromItem needs, and holdFromItem shows.
-const holdRecordProjection = "#pk, #tenant, #status, #external, #expires_ms"
+// what dynamo.RecordFromItem needs, and holdFromItem shows, with the
+// timestamps holds -stale ages a record by (recordAge).
+const holdRecordProjection = "#pk, #tenant, #status, #external, #expires_ms, #created, #updated"
 
 // holdRecordNames are the names of holdRecordProjection.
 var holdRecordNames = map[string]string{
 	"#pk": dynamo.AttrPK, "#tenant": dynamo.AttrTenant, "#status": dynamo.AttrStatus,
 	"#external": dynamo.AttrExternal, "#expires_ms": dynamo.AttrExpiresAtMS,
+	"#created": dynamo.AttrCreatedAt, "#updated": dynamo.AttrUpdatedAt,
 }
 
 // conflicted reports whether err is a transaction cancelled only because
@@ -274,39 +278,55 @@ func figures(p payments.Payment) paymentHolds {
 // holdsView is holds' view of payment p and its holds, whose keys' items
 // are records by hash (a nil item: no record), at now; complete is false
 // when p holds a key whose item was not read.
-func holdsView(p payments.Payment, records map[string]map[string]types.AttributeValue, now time.Time) (paymentHolds, bool) {
+func (t *Tool) holdsView(p payments.Payment, records map[string]map[string]types.AttributeValue, now time.Time) (paymentHolds, bool) {
 	v := figures(p)
 	for _, h := range slices.Sorted(maps.Keys(p.Holds)) {
 		item, read := records[h]
 		if !read {
 			return paymentHolds{}, false
 		}
-		v.Holds = append(v.Holds, holdFromItem(idempotency.Key{Tenant: p.Tenant, Hash: h}, p.Holds[h], item, now))
+		v.Holds = append(v.Holds, t.holdFromItem(idempotency.Key{Tenant: p.Tenant, Hash: h}, p.Holds[h], item, now))
 	}
 	return v, true
 }
 
 // holdFromItem is holds' view of key's hold of amount at now, given the
 // key's item as read (holdRecordProjection; nil: no record). Both of
-// readHolds' paths build their views with it. An item that
-// dynamo.RecordFromItem cannot decode is reported, neither hidden nor an
-// error that would fail the whole listing: the hold is shown with
-// RecordUnreadable and the decoding error in its note.
-func holdFromItem(key idempotency.Key, amount int64, item map[string]types.AttributeValue, now time.Time) holdView {
+// readHolds' paths, settle-hold and holds -stale build their views with
+// it. An item that dynamo.RecordFromItem cannot decode is reported,
+// neither hidden nor an error that would fail the whole listing: the hold
+// is shown with RecordUnreadable, the decoding error in its note and the
+// command that reads the item as it is (getItemCommand).
+func (t *Tool) holdFromItem(key idempotency.Key, amount int64, item map[string]types.AttributeValue, now time.Time) holdView {
+	hv, _ := t.holdAndRecord(key, amount, item, now)
+	return hv
+}
+
+// holdAndRecord is holdFromItem, and the record decoded from item: the
+// zero Record when there is none (NoRecord) or it cannot be decoded
+// (RecordUnreadable).
+func (t *Tool) holdAndRecord(key idempotency.Key, amount int64, item map[string]types.AttributeValue, now time.Time) (holdView, idempotency.Record) {
 	hv := holdView{KeyHash: key.Hash, Record: key.ID(), Refund: refunds.ID(key), Amount: amount}
 	if item == nil {
 		hv.NoRecord, hv.Note = true, noRecordNote
-		return hv
+		return hv, idempotency.Record{}
 	}
 	rec, err := dynamo.RecordFromItem(item)
 	if err != nil {
 		hv.RecordUnreadable = true
-		hv.Note = fmt.Sprintf("its key's record cannot be read (%v): whether the hold is stale cannot be told; look at it with `oncectl show %s`", err, key.ID())
-		return hv
+		hv.Note = fmt.Sprintf("its key's record cannot be read (%v): whether the hold is stale cannot be told; look at its item as it is: %s",
+			err, t.getItemCommand(key))
+		return hv, idempotency.Record{}
 	}
 	expires := rec.ExpiresAt.UTC()
 	hv.RecordStatus, hv.RecordExpiresAt, hv.Stale = string(rec.Status), &expires, rec.Reclaimable(now)
-	return hv
+	return hv, rec
+}
+
+// getItemCommand is the AWS CLI command that prints key's item in the
+// idempotency table as it is, without decoding it.
+func (t *Tool) getItemCommand(key idempotency.Key) string {
+	return fmt.Sprintf(`aws dynamodb get-item --table-name %s --key '{"%s":{"S":"%s"}}'`, t.cfg.Table("IdempotencyTable"), dynamo.AttrPK, key.ID())
 }
 
 // holdItem reads key's record as holds shows it: one consistent GetItem,
@@ -344,7 +364,7 @@ func (t *Tool) readHoldsApart(ctx context.Context, tnt, id string, p payments.Pa
 			if err != nil {
 				return paymentHolds{}, err
 			}
-			v.Holds = append(v.Holds, holdFromItem(key, p.Holds[h], item, now))
+			v.Holds = append(v.Holds, t.holdFromItem(key, p.Holds[h], item, now))
 		}
 		again, err := table.Get(ctx, tnt, id)
 		if err != nil {
@@ -365,23 +385,6 @@ func sameHolds(a, b payments.Payment) bool {
 		a.Status == b.Status && maps.Equal(a.Holds, b.Holds)
 }
 
-// holdRecord is hold's view of key's hold of amount at now, and the key's
-// record as read: the zero Record when there is none (v.NoRecord).
-func (t *Tool) holdRecord(ctx context.Context, key idempotency.Key, amount int64, now time.Time) (holdView, idempotency.Record, error) {
-	v := holdView{KeyHash: key.Hash, Record: key.ID(), Refund: refunds.ID(key), Amount: amount}
-	rec, err := t.store.Get(ctx, key)
-	switch {
-	case errors.Is(err, idempotency.ErrNotFound):
-		v.NoRecord, v.Note = true, noRecordNote
-		return v, idempotency.Record{}, nil
-	case err != nil:
-		return holdView{}, idempotency.Record{}, fmt.Errorf("record %s: %w", key.ID(), err)
-	}
-	expires := rec.ExpiresAt.UTC()
-	v.RecordStatus, v.RecordExpiresAt, v.Stale = string(rec.Status), &expires, rec.Reclaimable(now)
-	return v, rec, nil
-}
-
 // holds prints a payment's holds, each with the state of its key's record;
 // with -stale, the stale holds across the payments table (staleHolds).
 func (t *Tool) holds(ctx context.Context, args []string) error {
@@ -396,8 +399,8 @@ func (t *Tool) holds(ctx context.Context, args []string) error {
 			"-no-record, only after `oncectl forget` of that record or once the sweeper has handled the\n"+
 			"deletion (more than an hour after it, and SweeperDLQ holding no message for it). A hold whose\n"+
 			"key's record cannot be decoded is shown \"record_unreadable\", the error in its note, and counted\n"+
-			"on stderr: whether it is stale cannot be told (look at it with `oncectl show`); the others are\n"+
-			"shown as usual.\n"+
+			"on stderr: whether it is stale cannot be told (its note names the `aws dynamodb get-item` that\n"+
+			"prints its item as it is: `oncectl show` decodes it, and fails); the others are shown as usual.\n"+
 			"\n"+staleHoldsHelp)
 	payment := paymentArg(fs)
 	fs.Lookup("tenant").Usage = "the payment's tenant, with -payment; with -stale, only this tenant's holds"
@@ -545,7 +548,7 @@ func (t *Tool) settleHold(ctx context.Context, args []string) error {
 	if !held {
 		return fmt.Errorf("payment %s holds nothing for key hash %s (see `oncectl holds %s`)", p.PK, key.Hash, p.PK)
 	}
-	hv := holdFromItem(key, amount, records[key.Hash], now)
+	hv := t.holdFromItem(key, amount, records[key.Hash], now)
 	v := settleView{holdView: hv, Payment: p.PK, Outcome: outcome, ProviderRefundID: *providerRefund}
 	refusal := fmt.Sprintf("the hold of %s on %s is not settled", key.Hash, p.PK)
 	switch {
@@ -688,7 +691,7 @@ func (t *Tool) holdAfterRefusal(ctx context.Context, key idempotency.Key, p paym
 			Note: fmt.Sprintf("it changed meanwhile and could not be read again (%v): look at it again with `oncectl holds %s`", err, p.PK)}
 	}
 	amount, held := cur.Holds[key.Hash]
-	hv := holdFromItem(key, amount, records[key.Hash], now)
+	hv := t.holdFromItem(key, amount, records[key.Hash], now)
 	if !held {
 		gone := "the payment holds nothing for the key now: it was settled meanwhile (its refund completed or was released, or another operator settled it)"
 		if hv.RecordUnreadable {

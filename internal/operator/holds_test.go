@@ -723,6 +723,38 @@ func TestHoldsUnreadableRecord(t *testing.T) {
 			if !strings.Contains(errOut, "1 whose record cannot be read") {
 				t.Errorf("holds stderr %q, want it to count the hold whose record cannot be read", errOut)
 			}
+			// The note names a command that reads the item as it is:
+			// `oncectl show` decodes it, and fails as holds would have.
+			getItem := fmt.Sprintf(`aws dynamodb get-item --table-name %s --key '{"pk":{"S":"%s"}}'`, e.names.ByLogicalID["IdempotencyTable"], bad.key.ID())
+			for _, h := range got.Holds {
+				if h.KeyHash == bad.key.Hash && (!strings.Contains(h.Note, getItem) || strings.Contains(h.Note, "oncectl show")) {
+					t.Errorf("holds note %q, want it to name %s, not oncectl show", h.Note, getItem)
+				}
+			}
+
+			// holds -stale reads the record as holds does: the line is
+			// there with -all, not stale, its next step to look at the
+			// item; without -all it is counted on stderr.
+			lines, _ := e.staleHolds(t, "-all", "-limit", "1000")
+			if len(lines) != n {
+				t.Fatalf("holds -stale -all lists %d holds, want %d", len(lines), n)
+			}
+			for _, l := range lines {
+				if l.KeyHash != bad.key.Hash {
+					if l.RecordUnreadable || l.RecordStatus != string(idempotency.StatusUnknown) {
+						t.Errorf("holds -stale -all lists %+v, want its UNKNOWN record", l)
+					}
+					continue
+				}
+				if !l.RecordUnreadable || l.Stale || l.NoRecord || l.RecordStatus != "" || l.Next != "inspect" || l.Command != getItem ||
+					!strings.Contains(l.Note, dynamo.AttrExpiresAtMS) {
+					t.Errorf("holds -stale -all lists the hold of the undecodable record as %+v, want record_unreadable, not stale, next inspect: %s", l, getItem)
+				}
+			}
+			code, out, errOut = e.run(t, "holds", "-stale")
+			if code != 0 || strings.Contains(out, bad.key.Hash) || !strings.Contains(errOut, "1 hold(s) whose record cannot be read") {
+				t.Errorf("holds -stale = exit %d %q %q, want it, the hold not listed but counted on stderr as one whose record cannot be read", code, out, errOut)
+			}
 			// settle-hold cannot tell whether it is stale: it refuses it.
 			code, _, errOut = e.run(t, "settle-hold", "release", "-no-record", "-confirm", "10", "-hold", bad.key.Hash, bad.p.PK)
 			if code != 1 || !strings.Contains(errOut, "cannot be read") {
