@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -471,12 +472,23 @@ type settleView struct {
 	Payment          string `json:"payment"`
 	Outcome          string `json:"outcome"`
 	ProviderRefundID string `json:"provider_refund_id,omitempty"`
-	Settled          bool   `json:"settled"`
-	// ChangedMeanwhile: the write was refused because the hold, its key's
-	// record or the refund changed after settle-hold read them; the hold
-	// is then shown as read again after the refusal (holdAfterRefusal),
-	// not as it was read before.
+	// Settled: whether the settlement was written; nil (left out) when
+	// that is not known (SettledUnknown).
+	Settled *bool `json:"settled,omitempty"`
+	// SettledUnknown: the write failed without saying whether DynamoDB
+	// made it (a timeout, a connection lost after the request was sent:
+	// not a cancellation, which writes nothing); `oncectl holds` tells.
+	SettledUnknown bool `json:"settled_unknown,omitempty"`
+	// ChangedMeanwhile: the write was cancelled, nothing written, because
+	// the hold or its key's record changed after settle-hold read them, a
+	// refund of the key exists, or another write was in flight on them
+	// (stderr says which); the hold is then shown as read again after the
+	// refusal (holdAfterRefusal), not as it was read before.
 	ChangedMeanwhile bool `json:"changed_meanwhile,omitempty"`
+	// RereadFailed: with ChangedMeanwhile, the hold could not be read
+	// again after the refusal: it is shown as read before the write, which
+	// may no longer be true (Note says so).
+	RereadFailed bool `json:"reread_failed,omitempty"`
 }
 
 // settleHold settles a stale hold as the operator found the provider: the
@@ -501,9 +513,12 @@ func (t *Tool) settleHold(ctx context.Context, args []string) error {
 			"unresolvable (refunded) or give back an amount the provider refunded (release). The write is one\n"+
 			"transaction, conditioned on the hold still being that amount and on no live record of its key:\n"+
 			"a hold that changed, or whose key has a live record (it is not stale), is left as it is, and\n"+
-			"what it prints is the hold read again then, marked changed_meanwhile. It reads the payment and\n"+
-			"the key's record as one snapshot, as holds does, and refuses a hold whose key's record cannot be\n"+
-			"decoded.")
+			"what it prints is the hold read again then, marked changed_meanwhile (reread_failed, the hold as\n"+
+			"read before, if it cannot be read again); stderr says why the write was refused. A write\n"+
+			"cancelled because another was in flight wrote nothing either: look again, and run it again. A\n"+
+			"write that failed otherwise (a timeout) may have been made: it prints settled_unknown, no\n"+
+			"settled; `oncectl holds` tells. It reads the payment and the key's record as one snapshot, as\n"+
+			"holds does, and refuses a hold whose key's record cannot be decoded.")
 	payment := paymentArg(fs)
 	hash := fs.String("hold", "", "the hold's key hash, as holds shows it")
 	confirm := fs.Int64("confirm", 0, "the hold's amount, as shown: settle it")
@@ -549,7 +564,7 @@ func (t *Tool) settleHold(ctx context.Context, args []string) error {
 		return fmt.Errorf("payment %s holds nothing for key hash %s (see `oncectl holds %s`)", p.PK, key.Hash, p.PK)
 	}
 	hv := t.holdFromItem(key, amount, records[key.Hash], now)
-	v := settleView{holdView: hv, Payment: p.PK, Outcome: outcome, ProviderRefundID: *providerRefund}
+	v := settleView{holdView: hv, Payment: p.PK, Outcome: outcome, ProviderRefundID: *providerRefund, Settled: new(bool)}
 	refusal := fmt.Sprintf("the hold of %s on %s is not settled", key.Hash, p.PK)
 	switch {
 	case hv.RecordUnreadable:
@@ -567,9 +582,16 @@ func (t *Tool) settleHold(ctx context.Context, args []string) error {
 	default:
 		var refused bool
 		refused, err = t.settleFenced(ctx, key, p, amount, outcome, *providerRefund, now)
-		v.Settled = err == nil
-		if refused {
-			v.holdView, v.ChangedMeanwhile = t.holdAfterRefusal(ctx, key, p, t.now()), true
+		switch {
+		case err == nil:
+			*v.Settled = true
+		case refused:
+			v.ChangedMeanwhile = true
+			v.holdView, v.RereadFailed = t.holdAfterRefusal(ctx, key, p, hv, t.now())
+		default:
+			v.Settled, v.SettledUnknown = nil, true
+			err = fmt.Errorf("%w: whether it was written is unknown (DynamoDB may have made it before the error); "+
+				"look with `oncectl holds %s` before running settle-hold again", err, p.PK)
 		}
 	}
 	if werr := t.writeJSON(v); werr != nil {
@@ -596,8 +618,10 @@ func settleWhat(outcome string, amount int64) string {
 // outcome: one TransactWriteItems of the payment's Update, conditioned on
 // the hold still being amount, a ConditionCheck that no record holds the key
 // at now, and, for refunded, the refund item, conditioned on there being
-// none. It is not retried: a failed condition says what the item is now,
-// and refused is true.
+// none. It is not retried. A cancelled transaction wrote nothing: refused
+// is true, and the error says what each failed condition's item is now,
+// or that another write was in flight (TransactionConflict). Any other
+// error leaves refused false: the write may have been made.
 func (t *Tool) settleFenced(ctx context.Context, key idempotency.Key, p payments.Payment, amount int64, outcome, providerRefund string, now time.Time) (refused bool, err error) {
 	names := map[string]string{"#holds": payments.AttrHolds, "#key": key.Hash}
 	values := map[string]types.AttributeValue{":amount": &types.AttributeValueMemberN{Value: fmt.Sprint(amount)}}
@@ -672,34 +696,55 @@ func (t *Tool) settleFenced(ctx context.Context, key idempotency.Key, p payments
 		}
 	}
 	if len(errs) == 0 {
-		return false, fmt.Errorf("settle the hold of %s on %s: %w", key.Hash, p.PK, err)
+		codes := make([]string, len(cancelled.CancellationReasons))
+		for i, r := range cancelled.CancellationReasons {
+			codes[i] = cmp.Or(aws.ToString(r.Code), "None")
+		}
+		return true, fmt.Errorf("%s: its write was cancelled, nothing written (%s): another write was in flight on the payment, "+
+			"the key's record or the refund (or DynamoDB throttled it); look at it again (`oncectl holds %s`), and settle it again if it is "+
+			"still stale: %w", refusal, strings.Join(codes, ", "), p.PK, err)
 	}
 	return true, errors.Join(errs...)
 }
 
+// rereadNote begins the note of a hold holdAfterRefusal read again.
+const rereadNote = "read again after the write was refused (stderr says why)"
+
 // holdAfterRefusal is key's hold on p at now, after settleFenced's write
-// was refused because something changed since settle-hold read the hold:
-// read again as settle-hold reads it (the payment and the key's record,
-// one snapshot), so that what settle-hold prints is what is true when it
-// refuses, not what it read before. A hold gone (settled meanwhile) is
-// shown with amount 0 and its key's record as it is now; one that cannot
-// be read again says so in its note.
-func (t *Tool) holdAfterRefusal(ctx context.Context, key idempotency.Key, p payments.Payment, now time.Time) holdView {
+// was refused because something changed since settle-hold read the hold
+// as before: read again as settle-hold reads it (the payment and the key's
+// record, one snapshot), so that what settle-hold prints is what is true
+// when it refuses, not what it read before; its note begins rereadNote. A
+// hold gone (settled meanwhile) is shown with amount 0 and its key's
+// record as it is now. When it cannot be read again, it is before, its
+// note saying so, and rereadFailed is true: an amount 0 would say the hold
+// is gone.
+func (t *Tool) holdAfterRefusal(ctx context.Context, key idempotency.Key, p payments.Payment, before holdView, now time.Time) (hv holdView, rereadFailed bool) {
 	cur, records, err := t.snapshot(ctx, key.Tenant, p.ID, []string{key.Hash})
 	if err != nil {
-		return holdView{KeyHash: key.Hash, Record: key.ID(), Refund: refunds.ID(key),
-			Note: fmt.Sprintf("it changed meanwhile and could not be read again (%v): look at it again with `oncectl holds %s`", err, p.PK)}
+		hv = before
+		hv.Note = fmt.Sprintf("the write was refused and the hold could not be read again (%v): this is the hold as read before the write, "+
+			"which may no longer be true; look at it again with `oncectl holds %s`", err, p.PK)
+		if before.Note != "" {
+			hv.Note += "; as read before: " + before.Note
+		}
+		return hv, true
 	}
 	amount, held := cur.Holds[key.Hash]
-	hv := t.holdFromItem(key, amount, records[key.Hash], now)
+	hv = t.holdFromItem(key, amount, records[key.Hash], now)
+	note := hv.Note
 	if !held {
-		gone := "the payment holds nothing for the key now: it was settled meanwhile (its refund completed or was released, or another operator settled it)"
+		note = "the payment holds nothing for the key now: it was settled meanwhile (its refund completed or was released, or another operator settled it)"
 		if hv.RecordUnreadable {
-			gone += "; " + hv.Note
+			note += "; " + hv.Note
 		}
-		hv.Stale, hv.Note = false, gone
+		hv.Stale = false
 	}
-	return hv
+	hv.Note = rereadNote
+	if note != "" {
+		hv.Note += ": " + note
+	}
+	return hv, false
 }
 
 // holdNow says what key's hold on the payment item is, given that it is no

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -179,6 +180,9 @@ type settled struct {
 	ProviderRefundID string `json:"provider_refund_id"`
 	Settled          bool   `json:"settled"`
 	ChangedMeanwhile bool   `json:"changed_meanwhile"`
+	RecordUnreadable bool   `json:"record_unreadable"`
+	RereadFailed     bool   `json:"reread_failed"`
+	SettledUnknown   bool   `json:"settled_unknown"`
 }
 
 func decodeSettled(t *testing.T, out string) settled {
@@ -471,6 +475,9 @@ func TestSettleHoldFenced(t *testing.T) {
 			}
 			if tt.amount == 0 && !strings.Contains(got.Note, "holds nothing for the key now") {
 				t.Errorf("printed note %q, want it to say the payment holds nothing for the key now", got.Note)
+			}
+			if !strings.HasPrefix(got.Note, "read again after the write was refused") {
+				t.Errorf("printed note %q, want it to say the hold shown was read again after the refused write", got.Note)
 			}
 			if db.transactions != 1 {
 				t.Errorf("TransactWriteItems calls = %d, want 1 (fenced, not retried)", db.transactions)
@@ -791,6 +798,145 @@ func TestSettleHoldReadsOnce(t *testing.T) {
 			if code != 1 || !strings.Contains(errOut, "holds nothing for key hash "+s.key.Hash) {
 				t.Errorf("settle-hold = exit %d %q, want 1 saying the payment holds nothing for the key (now)", code, errOut)
 			}
+		})
+	}
+}
+
+// failing is a DynamoDB client whose TransactWriteItems runs change first,
+// then answers write (the real call when nil); with rereadFails, every
+// TransactGetItems after the write fails.
+type failing struct {
+	*dynamodb.Client
+	change      func()
+	write       func() error
+	rereadFails bool
+	written     bool
+}
+
+func (c *failing) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	c.written = true
+	if c.change != nil {
+		c.change()
+	}
+	if c.write != nil {
+		return nil, c.write()
+	}
+	return c.Client.TransactWriteItems(ctx, in, opts...)
+}
+
+func (c *failing) TransactGetItems(ctx context.Context, in *dynamodb.TransactGetItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactGetItemsOutput, error) {
+	if c.written && c.rereadFails {
+		return nil, errors.New("test: the re-read failed")
+	}
+	return c.Client.TransactGetItems(ctx, in, opts...)
+}
+
+// TestSettleHoldWriteFails: what settle-hold prints when its write fails
+// otherwise than by a failed condition. A transaction cancelled only
+// because another was in flight wrote nothing: it is a refusal, the hold
+// read again and marked changed_meanwhile (the view read before would show
+// a hold settled meanwhile). An error that is not a cancellation (a
+// timeout: DynamoDB may have written it) makes no claim that it was not
+// settled. A refusal whose re-read fails shows the view read before the
+// write, marked reread_failed, not an amount 0 that says it is gone. A
+// refusal whose re-read finds the hold gone and its record unreadable says
+// both.
+func TestSettleHoldWriteFails(t *testing.T) {
+	e := newEnv(t)
+	removeHold := func(t *testing.T, h held) {
+		t.Helper()
+		if _, err := e.db.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
+			TableName:                aws.String(e.names.ByLogicalID["PaymentsTable"]),
+			Key:                      map[string]dynamodbtypes.AttributeValue{payments.KeyAttr: &dynamodbtypes.AttributeValueMemberS{Value: h.p.PK}},
+			UpdateExpression:         aws.String("REMOVE #holds.#key"),
+			ExpressionAttributeNames: map[string]string{"#holds": payments.AttrHolds, "#key": h.key.Hash},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conflict := func() error {
+		return &dynamodbtypes.TransactionCanceledException{Message: aws.String("test: conflict"), CancellationReasons: []dynamodbtypes.CancellationReason{
+			{Code: aws.String("TransactionConflict")}, {Code: aws.String("None")},
+		}}
+	}
+	tests := []struct {
+		name        string
+		change      func(t *testing.T, h held)
+		write       func() error
+		rereadFails bool
+		want        []string // in the error
+		check       func(t *testing.T, h held, got settled, raw map[string]any)
+	}{
+		{"cancelled by a transaction in flight", removeHold, conflict, false,
+			[]string{"another write was in flight", "TransactionConflict", "oncectl holds"},
+			func(t *testing.T, h held, got settled, raw map[string]any) {
+				if got.Settled || !got.ChangedMeanwhile || got.Amount != 0 || got.RereadFailed || !strings.Contains(got.Note, "holds nothing for the key now") {
+					t.Errorf("printed %+v, want not settled, changed meanwhile, the hold gone (amount 0) as read again", got)
+				}
+			}},
+		{"not a cancellation", nil, func() error { return errors.New("test: timed out after the request was sent") }, false,
+			[]string{"timed out", "whether it was written is unknown", "oncectl holds " + ""},
+			func(t *testing.T, h held, got settled, raw map[string]any) {
+				if _, ok := raw["settled"]; ok || !got.SettledUnknown || got.ChangedMeanwhile || got.Amount != heldAmount {
+					t.Errorf("printed %v, want no settled, settled_unknown, the hold as read", raw)
+				}
+			}},
+		{"refused, the re-read fails", removeHold, nil, true,
+			[]string{"it is gone: settled meanwhile"},
+			func(t *testing.T, h held, got settled, raw map[string]any) {
+				if got.Settled || !got.ChangedMeanwhile || !got.RereadFailed || got.Amount != heldAmount || !got.NoRecord ||
+					!strings.Contains(got.Note, "could not be read again") || !strings.Contains(got.Note, "test: the re-read failed") {
+					t.Errorf("printed %+v, want not settled, changed meanwhile, reread_failed, the hold as read before the write, its note saying the re-read failed", got)
+				}
+			}},
+		{"refused, the hold gone and its record unreadable", func(t *testing.T, h held) {
+			removeHold(t, h)
+			e.put(t, recordAs(h.rec, idempotency.StatusUnknown, time.Hour))
+			if _, err := e.db.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
+				TableName:                 aws.String(e.names.ByLogicalID["IdempotencyTable"]),
+				Key:                       map[string]dynamodbtypes.AttributeValue{dynamo.AttrPK: &dynamodbtypes.AttributeValueMemberS{Value: h.key.ID()}},
+				UpdateExpression:          aws.String("SET #e = :e"),
+				ExpressionAttributeNames:  map[string]string{"#e": dynamo.AttrExpiresAtMS},
+				ExpressionAttributeValues: map[string]dynamodbtypes.AttributeValue{":e": &dynamodbtypes.AttributeValueMemberS{Value: "soon"}},
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}, nil, false,
+			[]string{"it is gone: settled meanwhile"},
+			func(t *testing.T, h held, got settled, raw map[string]any) {
+				if got.Settled || !got.ChangedMeanwhile || got.Amount != 0 || !got.RecordUnreadable || got.Stale || got.RereadFailed ||
+					!strings.Contains(got.Note, "holds nothing for the key now") || !strings.Contains(got.Note, "cannot be read") {
+					t.Errorf("printed %+v, want the hold gone, its record unreadable, the note saying both", got)
+				}
+			}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := e.staleHold(t, fmt.Sprintf("refund-fails-%d", i), false)
+			db := &failing{Client: e.db, write: tt.write, rereadFails: tt.rereadFails}
+			if tt.change != nil {
+				db.change = func() { tt.change(t, h) }
+			}
+			cfg, err := config.FromEnv(func(k string) string { return e.vars[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out, errOut bytes.Buffer
+			code := operator.New(cfg, db, e.sqs, &out, &errOut).Run(t.Context(),
+				[]string{"settle-hold", "release", "-no-record", "-confirm", fmt.Sprint(heldAmount), "-hold", h.key.Hash, h.p.PK})
+			if code != 1 {
+				t.Errorf("settle-hold = exit %d %q, want 1", code, errOut.String())
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(errOut.String(), want) {
+					t.Errorf("settle-hold stderr %q, want it to say %q", errOut.String(), want)
+				}
+			}
+			var raw map[string]any
+			if err := json.Unmarshal(out.Bytes(), &raw); err != nil {
+				t.Fatalf("output %q: %v", out.String(), err)
+			}
+			tt.check(t, h, decodeSettled(t, out.String()), raw)
 		})
 	}
 }
