@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -757,6 +758,11 @@ func TestHoldsUnreadableRecord(t *testing.T) {
 					!strings.Contains(l.Note, dynamo.AttrExpiresAtMS) {
 					t.Errorf("holds -stale -all lists the hold of the undecodable record as %+v, want record_unreadable, not stale, next inspect: %s", l, getItem)
 				}
+			}
+			code, out, errOut = e.run(t, "holds", "-stale", "-all", "-limit", "1000")
+			if row := regexp.MustCompile(bad.key.Hash + `.*\n`).FindString(out); code != 0 ||
+				!regexp.MustCompile(`^\S+\s+10 eur\s+unreadable\s+-\s+no\s+inspect\n$`).MatchString(row) {
+				t.Errorf("holds -stale -all = exit %d %q, its row %q: want unreadable, no age, not stale, next inspect", code, errOut, row)
 			}
 			code, out, errOut = e.run(t, "holds", "-stale")
 			if code != 0 || strings.Contains(out, bad.key.Hash) || !strings.Contains(errOut, "1 hold(s) whose record cannot be read") {
