@@ -17,8 +17,11 @@ import (
 // failed condition). Implementations return *ConflictError when a
 // condition fails, wrap ErrNotFound when a record does not exist, and wrap
 // ErrUnavailable when the store could not be reached or throttled after its
-// own bounded retries, and ErrResponseTooLarge when a record's answer is
-// larger than the store can keep. The Middleware answers any other error
+// own bounded retries, ErrResponseTooLarge when a record's answer is
+// larger than the store can keep, and, for a caller's mistake rather than
+// a lost lease, ErrStatusMismatch (Advance given a Progress whose status or
+// External is not the record's) and ErrNotCompleted (Complete given a
+// record that is not COMPLETED). The Middleware answers any other error
 // (a misconfiguration, a bug) 500 internal_error, not 503: only
 // ErrUnavailable tells a client that a retry may succeed.
 type Store interface {
@@ -39,7 +42,8 @@ type Store interface {
 	// returns a *ConflictError carrying the current record, or with a nil
 	// Existing when the record is gone; when an effect's condition fails, a
 	// *RejectedError. A rec of another status is the caller's mistake: an
-	// error, never a *ConflictError, and nothing written.
+	// error wrapping ErrNotCompleted, never a *ConflictError, and nothing
+	// written.
 	Complete(ctx context.Context, rec Record, lease string, effects []Effect) error
 	// Release deletes the record held under lease (not COMPLETED) and writes
 	// effects (undoing the reservation's holds) in one transaction,
@@ -167,6 +171,13 @@ var (
 	// mistake, never a lost lease, so it is not a *ConflictError: a
 	// reconciler must fail the record (retried, alarmed), not drop it.
 	ErrStatusMismatch = errors.New("idempotency: the record held under the lease has another status than Progress.Status, or another External")
+	// ErrNotCompleted: Store.Complete was given a record that is not
+	// COMPLETED (a store result, not an answer). It is the caller's
+	// mistake, never a lost lease, so it is not a *ConflictError, and the
+	// store writes nothing: a store keeps a COMPLETED record differently
+	// (the DynamoDB store gives it, and its answer's chunks, the
+	// retention's TTL).
+	ErrNotCompleted = errors.New("idempotency: Store.Complete was given a record that is not COMPLETED")
 	// ErrNotFound: no record for the key (a store result, not an answer).
 	ErrNotFound = errors.New("idempotency: record not found")
 	// ErrUnavailable: the store could not be reached (503, Retry-After: 1).

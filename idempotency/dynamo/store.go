@@ -169,13 +169,13 @@ func (s *Store) Reserve(ctx context.Context, rec idempotency.Record, effects []i
 // COMPLETED: one conditional PutItem, or with effects one
 // TransactWriteItems. When the lease is no longer held it returns a
 // *idempotency.ConflictError carrying the current record, with a nil
-// Existing when there is none; a rec of another status is an error, and
-// nothing is written.
+// Existing when there is none; a rec of another status is an error
+// wrapping idempotency.ErrNotCompleted, and nothing is written.
 func (s *Store) Complete(ctx context.Context, rec idempotency.Record, lease string, effects []idempotency.Effect) error {
 	if rec.Status != idempotency.StatusCompleted {
 		// Only a COMPLETED record is given its retention's TTL, on its
 		// item and its answer's chunks alike (ItemFromRecord).
-		return fmt.Errorf("dynamo: complete: the record is %q, not %s", rec.Status, idempotency.StatusCompleted)
+		return fmt.Errorf("dynamo: complete: %w: the record is %q", idempotency.ErrNotCompleted, rec.Status)
 	}
 	names, values := leaseExpr(lease)
 	item, chunks, err := recordItems(rec)

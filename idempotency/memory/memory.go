@@ -107,11 +107,12 @@ func (s *Store) Reserve(ctx context.Context, rec idempotency.Record, effects []i
 // Complete replaces the record held under lease with rec, which must be
 // COMPLETED, and writes effects, atomically. When the lease is not held it
 // returns a *idempotency.ConflictError carrying the current record (nil
-// Existing when there is none); when an effect's item exists, or rec is of
-// another status, an error. Either way it writes nothing.
+// Existing when there is none); when an effect's item exists, an error;
+// when rec is of another status, an error wrapping
+// idempotency.ErrNotCompleted. Either way it writes nothing.
 func (s *Store) Complete(ctx context.Context, rec idempotency.Record, lease string, effects []idempotency.Effect) error {
 	if rec.Status != idempotency.StatusCompleted {
-		return fmt.Errorf("memory: complete: the record is %q, not %s", rec.Status, idempotency.StatusCompleted)
+		return fmt.Errorf("memory: complete: %w: the record is %q", idempotency.ErrNotCompleted, rec.Status)
 	}
 	rec = normalize(rec)
 	s.mu.Lock()

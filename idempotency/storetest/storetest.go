@@ -438,8 +438,9 @@ func testComplete(t *testing.T, newStore NewStore) {
 }
 
 // testCompleteNotCompleted checks that Complete refuses a record that is
-// not COMPLETED: an error, never a conflict, and nothing written (a store
-// keeps a COMPLETED record differently: its TTL, its answer's chunks).
+// not COMPLETED: an error wrapping ErrNotCompleted, never a conflict, and
+// nothing written (a store keeps a COMPLETED record differently: its TTL,
+// its answer's chunks).
 func testCompleteNotCompleted(t *testing.T, newStore NewStore) {
 	for _, status := range []idempotency.Status{idempotency.StatusInProgress, idempotency.StatusUnknown, "", "PENDING"} {
 		name := string(status)
@@ -454,8 +455,8 @@ func testCompleteNotCompleted(t *testing.T, newStore NewStore) {
 			c.Status = status
 			err := s.Complete(t.Context(), c, "lease", []idempotency.Effect{effect(t, in, "paid", "x")})
 			var conflict *idempotency.ConflictError
-			if err == nil || errors.As(err, &conflict) || errors.Is(err, idempotency.ErrUnavailable) {
-				t.Errorf("Complete(Status %q) = %v, want an error, neither a *ConflictError nor unavailable", status, err)
+			if !errors.Is(err, idempotency.ErrNotCompleted) || errors.As(err, &conflict) || errors.Is(err, idempotency.ErrUnavailable) {
+				t.Errorf("Complete(Status %q) = %v, want ErrNotCompleted, neither a *ConflictError nor unavailable", status, err)
 			}
 			wantEffects(t, in)
 			wantRecord(t, s, r)

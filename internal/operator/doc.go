@@ -99,8 +99,10 @@
 //   - holds -stale lists the holds of every payment (a Scan of the payments
 //     table, filtered to the payments with holds and projected to what it
 //     shows, bounded as the other listings; -tenant keeps one tenant's),
-//     each with its key's record read as holds reads it, the stale ones
-//     only unless -all, and what to run next. Its stale is wider than the
+//     each with its key's record read as holds reads it (one that cannot
+//     be decoded is a line, not stale, next inspect, listed with -all and
+//     counted on stderr), the stale ones only unless -all, and what to
+//     run next. Its stale is wider than the
 //     one-payment view's: nothing will settle the hold without an operator
 //     (its key has no record: settle-hold -no-record on noRecordNote's
 //     terms; a record a new request may reclaim: settle-hold; a COMPLETED
@@ -132,9 +134,12 @@
 //     ConditionCheck that no record holds the key (dynamo.ReclaimCheck, the
 //     store's own reservation condition), and for refunded the refund's Put, conditioned
 //     on there being none. When the hold changed, the key got a live record
-//     (a sweeper's restore) or the refund exists, nothing is written, and
-//     the command says what it is now. The settlement is logged as one JSON line
-//     on stderr.
+//     (a sweeper's restore), the refund exists, or another write was in
+//     flight, nothing is written, and the command says why on stderr and
+//     prints the hold read again (changed_meanwhile; reread_failed, the
+//     hold as read before, when it cannot be). A write that failed
+//     otherwise may have been made: it prints settled_unknown, no settled.
+//     The settlement is logged as one JSON line on stderr.
 //
 // It is configured like the functions, by config.FromEnv: DYNAMODB_ENDPOINT
 // and SQS_ENDPOINT (unset: AWS), AWS_REGION, the table and queue variables.

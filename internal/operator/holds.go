@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -92,8 +93,15 @@ type holdView struct {
 	// reservation or an UNKNOWN record written with a TTL attribute, before
 	// they lost it) and the sweeper has processed the deletion without
 	// restoring it; until then the sweeper may restore it (Note says so).
-	NoRecord bool   `json:"no_record,omitempty"`
-	Note     string `json:"note,omitempty"`
+	NoRecord bool `json:"no_record,omitempty"`
+	// RecordUnreadable: the key has a record that cannot be decoded
+	// (dynamo.RecordFromItem fails; Note says why). Whether the hold is
+	// stale cannot be told: it is shown, not stale, so that the operator
+	// looks at its item as it is (Note names the `aws dynamodb get-item`:
+	// `oncectl show` decodes it, and fails), and the other holds are shown
+	// too.
+	RecordUnreadable bool   `json:"record_unreadable,omitempty"`
+	Note             string `json:"note,omitempty"`
 }
 
 // paymentArg adds -tenant and -payment to fs and returns what, given the
@@ -160,7 +168,7 @@ func (t *Tool) readHolds(ctx context.Context, tnt, id string, now time.Time) (pa
 		if err != nil {
 			return paymentHolds{}, err
 		}
-		v, complete := holdsView(snap, records, now)
+		v, complete := t.holdsView(snap, records, now)
 		if complete {
 			return v, nil
 		}
@@ -186,7 +194,7 @@ func (t *Tool) snapshot(ctx context.Context, tnt, id string, hashes []string) (p
 		items = append(items, types.TransactGetItem{Get: &types.Get{
 			TableName:                aws.String(t.cfg.Table("IdempotencyTable")),
 			Key:                      map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: idempotency.Key{Tenant: tnt, Hash: h}.ID()}},
-			ProjectionExpression:     aws.String("#pk, #tenant, #status, #external, #expires_ms"),
+			ProjectionExpression:     aws.String(holdRecordProjection),
 			ExpressionAttributeNames: holdRecordNames,
 		}})
 	}
@@ -226,11 +234,17 @@ func (t *Tool) snapshot(ctx context.Context, tnt, id string, hashes []string) (p
 	return p, records, nil
 }
 
-// holdRecordNames are the names of what snapshot reads of a record: what
-// dynamo.RecordFromItem needs, and holdsView shows.
+// holdRecordProjection is what holds reads of a hold's key's record, in
+// snapshot and in holdItem alike, so that both decode the same item:
+// what dynamo.RecordFromItem needs, and holdFromItem shows, with the
+// timestamps holds -stale ages a record by (recordAge).
+const holdRecordProjection = "#pk, #tenant, #status, #external, #expires_ms, #created, #updated"
+
+// holdRecordNames are the names of holdRecordProjection.
 var holdRecordNames = map[string]string{
 	"#pk": dynamo.AttrPK, "#tenant": dynamo.AttrTenant, "#status": dynamo.AttrStatus,
 	"#external": dynamo.AttrExternal, "#expires_ms": dynamo.AttrExpiresAtMS,
+	"#created": dynamo.AttrCreatedAt, "#updated": dynamo.AttrUpdatedAt,
 }
 
 // conflicted reports whether err is a transaction cancelled only because
@@ -265,44 +279,93 @@ func figures(p payments.Payment) paymentHolds {
 // holdsView is holds' view of payment p and its holds, whose keys' items
 // are records by hash (a nil item: no record), at now; complete is false
 // when p holds a key whose item was not read.
-func holdsView(p payments.Payment, records map[string]map[string]types.AttributeValue, now time.Time) (paymentHolds, bool) {
+func (t *Tool) holdsView(p payments.Payment, records map[string]map[string]types.AttributeValue, now time.Time) (paymentHolds, bool) {
 	v := figures(p)
 	for _, h := range slices.Sorted(maps.Keys(p.Holds)) {
 		item, read := records[h]
 		if !read {
 			return paymentHolds{}, false
 		}
-		key := idempotency.Key{Tenant: p.Tenant, Hash: h}
-		hv := holdView{KeyHash: h, Record: key.ID(), Refund: refunds.ID(key), Amount: p.Holds[h]}
-		if item == nil {
-			hv.NoRecord, hv.Note = true, noRecordNote
-		} else if rec, err := dynamo.RecordFromItem(item); err != nil {
-			hv.Note = "its key's record cannot be read: " + err.Error()
-		} else {
-			expires := rec.ExpiresAt.UTC()
-			hv.RecordStatus, hv.RecordExpiresAt, hv.Stale = string(rec.Status), &expires, rec.Reclaimable(now)
-		}
-		v.Holds = append(v.Holds, hv)
+		v.Holds = append(v.Holds, t.holdFromItem(idempotency.Key{Tenant: p.Tenant, Hash: h}, p.Holds[h], item, now))
 	}
 	return v, true
 }
 
+// holdFromItem is holds' view of key's hold of amount at now, given the
+// key's item as read (holdRecordProjection; nil: no record). Both of
+// readHolds' paths, settle-hold and holds -stale build their views with
+// it. An item that dynamo.RecordFromItem cannot decode is reported,
+// neither hidden nor an error that would fail the whole listing: the hold
+// is shown with RecordUnreadable, the decoding error in its note and the
+// command that reads the item as it is (getItemCommand).
+func (t *Tool) holdFromItem(key idempotency.Key, amount int64, item map[string]types.AttributeValue, now time.Time) holdView {
+	hv, _ := t.holdAndRecord(key, amount, item, now)
+	return hv
+}
+
+// holdAndRecord is holdFromItem, and the record decoded from item: the
+// zero Record when there is none (NoRecord) or it cannot be decoded
+// (RecordUnreadable).
+func (t *Tool) holdAndRecord(key idempotency.Key, amount int64, item map[string]types.AttributeValue, now time.Time) (holdView, idempotency.Record) {
+	hv := holdView{KeyHash: key.Hash, Record: key.ID(), Refund: refunds.ID(key), Amount: amount}
+	if item == nil {
+		hv.NoRecord, hv.Note = true, noRecordNote
+		return hv, idempotency.Record{}
+	}
+	rec, err := dynamo.RecordFromItem(item)
+	if err != nil {
+		hv.RecordUnreadable = true
+		hv.Note = fmt.Sprintf("its key's record cannot be read (%v): whether the hold is stale cannot be told; look at its item as it is: %s",
+			err, t.getItemCommand(key))
+		return hv, idempotency.Record{}
+	}
+	expires := rec.ExpiresAt.UTC()
+	hv.RecordStatus, hv.RecordExpiresAt, hv.Stale = string(rec.Status), &expires, rec.Reclaimable(now)
+	return hv, rec
+}
+
+// getItemCommand is the AWS CLI command that prints key's item in the
+// idempotency table as it is, without decoding it.
+func (t *Tool) getItemCommand(key idempotency.Key) string {
+	return fmt.Sprintf(`aws dynamodb get-item --table-name %s --key '{"%s":{"S":"%s"}}'`, t.cfg.Table("IdempotencyTable"), dynamo.AttrPK, key.ID())
+}
+
+// holdItem reads key's record as holds shows it: one consistent GetItem,
+// projected as snapshot projects it; nil when there is none.
+func (t *Tool) holdItem(ctx context.Context, key idempotency.Key) (map[string]types.AttributeValue, error) {
+	out, err := t.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:                aws.String(t.cfg.Table("IdempotencyTable")),
+		Key:                      map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: key.ID()}},
+		ConsistentRead:           aws.Bool(true),
+		ProjectionExpression:     aws.String(holdRecordProjection),
+		ExpressionAttributeNames: holdRecordNames,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record %s: %w", key.ID(), err)
+	}
+	if len(out.Item) == 0 {
+		return nil, nil
+	}
+	return out.Item, nil
+}
+
 // readHoldsApart is readHolds for a payment with more holds than one
-// TransactGetItems reads: it reads the record of each hold's key, then the
-// payment again, and returns the view only when the payment's refund
-// figures and holds are as the read before found them, holdsReads times
-// at most (a release and a new reservation of one key between the reads
-// would go unseen).
+// TransactGetItems reads: it reads the record of each hold's key
+// (holdItem), then the payment again, and returns the view only when the
+// payment's refund figures and holds are as the read before found them,
+// holdsReads times at most (a release and a new reservation of one key
+// between the reads would go unseen).
 func (t *Tool) readHoldsApart(ctx context.Context, tnt, id string, p payments.Payment, now time.Time) (paymentHolds, error) {
 	table := payments.NewTable(t.db, t.cfg.Table("PaymentsTable"))
 	for range holdsReads {
 		v := figures(p)
 		for _, h := range slices.Sorted(maps.Keys(p.Holds)) {
-			hv, err := t.hold(ctx, idempotency.Key{Tenant: tnt, Hash: h}, p.Holds[h], now)
+			key := idempotency.Key{Tenant: tnt, Hash: h}
+			item, err := t.holdItem(ctx, key)
 			if err != nil {
 				return paymentHolds{}, err
 			}
-			v.Holds = append(v.Holds, hv)
+			v.Holds = append(v.Holds, t.holdFromItem(key, p.Holds[h], item, now))
 		}
 		again, err := table.Get(ctx, tnt, id)
 		if err != nil {
@@ -323,30 +386,6 @@ func sameHolds(a, b payments.Payment) bool {
 		a.Status == b.Status && maps.Equal(a.Holds, b.Holds)
 }
 
-// hold is the view of key's hold of amount at now: it reads the key's
-// record.
-func (t *Tool) hold(ctx context.Context, key idempotency.Key, amount int64, now time.Time) (holdView, error) {
-	v, _, err := t.holdRecord(ctx, key, amount, now)
-	return v, err
-}
-
-// holdRecord is hold's view of key's hold of amount at now, and the key's
-// record as read: the zero Record when there is none (v.NoRecord).
-func (t *Tool) holdRecord(ctx context.Context, key idempotency.Key, amount int64, now time.Time) (holdView, idempotency.Record, error) {
-	v := holdView{KeyHash: key.Hash, Record: key.ID(), Refund: refunds.ID(key), Amount: amount}
-	rec, err := t.store.Get(ctx, key)
-	switch {
-	case errors.Is(err, idempotency.ErrNotFound):
-		v.NoRecord, v.Note = true, noRecordNote
-		return v, idempotency.Record{}, nil
-	case err != nil:
-		return holdView{}, idempotency.Record{}, fmt.Errorf("record %s: %w", key.ID(), err)
-	}
-	expires := rec.ExpiresAt.UTC()
-	v.RecordStatus, v.RecordExpiresAt, v.Stale = string(rec.Status), &expires, rec.Reclaimable(now)
-	return v, rec, nil
-}
-
 // holds prints a payment's holds, each with the state of its key's record;
 // with -stale, the stale holds across the payments table (staleHolds).
 func (t *Tool) holds(ctx context.Context, args []string) error {
@@ -359,7 +398,10 @@ func (t *Tool) holds(ctx context.Context, args []string) error {
 			"(an External reservation a day past its lease, or an UNKNOWN record, written before they lost their\n"+
 			"TTL) and perhaps not yet restored by the sweeper (as UNKNOWN, owning the hold): settle it, with\n"+
 			"-no-record, only after `oncectl forget` of that record or once the sweeper has handled the\n"+
-			"deletion (more than an hour after it, and SweeperDLQ holding no message for it).\n"+
+			"deletion (more than an hour after it, and SweeperDLQ holding no message for it). A hold whose\n"+
+			"key's record cannot be decoded is shown \"record_unreadable\", the error in its note, and counted\n"+
+			"on stderr: whether it is stale cannot be told (its note names the `aws dynamodb get-item` that\n"+
+			"prints its item as it is: `oncectl show` decodes it, and fails); the others are shown as usual.\n"+
 			"\n"+staleHoldsHelp)
 	payment := paymentArg(fs)
 	fs.Lookup("tenant").Usage = "the payment's tenant, with -payment; with -stale, only this tenant's holds"
@@ -403,7 +445,7 @@ func (t *Tool) holds(ctx context.Context, args []string) error {
 	if err := t.writeIndented(v); err != nil {
 		return err
 	}
-	reclaimable, none := 0, 0
+	reclaimable, none, unreadable := 0, 0, 0
 	for _, h := range v.Holds {
 		if h.Stale {
 			reclaimable++
@@ -411,8 +453,15 @@ func (t *Tool) holds(ctx context.Context, args []string) error {
 		if h.NoRecord {
 			none++
 		}
+		if h.RecordUnreadable {
+			unreadable++
+		}
 	}
-	fmt.Fprintf(t.errOut, "%d hold(s), %d stale, %d with no record of its key\n", len(v.Holds), reclaimable, none)
+	fmt.Fprintf(t.errOut, "%d hold(s), %d stale, %d with no record of its key", len(v.Holds), reclaimable, none)
+	if unreadable > 0 {
+		fmt.Fprintf(t.errOut, ", %d whose record cannot be read (see its note)", unreadable)
+	}
+	fmt.Fprintln(t.errOut)
 	return nil
 }
 
@@ -423,7 +472,23 @@ type settleView struct {
 	Payment          string `json:"payment"`
 	Outcome          string `json:"outcome"`
 	ProviderRefundID string `json:"provider_refund_id,omitempty"`
-	Settled          bool   `json:"settled"`
+	// Settled: whether the settlement was written; nil (left out) when
+	// that is not known (SettledUnknown).
+	Settled *bool `json:"settled,omitempty"`
+	// SettledUnknown: the write failed without saying whether DynamoDB
+	// made it (a timeout, a connection lost after the request was sent:
+	// not a cancellation, which writes nothing); `oncectl holds` tells.
+	SettledUnknown bool `json:"settled_unknown,omitempty"`
+	// ChangedMeanwhile: the write was cancelled, nothing written, because
+	// the hold or its key's record changed after settle-hold read them, a
+	// refund of the key exists, or another write was in flight on them
+	// (stderr says which); the hold is then shown as read again after the
+	// refusal (holdAfterRefusal), not as it was read before.
+	ChangedMeanwhile bool `json:"changed_meanwhile,omitempty"`
+	// RereadFailed: with ChangedMeanwhile, the hold could not be read
+	// again after the refusal: it is shown as read before the write, which
+	// may no longer be true (Note says so).
+	RereadFailed bool `json:"reread_failed,omitempty"`
 }
 
 // settleHold settles a stale hold as the operator found the provider: the
@@ -447,7 +512,13 @@ func (t *Tool) settleHold(ctx context.Context, args []string) error {
 			"sweeper may restore the record as UNKNOWN, owning the hold, and a settlement before would leave it\n"+
 			"unresolvable (refunded) or give back an amount the provider refunded (release). The write is one\n"+
 			"transaction, conditioned on the hold still being that amount and on no live record of its key:\n"+
-			"a hold that changed, or whose key has a live record (it is not stale), is left as it is.")
+			"a hold that changed, or whose key has a live record (it is not stale), is left as it is, and\n"+
+			"what it prints is the hold read again then, marked changed_meanwhile (reread_failed, the hold as\n"+
+			"read before, if it cannot be read again); stderr says why the write was refused. A write\n"+
+			"cancelled because another was in flight wrote nothing either: look again, and run it again. A\n"+
+			"write that failed otherwise (a timeout) may have been made: it prints settled_unknown, no\n"+
+			"settled; `oncectl holds` tells. It reads the payment and the key's record as one snapshot, as\n"+
+			"holds does, and refuses a hold whose key's record cannot be decoded.")
 	payment := paymentArg(fs)
 	hash := fs.String("hold", "", "the hold's key hash, as holds shows it")
 	confirm := fs.Int64("confirm", 0, "the hold's amount, as shown: settle it")
@@ -481,10 +552,10 @@ func (t *Tool) settleHold(ctx context.Context, args []string) error {
 	}
 	key := idempotency.Key{Tenant: tnt, Hash: *hash}
 	now := t.now()
-	p, err := payments.NewTable(t.db, t.cfg.Table("PaymentsTable")).Get(ctx, tnt, id)
-	if errors.Is(err, payments.ErrNotFound) {
-		return fmt.Errorf("no payment %s", payments.PK(tnt, id))
-	}
+	// The payment and the key's record as one snapshot, as holds reads
+	// them: read apart, a hold settled between the two reads would be
+	// refused as one whose key has no record, or a live one.
+	p, records, err := t.snapshot(ctx, tnt, id, []string{key.Hash})
 	if err != nil {
 		return err
 	}
@@ -492,13 +563,12 @@ func (t *Tool) settleHold(ctx context.Context, args []string) error {
 	if !held {
 		return fmt.Errorf("payment %s holds nothing for key hash %s (see `oncectl holds %s`)", p.PK, key.Hash, p.PK)
 	}
-	hv, err := t.hold(ctx, key, amount, now)
-	if err != nil {
-		return err
-	}
-	v := settleView{holdView: hv, Payment: p.PK, Outcome: outcome, ProviderRefundID: *providerRefund}
+	hv := t.holdFromItem(key, amount, records[key.Hash], now)
+	v := settleView{holdView: hv, Payment: p.PK, Outcome: outcome, ProviderRefundID: *providerRefund, Settled: new(bool)}
 	refusal := fmt.Sprintf("the hold of %s on %s is not settled", key.Hash, p.PK)
 	switch {
+	case hv.RecordUnreadable:
+		err = fmt.Errorf("%s: %s", refusal, hv.Note)
 	case hv.NoRecord && !*noRecord:
 		err = fmt.Errorf("%s: %s", refusal, strings.Replace(noRecordNote, "`oncectl settle-hold -no-record`", "-no-record", 1))
 	case !hv.Stale && !hv.NoRecord:
@@ -510,8 +580,19 @@ func (t *Tool) settleHold(ctx context.Context, args []string) error {
 	case *confirm != amount:
 		err = fmt.Errorf("%s: it is %d now, not %d: it changed since it was shown; look at it again", refusal, amount, *confirm)
 	default:
-		err = t.settleFenced(ctx, key, p, amount, outcome, *providerRefund, now)
-		v.Settled = err == nil
+		var refused bool
+		refused, err = t.settleFenced(ctx, key, p, amount, outcome, *providerRefund, now)
+		switch {
+		case err == nil:
+			*v.Settled = true
+		case refused:
+			v.ChangedMeanwhile = true
+			v.holdView, v.RereadFailed = t.holdAfterRefusal(ctx, key, p, hv, t.now())
+		default:
+			v.Settled, v.SettledUnknown = nil, true
+			err = fmt.Errorf("%w: whether it was written is unknown (DynamoDB may have made it before the error); "+
+				"look with `oncectl holds %s` before running settle-hold again", err, p.PK)
+		}
 	}
 	if werr := t.writeJSON(v); werr != nil {
 		return errors.Join(err, werr)
@@ -537,8 +618,11 @@ func settleWhat(outcome string, amount int64) string {
 // outcome: one TransactWriteItems of the payment's Update, conditioned on
 // the hold still being amount, a ConditionCheck that no record holds the key
 // at now, and, for refunded, the refund item, conditioned on there being
-// none. It is not retried: a failed condition says what the item is now.
-func (t *Tool) settleFenced(ctx context.Context, key idempotency.Key, p payments.Payment, amount int64, outcome, providerRefund string, now time.Time) error {
+// none. It is not retried. A cancelled transaction wrote nothing: refused
+// is true, and the error says what each failed condition's item is now,
+// or that another write was in flight (TransactionConflict). Any other
+// error leaves refused false: the write may have been made.
+func (t *Tool) settleFenced(ctx context.Context, key idempotency.Key, p payments.Payment, amount int64, outcome, providerRefund string, now time.Time) (refused bool, err error) {
 	names := map[string]string{"#holds": payments.AttrHolds, "#key": key.Hash}
 	values := map[string]types.AttributeValue{":amount": &types.AttributeValueMemberN{Value: fmt.Sprint(amount)}}
 	update := "SET #refundable = #refundable + :amount REMOVE #holds.#key"
@@ -573,7 +657,7 @@ func (t *Tool) settleFenced(ctx context.Context, key idempotency.Key, p payments
 			Created: time.Unix(now.Unix(), 0).UTC(),
 		})
 		if err != nil {
-			return fmt.Errorf("refund %s: %w", refundID, err)
+			return false, fmt.Errorf("refund %s: %w", refundID, err)
 		}
 		items = append(items, types.TransactWriteItem{Put: &types.Put{
 			TableName:                           aws.String(t.cfg.Table("RefundsTable")),
@@ -583,13 +667,13 @@ func (t *Tool) settleFenced(ctx context.Context, key idempotency.Key, p payments
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}})
 	}
-	_, err := t.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	_, err = t.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 	var cancelled *types.TransactionCanceledException
 	if !errors.As(err, &cancelled) {
 		if err != nil {
-			return fmt.Errorf("settle the hold of %s on %s: %w", key.Hash, p.PK, err)
+			return false, fmt.Errorf("settle the hold of %s on %s: %w", key.Hash, p.PK, err)
 		}
-		return nil
+		return false, nil
 	}
 	refusal := fmt.Sprintf("the hold of %s on %s is not settled", key.Hash, p.PK)
 	var errs []error
@@ -612,9 +696,55 @@ func (t *Tool) settleFenced(ctx context.Context, key idempotency.Key, p payments
 		}
 	}
 	if len(errs) == 0 {
-		return fmt.Errorf("settle the hold of %s on %s: %w", key.Hash, p.PK, err)
+		codes := make([]string, len(cancelled.CancellationReasons))
+		for i, r := range cancelled.CancellationReasons {
+			codes[i] = cmp.Or(aws.ToString(r.Code), "None")
+		}
+		return true, fmt.Errorf("%s: its write was cancelled, nothing written (%s): another write was in flight on the payment, "+
+			"the key's record or the refund (or DynamoDB throttled it); look at it again (`oncectl holds %s`), and settle it again if it is "+
+			"still stale: %w", refusal, strings.Join(codes, ", "), p.PK, err)
 	}
-	return errors.Join(errs...)
+	return true, errors.Join(errs...)
+}
+
+// rereadNote begins the note of a hold holdAfterRefusal read again.
+const rereadNote = "read again after the write was refused (stderr says why)"
+
+// holdAfterRefusal is key's hold on p at now, after settleFenced's write
+// was refused because something changed since settle-hold read the hold
+// as before: read again as settle-hold reads it (the payment and the key's
+// record, one snapshot), so that what settle-hold prints is what is true
+// when it refuses, not what it read before; its note begins rereadNote. A
+// hold gone (settled meanwhile) is shown with amount 0 and its key's
+// record as it is now. When it cannot be read again, it is before, its
+// note saying so, and rereadFailed is true: an amount 0 would say the hold
+// is gone.
+func (t *Tool) holdAfterRefusal(ctx context.Context, key idempotency.Key, p payments.Payment, before holdView, now time.Time) (hv holdView, rereadFailed bool) {
+	cur, records, err := t.snapshot(ctx, key.Tenant, p.ID, []string{key.Hash})
+	if err != nil {
+		hv = before
+		hv.Note = fmt.Sprintf("the write was refused and the hold could not be read again (%v): this is the hold as read before the write, "+
+			"which may no longer be true; look at it again with `oncectl holds %s`", err, p.PK)
+		if before.Note != "" {
+			hv.Note += "; as read before: " + before.Note
+		}
+		return hv, true
+	}
+	amount, held := cur.Holds[key.Hash]
+	hv = t.holdFromItem(key, amount, records[key.Hash], now)
+	note := hv.Note
+	if !held {
+		note = "the payment holds nothing for the key now: it was settled meanwhile (its refund completed or was released, or another operator settled it)"
+		if hv.RecordUnreadable {
+			note += "; " + hv.Note
+		}
+		hv.Stale = false
+	}
+	hv.Note = rereadNote
+	if note != "" {
+		hv.Note += ": " + note
+	}
+	return hv, false
 }
 
 // holdNow says what key's hold on the payment item is, given that it is no

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -178,6 +180,10 @@ type settled struct {
 	Outcome          string `json:"outcome"`
 	ProviderRefundID string `json:"provider_refund_id"`
 	Settled          bool   `json:"settled"`
+	ChangedMeanwhile bool   `json:"changed_meanwhile"`
+	RecordUnreadable bool   `json:"record_unreadable"`
+	RereadFailed     bool   `json:"reread_failed"`
+	SettledUnknown   bool   `json:"settled_unknown"`
 }
 
 func decodeSettled(t *testing.T, out string) settled {
@@ -385,7 +391,8 @@ func TestSettleHoldRefuses(t *testing.T) {
 // request may not reclaim: an External reservation, expired or not, an
 // expired UNKNOWN record, a COMPLETED record within its retention (its
 // ConditionCheck), and a refund of the key written meanwhile (the refund's
-// Put).
+// Put). What it prints is the hold as it is when the write is refused,
+// marked changed meanwhile, not as it was read before.
 func TestSettleHoldFenced(t *testing.T) {
 	e := newEnv(t)
 	paymentsTable := e.names.ByLogicalID["PaymentsTable"]
@@ -404,33 +411,37 @@ func TestSettleHoldFenced(t *testing.T) {
 		outcome string
 		change  func(t *testing.T, h held)
 		want    string
+		// shown: the hold's amount (0: gone) and its key's record's
+		// status ("": none) printed, as they are after the change.
+		amount int64
+		status idempotency.Status
 	}{
 		{"hold changed meanwhile", "release", func(t *testing.T, h held) {
 			setHold(t, h, "SET #holds.#key = :a", map[string]dynamodbtypes.AttributeValue{":a": &dynamodbtypes.AttributeValueMemberN{Value: "500"}})
-		}, "it changed meanwhile, to 500 (not 700)"},
+		}, "it changed meanwhile, to 500 (not 700)", 500, ""},
 		{"hold settled meanwhile", "refunded", func(t *testing.T, h held) {
 			setHold(t, h, "REMOVE #holds.#key", nil)
-		}, "it is gone: settled meanwhile"},
+		}, "it is gone: settled meanwhile", 0, ""},
 		{"record restored meanwhile", "release", func(t *testing.T, h held) {
 			// As the sweeper restores an UNKNOWN record that TTL deleted.
 			if err := e.store.Reserve(t.Context(), h.rec, nil, time.Now()); err != nil {
 				t.Fatal(err)
 			}
-		}, "its key has a live record now, UNKNOWN"},
+		}, "its key has a live record now, UNKNOWN", heldAmount, idempotency.StatusUnknown},
 		// The store's reclaim rule: a record of the key that a new request
 		// may not reclaim holds the hold, however it got there meanwhile.
 		{"live External reservation meanwhile", "refunded", func(t *testing.T, h held) {
 			e.put(t, recordAs(h.rec, idempotency.StatusInProgress, time.Hour))
-		}, "its key has a live record now, IN_PROGRESS"},
+		}, "its key has a live record now, IN_PROGRESS", heldAmount, idempotency.StatusInProgress},
 		{"expired External reservation meanwhile", "release", func(t *testing.T, h held) {
 			e.put(t, recordAs(h.rec, idempotency.StatusInProgress, -time.Minute))
-		}, "its key has a live record now, IN_PROGRESS"},
+		}, "its key has a live record now, IN_PROGRESS", heldAmount, idempotency.StatusInProgress},
 		{"expired UNKNOWN record meanwhile", "release", func(t *testing.T, h held) {
 			e.put(t, recordAs(h.rec, idempotency.StatusUnknown, -time.Minute))
-		}, "its key has a live record now, UNKNOWN"},
+		}, "its key has a live record now, UNKNOWN", heldAmount, idempotency.StatusUnknown},
 		{"COMPLETED record within its retention meanwhile", "refunded", func(t *testing.T, h held) {
 			e.put(t, recordAs(h.rec, idempotency.StatusCompleted, time.Hour))
-		}, "its key has a live record now, COMPLETED"},
+		}, "its key has a live record now, COMPLETED", heldAmount, idempotency.StatusCompleted},
 		{"refund written meanwhile", "refunded", func(t *testing.T, h held) {
 			item, err := attributevalue.MarshalMap(refunds.Refund{PK: refunds.PK("acme", refunds.ID(h.key)), ID: refunds.ID(h.key), Tenant: "acme"})
 			if err != nil {
@@ -439,7 +450,7 @@ func TestSettleHoldFenced(t *testing.T) {
 			if _, err := e.db.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(e.names.ByLogicalID["RefundsTable"]), Item: item}); err != nil {
 				t.Fatal(err)
 			}
-		}, "refund " + "re_"},
+		}, "refund " + "re_", heldAmount, ""},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -459,17 +470,24 @@ func TestSettleHoldFenced(t *testing.T) {
 			if code != 1 || !strings.Contains(errOut.String(), tt.want) {
 				t.Errorf("settle-hold = exit %d %q, want 1 saying %q", code, errOut.String(), tt.want)
 			}
-			if got := decodeSettled(t, out.String()); got.Settled {
-				t.Errorf("printed %+v, want not settled", got)
+			got := decodeSettled(t, out.String())
+			if got.Settled || !got.ChangedMeanwhile || got.Amount != tt.amount || got.RecordStatus != string(tt.status) || got.NoRecord != (tt.status == "") {
+				t.Errorf("printed %+v, want not settled, changed meanwhile, the hold of %d as it is now, its record %q", got, tt.amount, tt.status)
+			}
+			if tt.amount == 0 && !strings.Contains(got.Note, "holds nothing for the key now") {
+				t.Errorf("printed note %q, want it to say the payment holds nothing for the key now", got.Note)
+			}
+			if !strings.HasPrefix(got.Note, "read again after the write was refused") {
+				t.Errorf("printed note %q, want it to say the hold shown was read again after the refused write", got.Note)
 			}
 			if db.transactions != 1 {
 				t.Errorf("TransactWriteItems calls = %d, want 1 (fenced, not retried)", db.transactions)
 			}
 			// Nothing of the transaction is written: the payment is as
 			// the change left it.
-			got := figuresOf(e.paymentNow(t, h.p))
-			if got.Refundable != before.Refundable || got.Refunded != before.Refunded {
-				t.Errorf("payment after = %+v, want refundable %d and refunded %d as before", got, before.Refundable, before.Refunded)
+			after := figuresOf(e.paymentNow(t, h.p))
+			if after.Refundable != before.Refundable || after.Refunded != before.Refunded {
+				t.Errorf("payment after = %+v, want refundable %d and refunded %d as before", after, before.Refundable, before.Refunded)
 			}
 			if tt.outcome == "refunded" && !strings.HasPrefix(tt.name, "refund written") {
 				out, err := e.db.GetItem(t.Context(), &dynamodb.GetItemInput{
@@ -651,5 +669,280 @@ func TestSettleHoldNoRecord(t *testing.T) {
 	want := figures{Refundable: 2500 - heldAmount, Refunded: heldAmount, Holds: map[string]int64{}}
 	if got := figuresOf(e.paymentNow(t, h.p)); !cmp.Equal(got, want) {
 		t.Errorf("payment after = %+v, want %+v", got, want)
+	}
+}
+
+// TestHoldsUnreadableRecord: oncectl holds PAYMENT shows a hold whose key's
+// record cannot be decoded as such (record_unreadable, the error in its
+// note, counted on stderr), beside the others, whether it reads the
+// payment's holds as one snapshot (99 holds and fewer) or apart (more): it
+// neither fails the listing nor leaves the hold out.
+func TestHoldsUnreadableRecord(t *testing.T) {
+	type shown struct {
+		KeyHash          string `json:"key_hash"`
+		RecordStatus     string `json:"record_status"`
+		Stale            bool   `json:"stale"`
+		NoRecord         bool   `json:"no_record"`
+		RecordUnreadable bool   `json:"record_unreadable"`
+		Note             string `json:"note"`
+	}
+	for _, n := range []int{1, 99, 100} {
+		t.Run(fmt.Sprintf("%d holds", n), func(t *testing.T) {
+			e := newEnv(t)
+			var many []heldBy
+			for i := range n {
+				many = append(many, heldBy{pay: "p", tenant: "acme", raw: fmt.Sprintf("h%03d", i), amount: 10, status: idempotency.StatusUnknown, ago: time.Minute, expires: time.Hour})
+			}
+			made := e.makeHolds(t, many)
+			bad := made["h000"]
+			// An expiry that is not a number: dynamo.RecordFromItem fails.
+			if _, err := e.db.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
+				TableName:                 aws.String(e.names.ByLogicalID["IdempotencyTable"]),
+				Key:                       map[string]dynamodbtypes.AttributeValue{dynamo.AttrPK: &dynamodbtypes.AttributeValueMemberS{Value: bad.key.ID()}},
+				UpdateExpression:          aws.String("SET #e = :e"),
+				ExpressionAttributeNames:  map[string]string{"#e": dynamo.AttrExpiresAtMS},
+				ExpressionAttributeValues: map[string]dynamodbtypes.AttributeValue{":e": &dynamodbtypes.AttributeValueMemberS{Value: "soon"}},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			code, out, errOut := e.run(t, "holds", bad.p.PK)
+			if code != 0 {
+				t.Fatalf("holds = exit %d %q, want the listing", code, errOut)
+			}
+			var got struct{ Holds []shown }
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Holds) != n {
+				t.Fatalf("holds shows %d holds, want %d", len(got.Holds), n)
+			}
+			for _, h := range got.Holds {
+				if h.KeyHash != bad.key.Hash {
+					if h.RecordUnreadable || h.RecordStatus != string(idempotency.StatusUnknown) {
+						t.Errorf("holds shows %+v, want its UNKNOWN record", h)
+					}
+					continue
+				}
+				if !h.RecordUnreadable || h.RecordStatus != "" || h.Stale || h.NoRecord ||
+					!strings.Contains(h.Note, "cannot be read") || !strings.Contains(h.Note, dynamo.AttrExpiresAtMS) {
+					t.Errorf("holds shows the hold of the undecodable record as %+v, want record_unreadable, neither stale nor no record, its note naming %s", h, dynamo.AttrExpiresAtMS)
+				}
+			}
+			if !strings.Contains(errOut, "1 whose record cannot be read") {
+				t.Errorf("holds stderr %q, want it to count the hold whose record cannot be read", errOut)
+			}
+			// The note names a command that reads the item as it is:
+			// `oncectl show` decodes it, and fails as holds would have.
+			getItem := fmt.Sprintf(`aws dynamodb get-item --table-name %s --key '{"pk":{"S":"%s"}}'`, e.names.ByLogicalID["IdempotencyTable"], bad.key.ID())
+			for _, h := range got.Holds {
+				if h.KeyHash == bad.key.Hash && (!strings.Contains(h.Note, getItem) || strings.Contains(h.Note, "oncectl show")) {
+					t.Errorf("holds note %q, want it to name %s, not oncectl show", h.Note, getItem)
+				}
+			}
+
+			// holds -stale reads the record as holds does: the line is
+			// there with -all, not stale, its next step to look at the
+			// item; without -all it is counted on stderr.
+			lines, _ := e.staleHolds(t, "-all", "-limit", "1000")
+			if len(lines) != n {
+				t.Fatalf("holds -stale -all lists %d holds, want %d", len(lines), n)
+			}
+			for _, l := range lines {
+				if l.KeyHash != bad.key.Hash {
+					if l.RecordUnreadable || l.RecordStatus != string(idempotency.StatusUnknown) {
+						t.Errorf("holds -stale -all lists %+v, want its UNKNOWN record", l)
+					}
+					continue
+				}
+				if !l.RecordUnreadable || l.Stale || l.NoRecord || l.RecordStatus != "" || l.Next != "inspect" || l.Command != getItem ||
+					!strings.Contains(l.Note, dynamo.AttrExpiresAtMS) {
+					t.Errorf("holds -stale -all lists the hold of the undecodable record as %+v, want record_unreadable, not stale, next inspect: %s", l, getItem)
+				}
+			}
+			code, out, errOut = e.run(t, "holds", "-stale", "-all", "-limit", "1000")
+			if row := regexp.MustCompile(bad.key.Hash + `.*\n`).FindString(out); code != 0 ||
+				!regexp.MustCompile(`^\S+\s+10 eur\s+unreadable\s+-\s+no\s+inspect\n$`).MatchString(row) {
+				t.Errorf("holds -stale -all = exit %d %q, its row %q: want unreadable, no age, not stale, next inspect", code, errOut, row)
+			}
+			code, out, errOut = e.run(t, "holds", "-stale")
+			if code != 0 || strings.Contains(out, bad.key.Hash) || !strings.Contains(errOut, "1 hold(s) whose record cannot be read") {
+				t.Errorf("holds -stale = exit %d %q %q, want it, the hold not listed but counted on stderr as one whose record cannot be read", code, out, errOut)
+			}
+			// settle-hold cannot tell whether it is stale: it refuses it.
+			code, _, errOut = e.run(t, "settle-hold", "release", "-no-record", "-confirm", "10", "-hold", bad.key.Hash, bad.p.PK)
+			if code != 1 || !strings.Contains(errOut, "cannot be read") {
+				t.Errorf("settle-hold of the hold of the undecodable record = exit %d %q, want 1 saying its record cannot be read", code, errOut)
+			}
+			if got := figuresOf(e.paymentNow(t, bad.p)); !cmp.Equal(got, figuresOf(bad.p)) {
+				t.Errorf("payment after = %+v, want it unchanged, %+v", got, figuresOf(bad.p))
+			}
+		})
+	}
+}
+
+// TestSettleHoldReadsOnce: settle-hold reads the payment and its hold's
+// record as one snapshot, so what it refuses with is what is true then: a
+// hold released or completed just as it reads (between a read of the
+// payment and one of the record, when they were read apart) is refused as
+// a hold the payment no longer has, not as a hold whose key has no record
+// (released) or a live record (completed).
+func TestSettleHoldReadsOnce(t *testing.T) {
+	tests := []struct {
+		name  string
+		other func(t *testing.T, e *env, s stored)
+	}{
+		{"released", releaseHold},
+		{"completed", completeHold},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			h := heldBy{pay: "p", tenant: "acme", raw: "racing", amount: heldAmount, status: idempotency.StatusUnknown, ago: time.Minute, expires: time.Hour}
+			s := e.makeHolds(t, []heldBy{h})[h.raw]
+			code, _, errOut := e.runMeanwhile(t, &meanwhile{fn: func() { tt.other(t, e, s) }},
+				"settle-hold", "release", "-confirm", fmt.Sprint(heldAmount), "-hold", s.key.Hash, s.p.PK)
+			if code != 1 || !strings.Contains(errOut, "holds nothing for key hash "+s.key.Hash) {
+				t.Errorf("settle-hold = exit %d %q, want 1 saying the payment holds nothing for the key (now)", code, errOut)
+			}
+		})
+	}
+}
+
+// failing is a DynamoDB client whose TransactWriteItems runs change first,
+// then answers write (the real call when nil); with rereadFails, every
+// TransactGetItems after the write fails.
+type failing struct {
+	*dynamodb.Client
+	change      func()
+	write       func() error
+	rereadFails bool
+	written     bool
+}
+
+func (c *failing) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	c.written = true
+	if c.change != nil {
+		c.change()
+	}
+	if c.write != nil {
+		return nil, c.write()
+	}
+	return c.Client.TransactWriteItems(ctx, in, opts...)
+}
+
+func (c *failing) TransactGetItems(ctx context.Context, in *dynamodb.TransactGetItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactGetItemsOutput, error) {
+	if c.written && c.rereadFails {
+		return nil, errors.New("test: the re-read failed")
+	}
+	return c.Client.TransactGetItems(ctx, in, opts...)
+}
+
+// TestSettleHoldWriteFails: what settle-hold prints when its write fails
+// otherwise than by a failed condition. A transaction cancelled only
+// because another was in flight wrote nothing: it is a refusal, the hold
+// read again and marked changed_meanwhile (the view read before would show
+// a hold settled meanwhile). An error that is not a cancellation (a
+// timeout: DynamoDB may have written it) makes no claim that it was not
+// settled. A refusal whose re-read fails shows the view read before the
+// write, marked reread_failed, not an amount 0 that says it is gone. A
+// refusal whose re-read finds the hold gone and its record unreadable says
+// both.
+func TestSettleHoldWriteFails(t *testing.T) {
+	e := newEnv(t)
+	removeHold := func(t *testing.T, h held) {
+		t.Helper()
+		if _, err := e.db.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
+			TableName:                aws.String(e.names.ByLogicalID["PaymentsTable"]),
+			Key:                      map[string]dynamodbtypes.AttributeValue{payments.KeyAttr: &dynamodbtypes.AttributeValueMemberS{Value: h.p.PK}},
+			UpdateExpression:         aws.String("REMOVE #holds.#key"),
+			ExpressionAttributeNames: map[string]string{"#holds": payments.AttrHolds, "#key": h.key.Hash},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conflict := func() error {
+		return &dynamodbtypes.TransactionCanceledException{Message: aws.String("test: conflict"), CancellationReasons: []dynamodbtypes.CancellationReason{
+			{Code: aws.String("TransactionConflict")}, {Code: aws.String("None")},
+		}}
+	}
+	tests := []struct {
+		name        string
+		change      func(t *testing.T, h held)
+		write       func() error
+		rereadFails bool
+		want        []string // in the error
+		check       func(t *testing.T, h held, got settled, raw map[string]any)
+	}{
+		{"cancelled by a transaction in flight", removeHold, conflict, false,
+			[]string{"another write was in flight", "TransactionConflict", "oncectl holds"},
+			func(t *testing.T, h held, got settled, raw map[string]any) {
+				if got.Settled || !got.ChangedMeanwhile || got.Amount != 0 || got.RereadFailed || !strings.Contains(got.Note, "holds nothing for the key now") {
+					t.Errorf("printed %+v, want not settled, changed meanwhile, the hold gone (amount 0) as read again", got)
+				}
+			}},
+		{"not a cancellation", nil, func() error { return errors.New("test: timed out after the request was sent") }, false,
+			[]string{"timed out", "whether it was written is unknown", "oncectl holds " + ""},
+			func(t *testing.T, h held, got settled, raw map[string]any) {
+				if _, ok := raw["settled"]; ok || !got.SettledUnknown || got.ChangedMeanwhile || got.Amount != heldAmount {
+					t.Errorf("printed %v, want no settled, settled_unknown, the hold as read", raw)
+				}
+			}},
+		{"refused, the re-read fails", removeHold, nil, true,
+			[]string{"it is gone: settled meanwhile"},
+			func(t *testing.T, h held, got settled, raw map[string]any) {
+				if got.Settled || !got.ChangedMeanwhile || !got.RereadFailed || got.Amount != heldAmount || !got.NoRecord ||
+					!strings.Contains(got.Note, "could not be read again") || !strings.Contains(got.Note, "test: the re-read failed") {
+					t.Errorf("printed %+v, want not settled, changed meanwhile, reread_failed, the hold as read before the write, its note saying the re-read failed", got)
+				}
+			}},
+		{"refused, the hold gone and its record unreadable", func(t *testing.T, h held) {
+			removeHold(t, h)
+			e.put(t, recordAs(h.rec, idempotency.StatusUnknown, time.Hour))
+			if _, err := e.db.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
+				TableName:                 aws.String(e.names.ByLogicalID["IdempotencyTable"]),
+				Key:                       map[string]dynamodbtypes.AttributeValue{dynamo.AttrPK: &dynamodbtypes.AttributeValueMemberS{Value: h.key.ID()}},
+				UpdateExpression:          aws.String("SET #e = :e"),
+				ExpressionAttributeNames:  map[string]string{"#e": dynamo.AttrExpiresAtMS},
+				ExpressionAttributeValues: map[string]dynamodbtypes.AttributeValue{":e": &dynamodbtypes.AttributeValueMemberS{Value: "soon"}},
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}, nil, false,
+			[]string{"it is gone: settled meanwhile"},
+			func(t *testing.T, h held, got settled, raw map[string]any) {
+				if got.Settled || !got.ChangedMeanwhile || got.Amount != 0 || !got.RecordUnreadable || got.Stale || got.RereadFailed ||
+					!strings.Contains(got.Note, "holds nothing for the key now") || !strings.Contains(got.Note, "cannot be read") {
+					t.Errorf("printed %+v, want the hold gone, its record unreadable, the note saying both", got)
+				}
+			}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := e.staleHold(t, fmt.Sprintf("refund-fails-%d", i), false)
+			db := &failing{Client: e.db, write: tt.write, rereadFails: tt.rereadFails}
+			if tt.change != nil {
+				db.change = func() { tt.change(t, h) }
+			}
+			cfg, err := config.FromEnv(func(k string) string { return e.vars[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out, errOut bytes.Buffer
+			code := operator.New(cfg, db, e.sqs, &out, &errOut).Run(t.Context(),
+				[]string{"settle-hold", "release", "-no-record", "-confirm", fmt.Sprint(heldAmount), "-hold", h.key.Hash, h.p.PK})
+			if code != 1 {
+				t.Errorf("settle-hold = exit %d %q, want 1", code, errOut.String())
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(errOut.String(), want) {
+					t.Errorf("settle-hold stderr %q, want it to say %q", errOut.String(), want)
+				}
+			}
+			var raw map[string]any
+			if err := json.Unmarshal(out.Bytes(), &raw); err != nil {
+				t.Fatalf("output %q: %v", out.String(), err)
+			}
+			tt.check(t, h, decodeSettled(t, out.String()), raw)
+		})
 	}
 }

@@ -266,7 +266,8 @@ func TestUnknownListsLostReservations(t *testing.T) {
 // that no longer qualifies though its lease token is the same (its Scan
 // row may be stale, and the write is fenced on the token only): a lease
 // renewed or a phase committed between the listing and the write leaves
-// the record as it is.
+// the record as it is, and so does a write that moves its updated_at
+// alone (status, External, lease token and expiry as listed).
 func TestReannounceLostRereads(t *testing.T) {
 	e := newEnv(t)
 	table := e.names.ByLogicalID["IdempotencyTable"]
@@ -282,7 +283,10 @@ func TestReannounceLostRereads(t *testing.T) {
 		// meanwhile, unless zero, is the expiry from now an Advance under
 		// the same lease token gives it between the Scan and the write.
 		meanwhile time.Duration
-		want      bool // re-armed
+		// touched: between the Scan and the write, only the record's
+		// updated_at moves.
+		touched bool
+		want    bool // re-armed
 	}{
 		{name: "External reservation, check lost", status: idempotency.StatusInProgress, expires: -day, want: true},
 		{name: "External reservation, check lost, lease renewed", status: idempotency.StatusInProgress, expires: -day, meanwhile: 5 * time.Minute},
@@ -290,6 +294,8 @@ func TestReannounceLostRereads(t *testing.T) {
 		{name: "UNKNOWN, check lost, resumed", status: idempotency.StatusUnknown, expires: -day, meanwhile: 5 * time.Minute},
 		{name: "legacy UNKNOWN, resumed", status: idempotency.StatusUnknown, expires: time.Hour, legacy: true, meanwhile: 2 * time.Hour},
 		{name: "legacy UNKNOWN", status: idempotency.StatusUnknown, expires: time.Hour, legacy: true, want: true},
+		{name: "External reservation, check lost, touched", status: idempotency.StatusInProgress, expires: -day, touched: true},
+		{name: "UNKNOWN, check lost, touched", status: idempotency.StatusUnknown, expires: -day, touched: true},
 	}
 	recs := make([]idempotency.Record, len(tests))
 	for i, tt := range tests {
@@ -307,8 +313,21 @@ func TestReannounceLostRereads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// touchedAt is the updated_at the touched records are given.
+	touchedAt := now.Add(-day).Truncate(time.Millisecond)
 	db := &afterScan{Client: e.db, table: table, fn: func() {
 		for i, tt := range tests {
+			if tt.touched {
+				if _, err := e.db.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
+					TableName:                 aws.String(table),
+					Key:                       map[string]dynamodbtypes.AttributeValue{dynamo.AttrPK: &dynamodbtypes.AttributeValueMemberS{Value: recs[i].Key.ID()}},
+					UpdateExpression:          aws.String("SET #u = :u"),
+					ExpressionAttributeNames:  map[string]string{"#u": dynamo.AttrUpdatedAt},
+					ExpressionAttributeValues: map[string]dynamodbtypes.AttributeValue{":u": &dynamodbtypes.AttributeValueMemberN{Value: strconv.FormatInt(touchedAt.UnixMilli(), 10)}},
+				}); err != nil {
+					t.Errorf("%s: touch: %v", tt.name, err)
+				}
+			}
 			if tt.meanwhile == 0 {
 				continue
 			}
@@ -343,6 +362,14 @@ func TestReannounceLostRereads(t *testing.T) {
 			if tt.want {
 				if got.Status != idempotency.StatusUnknown || got.LeaseToken == recs[i].LeaseToken {
 					t.Errorf("after reannounce -lost: %s under %q, want UNKNOWN under a new lease token", got.Status, got.LeaseToken)
+				}
+				return
+			}
+			if tt.touched {
+				if got.Status != tt.status || got.LeaseToken != recs[i].LeaseToken || !got.UpdatedAt.Equal(touchedAt) ||
+					got.ExpiresAt.UnixMilli() != recs[i].ExpiresAt.UnixMilli() {
+					t.Errorf("after reannounce -lost: %s under %q, expiring %s, updated %s; want it as touched: %s under %q, expiring %s, updated %s",
+						got.Status, got.LeaseToken, got.ExpiresAt, got.UpdatedAt, tt.status, recs[i].LeaseToken, recs[i].ExpiresAt, touchedAt)
 				}
 				return
 			}

@@ -38,6 +38,10 @@ const (
 	// nextWait: nothing yet; the note says what settles the hold, or when
 	// settle-hold may.
 	nextWait = "wait"
+	// nextInspect: look at the key's item as it is (getItemCommand): its
+	// record cannot be decoded, so whether the hold is stale cannot be
+	// told.
+	nextInspect = "inspect"
 )
 
 // What holds -stale's table says in its STALE column.
@@ -71,6 +75,9 @@ const staleHoldsHelp = "With -stale it lists, instead, the holds of every paymen
 	"    hold with -no-record only if it can never be reconciled).\n" +
 	"Not stale: a hold whose reservation's lease is running, or whose UNKNOWN record or expired\n" +
 	"reservation is younger than -older-than: the refund's request or the reconciler settles it (wait).\n" +
+	"Nor a hold whose key's record cannot be decoded (RECORD unreadable), whether it is stale cannot be\n" +
+	"told: next inspect, its item as it is (the command is an `aws dynamodb get-item`); -all lists it,\n" +
+	"and stderr counts such holds either way.\n" +
 	"A hold settled while the listing reads (its hold gone or changed when re-read after its record) is\n" +
 	"left out.\n" +
 	"Raw idempotency keys are never shown (they are never stored): key hashes and record IDs are."
@@ -107,6 +114,9 @@ type holdLine struct {
 	// when the record has no created_at.
 	AgeFrom  string `json:"record_age_from,omitempty"`
 	NoRecord bool   `json:"no_record,omitempty"`
+	// RecordUnreadable: the key's record cannot be decoded (holdView's);
+	// the line is not stale, and Next is nextInspect.
+	RecordUnreadable bool `json:"record_unreadable,omitempty"`
 	// Stale is the listing's stale (staleHoldsHelp), wider than holdView's.
 	Stale bool `json:"stale"`
 	// Next is what to run next: one of the next* constants.
@@ -121,9 +131,10 @@ type holdLine struct {
 // staleHolds lists the holds across the payments table as q asks: a Scan
 // filtered to the payments with holds (and q's tenant), projected to what
 // the listing shows, every page of it up to the page bound; then each
-// hold's key's record, read as holds reads it; then, for a line to list or
-// count as stale, the hold again (stillHeld), leaving out a hold settled
-// since the Scan read it.
+// hold's key's item, read and shown as holds' reads apart do (holdItem,
+// holdAndRecord: a record that cannot be decoded is a line, not an error
+// that fails the listing); then, for a line to list or count, the hold
+// again (stillHeld), leaving out a hold settled since the Scan read it.
 func (t *Tool) staleHolds(ctx context.Context, q staleQuery) error {
 	names := map[string]string{
 		"#pk": payments.KeyAttr, "#tenant": "tenant", "#id": "id", "#currency": "currency",
@@ -150,16 +161,18 @@ func (t *Tool) staleHolds(ctx context.Context, q staleQuery) error {
 	}
 	now := t.now()
 	var lines []holdLine
-	read, stale, settled := 0, 0, 0
+	read, stale, settled, unreadable := 0, 0, 0, 0
 	for _, p := range ps {
 		for _, hash := range slices.Sorted(maps.Keys(p.Holds)) {
 			read++
-			hv, rec, err := t.holdRecord(ctx, idempotency.Key{Tenant: p.Tenant, Hash: hash}, p.Holds[hash], now)
+			key := idempotency.Key{Tenant: p.Tenant, Hash: hash}
+			item, err := t.holdItem(ctx, key)
 			if err != nil {
 				return err
 			}
-			l := staleLine(p, hv, rec, now, q.olderThan)
-			if !l.Stale && !q.all {
+			hv, rec := t.holdAndRecord(key, p.Holds[hash], item, now)
+			l := t.staleLine(p, hv, rec, now, q.olderThan)
+			if !l.Stale && !l.RecordUnreadable && !q.all {
 				continue
 			}
 			held, err := t.stillHeld(ctx, p.PK, hash, p.Holds[hash])
@@ -172,6 +185,12 @@ func (t *Tool) staleHolds(ctx context.Context, q staleQuery) error {
 			}
 			if l.Stale {
 				stale++
+			}
+			if l.RecordUnreadable {
+				unreadable++
+				if !q.all {
+					continue
+				}
 			}
 			lines = append(lines, l)
 		}
@@ -186,7 +205,10 @@ func (t *Tool) staleHolds(ctx context.Context, q staleQuery) error {
 	}
 	err = writeListing(t, lines, q.asJSON, "PAYMENT\tKEY HASH\tAMOUNT\tRECORD\tRECORD AGE\tSTALE\tNEXT", func(l holdLine) string {
 		record, age, isStale := "no record", "-", staleNo
-		if !l.NoRecord {
+		switch {
+		case l.RecordUnreadable:
+			record = "unreadable"
+		case !l.NoRecord:
 			record, age = l.RecordStatus, cmp.Or(l.Age, "-")
 			if !l.RecordExpiresAt.After(now) {
 				record += " (expired)"
@@ -215,6 +237,10 @@ func (t *Tool) staleHolds(ctx context.Context, q staleQuery) error {
 	}
 	if settled > 0 {
 		fmt.Fprintf(t.errOut, "%d hold(s) settled while the listing read them, left out\n", settled)
+	}
+	if unreadable > 0 {
+		fmt.Fprintf(t.errOut, "%d hold(s) whose record cannot be read: not stale, whether they are cannot be told; "+
+			"-all -json lists them, each with the command that prints its item as it is\n", unreadable)
 	}
 	fmt.Fprintf(t.errOut, "%d hold(s) listed, %d stale; of %d hold(s) on %d payment(s), %d stale (-older-than %s)\n",
 		len(lines), listed, read, len(ps), stale, q.olderThan)
@@ -246,17 +272,25 @@ func (t *Tool) stillHeld(ctx context.Context, pk, hash string, amount int64) (bo
 }
 
 // staleLine is holds -stale's line of p's hold hv, whose key's record is rec
-// (none when hv.NoRecord), at now: stale as staleHoldsHelp says, a record
-// still owning the hold once it is olderThan old (recordAge), or of no age.
-func staleLine(p payments.Payment, hv holdView, rec idempotency.Record, now time.Time, olderThan time.Duration) holdLine {
+// (none when hv.NoRecord or hv.RecordUnreadable), at now: stale as
+// staleHoldsHelp says, a record still owning the hold once it is olderThan
+// old (recordAge), or of no age; not stale when its record cannot be
+// decoded, the next step to look at its item.
+func (t *Tool) staleLine(p payments.Payment, hv holdView, rec idempotency.Record, now time.Time, olderThan time.Duration) holdLine {
 	l := holdLine{
 		Payment: p.PK, Tenant: p.Tenant, KeyHash: hv.KeyHash, Record: hv.Record, Refund: hv.Refund, Amount: hv.Amount,
 		Currency: p.Currency, RecordStatus: hv.RecordStatus, RecordExpiresAt: hv.RecordExpiresAt, NoRecord: hv.NoRecord,
+		RecordUnreadable: hv.RecordUnreadable,
 	}
 	settle := fmt.Sprintf("oncectl settle-hold (release | refunded -provider-refund ID) -hold %s -confirm %d %s", hv.KeyHash, hv.Amount, p.PK)
 	if hv.NoRecord {
 		l.Stale, l.Next, l.Note = true, nextSettleNoRecord, noRecordNote
 		l.Command = strings.Replace(settle, " -hold ", " -no-record -hold ", 1)
+		return l
+	}
+	if hv.RecordUnreadable {
+		l.Next, l.Note = nextInspect, hv.Note
+		l.Command = t.getItemCommand(idempotency.Key{Tenant: p.Tenant, Hash: hv.KeyHash})
 		return l
 	}
 	l.RecordCreatedAt, l.RecordUpdatedAt = timeOrNil(rec.CreatedAt), timeOrNil(rec.UpdatedAt)

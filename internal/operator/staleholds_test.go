@@ -96,24 +96,25 @@ func refundRecord(key idempotency.Key, status idempotency.Status, ago, expires t
 
 // holdLine is a line of holds -stale -json.
 type holdLine struct {
-	Payment         string     `json:"payment"`
-	Tenant          string     `json:"tenant"`
-	KeyHash         string     `json:"key_hash"`
-	Record          string     `json:"record"`
-	Refund          string     `json:"refund"`
-	Amount          int64      `json:"amount"`
-	Currency        string     `json:"currency"`
-	RecordStatus    string     `json:"record_status"`
-	RecordCreatedAt *time.Time `json:"record_created_at"`
-	RecordUpdatedAt *time.Time `json:"record_updated_at"`
-	RecordExpiresAt *time.Time `json:"record_expires_at"`
-	Age             string     `json:"record_age"`
-	AgeFrom         string     `json:"record_age_from"`
-	NoRecord        bool       `json:"no_record"`
-	Stale           bool       `json:"stale"`
-	Next            string     `json:"next"`
-	Command         string     `json:"command"`
-	Note            string     `json:"note"`
+	Payment          string     `json:"payment"`
+	Tenant           string     `json:"tenant"`
+	KeyHash          string     `json:"key_hash"`
+	Record           string     `json:"record"`
+	Refund           string     `json:"refund"`
+	Amount           int64      `json:"amount"`
+	Currency         string     `json:"currency"`
+	RecordStatus     string     `json:"record_status"`
+	RecordCreatedAt  *time.Time `json:"record_created_at"`
+	RecordUpdatedAt  *time.Time `json:"record_updated_at"`
+	RecordExpiresAt  *time.Time `json:"record_expires_at"`
+	Age              string     `json:"record_age"`
+	AgeFrom          string     `json:"record_age_from"`
+	NoRecord         bool       `json:"no_record"`
+	RecordUnreadable bool       `json:"record_unreadable"`
+	Stale            bool       `json:"stale"`
+	Next             string     `json:"next"`
+	Command          string     `json:"command"`
+	Note             string     `json:"note"`
 }
 
 // listed is what the listing says of one hold, by its raw key (which the
