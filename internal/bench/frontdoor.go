@@ -2,10 +2,15 @@ package bench
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -13,7 +18,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/apigw"
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
@@ -33,6 +40,10 @@ const (
 // casePlain is the front door's row of new keys on the devstack whose
 // idempotency table has no stream.
 const casePlain = "POST /v1/payments, new keys, the idempotency table without its stream"
+
+// caseLimit is the front door's row of the one-transaction limit
+// (limitRoute), its second baseline.
+const caseLimit = "POST " + limitResource + " (one transaction: record and payment, no framework, no stream)"
 
 // bareResource is the bench's route without idempotency, beside the API's.
 const bareResource = "/bench/payments"
@@ -76,6 +87,178 @@ func bareRoute(cfg config.Config, client *dynamodb.Client, opts app.Options) htt
 		Logger:  opts.Logger,
 		Metrics: opts.Emitter("api"),
 	})
+}
+
+// limitResource is the bench's one-transaction route (limitRoute), beside
+// the API's.
+const limitResource = "/bench/limit"
+
+// limitTableID names the limit route's record table after the devstack's
+// prefix, as its own tables are named after their logical IDs.
+const limitTableID = "LimitRecords"
+
+// limitAttempts bounds the limit route's transactions per request: a
+// transaction cancelled by another on the same key (a concurrent
+// duplicate) is tried again, then answered 409.
+const limitAttempts = 3
+
+// limitRecord is the limit route's stored answer, keyed by the scoped
+// idempotency key (tenant#sha256 of the key, as once keys its records: the
+// raw key is never stored).
+type limitRecord struct {
+	PK string `dynamodbav:"pk"`
+	// Fingerprint is the hex SHA-256 of the raw request body.
+	Fingerprint string `dynamodbav:"fp"`
+	Status      int    `dynamodbav:"st"`
+	Body        []byte `dynamodbav:"body"`
+	// Expires is when the key may be used again (unix seconds).
+	Expires int64 `dynamodbav:"exp"`
+}
+
+// limitRoute is the bench's one-transaction limit, served by the api
+// function the same way as bareRoute (the same decoding and validation,
+// the same payment item, the same answer and Location): what an
+// idempotent POST costs with no framework. One TransactWriteItems writes
+// the record (its answer bytes inside) to records, conditioned on the key
+// being free or expired and returning the record it finds, and the payment
+// conditioned on its id being new. On that cancellation the stored answer
+// is replayed (status and body, Idempotent-Replayed: true, no Location:
+// the record keeps only those) when the body's fingerprint (the SHA-256 of
+// the raw body, not of a canonical form) is the same, else 422
+// idempotency_key_reused. records has no stream and no TTL.
+func limitRoute(records string) func(config.Config, *dynamodb.Client, app.Options) http.Handler {
+	return func(cfg config.Config, client *dynamodb.Client, opts app.Options) http.Handler {
+		opts = opts.WithDefaults(cfg)
+		l := &limitHandler{client: client, records: records, payments: cfg.Table("PaymentsTable"), retention: cfg.Retention}
+		if l.retention <= 0 {
+			l.retention = config.DefaultRetention
+		}
+		return httpapi.NewHandler(httpapi.Deps{
+			Routes:  []httpapi.Route{{Pattern: "POST " + limitResource, Handler: l}},
+			Tenant:  apigw.Tenant,
+			Logger:  opts.Logger,
+			Metrics: opts.Emitter("api"),
+		})
+	}
+}
+
+// limitHandler serves limitRoute.
+type limitHandler struct {
+	client            *dynamodb.Client
+	records, payments string
+	retention         time.Duration
+}
+
+func (l *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := httpapi.Tenant(r)
+	if !ok {
+		httpapi.WriteError(w, r, idempotency.ErrNoTenant)
+		return
+	}
+	raw, err := idempotency.ParseKey(r.Header.Values(idempotency.Header))
+	if err != nil {
+		httpapi.WriteError(w, r, err)
+		return
+	}
+	var body []byte
+	req, ok := httpapi.DecodeJSON(w, r, func(b []byte) (payments.Request, error) {
+		body = b
+		return payments.Decode(b)
+	})
+	if !ok {
+		return
+	}
+	now := time.Now()
+	p := payments.New(tenant, req, now)
+	answer, err := json.Marshal(p)
+	if err != nil {
+		httpapi.WriteError(w, r, err)
+		return
+	}
+	fp := sha256.Sum256(body)
+	rec, err := attributevalue.MarshalMap(limitRecord{
+		PK: idempotency.NewKey(tenant, raw).ID(), Fingerprint: hex.EncodeToString(fp[:]),
+		Status: http.StatusCreated, Body: answer, Expires: now.Add(l.retention).Unix(),
+	})
+	if err != nil {
+		httpapi.WriteError(w, r, err)
+		return
+	}
+	item, err := attributevalue.MarshalMap(p)
+	if err != nil {
+		httpapi.WriteError(w, r, err)
+		return
+	}
+	in := &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: &types.Put{
+			TableName: aws.String(l.records), Item: rec,
+			ConditionExpression:                 aws.String("attribute_not_exists(pk) OR exp < :now"),
+			ExpressionAttributeValues:           map[string]types.AttributeValue{":now": &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Unix(), 10)}},
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}},
+		{Put: &types.Put{TableName: aws.String(l.payments), Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
+	}}
+	for attempt := range limitAttempts {
+		if attempt > 0 {
+			time.Sleep(time.Duration(attempt) * 5 * time.Millisecond)
+		}
+		start := time.Now()
+		_, err = l.client.TransactWriteItems(r.Context(), in)
+		httpapi.NoteStoreCall(r, time.Since(start))
+		if err == nil {
+			w.Header().Set("Location", p.Location())
+			writeAnswer(w, http.StatusCreated, answer)
+			return
+		}
+		var cancelled *types.TransactionCanceledException
+		if !errors.As(err, &cancelled) || len(cancelled.CancellationReasons) != 2 {
+			httpapi.WriteError(w, r, fmt.Errorf("bench: limit: %w", err))
+			return
+		}
+		reason := cancelled.CancellationReasons[0]
+		switch {
+		case aws.ToString(reason.Code) == "ConditionalCheckFailed" && reason.Item != nil:
+			var old limitRecord
+			if err := attributevalue.UnmarshalMap(reason.Item, &old); err != nil {
+				httpapi.WriteError(w, r, fmt.Errorf("bench: limit: the stored record: %w", err))
+				return
+			}
+			if old.Fingerprint != hex.EncodeToString(fp[:]) {
+				httpapi.WriteError(w, r, idempotency.ErrKeyReused)
+				return
+			}
+			w.Header().Set(idempotency.ReplayedHeader, "true")
+			writeAnswer(w, old.Status, old.Body)
+			return
+		case !conflicted(cancelled.CancellationReasons):
+			httpapi.WriteError(w, r, fmt.Errorf("bench: limit: %w", err))
+			return
+		}
+	}
+	httpapi.WriteError(w, r, &idempotency.InProgressError{RetryAfter: time.Second})
+}
+
+// conflicted reports whether a transaction was cancelled only by another
+// in flight on its items (a concurrent duplicate's).
+func conflicted(reasons []types.CancellationReason) bool {
+	seen := false
+	for _, c := range reasons {
+		switch aws.ToString(c.Code) {
+		case "TransactionConflict":
+			seen = true
+		case "", "None":
+		default:
+			return false
+		}
+	}
+	return seen
+}
+
+// writeAnswer sends a JSON answer's bytes as they are.
+func writeAnswer(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
 }
 
 // frontDoor starts the devstack (DYNAMODB_ENDPOINT: the bench's DynamoDB
@@ -124,8 +307,9 @@ func frontDoor(ctx context.Context, opts Options, tmpl *samtemplate.Template, ta
 	return coldStarts(ctx, opts, cfg, tableEnv, stack, rep)
 }
 
-// startStack starts a devstack with the bench's route beside the API, its
-// tables named prefix+logical ID, on endpoint (empty: the bench's DynamoDB,
+// startStack starts a devstack with the bench's routes beside the API (the
+// route without idempotency and the one-transaction limit, whose record
+// table it creates), its tables named prefix+logical ID, on endpoint (empty: the bench's DynamoDB,
 // or a fresh DynamoDB Local when Options.FreshDynamoDB), with the stream
 // mappings of the functions in streamsOff left off (and the streams only
 // they read not created). stop closes it and drops its tables unless they
@@ -144,6 +328,7 @@ func startStack(ctx context.Context, opts Options, tables map[string]string, pre
 	for id, env := range tables {
 		vars[env] = prefix + id
 	}
+	records := prefix + limitTableID
 	own := endpoint == "" && opts.FreshDynamoDB
 	switch {
 	case endpoint != "":
@@ -156,8 +341,11 @@ func startStack(ctx context.Context, opts Options, tables map[string]string, pre
 		Getenv:       func(k string) string { return vars[k] },
 		TemplatePath: opts.TemplatePath,
 		StateDir:     stateDir,
-		Routes:       []devstack.Route{{Method: http.MethodPost, Resource: bareResource, Handler: bareRoute}},
-		StreamsOff:   streamsOff,
+		Routes: []devstack.Route{
+			{Method: http.MethodPost, Resource: bareResource, Handler: bareRoute},
+			{Method: http.MethodPost, Resource: limitResource, Handler: limitRoute(records)},
+		},
+		StreamsOff: streamsOff,
 	})
 	if err != nil {
 		os.RemoveAll(stateDir)
@@ -166,12 +354,39 @@ func startStack(ctx context.Context, opts Options, tables map[string]string, pre
 	stop := func() {
 		_ = stack.Close()
 		if !own {
-			dropTables(stack.Config(), tables, vars)
+			names := []string{records}
+			for _, env := range tables {
+				names = append(names, vars[env])
+			}
+			dropTables(stack.Config(), names...)
 		}
 		os.RemoveAll(stateDir)
 		opts.progress("front door: devstack %s* stopped", prefix)
 	}
+	if err := createLimitTable(ctx, stack.Config(), records); err != nil {
+		stop()
+		return nil, nil, err
+	}
 	return stack, stop, nil
+}
+
+// createLimitTable creates the limit route's record table: pk its string
+// hash key, on demand, no stream, no TTL.
+func createLimitTable(ctx context.Context, cfg config.Config, name string) error {
+	client, err := app.DynamoDB(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	err = samtemplate.Create(ctx, client, []samtemplate.Table{{LogicalID: limitTableID, Input: &dynamodb.CreateTableInput{
+		TableName:            aws.String(name),
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("pk"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("pk"), KeyType: types.KeyTypeHash}},
+		BillingMode:          types.BillingModePayPerRequest,
+	}}})
+	if err != nil {
+		return fmt.Errorf("bench: the limit route's table: %w", err)
+	}
+	return nil
 }
 
 // withoutStream checks that the idempotency table of cfg has no stream:
@@ -213,17 +428,16 @@ func streamReaders(tmpl *samtemplate.Template, keep string) []string {
 	return out
 }
 
-// dropTables deletes the devstack's tables, named in vars by their
-// variables in tables.
-func dropTables(cfg config.Config, tables, vars map[string]string) {
+// dropTables deletes the tables names.
+func dropTables(cfg config.Config, names ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client, err := app.DynamoDB(ctx, cfg)
 	if err != nil {
 		return
 	}
-	for _, env := range tables {
-		_, _ = client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(vars[env])})
+	for _, name := range names {
+		_, _ = client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(name)})
 	}
 }
 
@@ -352,8 +566,9 @@ func (d *door) throughputBeside(ctx context.Context, tmpl *samtemplate.Template,
 }
 
 // throughput measures POST /v1/payments (new keys), replays of those keys,
-// and the bench's route without idempotency, in alternating rounds after a
-// warm-up of each.
+// the bench's route without idempotency (the baseline) and its
+// one-transaction limit (the second baseline), in alternating rounds after
+// a warm-up of each.
 func (d *door) throughput(ctx context.Context, rep *Report) error {
 	s := d.opts.Settings
 	fresh := func(client, i int) (string, string) {
@@ -362,14 +577,16 @@ func (d *door) throughput(ctx context.Context, rep *Report) error {
 	}
 	rounds := max(1, min(s.Rounds, 3))
 	per := s.Duration / time.Duration(rounds)
-	var once, replays, bare, plain, warm load
+	var once, replays, bare, limit, plain, warm load
 	d.opts.progress("front door: %d clients, %s per route in %d rounds", s.Clients, s.Duration, rounds)
 	d.drive(ctx, d.url, "/v1/payments", 2*time.Second, fresh, &warm)
 	d.drive(ctx, d.url, bareResource, 2*time.Second, fresh, &warm)
+	d.drive(ctx, d.url, limitResource, 2*time.Second, fresh, &warm)
 	d.drive(ctx, d.plainURL, "/v1/payments", 2*time.Second, fresh, &warm)
 	for range rounds {
 		d.drive(ctx, d.url, "/v1/payments", per, fresh, &once)
 		d.drive(ctx, d.url, bareResource, per, fresh, &bare)
+		d.drive(ctx, d.url, limitResource, per, fresh, &limit)
 		d.drive(ctx, d.plainURL, "/v1/payments", per, fresh, &plain)
 		keys := once.keys
 		d.drive(ctx, d.url, "/v1/payments", per, func(client, i int) (string, string) {
@@ -391,15 +608,19 @@ func (d *door) throughput(ctx context.Context, rep *Report) error {
 		return r
 	}
 	base := rowOf("POST "+bareResource+" (no idempotency)", &bare)
-	base.Baseline = true
+	lim := rowOf(caseLimit, &limit)
+	base.Baseline, lim.Baseline = true, true
 	rows := []Row{
 		base,
+		lim,
 		rowOf("POST /v1/payments, new keys", &once),
 		rowOf("POST /v1/payments, replays", &replays),
 		rowOf(casePlain, &plain),
 	}
 	for i := range rows {
-		rows[i].compare(base, FigReqPerSec, FigP50, FigP99, FigDynamoCPU)
+		for _, b := range []Row{base, lim} {
+			rows[i].compare(b, FigReqPerSec, FigP50, FigP99, FigDynamoCPU)
+		}
 	}
 	rep.Rows = append(rep.Rows, rows...)
 	return nil
