@@ -97,10 +97,18 @@ const limitResource = "/bench/limit"
 // prefix, as its own tables are named after their logical IDs.
 const limitTableID = "LimitRecords"
 
-// limitAttempts bounds the limit route's transactions per request: a
-// transaction cancelled by another on the same key (a concurrent
-// duplicate) is tried again, then answered 409.
-const limitAttempts = 3
+// limitWaits are the limit route's pauses before each transaction after
+// the first: a transaction cancelled by another on the same key (a
+// concurrent duplicate) is tried again after the next, then answered 409.
+// As the peers harness's Go probe retries: 5 attempts, 1, 2, 5 and 10 ms
+// apart.
+var limitWaits = []time.Duration{time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond}
+
+// transactWriter is the one DynamoDB call the limit route makes
+// (*dynamodb.Client has it).
+type transactWriter interface {
+	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+}
 
 // limitRecord is the limit route's stored answer, keyed by the scoped
 // idempotency key (tenant#sha256 of the key, as once keys its records: the
@@ -144,7 +152,7 @@ func limitRoute(records string) func(config.Config, *dynamodb.Client, app.Option
 
 // limitHandler serves limitRoute.
 type limitHandler struct {
-	client            *dynamodb.Client
+	client            transactWriter
 	records, payments string
 	retention         time.Duration
 }
@@ -198,9 +206,12 @@ func (l *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}},
 		{Put: &types.Put{TableName: aws.String(l.payments), Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
 	}}
-	for attempt := range limitAttempts {
+	for attempt := range len(limitWaits) + 1 {
 		if attempt > 0 {
-			time.Sleep(time.Duration(attempt) * 5 * time.Millisecond)
+			if err := sleep(r.Context(), limitWaits[attempt-1]); err != nil {
+				httpapi.WriteError(w, r, fmt.Errorf("bench: limit: %w", err))
+				return
+			}
 		}
 		start := time.Now()
 		_, err = l.client.TransactWriteItems(r.Context(), in)
@@ -236,6 +247,18 @@ func (l *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	httpapi.WriteError(w, r, &idempotency.InProgressError{RetryAfter: time.Second})
+}
+
+// sleep waits for d, or until ctx is done (its error).
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // conflicted reports whether a transaction was cancelled only by another
@@ -375,7 +398,7 @@ func startStack(ctx context.Context, opts Options, tables map[string]string, pre
 func createLimitTable(ctx context.Context, cfg config.Config, name string) error {
 	client, err := app.DynamoDB(ctx, cfg)
 	if err != nil {
-		return err
+		return fmt.Errorf("bench: the limit route's table: %w", err)
 	}
 	err = samtemplate.Create(ctx, client, []samtemplate.Table{{LogicalID: limitTableID, Input: &dynamodb.CreateTableInput{
 		TableName:            aws.String(name),
