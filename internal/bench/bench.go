@@ -279,9 +279,9 @@ var notes = []string{
 		"through the Lambda runtime's JSON path) on a DynamoDB Local of its own, with the streams of the functions downstream of the API (worker, receipts) not polled, and so not created (devstack.Options.StreamsOff); " +
 		"16 clients over keep-alive HTTP, after a warm-up, in alternating rounds; the replays resend keys created before, to whichever environment is free. " +
 		"The bench's route without idempotency decodes and validates the body as POST /v1/payments does, writes the same payment item with one conditional PutItem and answers the same JSON. " +
-		"The one-transaction limit (POST /bench/limit), served the same way, writes that payment and a record of the answer (the scoped key, the SHA-256 of the raw body, the status, the answer's bytes, an expiry) " +
+		"The one-transaction limit (POST /bench/limit), served the same way, writes that payment and a record of the answer (the scoped key, once's request fingerprint: the SHA-256 of the method, the route and the canonical body; the status, the answer's bytes, an expiry) " +
 		"in one TransactWriteItems to a table of its own without a stream, the record conditioned on the key being free or expired (ALL_OLD returned on failure), the payment on its id being new; " +
-		"a cancelled transaction replays the stored status and body when the body's hash is the same, else 422: the limit of a design with no framework. " +
+		"a cancelled transaction replays the stored status and body when the fingerprint is the same, else 422; a transaction cancelled by a conflict is tried again, 5 times 1, 2, 5 and 10 ms apart, then 409, as the peers harness's Go probe does: the limit of a design with no framework. " +
 		"× baseline: each figure divided by the route without idempotency's, then by the limit's. " +
 		"The row \"the idempotency table without its stream\" is a second devstack on the same DynamoDB Local whose tables have no stream (no sweeper, no reconciler: no recovery), " +
 		"driven in the same rounds: what the stream that recovery reads costs DynamoDB Local, which writes each stream record as part of the write (AWS does not add it to the request). " +

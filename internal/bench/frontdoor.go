@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -115,7 +113,9 @@ type transactWriter interface {
 // raw key is never stored).
 type limitRecord struct {
 	PK string `dynamodbav:"pk"`
-	// Fingerprint is the hex SHA-256 of the raw request body.
+	// Fingerprint is once's request fingerprint
+	// (idempotency.RequestFingerprint): the hex SHA-256 of the method, the
+	// route and the canonical (RFC 8785) body.
 	Fingerprint string `dynamodbav:"fp"`
 	Status      int    `dynamodbav:"st"`
 	Body        []byte `dynamodbav:"body"`
@@ -131,8 +131,9 @@ type limitRecord struct {
 // being free or expired and returning the record it finds, and the payment
 // conditioned on its id being new. On that cancellation the stored answer
 // is replayed (status and body, Idempotent-Replayed: true, no Location:
-// the record keeps only those) when the body's fingerprint (the SHA-256 of
-// the raw body, not of a canonical form) is the same, else 422
+// the record keeps only those) when the request's fingerprint (once's:
+// the method, the route and the canonical body, so the same fields in
+// another order are the same request) is the same, else 422
 // idempotency_key_reused. records has no stream and no TTL.
 func limitRoute(records string) func(config.Config, *dynamodb.Client, app.Options) http.Handler {
 	return func(cfg config.Config, client *dynamodb.Client, opts app.Options) http.Handler {
@@ -183,9 +184,13 @@ func (l *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, r, err)
 		return
 	}
-	fp := sha256.Sum256(body)
+	fp, err := idempotency.RequestFingerprint(r.Method, limitResource, body)
+	if err != nil {
+		httpapi.WriteError(w, r, err)
+		return
+	}
 	rec, err := attributevalue.MarshalMap(limitRecord{
-		PK: idempotency.NewKey(tenant, raw).ID(), Fingerprint: hex.EncodeToString(fp[:]),
+		PK: idempotency.NewKey(tenant, raw).ID(), Fingerprint: fp,
 		Status: http.StatusCreated, Body: answer, Expires: now.Add(l.retention).Unix(),
 	})
 	if err != nil {
@@ -234,7 +239,7 @@ func (l *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				httpapi.WriteError(w, r, fmt.Errorf("bench: limit: the stored record: %w", err))
 				return
 			}
-			if old.Fingerprint != hex.EncodeToString(fp[:]) {
+			if old.Fingerprint != fp {
 				httpapi.WriteError(w, r, idempotency.ErrKeyReused)
 				return
 			}

@@ -3,14 +3,15 @@ package bench
 import (
 	"bytes"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -18,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/samtemplate"
@@ -35,8 +37,10 @@ type reply struct {
 // as the bench drives it: a first request writes exactly one payment and
 // one record and answers 201 with the payment and its Location; a retry
 // with the same key and body replays the same bytes and writes nothing; the
-// same key with another body is 422 and writes nothing; duplicates sent at
-// once make one payment, one 201 that is not a replay, and the same bytes
+// same key with the body's fields reordered is the same request (a replay);
+// the same key with another body is 422 and writes nothing; a record past
+// its expiry frees its key (a new payment, 201 not replayed); duplicates
+// sent at once make one payment, one 201 that is not a replay, and the same bytes
 // in every 201.
 func TestLimitRoute(t *testing.T) {
 	if testing.Short() {
@@ -50,7 +54,7 @@ func TestLimitRoute(t *testing.T) {
 	}
 	var b [3]byte
 	_, _ = rand.Read(b[:])
-	prefix := "limit" + hex.EncodeToString(b[:]) + "-"
+	prefix := t.Name() + "-" + hex.EncodeToString(b[:]) + "-"
 	stack, stop, err := startStack(t.Context(), Options{DynamoDB: endpoint, TemplatePath: path}, tableVars(tmpl), prefix, "", streamReaders(tmpl, ""))
 	if err != nil {
 		t.Fatalf("startStack = %v", err)
@@ -99,8 +103,14 @@ func TestLimitRoute(t *testing.T) {
 		return reply{status: resp.StatusCode, header: resp.Header, body: b}
 	}
 
+	retention := stack.Config().Retention
+	if retention <= 0 {
+		retention = config.DefaultRetention
+	}
 	key, body := prefix+"key", paymentBody(prefix+"customer", 1999, "")
+	before := time.Now()
 	first := send(key, body)
+	after := time.Now()
 	if first.status != http.StatusCreated || first.header.Get(idempotency.ReplayedHeader) != "" {
 		t.Fatalf("first request: %d %v %s, want 201, not replayed", first.status, first.header, first.body)
 	}
@@ -122,9 +132,15 @@ func TestLimitRoute(t *testing.T) {
 	if err := attributevalue.UnmarshalMap(dynamotest.Item(t, client, records, idempotency.NewKey(tenant, key).ID()), &rec); err != nil {
 		t.Fatal(err)
 	}
-	fp := sha256.Sum256([]byte(body))
-	if rec.Fingerprint != hex.EncodeToString(fp[:]) || rec.Status != http.StatusCreated || !bytes.Equal(rec.Body, first.body) || rec.Expires == 0 {
-		t.Errorf("record %+v, want the body's SHA-256, 201, the answer's bytes and an expiry", rec)
+	fp, err := idempotency.RequestFingerprint(http.MethodPost, limitResource, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Fingerprint != fp || rec.Status != http.StatusCreated || !bytes.Equal(rec.Body, first.body) {
+		t.Errorf("record %+v, want the request's fingerprint %s, 201 and the answer's bytes", rec, fp)
+	}
+	if lo, hi := before.Add(retention).Unix(), after.Add(retention).Unix()+1; rec.Expires < lo || rec.Expires > hi {
+		t.Errorf("record expires at %d, want now + the retention (%s): %d to %d", rec.Expires, retention, lo, hi)
 	}
 
 	retry := send(key, body)
@@ -132,6 +148,13 @@ func TestLimitRoute(t *testing.T) {
 		t.Errorf("retry: %d %v %s, want 201 replayed, the first answer's bytes %s", retry.status, retry.header, retry.body, first.body)
 	}
 	wantItems("retry", 1, 1)
+
+	// The same fields in another order and spacing: the same request.
+	reordered := send(key, fmt.Sprintf(`{"metadata":{"channel":"web","order":"1234"},"customer":%q,"description":"Order 1234","currency":"usd","amount":1999}`, prefix+"customer"))
+	if reordered.status != http.StatusCreated || reordered.header.Get(idempotency.ReplayedHeader) != "true" || !bytes.Equal(reordered.body, first.body) {
+		t.Errorf("the body reordered: %d %v %s, want 201 replayed, the first answer's bytes %s", reordered.status, reordered.header, reordered.body, first.body)
+	}
+	wantItems("the body reordered", 1, 1)
 
 	other := send(key, paymentBody(prefix+"customer", 2000, ""))
 	var prob struct {
@@ -143,6 +166,31 @@ func TestLimitRoute(t *testing.T) {
 	}
 	wantItems("another body", 1, 1)
 
+	// A record past its expiry frees its key: a new payment, a new record.
+	expiredKey := prefix + "expired"
+	old, err := attributevalue.MarshalMap(limitRecord{
+		PK: idempotency.NewKey(tenant, expiredKey).ID(), Fingerprint: fp, Status: http.StatusCreated,
+		Body: []byte(`{"id":"pay_expired"}`), Expires: time.Now().Add(-time.Minute).Unix(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(records), Item: old}); err != nil {
+		t.Fatal(err)
+	}
+	renewed := send(expiredKey, body)
+	if renewed.status != http.StatusCreated || renewed.header.Get(idempotency.ReplayedHeader) != "" || bytes.Equal(renewed.body, first.body) || strings.Contains(string(renewed.body), "pay_expired") {
+		t.Errorf("an expired record's key: %d %v %s, want 201 not replayed, a new payment", renewed.status, renewed.header, renewed.body)
+	}
+	wantItems("an expired record's key", 2, 2)
+	var now limitRecord
+	if err := attributevalue.UnmarshalMap(dynamotest.Item(t, client, records, idempotency.NewKey(tenant, expiredKey).ID()), &now); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(now.Body, renewed.body) || now.Expires <= time.Now().Unix() {
+		t.Errorf("the expired key's record %+v, want the new answer %s and an expiry to come", now, renewed.body)
+	}
+
 	const duplicates = 8
 	key2 := prefix + "key2"
 	answers := make([]reply, duplicates)
@@ -151,7 +199,7 @@ func TestLimitRoute(t *testing.T) {
 		wg.Go(func() { answers[i] = send(key2, body) })
 	}
 	wg.Wait()
-	wantItems("duplicates at once", 2, 2)
+	wantItems("duplicates at once", 3, 3)
 	created := 0
 	var got201 []byte
 	for i, a := range answers {
