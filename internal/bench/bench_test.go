@@ -135,8 +135,8 @@ func TestRunSmall(t *testing.T) {
 			t.Errorf("%s: %v", r.Case, r.Figures)
 		}
 	}
-	if door := byGroup[frontDoorGroup]; len(door) != 5 || door[1].Case != caseLimit || door[4].Case != casePlain {
-		t.Errorf("front door rows %v, want 5, the limit second, the last without the stream", door)
+	if door := byGroup[frontDoorGroup]; len(door) != 6 || door[1].Case != caseLimit || door[2].Case != caseLimitReplays || door[4].Case != caseReplays || door[5].Case != casePlain {
+		t.Errorf("front door rows %v, want 6, the limit second, its replays third, once's replays fifth, the last without the stream", door)
 	} else {
 		bases := []string{door[0].Case, caseLimit}
 		for _, r := range door {
@@ -147,12 +147,17 @@ func TestRunSmall(t *testing.T) {
 				t.Errorf("front door %s: Baseline %t, want the route without idempotency and the limit", r.Case, r.Baseline)
 			}
 			// Each figure divided by the route without idempotency's,
-			// then by the limit's.
+			// then by the limit's (once's replays: by the limit's
+			// replays).
 			var got, want []string
 			for _, x := range r.Ratios {
 				got = append(got, x.Figure+" / "+x.Baseline)
 			}
-			for _, b := range bases {
+			over := bases
+			if r.Case == caseReplays {
+				over = []string{door[0].Case, caseLimitReplays}
+			}
+			for _, b := range over {
 				for _, f := range []string{FigReqPerSec, FigP50, FigP99} {
 					want = append(want, f+" / "+b)
 				}
@@ -200,9 +205,16 @@ func TestRunSmall(t *testing.T) {
 		if r.Group != frontDoorGroup {
 			continue
 		}
-		if !slices.ContainsFunc(r.Ratios, func(x Ratio) bool { return x.Baseline == caseLimit && x.Figure == FigReqPerSec }) {
-			t.Errorf("JSON front door %s: ratios %v, want req/s over the limit's", r.Case, r.Ratios)
+		over := caseLimit
+		if r.Case == caseReplays {
+			over = caseLimitReplays
 		}
+		if !slices.ContainsFunc(r.Ratios, func(x Ratio) bool { return x.Baseline == over && x.Figure == FigReqPerSec }) {
+			t.Errorf("JSON front door %s: ratios %v, want req/s over %s's", r.Case, r.Ratios, over)
+		}
+	}
+	if want := "once's replays by the route without idempotency's, then by the limit's replays"; !strings.Contains(md.String(), want) {
+		t.Errorf("the Markdown's notes do not say %q", want)
 	}
 	for line := range strings.Lines(md.String()) {
 		if strings.Contains(line, "| "+frontDoorGroup+" |") && !regexp.MustCompile(`req/s ×[0-9.]+ ×[0-9.]+ · p50 ×[0-9.]+ ×[0-9.]+`).MatchString(line) {

@@ -43,6 +43,14 @@ const casePlain = "POST /v1/payments, new keys, the idempotency table without it
 // (limitRoute), its second baseline.
 const caseLimit = "POST " + limitResource + " (one transaction: record and payment, no framework, no stream)"
 
+// caseReplays is the front door's row of once's replays.
+const caseReplays = "POST /v1/payments, replays"
+
+// caseLimitReplays is the front door's row of the limit's replays: its
+// keys resent with their bodies, each a transaction cancelled on the
+// record's condition that returns the stored answer.
+const caseLimitReplays = "POST " + limitResource + ", replays"
+
 // bareResource is the bench's route without idempotency, beside the API's.
 const bareResource = "/bench/payments"
 
@@ -296,7 +304,7 @@ func writeAnswer(w http.ResponseWriter, status int, body []byte) {
 // clients, the duplicate storms, then the cold starts of the built
 // functions in the same environment.
 func frontDoor(ctx context.Context, opts Options, tmpl *samtemplate.Template, tables map[string]string, runID string, rep *Report) error {
-	stack, stop, err := startStack(ctx, opts, tables, runID+"-devstack-", "", streamReaders(tmpl, "IdempotencyTable"))
+	stack, stop, err := startStack(ctx, opts, tables, runID+"-devstack-", "", streamReaders(tmpl, "IdempotencyTable"), true)
 	if err != nil {
 		return err
 	}
@@ -336,13 +344,13 @@ func frontDoor(ctx context.Context, opts Options, tmpl *samtemplate.Template, ta
 }
 
 // startStack starts a devstack with the bench's routes beside the API (the
-// route without idempotency and the one-transaction limit, whose record
-// table it creates), its tables named prefix+logical ID, on endpoint (empty: the bench's DynamoDB,
+// route without idempotency and, with limit, the one-transaction limit,
+// whose record table it then creates), its tables named prefix+logical ID, on endpoint (empty: the bench's DynamoDB,
 // or a fresh DynamoDB Local when Options.FreshDynamoDB), with the stream
 // mappings of the functions in streamsOff left off (and the streams only
 // they read not created). stop closes it and drops its tables unless they
 // went with a DynamoDB Local of its own.
-func startStack(ctx context.Context, opts Options, tables map[string]string, prefix, endpoint string, streamsOff []string) (*devstack.Stack, func(), error) {
+func startStack(ctx context.Context, opts Options, tables map[string]string, prefix, endpoint string, streamsOff []string, limit bool) (*devstack.Stack, func(), error) {
 	stateDir, err := os.MkdirTemp("", "once-bench-")
 	if err != nil {
 		return nil, nil, err
@@ -364,16 +372,17 @@ func startStack(ctx context.Context, opts Options, tables map[string]string, pre
 	case !opts.FreshDynamoDB:
 		vars[config.EnvDynamoDBEndpoint] = opts.DynamoDB
 	}
+	routes := []devstack.Route{{Method: http.MethodPost, Resource: bareResource, Handler: bareRoute}}
+	if limit {
+		routes = append(routes, devstack.Route{Method: http.MethodPost, Resource: limitResource, Handler: limitRoute(records)})
+	}
 	opts.progress("front door: starting a devstack (%s*, a fresh DynamoDB Local: %t)", prefix, own)
 	stack, err := devstack.Start(ctx, devstack.Options{
 		Getenv:       func(k string) string { return vars[k] },
 		TemplatePath: opts.TemplatePath,
 		StateDir:     stateDir,
-		Routes: []devstack.Route{
-			{Method: http.MethodPost, Resource: bareResource, Handler: bareRoute},
-			{Method: http.MethodPost, Resource: limitResource, Handler: limitRoute(records)},
-		},
-		StreamsOff: streamsOff,
+		Routes:       routes,
+		StreamsOff:   streamsOff,
 	})
 	if err != nil {
 		os.RemoveAll(stateDir)
@@ -382,7 +391,10 @@ func startStack(ctx context.Context, opts Options, tables map[string]string, pre
 	stop := func() {
 		_ = stack.Close()
 		if !own {
-			names := []string{records}
+			var names []string
+			if limit {
+				names = append(names, records)
+			}
 			for _, env := range tables {
 				names = append(names, vars[env])
 			}
@@ -390,6 +402,9 @@ func startStack(ctx context.Context, opts Options, tables map[string]string, pre
 		}
 		os.RemoveAll(stateDir)
 		opts.progress("front door: devstack %s* stopped", prefix)
+	}
+	if !limit {
+		return stack, stop, nil
 	}
 	if err := createLimitTable(ctx, stack.Config(), records); err != nil {
 		stop()
@@ -581,7 +596,7 @@ func (d *door) drive(ctx context.Context, base, path string, dur time.Duration, 
 // stream costs DynamoDB Local per request. It is stopped once the
 // throughput is measured.
 func (d *door) throughputBeside(ctx context.Context, tmpl *samtemplate.Template, tables map[string]string, endpoint string, rep *Report) error {
-	plain, stop, err := startStack(ctx, d.opts, tables, d.runID+"-nostream-", endpoint, streamReaders(tmpl, ""))
+	plain, stop, err := startStack(ctx, d.opts, tables, d.runID+"-nostream-", endpoint, streamReaders(tmpl, ""), false)
 	if err != nil {
 		return fmt.Errorf("bench: the devstack without streams: %w", err)
 	}
@@ -594,9 +609,11 @@ func (d *door) throughputBeside(ctx context.Context, tmpl *samtemplate.Template,
 }
 
 // throughput measures POST /v1/payments (new keys), replays of those keys,
-// the bench's route without idempotency (the baseline) and its
-// one-transaction limit (the second baseline), in alternating rounds after
-// a warm-up of each.
+// the bench's route without idempotency (the baseline), its
+// one-transaction limit (the second baseline) and replays of the limit's
+// keys, and the row without the stream, in rounds after a warm-up of each,
+// each round starting at another route (roundOrder). Once's replays are
+// divided by the limit's replays, every other row by the limit's new keys.
 func (d *door) throughput(ctx context.Context, rep *Report) error {
 	s := d.opts.Settings
 	fresh := func(client, i int) (string, string) {
@@ -605,22 +622,39 @@ func (d *door) throughput(ctx context.Context, rep *Report) error {
 	}
 	rounds := max(1, min(s.Rounds, 3))
 	per := s.Duration / time.Duration(rounds)
-	var once, replays, bare, limit, plain, warm load
+	var once, replays, bare, limit, limitReplays, plain, warm, warmOnce, warmLimit load
 	d.opts.progress("front door: %d clients, %s per route in %d rounds", s.Clients, s.Duration, rounds)
-	d.drive(ctx, d.url, "/v1/payments", 2*time.Second, fresh, &warm)
+	d.drive(ctx, d.url, "/v1/payments", 2*time.Second, fresh, &warmOnce)
 	d.drive(ctx, d.url, bareResource, 2*time.Second, fresh, &warm)
-	d.drive(ctx, d.url, limitResource, 2*time.Second, fresh, &warm)
+	d.drive(ctx, d.url, limitResource, 2*time.Second, fresh, &warmLimit)
 	d.drive(ctx, d.plainURL, "/v1/payments", 2*time.Second, fresh, &warm)
-	for range rounds {
-		d.drive(ctx, d.url, "/v1/payments", per, fresh, &once)
-		d.drive(ctx, d.url, bareResource, per, fresh, &bare)
-		d.drive(ctx, d.url, limitResource, per, fresh, &limit)
-		d.drive(ctx, d.plainURL, "/v1/payments", per, fresh, &plain)
-		keys := once.keys
-		d.drive(ctx, d.url, "/v1/payments", per, func(client, i int) (string, string) {
+	if len(warmOnce.keys) == 0 || len(warmLimit.keys) == 0 {
+		return fmt.Errorf("bench: the front door's warm-up made %d payments through once, %d through the limit: want some of each to replay", len(warmOnce.keys), len(warmLimit.keys))
+	}
+	// replay resends the keys made on a route with their bodies: those of
+	// the rounds so far, or of its warm-up before any.
+	replay := func(made, warmed *load) func(client, i int) (string, string) {
+		keys := made.keys
+		if len(keys) == 0 {
+			keys = warmed.keys
+		}
+		return func(client, i int) (string, string) {
 			k := keys[(client*7919+i*s.Clients)%len(keys)]
 			return k, paymentBody(k, 1999, "")
-		}, &replays)
+		}
+	}
+	routes := []func(){
+		func() { d.drive(ctx, d.url, "/v1/payments", per, fresh, &once) },
+		func() { d.drive(ctx, d.url, bareResource, per, fresh, &bare) },
+		func() { d.drive(ctx, d.url, limitResource, per, fresh, &limit) },
+		func() { d.drive(ctx, d.plainURL, "/v1/payments", per, fresh, &plain) },
+		func() { d.drive(ctx, d.url, "/v1/payments", per, replay(&once, &warmOnce), &replays) },
+		func() { d.drive(ctx, d.url, limitResource, per, replay(&limit, &warmLimit), &limitReplays) },
+	}
+	for round := range rounds {
+		for _, i := range roundOrder(round, rounds, len(routes)) {
+			routes[i]()
+		}
 	}
 	if len(once.keys) == 0 {
 		return fmt.Errorf("bench: no payment was created through the front door (%d failures)", once.bad)
@@ -637,19 +671,37 @@ func (d *door) throughput(ctx context.Context, rep *Report) error {
 	}
 	base := rowOf("POST "+bareResource+" (no idempotency)", &bare)
 	lim := rowOf(caseLimit, &limit)
+	limRe := rowOf(caseLimitReplays, &limitReplays)
 	base.Baseline, lim.Baseline = true, true
 	rows := []Row{
 		base,
 		lim,
+		limRe,
 		rowOf("POST /v1/payments, new keys", &once),
-		rowOf("POST /v1/payments, replays", &replays),
+		rowOf(caseReplays, &replays),
 		rowOf(casePlain, &plain),
 	}
 	for i := range rows {
-		for _, b := range []Row{base, lim} {
+		second := lim
+		if rows[i].Case == caseReplays {
+			second = limRe
+		}
+		for _, b := range []Row{base, second} {
 			rows[i].compare(b, FigReqPerSec, FigP50, FigP99, FigDynamoCPU)
 		}
 	}
 	rep.Rows = append(rep.Rows, rows...)
 	return nil
+}
+
+// roundOrder is the order of n routes in round of rounds: all of them, the
+// first at round*n/rounds, so that no route is always driven first (after
+// the warm-up) or always after the same one.
+func roundOrder(round, rounds, n int) []int {
+	out := make([]int, n)
+	start := round * n / max(rounds, 1)
+	for i := range out {
+		out[i] = (start + i) % n
+	}
+	return out
 }

@@ -55,7 +55,7 @@ func TestLimitRoute(t *testing.T) {
 	var b [3]byte
 	_, _ = rand.Read(b[:])
 	prefix := t.Name() + "-" + hex.EncodeToString(b[:]) + "-"
-	stack, stop, err := startStack(t.Context(), Options{DynamoDB: endpoint, TemplatePath: path}, tableVars(tmpl), prefix, "", streamReaders(tmpl, ""))
+	stack, stop, err := startStack(t.Context(), Options{DynamoDB: endpoint, TemplatePath: path}, tableVars(tmpl), prefix, "", streamReaders(tmpl, ""), true)
 	if err != nil {
 		t.Fatalf("startStack = %v", err)
 	}

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -16,9 +18,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/httpapi"
+	"github.com/oncehq/once/internal/samtemplate"
 )
 
 // fakeTransact is a transactWriter whose every call is answered by the
@@ -188,5 +193,68 @@ func TestConflicted(t *testing.T) {
 		if got := conflicted(reasons); got != tc.want {
 			t.Errorf("conflicted(%q) = %t, want %t", tc.codes, got, tc.want)
 		}
+	}
+}
+
+// TestRoundOrder: every round drives every route once, and each round
+// starts at another route, spread over the routes.
+func TestRoundOrder(t *testing.T) {
+	for _, tc := range []struct {
+		rounds, n int
+		want      [][]int
+	}{
+		{1, 6, [][]int{{0, 1, 2, 3, 4, 5}}},
+		{2, 6, [][]int{{0, 1, 2, 3, 4, 5}, {3, 4, 5, 0, 1, 2}}},
+		{3, 6, [][]int{{0, 1, 2, 3, 4, 5}, {2, 3, 4, 5, 0, 1}, {4, 5, 0, 1, 2, 3}}},
+		{3, 2, [][]int{{0, 1}, {0, 1}, {1, 0}}},
+	} {
+		var got [][]int
+		for round := range tc.rounds {
+			got = append(got, roundOrder(round, tc.rounds, tc.n))
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("roundOrder over %d rounds of %d routes (-want +got):\n%s", tc.rounds, tc.n, diff)
+		}
+	}
+}
+
+// TestStackWithoutLimit: a devstack started without the limit has neither
+// its table nor its route.
+func TestStackWithoutLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a devstack against DynamoDB Local")
+	}
+	endpoint := dynamotest.Endpoint(t)
+	path := dynamotest.TemplatePath(t)
+	tmpl, err := samtemplate.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	prefix := t.Name() + "-" + hex.EncodeToString(b[:]) + "-"
+	stack, stop, err := startStack(t.Context(), Options{DynamoDB: endpoint, TemplatePath: path}, tableVars(tmpl), prefix, "", streamReaders(tmpl, ""), false)
+	if err != nil {
+		t.Fatalf("startStack = %v", err)
+	}
+	t.Cleanup(stop)
+	_, err = dynamotest.Client(t).DescribeTable(t.Context(), &dynamodb.DescribeTableInput{TableName: aws.String(prefix + limitTableID)})
+	if notFound := (*types.ResourceNotFoundException)(nil); !errors.As(err, &notFound) {
+		t.Errorf("DescribeTable(the limit's table) = %v, want ResourceNotFoundException", err)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, stack.URL()+limitResource, strings.NewReader(paymentBody("customer", 1999, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(idempotency.Header, prefix+"key")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusCreated {
+		t.Errorf("POST %s = %d, want no such route", limitResource, resp.StatusCode)
 	}
 }
