@@ -142,7 +142,9 @@ type limitRecord struct {
 // the record keeps only those) when the request's fingerprint (once's:
 // the method, the route and the canonical body, so the same fields in
 // another order are the same request) is the same, else 422
-// idempotency_key_reused. records has no stream and no TTL.
+// idempotency_key_reused. A transaction cancelled only by a conflict is
+// tried again after each of limitWaits, then answered 409; any other
+// failure is 500. records has no stream and no TTL.
 func limitRoute(records string) func(config.Config, *dynamodb.Client, app.Options) http.Handler {
 	return func(cfg config.Config, client *dynamodb.Client, opts app.Options) http.Handler {
 		opts = opts.WithDefaults(cfg)
