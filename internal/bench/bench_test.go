@@ -7,9 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/internal/dynamotest"
 )
@@ -50,7 +54,9 @@ func inProcessProvider(ctx context.Context, env []string) (string, func(), error
 // bench promises: every endpoint's outcomes with their ratios to the bare
 // baselines, replays byte-identical, no duplicate effect and no differing
 // answer in the storms (and both in the route without idempotency), the
-// front door's throughput, the stored sizes, and JSON that round-trips.
+// front door's throughput with each row's ratios to both of its baselines
+// (the route without idempotency, the one-transaction limit) in the
+// Markdown and the JSON, the stored sizes, and JSON that round-trips.
 func TestRunSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a bench run: seconds against DynamoDB Local")
@@ -129,13 +135,39 @@ func TestRunSmall(t *testing.T) {
 			t.Errorf("%s: %v", r.Case, r.Figures)
 		}
 	}
-	if door := byGroup[frontDoorGroup]; len(door) != 4 || door[3].Case != casePlain {
-		t.Errorf("front door rows %v, want 4, the last without the stream", door)
+	if door := byGroup[frontDoorGroup]; len(door) != 6 || door[1].Case != caseLimit || door[2].Case != caseLimitReplays || door[4].Case != caseReplays || door[5].Case != casePlain {
+		t.Errorf("front door rows %v, want 6, the limit second, its replays third, once's replays fifth, the last without the stream", door)
 	} else {
+		bases := []string{door[0].Case, caseLimit}
 		for _, r := range door {
 			if r.Figures[FigReqPerSec] <= 0 || r.Figures[FigErrors] != 0 {
 				t.Errorf("front door %s: %v", r.Case, r.Figures)
 			}
+			if r.Baseline != slices.Contains(bases, r.Case) {
+				t.Errorf("front door %s: Baseline %t, want the route without idempotency and the limit", r.Case, r.Baseline)
+			}
+			// Each figure divided by the route without idempotency's,
+			// then by the limit's (once's replays: by the limit's
+			// replays).
+			var got, want []string
+			for _, x := range r.Ratios {
+				got = append(got, x.Figure+" / "+x.Baseline)
+			}
+			over := bases
+			if r.Case == caseReplays {
+				over = []string{door[0].Case, caseLimitReplays}
+			}
+			for _, b := range over {
+				for _, f := range []string{FigReqPerSec, FigP50, FigP99} {
+					want = append(want, f+" / "+b)
+				}
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("front door %s: ratios (-want +got):\n%s", r.Case, diff)
+			}
+		}
+		if !slices.Contains(door[1].Ratios, Ratio{Baseline: caseLimit, Figure: FigReqPerSec, Value: 1}) {
+			t.Errorf("the limit's ratios %v, want req/s ×1 over its own", door[1].Ratios)
 		}
 	}
 	stored := map[string]Row{}
@@ -168,5 +200,25 @@ func TestRunSmall(t *testing.T) {
 	}
 	if len(back.Rows) != len(rep.Rows) {
 		t.Errorf("the JSON has %d rows, want %d", len(back.Rows), len(rep.Rows))
+	}
+	for _, r := range back.Rows {
+		if r.Group != frontDoorGroup {
+			continue
+		}
+		over := caseLimit
+		if r.Case == caseReplays {
+			over = caseLimitReplays
+		}
+		if !slices.ContainsFunc(r.Ratios, func(x Ratio) bool { return x.Baseline == over && x.Figure == FigReqPerSec }) {
+			t.Errorf("JSON front door %s: ratios %v, want req/s over %s's", r.Case, r.Ratios, over)
+		}
+	}
+	if want := "once's replays by the route without idempotency's, then by the limit's replays"; !strings.Contains(md.String(), want) {
+		t.Errorf("the Markdown's notes do not say %q", want)
+	}
+	for line := range strings.Lines(md.String()) {
+		if strings.Contains(line, "| "+frontDoorGroup+" |") && !regexp.MustCompile(`req/s ×[0-9.]+ ×[0-9.]+ · p50 ×[0-9.]+ ×[0-9.]+`).MatchString(line) {
+			t.Errorf("Markdown front door row %s: want req/s and p50 over both baselines", line)
+		}
 	}
 }

@@ -15,9 +15,11 @@
 // and a bare TransactWriteItems of it and a record-sized item, in
 // alternating rounds. It then reports the bytes a record takes, for each
 // endpoint and for 100 KB and 1 MB answers; starts the devstack with a
-// route without idempotency beside the API's and measures both through the
-// HTTP front door (throughput and latency of 16 clients) and under a
-// duplicate storm; and starts each built function under a minimal Lambda
+// route without idempotency and a one-transaction limit (the payment and
+// its stored answer in one TransactWriteItems, no framework) beside the
+// API's and measures them through the HTTP front door (throughput and
+// latency of 16 clients), the API and the route without idempotency under
+// a duplicate storm; and starts each built function under a minimal Lambda
 // Runtime API, beside a minimal aws-lambda-go function, for its cold
 // start.
 //

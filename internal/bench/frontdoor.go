@@ -2,10 +2,13 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -13,7 +16,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/apigw"
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
@@ -33,6 +38,18 @@ const (
 // casePlain is the front door's row of new keys on the devstack whose
 // idempotency table has no stream.
 const casePlain = "POST /v1/payments, new keys, the idempotency table without its stream"
+
+// caseLimit is the front door's row of the one-transaction limit
+// (limitRoute), its second baseline.
+const caseLimit = "POST " + limitResource + " (one transaction: record and payment, no framework, no stream)"
+
+// caseReplays is the front door's row of once's replays.
+const caseReplays = "POST /v1/payments, replays"
+
+// caseLimitReplays is the front door's row of the limit's replays: its
+// keys resent with their bodies, each a transaction cancelled on the
+// record's condition that returns the stored answer.
+const caseLimitReplays = "POST " + limitResource + ", replays"
 
 // bareResource is the bench's route without idempotency, beside the API's.
 const bareResource = "/bench/payments"
@@ -78,6 +95,210 @@ func bareRoute(cfg config.Config, client *dynamodb.Client, opts app.Options) htt
 	})
 }
 
+// limitResource is the bench's one-transaction route (limitRoute), beside
+// the API's.
+const limitResource = "/bench/limit"
+
+// limitTableID names the limit route's record table after the devstack's
+// prefix, as its own tables are named after their logical IDs.
+const limitTableID = "LimitRecords"
+
+// limitWaits are the limit route's pauses before each transaction after
+// the first: a transaction cancelled by another on the same key (a
+// concurrent duplicate) is tried again after the next, then answered 409.
+// As the peers harness's Go probe retries: 5 attempts, 1, 2, 5 and 10 ms
+// apart.
+var limitWaits = []time.Duration{time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond}
+
+// transactWriter is the one DynamoDB call the limit route makes
+// (*dynamodb.Client has it).
+type transactWriter interface {
+	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+}
+
+// limitRecord is the limit route's stored answer, keyed by the scoped
+// idempotency key (tenant#sha256 of the key, as once keys its records: the
+// raw key is never stored).
+type limitRecord struct {
+	PK string `dynamodbav:"pk"`
+	// Fingerprint is once's request fingerprint
+	// (idempotency.RequestFingerprint): the hex SHA-256 of the method, the
+	// route and the canonical (RFC 8785) body.
+	Fingerprint string `dynamodbav:"fp"`
+	Status      int    `dynamodbav:"st"`
+	Body        []byte `dynamodbav:"body"`
+	// Expires is when the key may be used again (unix seconds).
+	Expires int64 `dynamodbav:"exp"`
+}
+
+// limitRoute is the bench's one-transaction limit, served by the api
+// function the same way as bareRoute (the same decoding and validation,
+// the same payment item, the same answer and Location): what an
+// idempotent POST costs with no framework. One TransactWriteItems writes
+// the record (its answer bytes inside) to records, conditioned on the key
+// being free or expired and returning the record it finds, and the payment
+// conditioned on its id being new. On that cancellation the stored answer
+// is replayed (status and body, Idempotent-Replayed: true, no Location:
+// the record keeps only those) when the request's fingerprint (once's:
+// the method, the route and the canonical body, so the same fields in
+// another order are the same request) is the same, else 422
+// idempotency_key_reused. A transaction cancelled only by a conflict is
+// tried again after each of limitWaits, then answered 409; any other
+// failure is 500. records has no stream and no TTL.
+func limitRoute(records string) func(config.Config, *dynamodb.Client, app.Options) http.Handler {
+	return func(cfg config.Config, client *dynamodb.Client, opts app.Options) http.Handler {
+		opts = opts.WithDefaults(cfg)
+		l := &limitHandler{client: client, records: records, payments: cfg.Table("PaymentsTable"), retention: cfg.Retention}
+		if l.retention <= 0 {
+			l.retention = config.DefaultRetention
+		}
+		return httpapi.NewHandler(httpapi.Deps{
+			Routes:  []httpapi.Route{{Pattern: "POST " + limitResource, Handler: l}},
+			Tenant:  apigw.Tenant,
+			Logger:  opts.Logger,
+			Metrics: opts.Emitter("api"),
+		})
+	}
+}
+
+// limitHandler serves limitRoute.
+type limitHandler struct {
+	client            transactWriter
+	records, payments string
+	retention         time.Duration
+}
+
+func (l *limitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := httpapi.Tenant(r)
+	if !ok {
+		httpapi.WriteError(w, r, idempotency.ErrNoTenant)
+		return
+	}
+	raw, err := idempotency.ParseKey(r.Header.Values(idempotency.Header))
+	if err != nil {
+		httpapi.WriteError(w, r, err)
+		return
+	}
+	var body []byte
+	req, ok := httpapi.DecodeJSON(w, r, func(b []byte) (payments.Request, error) {
+		body = b
+		return payments.Decode(b)
+	})
+	if !ok {
+		return
+	}
+	now := time.Now()
+	p := payments.New(tenant, req, now)
+	answer, err := json.Marshal(p)
+	if err != nil {
+		httpapi.WriteError(w, r, err)
+		return
+	}
+	fp, err := idempotency.RequestFingerprint(r.Method, limitResource, body)
+	if err != nil {
+		httpapi.WriteError(w, r, err)
+		return
+	}
+	rec, err := attributevalue.MarshalMap(limitRecord{
+		PK: idempotency.NewKey(tenant, raw).ID(), Fingerprint: fp,
+		Status: http.StatusCreated, Body: answer, Expires: now.Add(l.retention).Unix(),
+	})
+	if err != nil {
+		httpapi.WriteError(w, r, err)
+		return
+	}
+	item, err := attributevalue.MarshalMap(p)
+	if err != nil {
+		httpapi.WriteError(w, r, err)
+		return
+	}
+	in := &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: &types.Put{
+			TableName: aws.String(l.records), Item: rec,
+			ConditionExpression:                 aws.String("attribute_not_exists(pk) OR exp < :now"),
+			ExpressionAttributeValues:           map[string]types.AttributeValue{":now": &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Unix(), 10)}},
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}},
+		{Put: &types.Put{TableName: aws.String(l.payments), Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
+	}}
+	for attempt := range len(limitWaits) + 1 {
+		if attempt > 0 {
+			if err := sleep(r.Context(), limitWaits[attempt-1]); err != nil {
+				httpapi.WriteError(w, r, fmt.Errorf("bench: limit: %w", err))
+				return
+			}
+		}
+		start := time.Now()
+		_, err = l.client.TransactWriteItems(r.Context(), in)
+		httpapi.NoteStoreCall(r, time.Since(start))
+		if err == nil {
+			w.Header().Set("Location", p.Location())
+			writeAnswer(w, http.StatusCreated, answer)
+			return
+		}
+		var cancelled *types.TransactionCanceledException
+		if !errors.As(err, &cancelled) || len(cancelled.CancellationReasons) != 2 {
+			httpapi.WriteError(w, r, fmt.Errorf("bench: limit: %w", err))
+			return
+		}
+		reason := cancelled.CancellationReasons[0]
+		switch {
+		case aws.ToString(reason.Code) == "ConditionalCheckFailed" && reason.Item != nil:
+			var old limitRecord
+			if err := attributevalue.UnmarshalMap(reason.Item, &old); err != nil {
+				httpapi.WriteError(w, r, fmt.Errorf("bench: limit: the stored record: %w", err))
+				return
+			}
+			if old.Fingerprint != fp {
+				httpapi.WriteError(w, r, idempotency.ErrKeyReused)
+				return
+			}
+			w.Header().Set(idempotency.ReplayedHeader, "true")
+			writeAnswer(w, old.Status, old.Body)
+			return
+		case !conflicted(cancelled.CancellationReasons):
+			httpapi.WriteError(w, r, fmt.Errorf("bench: limit: %w", err))
+			return
+		}
+	}
+	httpapi.WriteError(w, r, &idempotency.InProgressError{RetryAfter: time.Second})
+}
+
+// sleep waits for d, or until ctx is done (its error).
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// conflicted reports whether a transaction was cancelled only by another
+// in flight on its items (a concurrent duplicate's).
+func conflicted(reasons []types.CancellationReason) bool {
+	seen := false
+	for _, c := range reasons {
+		switch aws.ToString(c.Code) {
+		case "TransactionConflict":
+			seen = true
+		case "", "None":
+		default:
+			return false
+		}
+	}
+	return seen
+}
+
+// writeAnswer sends a JSON answer's bytes as they are.
+func writeAnswer(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
 // frontDoor starts the devstack (DYNAMODB_ENDPOINT: the bench's DynamoDB
 // Local) with the bench's route beside the API, and measures through its
 // HTTP front door (the API Gateway emulator, the authorizer, the api
@@ -85,7 +306,7 @@ func bareRoute(cfg config.Config, client *dynamodb.Client, opts app.Options) htt
 // clients, the duplicate storms, then the cold starts of the built
 // functions in the same environment.
 func frontDoor(ctx context.Context, opts Options, tmpl *samtemplate.Template, tables map[string]string, runID string, rep *Report) error {
-	stack, stop, err := startStack(ctx, opts, tables, runID+"-devstack-", "", streamReaders(tmpl, "IdempotencyTable"))
+	stack, stop, err := startStack(ctx, opts, tables, runID+"-devstack-", "", streamReaders(tmpl, "IdempotencyTable"), true)
 	if err != nil {
 		return err
 	}
@@ -124,13 +345,14 @@ func frontDoor(ctx context.Context, opts Options, tmpl *samtemplate.Template, ta
 	return coldStarts(ctx, opts, cfg, tableEnv, stack, rep)
 }
 
-// startStack starts a devstack with the bench's route beside the API, its
-// tables named prefix+logical ID, on endpoint (empty: the bench's DynamoDB,
+// startStack starts a devstack with the bench's routes beside the API (the
+// route without idempotency and, with limit, the one-transaction limit,
+// whose record table it then creates), its tables named prefix+logical ID, on endpoint (empty: the bench's DynamoDB,
 // or a fresh DynamoDB Local when Options.FreshDynamoDB), with the stream
 // mappings of the functions in streamsOff left off (and the streams only
 // they read not created). stop closes it and drops its tables unless they
 // went with a DynamoDB Local of its own.
-func startStack(ctx context.Context, opts Options, tables map[string]string, prefix, endpoint string, streamsOff []string) (*devstack.Stack, func(), error) {
+func startStack(ctx context.Context, opts Options, tables map[string]string, prefix, endpoint string, streamsOff []string, limit bool) (*devstack.Stack, func(), error) {
 	stateDir, err := os.MkdirTemp("", "once-bench-")
 	if err != nil {
 		return nil, nil, err
@@ -144,6 +366,7 @@ func startStack(ctx context.Context, opts Options, tables map[string]string, pre
 	for id, env := range tables {
 		vars[env] = prefix + id
 	}
+	records := prefix + limitTableID
 	own := endpoint == "" && opts.FreshDynamoDB
 	switch {
 	case endpoint != "":
@@ -151,12 +374,16 @@ func startStack(ctx context.Context, opts Options, tables map[string]string, pre
 	case !opts.FreshDynamoDB:
 		vars[config.EnvDynamoDBEndpoint] = opts.DynamoDB
 	}
+	routes := []devstack.Route{{Method: http.MethodPost, Resource: bareResource, Handler: bareRoute}}
+	if limit {
+		routes = append(routes, devstack.Route{Method: http.MethodPost, Resource: limitResource, Handler: limitRoute(records)})
+	}
 	opts.progress("front door: starting a devstack (%s*, a fresh DynamoDB Local: %t)", prefix, own)
 	stack, err := devstack.Start(ctx, devstack.Options{
 		Getenv:       func(k string) string { return vars[k] },
 		TemplatePath: opts.TemplatePath,
 		StateDir:     stateDir,
-		Routes:       []devstack.Route{{Method: http.MethodPost, Resource: bareResource, Handler: bareRoute}},
+		Routes:       routes,
 		StreamsOff:   streamsOff,
 	})
 	if err != nil {
@@ -166,12 +393,45 @@ func startStack(ctx context.Context, opts Options, tables map[string]string, pre
 	stop := func() {
 		_ = stack.Close()
 		if !own {
-			dropTables(stack.Config(), tables, vars)
+			var names []string
+			if limit {
+				names = append(names, records)
+			}
+			for _, env := range tables {
+				names = append(names, vars[env])
+			}
+			dropTables(stack.Config(), names...)
 		}
 		os.RemoveAll(stateDir)
 		opts.progress("front door: devstack %s* stopped", prefix)
 	}
+	if !limit {
+		return stack, stop, nil
+	}
+	if err := createLimitTable(ctx, stack.Config(), records); err != nil {
+		stop()
+		return nil, nil, err
+	}
 	return stack, stop, nil
+}
+
+// createLimitTable creates the limit route's record table: pk its string
+// hash key, on demand, no stream, no TTL.
+func createLimitTable(ctx context.Context, cfg config.Config, name string) error {
+	client, err := app.DynamoDB(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("bench: the limit route's table: %w", err)
+	}
+	err = samtemplate.Create(ctx, client, []samtemplate.Table{{LogicalID: limitTableID, Input: &dynamodb.CreateTableInput{
+		TableName:            aws.String(name),
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("pk"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("pk"), KeyType: types.KeyTypeHash}},
+		BillingMode:          types.BillingModePayPerRequest,
+	}}})
+	if err != nil {
+		return fmt.Errorf("bench: the limit route's table: %w", err)
+	}
+	return nil
 }
 
 // withoutStream checks that the idempotency table of cfg has no stream:
@@ -213,17 +473,16 @@ func streamReaders(tmpl *samtemplate.Template, keep string) []string {
 	return out
 }
 
-// dropTables deletes the devstack's tables, named in vars by their
-// variables in tables.
-func dropTables(cfg config.Config, tables, vars map[string]string) {
+// dropTables deletes the tables names.
+func dropTables(cfg config.Config, names ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client, err := app.DynamoDB(ctx, cfg)
 	if err != nil {
 		return
 	}
-	for _, env := range tables {
-		_, _ = client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(vars[env])})
+	for _, name := range names {
+		_, _ = client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(name)})
 	}
 }
 
@@ -339,7 +598,7 @@ func (d *door) drive(ctx context.Context, base, path string, dur time.Duration, 
 // stream costs DynamoDB Local per request. It is stopped once the
 // throughput is measured.
 func (d *door) throughputBeside(ctx context.Context, tmpl *samtemplate.Template, tables map[string]string, endpoint string, rep *Report) error {
-	plain, stop, err := startStack(ctx, d.opts, tables, d.runID+"-nostream-", endpoint, streamReaders(tmpl, ""))
+	plain, stop, err := startStack(ctx, d.opts, tables, d.runID+"-nostream-", endpoint, streamReaders(tmpl, ""), false)
 	if err != nil {
 		return fmt.Errorf("bench: the devstack without streams: %w", err)
 	}
@@ -352,8 +611,11 @@ func (d *door) throughputBeside(ctx context.Context, tmpl *samtemplate.Template,
 }
 
 // throughput measures POST /v1/payments (new keys), replays of those keys,
-// and the bench's route without idempotency, in alternating rounds after a
-// warm-up of each.
+// the bench's route without idempotency (the baseline), its
+// one-transaction limit (the second baseline) and replays of the limit's
+// keys, and the row without the stream, in rounds after a warm-up of each,
+// each round starting at another route (roundOrder). Once's replays are
+// divided by the limit's replays, every other row by the limit's new keys.
 func (d *door) throughput(ctx context.Context, rep *Report) error {
 	s := d.opts.Settings
 	fresh := func(client, i int) (string, string) {
@@ -362,20 +624,39 @@ func (d *door) throughput(ctx context.Context, rep *Report) error {
 	}
 	rounds := max(1, min(s.Rounds, 3))
 	per := s.Duration / time.Duration(rounds)
-	var once, replays, bare, plain, warm load
+	var once, replays, bare, limit, limitReplays, plain, warm, warmOnce, warmLimit load
 	d.opts.progress("front door: %d clients, %s per route in %d rounds", s.Clients, s.Duration, rounds)
-	d.drive(ctx, d.url, "/v1/payments", 2*time.Second, fresh, &warm)
+	d.drive(ctx, d.url, "/v1/payments", 2*time.Second, fresh, &warmOnce)
 	d.drive(ctx, d.url, bareResource, 2*time.Second, fresh, &warm)
+	d.drive(ctx, d.url, limitResource, 2*time.Second, fresh, &warmLimit)
 	d.drive(ctx, d.plainURL, "/v1/payments", 2*time.Second, fresh, &warm)
-	for range rounds {
-		d.drive(ctx, d.url, "/v1/payments", per, fresh, &once)
-		d.drive(ctx, d.url, bareResource, per, fresh, &bare)
-		d.drive(ctx, d.plainURL, "/v1/payments", per, fresh, &plain)
-		keys := once.keys
-		d.drive(ctx, d.url, "/v1/payments", per, func(client, i int) (string, string) {
+	if len(warmOnce.keys) == 0 || len(warmLimit.keys) == 0 {
+		return fmt.Errorf("bench: the front door's warm-up made %d payments through once, %d through the limit: want some of each to replay", len(warmOnce.keys), len(warmLimit.keys))
+	}
+	// replay resends the keys made on a route with their bodies: those of
+	// the rounds so far, or of its warm-up before any.
+	replay := func(made, warmed *load) func(client, i int) (string, string) {
+		keys := made.keys
+		if len(keys) == 0 {
+			keys = warmed.keys
+		}
+		return func(client, i int) (string, string) {
 			k := keys[(client*7919+i*s.Clients)%len(keys)]
 			return k, paymentBody(k, 1999, "")
-		}, &replays)
+		}
+	}
+	routes := []func(){
+		func() { d.drive(ctx, d.url, "/v1/payments", per, fresh, &once) },
+		func() { d.drive(ctx, d.url, bareResource, per, fresh, &bare) },
+		func() { d.drive(ctx, d.url, limitResource, per, fresh, &limit) },
+		func() { d.drive(ctx, d.plainURL, "/v1/payments", per, fresh, &plain) },
+		func() { d.drive(ctx, d.url, "/v1/payments", per, replay(&once, &warmOnce), &replays) },
+		func() { d.drive(ctx, d.url, limitResource, per, replay(&limit, &warmLimit), &limitReplays) },
+	}
+	for round := range rounds {
+		for _, i := range roundOrder(round, rounds, len(routes)) {
+			routes[i]()
+		}
 	}
 	if len(once.keys) == 0 {
 		return fmt.Errorf("bench: no payment was created through the front door (%d failures)", once.bad)
@@ -391,16 +672,38 @@ func (d *door) throughput(ctx context.Context, rep *Report) error {
 		return r
 	}
 	base := rowOf("POST "+bareResource+" (no idempotency)", &bare)
-	base.Baseline = true
+	lim := rowOf(caseLimit, &limit)
+	limRe := rowOf(caseLimitReplays, &limitReplays)
+	base.Baseline, lim.Baseline = true, true
 	rows := []Row{
 		base,
+		lim,
+		limRe,
 		rowOf("POST /v1/payments, new keys", &once),
-		rowOf("POST /v1/payments, replays", &replays),
+		rowOf(caseReplays, &replays),
 		rowOf(casePlain, &plain),
 	}
 	for i := range rows {
-		rows[i].compare(base, FigReqPerSec, FigP50, FigP99, FigDynamoCPU)
+		second := lim
+		if rows[i].Case == caseReplays {
+			second = limRe
+		}
+		for _, b := range []Row{base, second} {
+			rows[i].compare(b, FigReqPerSec, FigP50, FigP99, FigDynamoCPU)
+		}
 	}
 	rep.Rows = append(rep.Rows, rows...)
 	return nil
+}
+
+// roundOrder is the order of n routes in round of rounds: all of them, the
+// first at round*n/rounds, so that no route is always driven first (after
+// the warm-up) or always after the same one.
+func roundOrder(round, rounds, n int) []int {
+	out := make([]int, n)
+	start := round * n / max(rounds, 1)
+	for i := range out {
+		out[i] = (start + i) % n
+	}
+	return out
 }

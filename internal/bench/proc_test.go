@@ -2,6 +2,7 @@ package bench
 
 import (
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -60,7 +61,9 @@ func TestProcessCPU(t *testing.T) {
 
 // TestFrontDoorDynamoDBCPU runs the front door on a DynamoDB Local of its
 // own, as `make bench` does: every row has DynamoDB Local's CPU per
-// request, new keys some, and the row without the stream is there.
+// request, new keys and the one-transaction limit (new keys and replays)
+// some, new keys' is divided by the limit's too, once's replays' by the
+// limit's replays', and the row without the stream is there.
 func TestFrontDoorDynamoDBCPU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts DynamoDB Local")
@@ -86,16 +89,27 @@ func TestFrontDoorDynamoDBCPU(t *testing.T) {
 			rows[r.Case] = r
 		}
 	}
-	if len(rows) != 4 {
-		t.Fatalf("front door rows %v, want 4", rows)
+	if len(rows) != 6 {
+		t.Fatalf("front door rows %v, want 6", rows)
 	}
 	for c, r := range rows {
 		if _, ok := r.Figures[FigDynamoCPU]; !ok {
 			t.Errorf("%s: figures %v, want DynamoDB Local's CPU", c, r.Figures)
 		}
 	}
-	if cpu := rows["POST /v1/payments, new keys"].Figures[FigDynamoCPU]; cpu <= 0 {
-		t.Errorf("new keys: DynamoDB Local CPU %v ms per request, want some", cpu)
+	for _, c := range []string{"POST /v1/payments, new keys", caseLimit, caseLimitReplays} {
+		if cpu := rows[c].Figures[FigDynamoCPU]; cpu <= 0 {
+			t.Errorf("%s: DynamoDB Local CPU %v ms per request, want some", c, cpu)
+		}
+	}
+	newKeys := rows["POST /v1/payments, new keys"]
+	if !slices.ContainsFunc(newKeys.Ratios, func(x Ratio) bool { return x.Baseline == caseLimit && x.Figure == FigDynamoCPU && x.Value > 0 }) {
+		t.Errorf("new keys: ratios %v, want DynamoDB Local's CPU over the limit's", newKeys.Ratios)
+	}
+	if replays := rows[caseReplays]; !slices.ContainsFunc(replays.Ratios, func(x Ratio) bool {
+		return x.Baseline == caseLimitReplays && x.Figure == FigDynamoCPU && x.Value > 0
+	}) {
+		t.Errorf("once's replays: ratios %v, want DynamoDB Local's CPU over the limit's replays", replays.Ratios)
 	}
 	if r := rows[casePlain]; r.Figures[FigReqPerSec] <= 0 || r.Figures[FigErrors] != 0 {
 		t.Errorf("%s: %v", casePlain, r.Figures)

@@ -49,8 +49,9 @@ type Row struct {
 	// Calls is the DynamoDB calls per operation, by operation.
 	Calls   map[string]float64 `json:"calls,omitempty"`
 	Figures map[string]float64 `json:"figures"`
-	// Ratios are figures divided by the same figures of the baselines, in
-	// the order of Report.Baselines[Group].
+	// Ratios are figures divided by the same figures of baselines measured
+	// in the same run (Ratio.Baseline names each): those of the group's
+	// baseline rows, in the order of those rows.
 	Ratios []Ratio `json:"ratios,omitempty"`
 	// Baseline is set on a baseline's own row.
 	Baseline bool `json:"baseline,omitempty"`
