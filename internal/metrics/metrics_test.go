@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -127,4 +128,23 @@ func BenchmarkCount(b *testing.B) {
 	for b.Loop() {
 		e.Count("reserve_created")
 	}
+}
+
+// TestPut: a figure is written with its value, 0 included, and a count
+// written after it still counts 1.
+func TestPut(t *testing.T) {
+	for _, v := range []int64{0, 1, 42} {
+		var buf bytes.Buffer
+		e := New(&buf, "once", map[string]string{"Service": "auditor"})
+		e.now = func() time.Time { return time.UnixMilli(1700000000123) }
+		e.Put("abandoned_records", v)
+		e.Count("abandoned_records")
+		want := fmt.Sprintf(`{"_aws":{"Timestamp":1700000000123,"CloudWatchMetrics":[{"Namespace":"once","Dimensions":[["Service"]],"Metrics":[{"Name":"abandoned_records","Unit":"Count"}]}]},"Service":"auditor","abandoned_records":%d}`+"\n", v) +
+			`{"_aws":{"Timestamp":1700000000123,"CloudWatchMetrics":[{"Namespace":"once","Dimensions":[["Service"]],"Metrics":[{"Name":"abandoned_records","Unit":"Count"}]}]},"Service":"auditor","abandoned_records":1}` + "\n"
+		if got := buf.String(); got != want {
+			t.Errorf("Put(%d), Count() wrote\n%s\nwant\n%s", v, got, want)
+		}
+	}
+	var e *Emitter
+	e.Put("x", 1) // must not panic
 }

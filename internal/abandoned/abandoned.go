@@ -1,0 +1,153 @@
+package abandoned
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/recovery"
+)
+
+// LostCheckAfter is how long past its expiry an UNKNOWN record, or an
+// External reservation past its lease, must be for its check to count as
+// lost: the Checker redrives an UNKNOWN record at its expiry, and hands an
+// External reservation to the reconciler at its lease deadline (plus the
+// Scheduler's margin), its check sent on in hops of at most
+// recovery.MaxDelay; LostCheckMargin covers the queue's delivery, the
+// Checker's retries and clocks that disagree. Past it, its check chain was
+// lost (a check in the check dead-letter queue, or the Scheduler's stream
+// record in the sweeper's): `oncectl reannounce` re-arms it. Neither record
+// has a TTL attribute: nothing else ends it.
+//
+// The margin does not cover the sweeper mapping's stream retries: the
+// Scheduler's stream record is retried for up to an hour
+// (MaximumRecordAgeInSeconds 3600) before it goes to the sweeper's
+// dead-letter queue, so a check may still be armed, and come late, for a
+// record called lost. Re-arming one is harmless: the late check, and the
+// write it leads to, are fenced on the lease token rearm replaces.
+const LostCheckAfter = recovery.MaxDelay + LostCheckMargin
+
+// LostCheckMargin is the slack of LostCheckAfter past recovery.MaxDelay.
+const LostCheckMargin = 15 * time.Minute
+
+// Filter returns the Scan filter that reads, at now, the records FromItem
+// classifies: the UNKNOWN records and the External reservations
+// (IN_PROGRESS) whose lease ran out, of tenant unless it is empty; with its
+// expression attribute names and values.
+func Filter(tenant string, now time.Time) (expr string, names map[string]string, values map[string]types.AttributeValue) {
+	expr = "(#status = :unknown OR #status = :in_progress AND #external = :true AND #expires_ms <= :now)"
+	names = map[string]string{"#status": dynamo.AttrStatus, "#external": dynamo.AttrExternal, "#expires_ms": dynamo.AttrExpiresAtMS}
+	values = map[string]types.AttributeValue{
+		":unknown":     &types.AttributeValueMemberS{Value: string(idempotency.StatusUnknown)},
+		":in_progress": &types.AttributeValueMemberS{Value: string(idempotency.StatusInProgress)},
+		":true":        &types.AttributeValueMemberBOOL{Value: true},
+		":now":         &types.AttributeValueMemberN{Value: strconv.FormatInt(now.UnixMilli(), 10)},
+	}
+	if tenant != "" {
+		expr += " AND #tenant = :tenant"
+		names["#tenant"] = dynamo.AttrTenant
+		values[":tenant"] = &types.AttributeValueMemberS{Value: tenant}
+	}
+	return expr, names, values
+}
+
+// Record is an idempotency record as a Scan with Filter read it.
+type Record struct {
+	idempotency.Record
+	// LegacyTTL: its item still carries the TTL attribute: it went UNKNOWN
+	// (or was reserved, External) before such records lost it, and
+	// DynamoDB's TTL may delete it. No check is armed for a legacy UNKNOWN
+	// record.
+	LegacyTTL bool
+}
+
+// FromItem decodes item, read by a Scan with Filter at now, and reports
+// whether it is listed: an UNKNOWN record, or an External reservation whose
+// lease ran out whose check is lost (CheckLost) or whose item still carries
+// the TTL attribute. A reservation whose check is still due to hand it to
+// the reconciler is not. The error names the item's key.
+func FromItem(item map[string]types.AttributeValue, now time.Time) (Record, bool, error) {
+	rec, err := dynamo.RecordFromItem(item)
+	if err != nil {
+		return Record{}, false, fmt.Errorf("record %s: %w", pkOf(item), err)
+	}
+	_, ttl := item[dynamo.AttrExpiresAt]
+	r := Record{Record: rec, LegacyTTL: ttl}
+	switch {
+	case rec.Status == idempotency.StatusUnknown:
+		return r, true, nil
+	case rec.Status == idempotency.StatusInProgress:
+		// Filter reads External reservations whose lease ran out only.
+		return r, ttl || CheckLost(rec, now), nil
+	}
+	return r, false, nil // not what Filter reads
+}
+
+// CheckLost reports whether rec, UNKNOWN or an External reservation, is
+// past its expiry by more than LostCheckAfter at now: its check never
+// redrove it, or never handed it to the reconciler.
+func CheckLost(rec idempotency.Record, now time.Time) bool {
+	return !rec.ExpiresAt.IsZero() && now.Sub(rec.ExpiresAt) > LostCheckAfter
+}
+
+// Abandoned reports whether r is one no check will redrive or hand to the
+// reconciler at now, which `oncectl reannounce -lost` re-arms: past its
+// expiry by more than LostCheckAfter (CheckLost), or an item with the TTL
+// attribute (legacy) that is UNKNOWN or whose lease ran out.
+func (r Record) Abandoned(now time.Time) bool {
+	return CheckLost(r.Record, now) ||
+		r.LegacyTTL && (r.Status == idempotency.StatusUnknown || r.Expired(now))
+}
+
+// Stuck reports whether the auditor counts r at now: Abandoned, but a
+// legacy reservation only once its lease is more than LostCheckMargin
+// behind it (its check, armed before the upgrade, may still hand it to the
+// reconciler until then).
+func (r Record) Stuck(now time.Time) bool {
+	if r.Status == idempotency.StatusInProgress && !CheckLost(r.Record, now) {
+		return r.External && r.LegacyTTL && now.Sub(r.ExpiresAt) > LostCheckMargin
+	}
+	return r.Abandoned(now)
+}
+
+// Kind is why r is stuck: KindLegacy when its item still carries the TTL
+// attribute (run `oncectl reannounce -lost` after the upgrade), else
+// KindLost (its check chain was lost).
+func (r Record) Kind() string {
+	if r.LegacyTTL {
+		return KindLegacy
+	}
+	return KindLost
+}
+
+// The kinds of stuck records (Record.Kind).
+const (
+	KindLost   = "lost"
+	KindLegacy = "legacy"
+)
+
+// Age returns when r's age is from, and that timestamp's attribute: its
+// CreatedAt, when its request began (a client's retry re-marking it
+// UNKNOWN, a redrive and the sweeper's restore keep it, and reset
+// UpdatedAt); its UpdatedAt when it has no CreatedAt; the zero time when it
+// has neither.
+func Age(rec idempotency.Record) (time.Time, string) {
+	switch {
+	case !rec.CreatedAt.IsZero():
+		return rec.CreatedAt, "created_at"
+	case !rec.UpdatedAt.IsZero():
+		return rec.UpdatedAt, "updated_at"
+	}
+	return time.Time{}, ""
+}
+
+func pkOf(item map[string]types.AttributeValue) string {
+	if s, ok := item[dynamo.AttrPK].(*types.AttributeValueMemberS); ok {
+		return s.Value
+	}
+	return "(no pk)"
+}

@@ -1,0 +1,82 @@
+package abandoned_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/internal/abandoned"
+)
+
+// TestClassification: each kind of record the Scan filter reads, as the
+// DynamoDB store writes it (a legacy item with the TTL attribute it had
+// before the upgrade), is listed by oncectl unknown, re-armed by reannounce
+// -lost (Abandoned) and counted by the auditor (Stuck) as recovery leaves
+// it: an UNKNOWN record whose check is armed is listed only; a reservation
+// within its lease, or just past it with its check on its way, is none of
+// them.
+func TestClassification(t *testing.T) {
+	now := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	lost := abandoned.LostCheckAfter + time.Minute
+	tests := []struct {
+		name                     string
+		status                   idempotency.Status
+		external                 bool
+		expires                  time.Duration // from now
+		legacy                   bool          // the item carries the TTL attribute
+		listed, abandoned, stuck bool
+		kind                     string
+	}{
+		{name: "UNKNOWN, check armed", status: idempotency.StatusUnknown, external: true, expires: time.Hour, listed: true},
+		{name: "UNKNOWN, just expired, check on its way", status: idempotency.StatusUnknown, external: true, expires: -time.Minute, listed: true},
+		{name: "UNKNOWN, check lost", status: idempotency.StatusUnknown, external: true, expires: -lost, listed: true, abandoned: true, stuck: true, kind: abandoned.KindLost},
+		{name: "UNKNOWN legacy", status: idempotency.StatusUnknown, external: true, expires: time.Hour, legacy: true, listed: true, abandoned: true, stuck: true, kind: abandoned.KindLegacy},
+		{name: "External reservation, check lost", status: idempotency.StatusInProgress, external: true, expires: -lost, listed: true, abandoned: true, stuck: true, kind: abandoned.KindLost},
+		{name: "External reservation, lease just run out", status: idempotency.StatusInProgress, external: true, expires: -time.Minute},
+		{name: "External legacy, lease run out an hour ago", status: idempotency.StatusInProgress, external: true, expires: -time.Hour, legacy: true, listed: true, abandoned: true, stuck: true, kind: abandoned.KindLegacy},
+		{name: "External legacy, lease just run out", status: idempotency.StatusInProgress, external: true, expires: -time.Minute, legacy: true, listed: true, abandoned: true},
+		{name: "External legacy, check lost", status: idempotency.StatusInProgress, external: true, expires: -lost, legacy: true, listed: true, abandoned: true, stuck: true, kind: abandoned.KindLegacy},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := idempotency.Record{
+				Key: idempotency.NewKey("acme", tt.name), Status: tt.status, Route: "POST /v1/charges", Fingerprint: "f00d",
+				External: tt.external, LeaseToken: idempotency.NewToken(), ExpiresAt: now.Add(tt.expires),
+				CreatedAt: now.Add(-48 * time.Hour), UpdatedAt: now.Add(-48 * time.Hour),
+			}
+			item := dynamo.ItemFromRecord(rec)
+			if _, ok := item[dynamo.AttrExpiresAt]; ok {
+				t.Fatalf("the store writes %s with the TTL attribute", tt.name)
+			}
+			if tt.legacy {
+				item[dynamo.AttrExpiresAt] = &types.AttributeValueMemberN{Value: strconv.FormatInt(rec.ExpiresAt.Add(24*time.Hour).Unix(), 10)}
+			}
+			got, listed, err := abandoned.FromItem(item, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if listed != tt.listed || got.Abandoned(now) != tt.abandoned || got.Stuck(now) != tt.stuck {
+				t.Errorf("listed %t, Abandoned %t, Stuck %t; want %t, %t, %t", listed, got.Abandoned(now), got.Stuck(now), tt.listed, tt.abandoned, tt.stuck)
+			}
+			if tt.stuck && got.Kind() != tt.kind {
+				t.Errorf("Kind() = %q, want %q", got.Kind(), tt.kind)
+			}
+			if got.Key != rec.Key || got.LegacyTTL != tt.legacy {
+				t.Errorf("FromItem = %s legacy %t, want %s legacy %t", got.Key.ID(), got.LegacyTTL, rec.Key.ID(), tt.legacy)
+			}
+		})
+	}
+}
+
+// TestFromItemError: an item that is no record is an error naming its key.
+func TestFromItemError(t *testing.T) {
+	item := map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: "acme#x"}}
+	if _, _, err := abandoned.FromItem(item, time.Now()); err == nil || !strings.Contains(err.Error(), "acme#x") {
+		t.Errorf("FromItem(no record) error = %v, want one naming acme#x", err)
+	}
+}
