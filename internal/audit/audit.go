@@ -1,0 +1,213 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/oncehq/once/internal/abandoned"
+	"github.com/oncehq/once/internal/metrics"
+)
+
+// The metrics a run emits (EMF, on its Emitter).
+const (
+	// MetricAbandoned is how many stuck records the run found in its
+	// segment, 0 included.
+	MetricAbandoned = "abandoned_records"
+	// MetricIncomplete is 1 when the run stopped before its segment's end
+	// (the page bound or its deadline), else 0.
+	MetricIncomplete = "audit_incomplete"
+)
+
+// Defaults of Config.
+const (
+	// Segments is how many segments the table is scanned in, one an hour:
+	// the whole table once a day.
+	Segments = 24
+	// MaxPages bounds the pages (up to 1 MB each) one run reads.
+	MaxPages = 1000
+	// Margin is how much of its invocation's time a run leaves when it
+	// stops reading pages.
+	Margin = 15 * time.Second
+)
+
+// Scanner is the DynamoDB call the auditor makes (a *dynamodb.Client).
+type Scanner interface {
+	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+}
+
+// Config configures an Auditor.
+type Config struct {
+	// DB and Table are the idempotency table.
+	DB    Scanner
+	Table string
+	// Segments is the Scan's TotalSegments (the package's Segments when 0).
+	Segments int
+	// MaxPages bounds the pages one run reads (the package's MaxPages when
+	// 0); PageItems, when not 0, the items each page evaluates (tests).
+	MaxPages  int
+	PageItems int32
+	// Margin: a run reads no further page with less than this left before
+	// its context's deadline (the package's Margin when 0).
+	Margin time.Duration
+	// Logger gets a line per stuck record and one per run (slog's default
+	// when nil); Metrics the EMF metrics (none when nil).
+	Logger  *slog.Logger
+	Metrics *metrics.Emitter
+	// Now is the time the records are judged at (time.Now when nil).
+	Now func() time.Time
+}
+
+// Auditor counts the stuck records of one segment of the idempotency
+// table per run.
+type Auditor struct {
+	cfg Config
+}
+
+// New returns an Auditor, cfg's zero fields set to their defaults; an error
+// without a table, or with Segments outside DynamoDB's 1 to 1,000,000.
+func New(cfg Config) (*Auditor, error) {
+	if cfg.DB == nil || cfg.Table == "" {
+		return nil, errors.New("audit: no idempotency table")
+	}
+	if cfg.Segments == 0 {
+		cfg.Segments = Segments
+	}
+	if cfg.Segments < 1 || cfg.Segments > 1_000_000 {
+		return nil, fmt.Errorf("audit: %d segments, want 1 to 1000000", cfg.Segments)
+	}
+	if cfg.MaxPages <= 0 {
+		cfg.MaxPages = MaxPages
+	}
+	if cfg.Margin <= 0 {
+		cfg.Margin = Margin
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Auditor{cfg: cfg}, nil
+}
+
+// Segment returns the segment, of segments, that the run scheduled at t
+// scans: t's hours since the Unix epoch, modulo segments.
+func Segment(t time.Time, segments int) int {
+	h := t.Unix() / 3600
+	return int(((h % int64(segments)) + int64(segments)) % int64(segments))
+}
+
+// Result is what one run did.
+type Result struct {
+	// Segment of Segments is the segment it scanned.
+	Segment, Segments int
+	// Pages, Scanned and Matched are the pages read, the items they
+	// evaluated and those the filter returned.
+	Pages, Scanned, Matched int
+	// Stuck is how many stuck records it found (abandoned_records).
+	Stuck int
+	// Complete: it read its segment to the end.
+	Complete bool
+}
+
+// Handle is the Lambda handler: it audits the segment of ev's time (the
+// scheduled event's; now when it has none) and returns Audit's error.
+func (a *Auditor) Handle(ctx context.Context, ev events.EventBridgeEvent) error {
+	_, err := a.Audit(ctx, ev.Time)
+	return err
+}
+
+// Audit scans the segment of the run scheduled at at, counts its stuck
+// records (abandoned.Record.Stuck at Now), logs each at Warn, and emits
+// abandoned_records and audit_incomplete. It returns the Scan's error,
+// emitting nothing: the invocation fails and is retried.
+func (a *Auditor) Audit(ctx context.Context, at time.Time) (Result, error) {
+	now := a.cfg.Now()
+	if at.IsZero() {
+		at = now
+	}
+	res := Result{Segment: Segment(at, a.cfg.Segments), Segments: a.cfg.Segments}
+	log := a.cfg.Logger.With("segment", res.Segment, "segments", res.Segments)
+	filter, names, values := abandoned.Filter("", now)
+	in := &dynamodb.ScanInput{
+		TableName:                 aws.String(a.cfg.Table),
+		FilterExpression:          aws.String(filter),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+		Segment:                   aws.Int32(int32(res.Segment)),
+		TotalSegments:             aws.Int32(int32(res.Segments)),
+	}
+	if a.cfg.PageItems > 0 {
+		in.Limit = aws.Int32(a.cfg.PageItems)
+	}
+	stopped := ""
+	for {
+		if res.Pages == a.cfg.MaxPages {
+			stopped = fmt.Sprintf("page bound (%d pages)", a.cfg.MaxPages)
+			break
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < a.cfg.Margin {
+			stopped = fmt.Sprintf("deadline (less than %s left)", a.cfg.Margin)
+			break
+		}
+		out, err := a.cfg.DB.Scan(ctx, in)
+		if err != nil {
+			return res, fmt.Errorf("audit: scan %s segment %d of %d: %w", a.cfg.Table, res.Segment, res.Segments, err)
+		}
+		res.Pages++
+		res.Scanned += int(out.ScannedCount)
+		res.Matched += len(out.Items)
+		for _, item := range out.Items {
+			rec, _, err := abandoned.FromItem(item, now)
+			if err != nil {
+				// Matched by the filter (UNKNOWN, or an External
+				// reservation past its lease) and unreadable: nothing
+				// will recover it either.
+				res.Stuck++
+				log.Warn("abandoned record", "kind", "unreadable", "error", err.Error())
+				continue
+			}
+			if rec.Stuck(now) {
+				res.Stuck++
+				logStuck(log, rec, now)
+			}
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			res.Complete = true
+			break
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+	a.cfg.Metrics.Put(MetricAbandoned, int64(res.Stuck))
+	incomplete := int64(0)
+	attrs := []any{"pages", res.Pages, "scanned", res.Scanned, "matched", res.Matched, "abandoned", res.Stuck}
+	if !res.Complete {
+		incomplete = 1
+		log.Warn("audit incomplete: the segment's records not read are not counted", append(attrs, "stopped_by", stopped)...)
+	} else {
+		log.Info("audit done", attrs...)
+	}
+	a.cfg.Metrics.Put(MetricIncomplete, incomplete)
+	return res, nil
+}
+
+// logStuck logs rec, stuck at now, by its ID: never a raw key (the record
+// holds its hash only) or a body.
+func logStuck(log *slog.Logger, rec abandoned.Record, now time.Time) {
+	attrs := []any{
+		"record", rec.Key.ID(), "tenant", rec.Key.Tenant, "route", rec.Route,
+		"status", string(rec.Status), "kind", rec.Kind(),
+		"expires_at", rec.ExpiresAt.UTC().Format(time.RFC3339),
+	}
+	if since, from := abandoned.Age(rec.Record); !since.IsZero() {
+		attrs = append(attrs, "age", now.Sub(since).Round(time.Second).String(), "age_from", from)
+	}
+	log.Warn("abandoned record", attrs...)
+}

@@ -1,0 +1,372 @@
+package audit_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/internal/abandoned"
+	"github.com/oncehq/once/internal/audit"
+	"github.com/oncehq/once/internal/dynamotest"
+	"github.com/oncehq/once/internal/metrics"
+)
+
+// seeded is the idempotency table of one test, its records written as the
+// DynamoDB store writes them, and which of them are stuck.
+type seeded struct {
+	db    *dynamodb.Client
+	table string
+	now   time.Time
+	stuck []string // record IDs
+	raw   []string // every raw key: never in a log
+}
+
+// kinds are the records seeded for each tenant: whether each is stuck.
+var kinds = []struct {
+	name     string
+	status   idempotency.Status
+	external bool
+	expires  time.Duration // from now
+	legacy   bool          // the item carries the TTL attribute (before the upgrade)
+	stuck    bool
+}{
+	{name: "unknown-armed", status: idempotency.StatusUnknown, external: true, expires: time.Hour},
+	{name: "unknown-lost", status: idempotency.StatusUnknown, external: true, expires: -abandoned.LostCheckAfter - time.Minute, stuck: true},
+	{name: "external-lost", status: idempotency.StatusInProgress, external: true, expires: -abandoned.LostCheckAfter - time.Minute, stuck: true},
+	{name: "external-legacy", status: idempotency.StatusInProgress, external: true, expires: -time.Hour, legacy: true, stuck: true},
+	{name: "external-legacy-just-expired", status: idempotency.StatusInProgress, external: true, expires: -time.Minute, legacy: true},
+	{name: "external-just-expired", status: idempotency.StatusInProgress, external: true, expires: -time.Minute},
+	{name: "external-within-lease", status: idempotency.StatusInProgress, external: true, expires: time.Minute},
+	{name: "atomic-expired", status: idempotency.StatusInProgress, expires: -48 * time.Hour},
+	{name: "completed", status: idempotency.StatusCompleted, external: true, expires: -48 * time.Hour},
+}
+
+var tenants = []string{"acme", "globex", "initech"}
+
+// seed writes every kind of record for every tenant into a fresh
+// idempotency table (TTL off, as on AWS within minutes: DynamoDB Local
+// would delete the expired ones within seconds).
+func seed(t *testing.T) *seeded {
+	t.Helper()
+	db := dynamotest.Client(t)
+	names := dynamotest.Tables(t, db)
+	s := &seeded{db: db, table: names.ByLogicalID["IdempotencyTable"], now: time.Now()}
+	if _, err := db.UpdateTimeToLive(t.Context(), &dynamodb.UpdateTimeToLiveInput{
+		TableName:               aws.String(s.table),
+		TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: aws.String(dynamo.AttrExpiresAt), Enabled: aws.Bool(false)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range tenants {
+		for _, k := range kinds {
+			raw := "secret-key-" + tenant + "-" + k.name
+			rec := idempotency.Record{
+				Key: idempotency.NewKey(tenant, raw), Status: k.status, Route: "POST /v1/charges", Fingerprint: "f00d",
+				External: k.external, LeaseToken: idempotency.NewToken(), ExpiresAt: s.now.Add(k.expires),
+				CreatedAt: s.now.Add(-50 * time.Hour), UpdatedAt: s.now.Add(-49 * time.Hour),
+				Request: []byte(`{"source":"secret-card-token"}`),
+			}
+			if k.status == idempotency.StatusCompleted {
+				rec.Response = &idempotency.Response{Status: 201, Body: []byte(`{"secret":"body"}`)}
+			}
+			item := dynamo.ItemFromRecord(rec)
+			if k.legacy {
+				// Written before External reservations lost their TTL
+				// attribute: a day past the lease.
+				item[dynamo.AttrExpiresAt] = &types.AttributeValueMemberN{Value: strconv.FormatInt(rec.ExpiresAt.Add(dynamo.ExternalReservationTTL).Unix(), 10)}
+			}
+			if _, err := db.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(s.table), Item: item}); err != nil {
+				t.Fatal(err)
+			}
+			s.raw = append(s.raw, raw)
+			if k.stuck {
+				s.stuck = append(s.stuck, rec.Key.ID())
+			}
+		}
+	}
+	slices.Sort(s.stuck)
+	return s
+}
+
+// run is one auditor's output.
+type run struct {
+	logs, metrics bytes.Buffer
+}
+
+func (s *seeded) auditor(t *testing.T, r *run, cfg audit.Config) *audit.Auditor {
+	t.Helper()
+	cfg.DB, cfg.Table = s.db, s.table
+	cfg.Logger = slog.New(slog.NewJSONHandler(&r.logs, nil))
+	cfg.Metrics = metrics.New(&r.metrics, "once", map[string]string{"Service": "auditor"})
+	cfg.Now = func() time.Time { return s.now }
+	a, err := audit.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// figures returns the values of the EMF metrics in r's metric lines, each
+// line checked to be an EMF document declaring its metric.
+func (r *run) figures(t *testing.T) map[string][]float64 {
+	t.Helper()
+	out := map[string][]float64{}
+	sc := bufio.NewScanner(bytes.NewReader(r.metrics.Bytes()))
+	for sc.Scan() {
+		var doc struct {
+			AWS struct {
+				Timestamp         int64
+				CloudWatchMetrics []struct {
+					Namespace  string
+					Dimensions [][]string
+					Metrics    []struct{ Name, Unit string }
+				}
+			} `json:"_aws"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &doc); err != nil || len(doc.AWS.CloudWatchMetrics) != 1 {
+			t.Fatalf("metric line %s: %v, want one EMF directive", sc.Text(), err)
+		}
+		var fields map[string]any
+		_ = json.Unmarshal(sc.Bytes(), &fields)
+		d := doc.AWS.CloudWatchMetrics[0]
+		if d.Namespace != "once" || fields["Service"] != "auditor" || !cmp.Equal(d.Dimensions, [][]string{{"Service"}}) {
+			t.Errorf("metric line %s: want namespace once, dimension Service auditor", sc.Text())
+		}
+		for _, m := range d.Metrics {
+			v, ok := fields[m.Name].(float64)
+			if !ok {
+				t.Errorf("metric line %s: no value for %s", sc.Text(), m.Name)
+			}
+			out[m.Name] = append(out[m.Name], v)
+		}
+	}
+	return out
+}
+
+// stuckLogged returns the record IDs of r's "abandoned record" lines,
+// checking each line's fields.
+func (r *run) stuckLogged(t *testing.T, s *seeded) []string {
+	t.Helper()
+	var ids []string
+	sc := bufio.NewScanner(bytes.NewReader(r.logs.Bytes()))
+	for sc.Scan() {
+		var line map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatalf("log line %s: %v", sc.Text(), err)
+		}
+		if line["msg"] != "abandoned record" {
+			continue
+		}
+		id, _ := line["record"].(string)
+		ids = append(ids, id)
+		kind := abandoned.KindLost
+		if s.legacy(id) {
+			kind = abandoned.KindLegacy
+		}
+		if line["level"] != "WARN" || line["kind"] != kind || line["age"] != "50h0m0s" || line["age_from"] != "created_at" ||
+			(line["status"] != "UNKNOWN" && line["status"] != "IN_PROGRESS") {
+			t.Errorf("log line %s: want WARN, kind %s, status UNKNOWN or IN_PROGRESS, age 50h0m0s from created_at", sc.Text(), kind)
+		}
+	}
+	for _, raw := range s.raw {
+		if strings.Contains(r.logs.String(), raw) || strings.Contains(r.metrics.String(), raw) {
+			t.Errorf("the output holds the raw key %q", raw)
+		}
+	}
+	if strings.Contains(r.logs.String(), "secret") {
+		t.Errorf("the logs hold a body or a raw key:\n%s", r.logs.String())
+	}
+	return ids
+}
+
+// legacy reports whether id is a seeded legacy record.
+func (s *seeded) legacy(id string) bool {
+	for _, tenant := range tenants {
+		if idempotency.NewKey(tenant, "secret-key-"+tenant+"-external-legacy").ID() == id {
+			return true
+		}
+	}
+	return false
+}
+
+// TestAuditOneSegment: with one segment a run reads the whole table and
+// counts exactly the stuck records (UNKNOWN or External reservations whose
+// check is lost, a legacy External reservation past its lease), logging
+// each once by its ID, and emits abandoned_records with the count and
+// audit_incomplete 0.
+func TestAuditOneSegment(t *testing.T) {
+	s := seed(t)
+	var r run
+	res, err := s.auditor(t, &r, audit.Config{Segments: 1}).Audit(t.Context(), s.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stuck != len(s.stuck) || !res.Complete || res.Scanned != len(tenants)*len(kinds) {
+		t.Errorf("Audit = %+v, want %d stuck of %d scanned, complete", res, len(s.stuck), len(tenants)*len(kinds))
+	}
+	got := r.stuckLogged(t, s)
+	slices.Sort(got)
+	if diff := cmp.Diff(s.stuck, got); diff != "" {
+		t.Errorf("records logged stuck (-want +got):\n%s", diff)
+	}
+	want := map[string][]float64{audit.MetricAbandoned: {float64(len(s.stuck))}, audit.MetricIncomplete: {0}}
+	if diff := cmp.Diff(want, r.figures(t)); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+}
+
+// TestAuditSegments: 24 runs, one per hour of a day, each scanning its
+// segment, count every stuck record exactly once in all, and each emits
+// abandoned_records, 0 included.
+func TestAuditSegments(t *testing.T) {
+	s := seed(t)
+	day := time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC)
+	var all []string
+	total := 0
+	for h := range audit.Segments {
+		var r run
+		at := day.Add(time.Duration(h)*time.Hour + 17*time.Minute)
+		res, err := s.auditor(t, &r, audit.Config{}).Audit(t.Context(), at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Segment != h || res.Segments != audit.Segments || !res.Complete {
+			t.Errorf("Audit(%s) = %+v, want segment %d of %d, complete", at, res, h, audit.Segments)
+		}
+		total += res.Stuck
+		all = append(all, r.stuckLogged(t, s)...)
+		f := r.figures(t)
+		if diff := cmp.Diff(map[string][]float64{audit.MetricAbandoned: {float64(res.Stuck)}, audit.MetricIncomplete: {0}}, f); diff != "" {
+			t.Errorf("hour %d metrics (-want +got):\n%s", h, diff)
+		}
+	}
+	slices.Sort(all)
+	if total != len(s.stuck) {
+		t.Errorf("stuck records counted over the day = %d, want %d", total, len(s.stuck))
+	}
+	if diff := cmp.Diff(s.stuck, all); diff != "" {
+		t.Errorf("records logged stuck over the day (-want +got):\n%s", diff)
+	}
+}
+
+// TestAuditBounded: a run stopped by its page bound or by its deadline
+// emits audit_incomplete 1 and the count of what it read.
+func TestAuditBounded(t *testing.T) {
+	s := seed(t)
+	tests := []struct {
+		name      string
+		cfg       audit.Config
+		timeout   time.Duration // the invocation's, 0 for none
+		wantPages int
+	}{
+		{name: "page bound", cfg: audit.Config{Segments: 1, MaxPages: 2, PageItems: 3}, wantPages: 2},
+		{name: "deadline", cfg: audit.Config{Segments: 1, Margin: time.Minute}, timeout: 30 * time.Second, wantPages: 0},
+		{name: "whole segment", cfg: audit.Config{Segments: 1, PageItems: 3, Margin: time.Minute}, timeout: 2 * time.Minute, wantPages: (len(tenants)*len(kinds)+2)/3 + 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := t.Context()
+			if tt.timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.timeout)
+				defer cancel()
+			}
+			var r run
+			res, err := s.auditor(t, &r, tt.cfg).Audit(ctx, s.now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			complete := tt.name == "whole segment"
+			if res.Pages != tt.wantPages || res.Complete != complete {
+				t.Errorf("Audit = %+v, want %d pages, complete %t", res, tt.wantPages, complete)
+			}
+			incomplete := 1.0
+			if complete {
+				incomplete = 0
+			}
+			want := map[string][]float64{audit.MetricAbandoned: {float64(res.Stuck)}, audit.MetricIncomplete: {incomplete}}
+			if diff := cmp.Diff(want, r.figures(t)); diff != "" {
+				t.Errorf("metrics (-want +got):\n%s", diff)
+			}
+			if got := len(r.stuckLogged(t, s)); got != res.Stuck {
+				t.Errorf("%d records logged stuck, want %d", got, res.Stuck)
+			}
+			if !complete && !strings.Contains(r.logs.String(), `"msg":"audit incomplete`) {
+				t.Errorf("no audit incomplete line in\n%s", r.logs.String())
+			}
+		})
+	}
+}
+
+// TestAuditScanError: a Scan that fails fails the run (the invocation is
+// retried, the function's Errors alarm fires) and emits no figures.
+func TestAuditScanError(t *testing.T) {
+	s := seed(t)
+	s.table += "-missing"
+	var r run
+	if _, err := s.auditor(t, &r, audit.Config{}).Audit(t.Context(), s.now); err == nil {
+		t.Fatal("Audit of a missing table succeeded")
+	}
+	if r.metrics.Len() != 0 {
+		t.Errorf("metrics after a failed Scan:\n%s", r.metrics.String())
+	}
+}
+
+// TestHandle: the handler takes a scheduled event as Lambda decodes it and
+// audits the segment of its time.
+func TestHandle(t *testing.T) {
+	s := seed(t)
+	at := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	raw := fmt.Sprintf(`{"version":"0","id":"cdc73f9d-aea9-11e3-9d5a-835b769c0d9c","detail-type":"Scheduled Event","source":"aws.events",
+		"account":"123456789012","time":%q,"region":"us-east-1","resources":["arn:aws:events:us-east-1:123456789012:rule/once-AuditorFunctionAudit"],"detail":{}}`, at.Format(time.RFC3339))
+	var ev events.EventBridgeEvent
+	if err := json.Unmarshal([]byte(raw), &ev); err != nil {
+		t.Fatal(err)
+	}
+	var r run
+	if err := s.auditor(t, &r, audit.Config{}).Handle(t.Context(), ev); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`"segment":%d`, audit.Segment(at, audit.Segments))
+	if !strings.Contains(r.logs.String(), want) {
+		t.Errorf("logs %s, want %s", r.logs.String(), want)
+	}
+}
+
+// TestSegment: the segment is the hour since the epoch, modulo segments.
+func TestSegment(t *testing.T) {
+	tests := []struct {
+		at       time.Time
+		segments int
+		want     int
+	}{
+		{time.Unix(0, 0), 24, 0},
+		{time.Unix(5*3600+3599, 0), 24, 5},
+		{time.Unix(24*3600, 0), 24, 0},
+		{time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC), 24, 10},
+		{time.Date(2026, 11, 25, 10, 59, 59, 0, time.FixedZone("X", 3600)), 24, 9},
+		{time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC), 1, 0},
+		{time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC), 7, int((time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC).Unix() / 3600) % 7)},
+	}
+	for _, tt := range tests {
+		if got := audit.Segment(tt.at, tt.segments); got != tt.want {
+			t.Errorf("Segment(%s, %d) = %d, want %d", tt.at, tt.segments, got, tt.want)
+		}
+	}
+}
