@@ -30,11 +30,11 @@ func run(ctx context.Context, getenv func(string) string) error {
 	}
 	opts := app.Options{}.WithDefaults(cfg)
 	a, err := audit.New(audit.Config{
-		DB:      client,
-		Table:   cfg.Table("IdempotencyTable"),
-		Logger:  opts.Logger,
-		Metrics: opts.Emitter("auditor"),
-		Now:     opts.Now,
+		DB:        client,
+		TableName: cfg.Table("IdempotencyTable"),
+		Logger:    opts.Logger,
+		Metrics:   opts.Emitter("auditor"),
+		Now:       opts.Now,
 	})
 	if err != nil {
 		return err

@@ -44,9 +44,9 @@ type Scanner interface {
 
 // Config configures an Auditor.
 type Config struct {
-	// DB and Table are the idempotency table.
-	DB    Scanner
-	Table string
+	// DB and TableName are the idempotency table.
+	DB        Scanner
+	TableName string
 	// Segments is the Scan's TotalSegments (the package's Segments when 0).
 	Segments int
 	// MaxPages bounds the pages one run reads (the package's MaxPages when
@@ -73,7 +73,7 @@ type Auditor struct {
 // New returns an Auditor, cfg's zero fields set to their defaults; an error
 // without a table, or with Segments outside DynamoDB's 1 to 1,000,000.
 func New(cfg Config) (*Auditor, error) {
-	if cfg.DB == nil || cfg.Table == "" {
+	if cfg.DB == nil || cfg.TableName == "" {
 		return nil, errors.New("audit: no idempotency table")
 	}
 	if cfg.Segments == 0 {
@@ -137,7 +137,7 @@ func (a *Auditor) Audit(ctx context.Context, at time.Time) (Result, error) {
 	log := a.cfg.Logger.With("segment", res.Segment, "segments", res.Segments)
 	filter, names, values := abandoned.Filter("", now)
 	in := &dynamodb.ScanInput{
-		TableName:                 aws.String(a.cfg.Table),
+		TableName:                 aws.String(a.cfg.TableName),
 		FilterExpression:          aws.String(filter),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
@@ -159,7 +159,7 @@ func (a *Auditor) Audit(ctx context.Context, at time.Time) (Result, error) {
 		}
 		out, err := a.cfg.DB.Scan(ctx, in)
 		if err != nil {
-			return res, fmt.Errorf("audit: scan %s segment %d of %d: %w", a.cfg.Table, res.Segment, res.Segments, err)
+			return res, fmt.Errorf("audit: scan %s segment %d of %d: %w", a.cfg.TableName, res.Segment, res.Segments, err)
 		}
 		res.Pages++
 		res.Scanned += int(out.ScannedCount)

@@ -111,7 +111,7 @@ type run struct {
 
 func (s *seeded) auditor(t *testing.T, r *run, cfg audit.Config) *audit.Auditor {
 	t.Helper()
-	cfg.DB, cfg.Table = s.db, s.table
+	cfg.DB, cfg.TableName = s.db, s.table
 	cfg.Logger = slog.New(slog.NewJSONHandler(&r.logs, nil))
 	cfg.Metrics = metrics.New(&r.metrics, "once", map[string]string{"Service": "auditor"})
 	cfg.Now = func() time.Time { return s.now }

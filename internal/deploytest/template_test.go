@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/oncehq/once/internal/audit"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamoclient"
 	"github.com/oncehq/once/internal/samtemplate"
@@ -331,11 +332,21 @@ var persistentAlarms = map[string]bool{
 	"WorkerSettleFailedAlarm":      true,
 }
 
+// dailyAlarms are the alarms on a figure each record of the idempotency
+// table contributes to once a day (the auditor's abandoned_records, one
+// segment of the table an hour): they look at a day of hourly maxima, so
+// that they stay up for as long as such a record exists (see
+// TestDailyAlarms).
+var dailyAlarms = map[string]bool{
+	"AbandonedRecordsAlarm": true,
+}
+
 // TestAlarms: an alarm on every dead-letter queue's messages, on every
 // function's errors and throttles, on every stream-triggered function's
 // IteratorAge (maxIteratorAgeMS), on reconcile_failed,
 // reconcile_unroutable, reconcile_effects_dropped, zombie_unrestored,
-// reserve_effects_dropped, the retrier's worker_read_failed,
+// reserve_effects_dropped, the auditor's abandoned_records and
+// audit_incomplete, the retrier's worker_read_failed,
 // worker_lookup_failed and worker_settle_failed, and the stream worker's
 // worker_settle_failed (each a metric its function's code emits), and on the age of every work queue's oldest
 // message (a consumer that does not consume sends nothing to its
@@ -343,7 +354,8 @@ var persistentAlarms = map[string]bool{
 // Every alarm fires on any occurrence in one period but the age alarms,
 // which fire above what a healthy message can wait: SQS's longest delay,
 // then the receives that fail before its redrive policy moves it; and the
-// persistent alarms (see TestPersistentAlarms).
+// persistent alarms (see TestPersistentAlarms) and the daily ones (see
+// TestDailyAlarms).
 func TestAlarms(t *testing.T) {
 	queues, err := template(t).Queues()
 	if err != nil {
@@ -379,7 +391,7 @@ func TestAlarms(t *testing.T) {
 		if diff := cmp.Diff(wantActions, p["AlarmActions"]); diff != "" {
 			t.Errorf("%s AlarmActions mismatch (-want +got):\n%s", id, diff)
 		}
-		if !persistentAlarms[id] && (p["EvaluationPeriods"] != 1 || p["DatapointsToAlarm"] != nil) {
+		if !persistentAlarms[id] && !dailyAlarms[id] && (p["EvaluationPeriods"] != 1 || p["DatapointsToAlarm"] != nil) {
 			t.Errorf("%s: EvaluationPeriods %v, DatapointsToAlarm %v; want 1 and none (it fires on one period)", id, p["EvaluationPeriods"], p["DatapointsToAlarm"])
 		}
 		dims := list(p["Dimensions"])
@@ -422,7 +434,8 @@ func TestAlarms(t *testing.T) {
 		"once reconcile_effects_dropped Service=reconciler", "once zombie_unrestored Service=sweeper",
 		"once reserve_effects_dropped Service=api", "once worker_read_failed Service=retrier",
 		"once worker_lookup_failed Service=retrier", "once worker_settle_failed Service=retrier",
-		"once worker_settle_failed Service=worker")
+		"once worker_settle_failed Service=worker",
+		"once abandoned_records Service=auditor", "once audit_incomplete Service=auditor")
 	for _, q := range work {
 		want = append(want, "AWS/SQS ApproximateAgeOfOldestMessage QueueName="+q.LogicalID+".QueueName")
 		visibility, err := strconv.Atoi(q.Attributes["VisibilityTimeout"])
@@ -514,6 +527,49 @@ func TestPersistentAlarms(t *testing.T) {
 	}
 }
 
+// TestDailyAlarms: an alarm on the auditor's abandoned_records fires on
+// one hourly maximum above 0 in a day (24 periods of an hour, CloudWatch's
+// longest evaluation), so it stays up for a day after each sighting; the
+// auditor runs every hour and scans one of audit.Segments segments a run,
+// so each record is seen once a day (audit.Segments hours) while it is
+// stuck, within the alarm's day.
+func TestDailyAlarms(t *testing.T) {
+	alarms := template(t).ResourcesOfType("AWS::CloudWatch::Alarm")
+	fn := template(t).Functions()["AuditorFunction"]
+	var schedule string
+	for _, ev := range fn.Events() {
+		if ev.Type == "Schedule" {
+			schedule = fmt.Sprint(ev.Properties["Schedule"])
+		}
+	}
+	if schedule != "rate(1 hour)" {
+		t.Errorf("AuditorFunction Schedule = %q, want rate(1 hour): one segment an hour", schedule)
+	}
+	for _, id := range sortedKeys(dailyAlarms) {
+		r, ok := alarms[id]
+		if !ok {
+			t.Errorf("%s: no such alarm", id)
+			continue
+		}
+		p := r.Properties
+		period, _ := p["Period"].(int)
+		evaluations, _ := p["EvaluationPeriods"].(int)
+		if p["Statistic"] != "Maximum" || period != 3600 || p["DatapointsToAlarm"] != 1 {
+			t.Errorf("%s: Statistic %v, Period %v, DatapointsToAlarm %v; want Maximum, 3600 (one run), 1", id, p["Statistic"], p["Period"], p["DatapointsToAlarm"])
+		}
+		if window := period * evaluations; window > 86400 || window < audit.Segments*3600 {
+			t.Errorf("%s: %d periods of %ds = %ds, want at least the %d hours in which every segment is scanned and at most CloudWatch's day",
+				id, evaluations, period, window, audit.Segments)
+		}
+		desc, _ := p["AlarmDescription"].(string)
+		for _, want := range []string{"oncectl unknown", "oncectl reannounce -lost", "oncectl dlq redrive check"} {
+			if !strings.Contains(desc, want) {
+				t.Errorf("%s AlarmDescription = %q, want it to say %q", id, desc, want)
+			}
+		}
+	}
+}
+
 // TestOutputs derives the outputs an operator needs: the API's URL and ID,
 // each table's name (<Table>Name) and each queue's URL (<Queue>Url), and the
 // provider's and the mail API's URLs as the functions get them.
@@ -568,9 +624,10 @@ func TestCfnLintConfig(t *testing.T) {
 // queues (a check the Checker gave up on, the Scheduler's stream record the
 // sweeper gave up on) tell the operator what ends the records left behind,
 // as nothing timed does (no TTL on an External reservation or an UNKNOWN
-// record): oncectl reannounce -lost, within the queue's retention, in days,
-// after which the message is gone and the alarm clears. Every alarm's
-// description fits CloudFormation's 1024 characters.
+// record): oncectl reannounce -lost; that the message is gone after the
+// queue's retention, in days, and the alarm clears; and that
+// AbandonedRecordsAlarm fires for the record every day after that. Every
+// alarm's description fits CloudFormation's 1024 characters.
 func TestRecoveryDLQAlarms(t *testing.T) {
 	res := template(t).Resources()
 	for id, r := range template(t).ResourcesOfType("AWS::CloudWatch::Alarm") {
@@ -595,7 +652,7 @@ func TestRecoveryDLQAlarms(t *testing.T) {
 			continue
 		}
 		desc, _ := a.Properties["AlarmDescription"].(string)
-		for _, want := range []string{"oncectl reannounce -lost", fmt.Sprintf("within %d days", secs/86400), "alarm clears"} {
+		for _, want := range []string{"oncectl reannounce -lost", fmt.Sprintf("%d days", secs/86400), "alarm clears", "AbandonedRecordsAlarm fires"} {
 			if !strings.Contains(desc, want) {
 				t.Errorf("%s AlarmDescription = %q, want it to say %q", alarm, desc, want)
 			}
