@@ -28,14 +28,7 @@ func run(ctx context.Context, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	opts := app.Options{}.WithDefaults(cfg)
-	a, err := audit.New(audit.Config{
-		DB:        client,
-		TableName: cfg.Table("IdempotencyTable"),
-		Logger:    opts.Logger,
-		Metrics:   opts.Emitter("auditor"),
-		Now:       opts.Now,
-	})
+	a, err := audit.Function(cfg, client, app.Options{})
 	if err != nil {
 		return err
 	}
