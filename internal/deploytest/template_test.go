@@ -545,6 +545,11 @@ func TestDailyAlarms(t *testing.T) {
 	if schedule != "rate(1 hour)" {
 		t.Errorf("AuditorFunction Schedule = %q, want rate(1 hour): one segment an hour", schedule)
 	}
+	// A run stops reading audit.Margin before its deadline: its timeout
+	// must leave it time to read.
+	if timeout, _ := fn.Properties["Timeout"].(int); time.Duration(timeout)*time.Second < 4*audit.Margin {
+		t.Errorf("AuditorFunction Timeout = %v, want at least %v (4 times the margin audit.Margin it stops at)", fn.Properties["Timeout"], 4*audit.Margin)
+	}
 	for _, id := range sortedKeys(dailyAlarms) {
 		r, ok := alarms[id]
 		if !ok {
