@@ -33,7 +33,7 @@ func runAuditorScheduled(t *testing.T, s *stack, file string) {
 	table := s.names.ByLogicalID["IdempotencyTable"]
 	now := time.Now()
 	lost := map[string]bool{}
-	for i := range 96 {
+	for i := range 240 { // 120 lost: some in each of the 23 segments
 		rec := idempotency.Record{
 			Key: idempotency.NewKey("acme", fmt.Sprintf("charge-%d", i)), Status: idempotency.StatusUnknown, Route: "POST /v1/charges",
 			Fingerprint: "f00d", External: true, LeaseToken: idempotency.NewToken(), ExpiresAt: now.Add(time.Hour),
@@ -47,7 +47,12 @@ func runAuditorScheduled(t *testing.T, s *stack, file string) {
 			t.Fatal(err)
 		}
 	}
+	// 10:00 UTC on 2026-11-25, 498778 hours since the epoch: segment 0 of
+	// 23, as the README's table of events says.
 	segment := audit.Segment(ev.Time, audit.Segments)
+	if segment != 0 || audit.Segments != 23 {
+		t.Errorf("%s: segment %d of %d, want 0 of 23 (the README's events table)", file, segment, audit.Segments)
+	}
 	out, err := s.client.Scan(t.Context(), &dynamodb.ScanInput{
 		TableName: aws.String(table), Segment: aws.Int32(int32(segment)), TotalSegments: aws.Int32(audit.Segments),
 	})

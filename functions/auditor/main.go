@@ -1,5 +1,5 @@
 // Command auditor is the auditor Lambda function: run every hour by an
-// EventBridge schedule, it scans one of 24 segments of the idempotency
+// EventBridge schedule, it scans one of 23 segments of the idempotency
 // table and counts the records recovery left behind (an UNKNOWN record or
 // External reservation whose check was lost, a legacy item still carrying
 // the TTL attribute): abandoned_records, which AbandonedRecordsAlarm

@@ -27,9 +27,24 @@ const (
 
 // Defaults of Config.
 const (
-	// Segments is how many segments the table is scanned in, one an hour:
-	// the whole table once a day.
-	Segments = 24
+	// Segments is how many segments the table is scanned in, one an hour
+	// (Segment: the hour since the epoch mod Segments), so that a record
+	// is seen every 23 hours, at the cost of 24/23 full eventually
+	// consistent Scans of the table a day.
+	//
+	// Not 24: AbandonedRecordsAlarm looks at the 24 most recent hourly
+	// periods (CloudWatch's longest evaluation, a day), and must always
+	// hold a sighting while a record is stuck. A record sighted in period
+	// p is sighted next in p+Segments; with 23, any 24 consecutive periods
+	// hold p or p+23 (the window ending in p+23, before that hour's run
+	// has published, still starts at p), so the alarm stays up. With 24,
+	// the window ending in p+24 starts at p+1: until the run of p+24
+	// publishes, it holds no sighting and the alarm drops to OK for those
+	// minutes, every day. This holds while a run publishes within its
+	// scheduled hour (a run started in the last minutes of an hour may
+	// publish in the next one). internal/deploytest's TestDailyAlarms
+	// checks the alarm's window is longer than Segments hours.
+	Segments = 23
 	// MaxPages bounds the pages (up to 1 MB each) one run reads.
 	MaxPages = 1000
 	// Margin is how much of its invocation's time a run leaves when it

@@ -231,23 +231,34 @@ func TestAuditOneSegment(t *testing.T) {
 	}
 }
 
-// TestAuditSegments: 24 runs, one per hour of a day, each scanning its
-// segment, count every stuck record exactly once in all, and each emits
-// abandoned_records, 0 included.
+// TestAuditSegments: audit.Segments runs, one an hour, each scanning the
+// segment of its hour, cover every segment once and count every stuck
+// record exactly once in all; each emits abandoned_records, 0 included.
+// The run audit.Segments hours later scans the same segment again: a
+// record is seen every audit.Segments hours.
 func TestAuditSegments(t *testing.T) {
 	s := seed(t)
-	day := time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC)
+	start := time.Date(2026, 11, 25, 0, 17, 0, 0, time.UTC)
 	var all []string
 	total := 0
+	seen := map[int]bool{}
 	for h := range audit.Segments {
 		var r run
-		at := day.Add(time.Duration(h)*time.Hour + 17*time.Minute)
+		at := start.Add(time.Duration(h) * time.Hour)
 		res, err := s.auditor(t, &r, audit.Config{}).Audit(t.Context(), at)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Segment != h || res.Segments != audit.Segments || !res.Complete {
-			t.Errorf("Audit(%s) = %+v, want segment %d of %d, complete", at, res, h, audit.Segments)
+		want := int((at.Unix() / 3600) % audit.Segments)
+		if res.Segment != want || res.Segments != audit.Segments || !res.Complete {
+			t.Errorf("Audit(%s) = %+v, want segment %d of %d, complete", at, res, want, audit.Segments)
+		}
+		if seen[res.Segment] {
+			t.Errorf("Audit(%s) scanned segment %d again within %d hours", at, res.Segment, audit.Segments)
+		}
+		seen[res.Segment] = true
+		if next := at.Add(audit.Segments * time.Hour); audit.Segment(next, audit.Segments) != res.Segment {
+			t.Errorf("Segment(%s) = %d, want %d, the segment of %s", next, audit.Segment(next, audit.Segments), res.Segment, at)
 		}
 		total += res.Stuck
 		all = append(all, r.stuckLogged(t, s)...)
@@ -258,10 +269,10 @@ func TestAuditSegments(t *testing.T) {
 	}
 	slices.Sort(all)
 	if total != len(s.stuck) {
-		t.Errorf("stuck records counted over the day = %d, want %d", total, len(s.stuck))
+		t.Errorf("stuck records counted over %d hours = %d, want %d", audit.Segments, total, len(s.stuck))
 	}
 	if diff := cmp.Diff(s.stuck, all); diff != "" {
-		t.Errorf("records logged stuck over the day (-want +got):\n%s", diff)
+		t.Errorf("records logged stuck over %d hours (-want +got):\n%s", audit.Segments, diff)
 	}
 }
 
@@ -343,7 +354,8 @@ func TestHandle(t *testing.T) {
 	if err := s.auditor(t, &r, audit.Config{}).Handle(t.Context(), ev); err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf(`"segment":%d`, audit.Segment(at, audit.Segments))
+	// 498778 hours since the epoch: segment 0 of 23 (it was 10 of 24).
+	want := `"segment":0,"segments":23`
 	if !strings.Contains(r.logs.String(), want) {
 		t.Errorf("logs %s, want %s", r.logs.String(), want)
 	}
@@ -362,6 +374,13 @@ func TestSegment(t *testing.T) {
 		{time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC), 24, 10},
 		{time.Date(2026, 11, 25, 10, 59, 59, 0, time.FixedZone("X", 3600)), 24, 9},
 		{time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC), 1, 0},
+		// audit.Segments: 498778 hours since the epoch at 2026-11-25 10:00 UTC.
+		{time.Unix(23*3600, 0), 23, 0},
+		{time.Unix(24*3600, 0), 23, 1},
+		{time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC), 23, 13},
+		{time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC), 23, 0},
+		{time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC), 23, 0},
+		{time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC), 23, 1},
 		{time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC), 7, int((time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC).Unix() / 3600) % 7)},
 	}
 	for _, tt := range tests {

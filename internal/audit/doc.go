@@ -1,15 +1,17 @@
 // Package audit is the auditor function: run every hour by an EventBridge
 // schedule, each run Scans one parallel-scan segment of the idempotency
-// table (Segment: the event's hour since the epoch, modulo Segments), so
-// that every record is looked at once a day and a run reads 1/Segments of
-// the table, and counts the records recovery has left behind
-// (abandoned.Record.Stuck): UNKNOWN records and External reservations whose
-// recovery check was lost, and items still carrying the TTL attribute from
-// before the upgrade that took it away from them. Nothing else ends such a
-// record, and the dead-letter queue that held its lost check forgets it
-// after 14 days: the count, the EMF metric abandoned_records (emitted even
-// when 0), keeps an alarm up for as long as one exists. Each stuck record
-// is logged at Warn by its ID (tenant#key-hash), never a raw key or body.
+// table (Segment: the event's hour since the epoch, modulo Segments, 23), so
+// that every record is looked at every 23 hours, always within
+// AbandonedRecordsAlarm's day of hourly periods (see Segments), and a run
+// reads 1/Segments of the table, and counts the records recovery has left
+// behind (abandoned.Record.Stuck): UNKNOWN records and External reservations
+// whose recovery check was lost, and items still carrying the TTL attribute
+// from before the upgrade that took it away from them. Nothing else ends
+// such a record, and the dead-letter queue that held its lost check forgets
+// it after 14 days: the count, the EMF metric abandoned_records (emitted
+// even when 0), keeps an alarm up for as long as one exists. Each stuck
+// record is logged at Warn by its ID (tenant#key-hash), never a raw key or
+// body.
 //
 // A run reads every page of its segment, up to MaxPages and while more than
 // Margin is left before its deadline; stopped before the segment's end it

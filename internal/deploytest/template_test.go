@@ -333,10 +333,10 @@ var persistentAlarms = map[string]bool{
 }
 
 // dailyAlarms are the alarms on a figure each record of the idempotency
-// table contributes to once a day (the auditor's abandoned_records, one
-// segment of the table an hour): they look at a day of hourly maxima, so
-// that they stay up for as long as such a record exists (see
-// TestDailyAlarms).
+// table contributes to every audit.Segments hours (the auditor's
+// abandoned_records, one segment of the table an hour): they look at a day
+// of hourly maxima, longer than that, so that they stay up for as long as
+// such a record exists (see TestDailyAlarms).
 var dailyAlarms = map[string]bool{
 	"AbandonedRecordsAlarm": true,
 }
@@ -528,11 +528,15 @@ func TestPersistentAlarms(t *testing.T) {
 }
 
 // TestDailyAlarms: an alarm on the auditor's abandoned_records fires on
-// one hourly maximum above 0 in a day (24 periods of an hour, CloudWatch's
-// longest evaluation), so it stays up for a day after each sighting; the
-// auditor runs every hour and scans one of audit.Segments segments a run,
-// so each record is seen once a day (audit.Segments hours) while it is
-// stuck, within the alarm's day.
+// one hourly maximum above 0 in its window (EvaluationPeriods periods of an
+// hour, at most CloudWatch's day), so it stays up for that window after
+// each sighting; the auditor runs every hour and scans one of
+// audit.Segments segments a run, so a stuck record is seen every
+// audit.Segments hours. The window must be longer than that: a sighting in
+// period p, the next in p+Segments, and any window of more than Segments
+// consecutive periods holds one of them, so the alarm never drops to OK
+// while the record is stuck. With 24 segments (a day) and CloudWatch's day
+// it would, for the minutes between the hour's start and the run.
 func TestDailyAlarms(t *testing.T) {
 	alarms := template(t).ResourcesOfType("AWS::CloudWatch::Alarm")
 	fn := template(t).Functions()["AuditorFunction"]
@@ -562,8 +566,8 @@ func TestDailyAlarms(t *testing.T) {
 		if p["Statistic"] != "Maximum" || period != 3600 || p["DatapointsToAlarm"] != 1 {
 			t.Errorf("%s: Statistic %v, Period %v, DatapointsToAlarm %v; want Maximum, 3600 (one run), 1", id, p["Statistic"], p["Period"], p["DatapointsToAlarm"])
 		}
-		if window := period * evaluations; window > 86400 || window < audit.Segments*3600 {
-			t.Errorf("%s: %d periods of %ds = %ds, want at least the %d hours in which every segment is scanned and at most CloudWatch's day",
+		if window := period * evaluations; window > 86400 || window <= audit.Segments*3600 {
+			t.Errorf("%s: %d periods of %ds = %ds, want more than the %d hours between two sightings of a record (audit.Segments) and at most CloudWatch's day (86400s)",
 				id, evaluations, period, window, audit.Segments)
 		}
 		desc, _ := p["AlarmDescription"].(string)
@@ -631,7 +635,7 @@ func TestCfnLintConfig(t *testing.T) {
 // as nothing timed does (no TTL on an External reservation or an UNKNOWN
 // record): oncectl reannounce -lost; that the message is gone after the
 // queue's retention, in days, and the alarm clears; and that
-// AbandonedRecordsAlarm fires for the record every day after that. Every
+// AbandonedRecordsAlarm fires for the record after that, while it is stuck. Every
 // alarm's description fits CloudFormation's 1024 characters.
 func TestRecoveryDLQAlarms(t *testing.T) {
 	res := template(t).Resources()
