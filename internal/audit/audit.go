@@ -50,6 +50,12 @@ const (
 	// Margin is how much of its invocation's time a run leaves when it
 	// stops reading pages.
 	Margin = 15 * time.Second
+	// MaxLogged bounds the stuck records a run logs, one Warn line each;
+	// past it one Warn line says how many more it found and did not list
+	// (oncectl unknown lists them all), and abandoned_records still counts
+	// them all: a fault that left 100,000 records stuck logs 101 lines an
+	// hour, not 100,000.
+	MaxLogged = 100
 )
 
 // Scanner is the DynamoDB call the auditor makes (a *dynamodb.Client).
@@ -71,8 +77,12 @@ type Config struct {
 	// Margin: a run reads no further page with less than this left before
 	// its context's deadline (the package's Margin when 0).
 	Margin time.Duration
-	// Logger gets a line per stuck record and one per run (slog's default
-	// when nil); Metrics the EMF metrics (none when nil).
+	// MaxLogged bounds the stuck records a run logs a line for (the
+	// package's MaxLogged when 0).
+	MaxLogged int
+	// Logger gets a line per stuck record, up to MaxLogged, and one per
+	// run (slog's default when nil); Metrics the EMF metrics (none when
+	// nil).
 	Logger  *slog.Logger
 	Metrics *metrics.Emitter
 	// Now is the time the records are judged at (time.Now when nil).
@@ -102,6 +112,9 @@ func New(cfg Config) (*Auditor, error) {
 	}
 	if cfg.Margin <= 0 {
 		cfg.Margin = Margin
+	}
+	if cfg.MaxLogged <= 0 {
+		cfg.MaxLogged = MaxLogged
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -140,7 +153,8 @@ func (a *Auditor) Handle(ctx context.Context, ev events.EventBridgeEvent) error 
 }
 
 // Audit scans the segment of the run scheduled at at, counts its stuck
-// records (abandoned.Record.Stuck at Now), logs each at Warn, and emits
+// records (abandoned.Record.Stuck at Now), logs the first MaxLogged of
+// them at Warn (then one Warn line with how many more it found), and emits
 // abandoned_records and audit_incomplete. It returns the Scan's error,
 // emitting nothing: the invocation fails and is retried.
 func (a *Auditor) Audit(ctx context.Context, at time.Time) (Result, error) {
@@ -186,12 +200,16 @@ func (a *Auditor) Audit(ctx context.Context, at time.Time) (Result, error) {
 				// reservation past its lease) and unreadable: nothing
 				// will recover it either.
 				res.Stuck++
-				log.Warn("abandoned record", "kind", "unreadable", "error", err.Error())
+				if res.Stuck <= a.cfg.MaxLogged {
+					log.Warn("abandoned record", "kind", "unreadable", "error", err.Error())
+				}
 				continue
 			}
 			if rec.Stuck(now) {
 				res.Stuck++
-				logStuck(log, rec, now)
+				if res.Stuck <= a.cfg.MaxLogged {
+					logStuck(log, rec, now)
+				}
 			}
 		}
 		if len(out.LastEvaluatedKey) == 0 {
@@ -199,6 +217,10 @@ func (a *Auditor) Audit(ctx context.Context, at time.Time) (Result, error) {
 			break
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+	if more := res.Stuck - a.cfg.MaxLogged; more > 0 {
+		log.Warn("abandoned records not listed: run oncectl unknown to list them all",
+			"listed", a.cfg.MaxLogged, "not_listed", more)
 	}
 	a.cfg.Metrics.Put(MetricAbandoned, int64(res.Stuck))
 	incomplete := int64(0)

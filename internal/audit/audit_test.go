@@ -276,6 +276,68 @@ func TestAuditSegments(t *testing.T) {
 	}
 }
 
+// TestAuditLogBound: a run logs at most MaxLogged stuck records, one line
+// each, then one Warn line saying how many more it found and did not list
+// (oncectl unknown lists them); abandoned_records counts them all.
+func TestAuditLogBound(t *testing.T) {
+	s := seed(t)
+	tests := []struct {
+		name      string
+		cfg       audit.Config
+		wantLines int
+	}{
+		{name: "one", cfg: audit.Config{Segments: 1, MaxLogged: 1}, wantLines: 1},
+		{name: "across pages", cfg: audit.Config{Segments: 1, MaxLogged: 4, PageItems: 3}, wantLines: 4},
+		{name: "all but one", cfg: audit.Config{Segments: 1, MaxLogged: len(s.stuck) - 1}, wantLines: len(s.stuck) - 1},
+		{name: "exactly all", cfg: audit.Config{Segments: 1, MaxLogged: len(s.stuck)}, wantLines: len(s.stuck)},
+		{name: "default", cfg: audit.Config{Segments: 1}, wantLines: len(s.stuck)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var r run
+			res, err := s.auditor(t, &r, tt.cfg).Audit(t.Context(), s.now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Stuck != len(s.stuck) {
+				t.Errorf("Audit = %+v, want %d stuck", res, len(s.stuck))
+			}
+			if got := len(r.stuckLogged(t, s)); got != tt.wantLines {
+				t.Errorf("%d records logged stuck, want %d", got, tt.wantLines)
+			}
+			want := map[string][]float64{audit.MetricAbandoned: {float64(len(s.stuck))}, audit.MetricIncomplete: {0}}
+			if diff := cmp.Diff(want, r.figures(t)); diff != "" {
+				t.Errorf("metrics (-want +got):\n%s", diff)
+			}
+			var more []map[string]any
+			sc := bufio.NewScanner(bytes.NewReader(r.logs.Bytes()))
+			for sc.Scan() {
+				var line map[string]any
+				if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+					t.Fatalf("log line %s: %v", sc.Text(), err)
+				}
+				if msg, _ := line["msg"].(string); strings.HasPrefix(msg, "abandoned records not listed") {
+					more = append(more, line)
+				}
+			}
+			unlisted := len(s.stuck) - tt.wantLines
+			switch {
+			case unlisted == 0 && len(more) != 0:
+				t.Errorf("lines on records not listed: %v, want none", more)
+			case unlisted > 0 && len(more) != 1:
+				t.Errorf("%d lines on records not listed, want 1 in\n%s", len(more), r.logs.String())
+			case unlisted > 0:
+				line := more[0]
+				msg, _ := line["msg"].(string)
+				if line["level"] != "WARN" || line["not_listed"] != float64(unlisted) || line["listed"] != float64(tt.wantLines) ||
+					!strings.Contains(msg, "oncectl unknown") {
+					t.Errorf("log line %v, want WARN, not_listed %d, listed %d, pointing to oncectl unknown", line, unlisted, tt.wantLines)
+				}
+			}
+		})
+	}
+}
+
 // TestAuditBounded: a run stopped by its page bound or by its deadline
 // emits audit_incomplete 1 and the count of what it read.
 func TestAuditBounded(t *testing.T) {

@@ -10,8 +10,10 @@
 // such a record, and the dead-letter queue that held its lost check forgets
 // it after 14 days: the count, the EMF metric abandoned_records (emitted
 // even when 0), keeps an alarm up for as long as one exists. Each stuck
-// record is logged at Warn by its ID (tenant#key-hash), never a raw key or
-// body.
+// record, up to MaxLogged a run, is logged at Warn by its ID
+// (tenant#key-hash), never a raw key or body; past MaxLogged one Warn line
+// says how many more the run found (oncectl unknown lists them all), and
+// abandoned_records still counts them all.
 //
 // A run reads every page of its segment, up to MaxPages and while more than
 // Margin is left before its deadline; stopped before the segment's end it
