@@ -40,10 +40,12 @@ const (
 	// has published, still starts at p), so the alarm stays up. With 24,
 	// the window ending in p+24 starts at p+1: until the run of p+24
 	// publishes, it holds no sighting and the alarm drops to OK for those
-	// minutes, every day. This holds while a run publishes within its
-	// scheduled hour (a run started in the last minutes of an hour may
-	// publish in the next one). internal/deploytest's TestDailyAlarms
-	// checks the alarm's window is longer than Segments hours.
+	// minutes, every day. A run stamps its figures with the time it was
+	// scheduled at (Audit's at, the event's time, not when it ran; see
+	// metrics.Emitter.PutAt), so a run that starts late in its hour, or is
+	// retried, still puts its sighting in that hour's period.
+	// internal/deploytest's TestDailyAlarms checks the alarm's window is
+	// longer than Segments hours.
 	Segments = 23
 	// MaxPages bounds the pages (up to 1 MB each) one run reads.
 	MaxPages = 1000
@@ -222,7 +224,7 @@ func (a *Auditor) Audit(ctx context.Context, at time.Time) (Result, error) {
 		log.Warn("abandoned records not listed: run oncectl unknown to list them all",
 			"listed", a.cfg.MaxLogged, "not_listed", more)
 	}
-	a.cfg.Metrics.Put(MetricAbandoned, int64(res.Stuck))
+	a.cfg.Metrics.PutAt(MetricAbandoned, int64(res.Stuck), at)
 	incomplete := int64(0)
 	attrs := []any{"pages", res.Pages, "scanned", res.Scanned, "matched", res.Matched, "abandoned", res.Stuck}
 	if !res.Complete {
@@ -231,7 +233,7 @@ func (a *Auditor) Audit(ctx context.Context, at time.Time) (Result, error) {
 	} else {
 		log.Info("audit done", attrs...)
 	}
-	a.cfg.Metrics.Put(MetricIncomplete, incomplete)
+	a.cfg.Metrics.PutAt(MetricIncomplete, incomplete, at)
 	return res, nil
 }
 

@@ -159,6 +159,24 @@ func (r *run) figures(t *testing.T) map[string][]float64 {
 	return out
 }
 
+// stamps returns the EMF timestamps (Unix milliseconds) of r's metric
+// lines, in order.
+func (r *run) stamps(t *testing.T) []int64 {
+	t.Helper()
+	var out []int64
+	sc := bufio.NewScanner(bytes.NewReader(r.metrics.Bytes()))
+	for sc.Scan() {
+		var doc struct {
+			AWS struct{ Timestamp int64 } `json:"_aws"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &doc); err != nil {
+			t.Fatalf("metric line %s: %v", sc.Text(), err)
+		}
+		out = append(out, doc.AWS.Timestamp)
+	}
+	return out
+}
+
 // stuckLogged returns the record IDs of r's "abandoned record" lines,
 // checking each line's fields.
 func (r *run) stuckLogged(t *testing.T, s *seeded) []string {
@@ -233,8 +251,8 @@ func TestAuditOneSegment(t *testing.T) {
 
 // TestAuditSegments: audit.Segments runs, one an hour, each scanning the
 // segment of its hour, cover every segment once and count every stuck
-// record exactly once in all; each emits abandoned_records, 0 included.
-// The run audit.Segments hours later scans the same segment again: a
+// record exactly once in all; each emits abandoned_records, 0 included,
+// stamped with the time it was scheduled at. The run audit.Segments hours later scans the same segment again: a
 // record is seen every audit.Segments hours.
 func TestAuditSegments(t *testing.T) {
 	s := seed(t)
@@ -265,6 +283,12 @@ func TestAuditSegments(t *testing.T) {
 		f := r.figures(t)
 		if diff := cmp.Diff(map[string][]float64{audit.MetricAbandoned: {float64(res.Stuck)}, audit.MetricIncomplete: {0}}, f); diff != "" {
 			t.Errorf("hour %d metrics (-want +got):\n%s", h, diff)
+		}
+		// Stamped with the hour the run was scheduled in, whenever it ran
+		// (the clock is now, not at): a late run's sighting stays in its
+		// hour's period.
+		if diff := cmp.Diff([]int64{at.UnixMilli(), at.UnixMilli()}, r.stamps(t)); diff != "" {
+			t.Errorf("hour %d metric timestamps (-want +got):\n%s", h, diff)
 		}
 	}
 	slices.Sort(all)

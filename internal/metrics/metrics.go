@@ -79,7 +79,18 @@ func (e *Emitter) Put(name string, v int64) {
 	if e == nil {
 		return
 	}
-	ts := e.now().UnixMilli()
+	e.PutAt(name, v, e.now())
+}
+
+// PutAt is Put with the document's timestamp at instead of now: a figure
+// that belongs to another moment than the one it is written at (the hour a
+// scheduled run was due in, when it runs late). CloudWatch takes an EMF
+// timestamp up to two weeks in the past and two hours in the future.
+func (e *Emitter) PutAt(name string, v int64, at time.Time) {
+	if e == nil {
+		return
+	}
+	ts := at.UnixMilli()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	b := append(e.buf[:0], timestampPrefix...)

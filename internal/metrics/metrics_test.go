@@ -147,4 +147,17 @@ func TestPut(t *testing.T) {
 	}
 	var e *Emitter
 	e.Put("x", 1) // must not panic
+	e.PutAt("x", 1, time.Now())
+}
+
+// TestPutAt: the document carries the time it is given, not the clock's.
+func TestPutAt(t *testing.T) {
+	var buf bytes.Buffer
+	e := New(&buf, "once", map[string]string{"Service": "auditor"})
+	e.now = func() time.Time { return time.UnixMilli(1700000999000) }
+	e.PutAt("abandoned_records", 3, time.UnixMilli(1700000000123))
+	want := `{"_aws":{"Timestamp":1700000000123,"CloudWatchMetrics":[{"Namespace":"once","Dimensions":[["Service"]],"Metrics":[{"Name":"abandoned_records","Unit":"Count"}]}]},"Service":"auditor","abandoned_records":3}` + "\n"
+	if got := buf.String(); got != want {
+		t.Errorf("PutAt wrote\n%s\nwant\n%s", got, want)
+	}
 }
