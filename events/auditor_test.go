@@ -47,8 +47,9 @@ func runAuditorScheduled(t *testing.T, s *stack, file string) {
 			t.Fatal(err)
 		}
 	}
-	// 10:00 UTC on 2026-11-25, 498778 hours since the epoch: segment 0 of
-	// 23, as the README's table of events says.
+	// 10:05 UTC on 2026-11-25 (audit.Schedule runs at minute 5), 498778
+	// hours since the epoch: segment 0 of 23, as the README's table of
+	// events says.
 	segment := audit.Segment(ev.Time, audit.Segments)
 	if segment != 0 || audit.Segments != 23 {
 		t.Errorf("%s: segment %d of %d, want 0 of 23 (the README's events table)", file, segment, audit.Segments)

@@ -25,6 +25,16 @@ const (
 	MetricIncomplete = "audit_incomplete"
 )
 
+// Schedule is the auditor's EventBridge schedule expression in
+// template.yaml: every hour at minute 5 (UTC). A scheduled event's time is
+// the time its rule was scheduled to trigger (not when the invocation, or
+// its asynchronous retry, ran), and a run's segment and the timestamps of
+// its figures are that time's hour; at minute 5, a run that starts late, is
+// retried 1 to 2 minutes later, or reaches CloudWatch Logs after a lag
+// still publishes early in its hour. rate(1 hour) would run at the deploy
+// time's minute: at xx:58, those figures would come after their hour.
+const Schedule = "cron(5 * * * ? *)"
+
 // Defaults of Config.
 const (
 	// Segments is how many segments the table is scanned in, one an hour
