@@ -42,20 +42,22 @@ const (
 	// is seen every 23 hours, at the cost of 24/23 full eventually
 	// consistent Scans of the table a day.
 	//
-	// Not 24: AbandonedRecordsAlarm looks at the 24 most recent hourly
-	// periods (CloudWatch's longest evaluation, a day), and must always
-	// hold a sighting while a record is stuck. A record sighted in period
-	// p is sighted next in p+Segments; with 23, any 24 consecutive periods
-	// hold p or p+23 (the window ending in p+23, before that hour's run
-	// has published, still starts at p), so the alarm stays up. With 24,
-	// the window ending in p+24 starts at p+1: until the run of p+24
-	// publishes, it holds no sighting and the alarm drops to OK for those
-	// minutes, every day. A run stamps its figures with the time it was
-	// scheduled at (Audit's at, the event's time, not when it ran; see
-	// metrics.Emitter.PutAt), so a run that starts late in its hour, or is
-	// retried, still puts its sighting in that hour's period.
-	// internal/deploytest's TestDailyAlarms checks the alarm's window is
-	// longer than Segments hours.
+	// AbandonedRecordsAlarm looks at the 48 most recent hourly periods
+	// (two days; CloudWatch allows up to 7 days for hourly periods), and
+	// must always hold a sighting while a record is stuck, even when one
+	// run is missed (its three asynchronous attempts failed). A record
+	// sighted in period p is sighted next in p+Segments, then p+2*Segments;
+	// any window of more than 2*Segments periods holds two of its
+	// scheduled sightings (the window ending in p+46, before that hour's
+	// run has published, still starts at p), one of them if a run is
+	// missed, so the alarm stays up. With 24, the window ending in p+48
+	// starts at p+1, and one missed run would leave it no sighting. A run
+	// stamps its figures with the time it was scheduled at (Audit's at,
+	// the event's time, not when it ran; see metrics.Emitter.PutAt), so a
+	// run that starts late in its hour, or is retried, still puts its
+	// sighting in that hour's period. internal/deploytest's
+	// TestDailyAlarms checks the alarm's window is longer than 2*Segments
+	// hours.
 	Segments = 23
 	// MaxPages bounds the pages (up to 1 MB each) one run reads.
 	MaxPages = 1000

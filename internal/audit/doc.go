@@ -1,8 +1,8 @@
 // Package audit is the auditor function: run every hour by an EventBridge
 // schedule, each run Scans one parallel-scan segment of the idempotency
 // table (Segment: the event's hour since the epoch, modulo Segments, 23), so
-// that every record is looked at every 23 hours, always within
-// AbandonedRecordsAlarm's day of hourly periods (see Segments), and a run
+// that every record is looked at every 23 hours, twice within
+// AbandonedRecordsAlarm's 48 hourly periods (see Segments), and a run
 // reads 1/Segments of the table, and counts the records recovery has left
 // behind (abandoned.Record.Stuck): UNKNOWN records and External reservations
 // whose recovery check was lost, and items still carrying the TTL attribute

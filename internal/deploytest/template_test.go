@@ -334,9 +334,9 @@ var persistentAlarms = map[string]bool{
 
 // dailyAlarms are the alarms on a figure each record of the idempotency
 // table contributes to every audit.Segments hours (the auditor's
-// abandoned_records, one segment of the table an hour): they look at a day
-// of hourly maxima, longer than that, so that they stay up for as long as
-// such a record exists (see TestDailyAlarms).
+// abandoned_records, one segment of the table an hour): they look at more
+// than twice that many hourly maxima, so that they stay up for as long as
+// such a record exists, a missed run included (see TestDailyAlarms).
 var dailyAlarms = map[string]bool{
 	"AbandonedRecordsAlarm": true,
 }
@@ -529,14 +529,16 @@ func TestPersistentAlarms(t *testing.T) {
 
 // TestDailyAlarms: an alarm on the auditor's abandoned_records fires on
 // one hourly maximum above 0 in its window (EvaluationPeriods periods of an
-// hour, at most CloudWatch's day), so it stays up for that window after
-// each sighting; the auditor runs every hour and scans one of
-// audit.Segments segments a run, so a stuck record is seen every
-// audit.Segments hours. The window must be longer than that: a sighting in
-// period p, the next in p+Segments, and any window of more than Segments
-// consecutive periods holds one of them, so the alarm never drops to OK
-// while the record is stuck. With 24 segments (a day) and CloudWatch's day
-// it would, for the minutes between the hour's start and the run.
+// hour), so it stays up for that window after each sighting; the auditor
+// runs every hour and scans one of audit.Segments segments a run, so a
+// stuck record is seen every audit.Segments hours. A window of more than
+// Segments periods always holds a sighting (one in period p, the next in
+// p+Segments), so the alarm never drops to OK while the record is stuck;
+// one of more than 2 x Segments periods still does when one run is missed
+// (its three asynchronous attempts failed), the sighting before it and the
+// one after being 2 x Segments periods apart. CloudWatch allows Period x
+// EvaluationPeriods up to 7 days (604,800 s) for periods of an hour or
+// more (a day for shorter ones).
 func TestDailyAlarms(t *testing.T) {
 	alarms := template(t).ResourcesOfType("AWS::CloudWatch::Alarm")
 	fn := template(t).Functions()["AuditorFunction"]
@@ -572,9 +574,9 @@ func TestDailyAlarms(t *testing.T) {
 		if p["Statistic"] != "Maximum" || period != 3600 || p["DatapointsToAlarm"] != 1 {
 			t.Errorf("%s: Statistic %v, Period %v, DatapointsToAlarm %v; want Maximum, 3600 (one run), 1", id, p["Statistic"], p["Period"], p["DatapointsToAlarm"])
 		}
-		if window := period * evaluations; window > 86400 || window <= audit.Segments*3600 {
-			t.Errorf("%s: %d periods of %ds = %ds, want more than the %d hours between two sightings of a record (audit.Segments) and at most CloudWatch's day (86400s)",
-				id, evaluations, period, window, audit.Segments)
+		if window := period * evaluations; window > 604800 || window <= 2*audit.Segments*3600 {
+			t.Errorf("%s: %d periods of %ds = %ds, want more than the %d hours between a sighting of a record and the next but one (2 x audit.Segments: one missed run tolerated) and at most CloudWatch's 7 days (604800s)",
+				id, evaluations, period, window, 2*audit.Segments)
 		}
 		desc, _ := p["AlarmDescription"].(string)
 		for _, want := range []string{"oncectl unknown", "oncectl reannounce -lost", "oncectl dlq redrive check"} {
