@@ -24,15 +24,24 @@ import (
 // has a TTL attribute: nothing else ends it.
 //
 // The margin does not cover the sweeper mapping's stream retries: the
-// Scheduler's stream record is retried for up to an hour
-// (MaximumRecordAgeInSeconds 3600) before it goes to the sweeper's
-// dead-letter queue, so a check may still be armed, and come late, for a
-// record called lost. Re-arming one is harmless: the late check, and the
-// write it leads to, are fenced on the lease token rearm replaces.
+// Scheduler's stream record is retried for up to StreamMaxRecordAge before
+// it goes to the sweeper's dead-letter queue, so a check may still be
+// armed, and come late, for a record called lost. Re-arming one is
+// harmless: the late check, and the write it leads to, are fenced on the
+// lease token rearm replaces. Alarming on one is not: Record.Stuck waits
+// for those retries too.
 const LostCheckAfter = recovery.MaxDelay + LostCheckMargin
 
 // LostCheckMargin is the slack of LostCheckAfter past recovery.MaxDelay.
 const LostCheckMargin = 15 * time.Minute
+
+// StreamMaxRecordAge is how long the sweeper's event source mapping on the
+// idempotency table's stream retries a record (its
+// MaximumRecordAgeInSeconds in template.yaml, which internal/deploytest's
+// TestStreamMaxRecordAge checks) before the record goes to SweeperDLQ: the
+// Scheduler may arm an External reservation's check up to that long after
+// the write it reads.
+const StreamMaxRecordAge = time.Hour
 
 // Filter returns the Scan filter that reads, at now, the records FromItem
 // classifies: the UNKNOWN records and the External reservations
@@ -103,13 +112,23 @@ func (r Record) Abandoned(now time.Time) bool {
 		r.LegacyTTL && (r.Status == idempotency.StatusUnknown || r.Expired(now))
 }
 
-// Stuck reports whether the auditor counts r at now: Abandoned, but a
-// legacy reservation only once its lease is more than LostCheckMargin
-// behind it (its check, armed before the upgrade, may still hand it to the
-// reconciler until then).
+// Stuck reports whether the auditor counts r at now: an UNKNOWN record
+// when Abandoned; an External reservation when its check is lost
+// (CheckLost) and it was last written more than StreamMaxRecordAge plus
+// LostCheckMargin ago, as the Scheduler's stream record of that write may
+// be retried, and arm its check, until then (a sweeper or SQS incident
+// must not raise the alarm for records whose check is still coming).
+//
+// A legacy reservation (its item still carries the TTL attribute) meets
+// the same rule, though reannounce -lost re-arms it as soon as its lease
+// has run out: its check, if one was armed before the upgrade, comes as
+// late as a new reservation's, and an alarm 15 minutes later costs
+// nothing. An UNKNOWN record needs no such wait: its expiry is the
+// retention (at least an hour, config.MinRetention) after the write that
+// made it UNKNOWN, so CheckLost already comes after the stream's retries.
 func (r Record) Stuck(now time.Time) bool {
-	if r.Status == idempotency.StatusInProgress && !CheckLost(r.Record, now) {
-		return r.External && r.LegacyTTL && now.Sub(r.ExpiresAt) > LostCheckMargin
+	if r.Status == idempotency.StatusInProgress {
+		return r.External && CheckLost(r.Record, now) && now.Sub(r.UpdatedAt) > StreamMaxRecordAge+LostCheckMargin
 	}
 	return r.Abandoned(now)
 }

@@ -19,7 +19,8 @@ import (
 // -lost (Abandoned) and counted by the auditor (Stuck) as recovery leaves
 // it: an UNKNOWN record whose check is armed is listed only; a reservation
 // within its lease, or just past it with its check on its way, is none of
-// them.
+// them; nor is a reservation past LostCheckAfter but written within the
+// sweeper's stream retries and the margin (its check may still be armed).
 func TestClassification(t *testing.T) {
 	now := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
 	lost := abandoned.LostCheckAfter + time.Minute
@@ -29,6 +30,7 @@ func TestClassification(t *testing.T) {
 		external                 bool
 		expires                  time.Duration // from now
 		legacy                   bool          // the item carries the TTL attribute
+		written                  time.Duration // UpdatedAt from now; 48 hours ago when 0
 		listed, abandoned, stuck bool
 		kind                     string
 	}{
@@ -41,13 +43,26 @@ func TestClassification(t *testing.T) {
 		{name: "External legacy, lease run out an hour ago", status: idempotency.StatusInProgress, external: true, expires: -time.Hour, legacy: true, listed: true, abandoned: true, stuck: true, kind: abandoned.KindLegacy},
 		{name: "External legacy, lease just run out", status: idempotency.StatusInProgress, external: true, expires: -time.Minute, legacy: true, listed: true, abandoned: true},
 		{name: "External legacy, check lost", status: idempotency.StatusInProgress, external: true, expires: -lost, legacy: true, listed: true, abandoned: true, stuck: true, kind: abandoned.KindLegacy},
+		// Past LostCheckAfter, but the Scheduler's stream record of its
+		// write may still be retried (for an hour) and arm its check.
+		{name: "External reservation, lease + 31 min, written 40 min ago", status: idempotency.StatusInProgress, external: true, expires: -31 * time.Minute, written: -40 * time.Minute, listed: true, abandoned: true},
+		{name: "External reservation, lease + 31 min, written 1h14m ago", status: idempotency.StatusInProgress, external: true, expires: -31 * time.Minute, written: -74 * time.Minute, listed: true, abandoned: true},
+		{name: "External reservation, lease + 31 min, written 1h16m ago", status: idempotency.StatusInProgress, external: true, expires: -31 * time.Minute, written: -76 * time.Minute, listed: true, abandoned: true, stuck: true, kind: abandoned.KindLost},
+		// A legacy reservation waits as long as a new one: its check, if
+		// armed, comes as late.
+		{name: "External legacy, lease run out 20 min ago", status: idempotency.StatusInProgress, external: true, expires: -20 * time.Minute, legacy: true, listed: true, abandoned: true},
+		{name: "External legacy, lease + 31 min, written 40 min ago", status: idempotency.StatusInProgress, external: true, expires: -31 * time.Minute, written: -40 * time.Minute, legacy: true, listed: true, abandoned: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			written := tt.written
+			if written == 0 {
+				written = -48 * time.Hour
+			}
 			rec := idempotency.Record{
 				Key: idempotency.NewKey("acme", tt.name), Status: tt.status, Route: "POST /v1/charges", Fingerprint: "f00d",
 				External: tt.external, LeaseToken: idempotency.NewToken(), ExpiresAt: now.Add(tt.expires),
-				CreatedAt: now.Add(-48 * time.Hour), UpdatedAt: now.Add(-48 * time.Hour),
+				CreatedAt: now.Add(-48 * time.Hour), UpdatedAt: now.Add(written),
 			}
 			item := dynamo.ItemFromRecord(rec)
 			if _, ok := item[dynamo.AttrExpiresAt]; ok {

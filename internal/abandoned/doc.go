@@ -11,7 +11,8 @@
 // UNKNOWN record; a reservation whose check is lost, CheckLost, or whose item
 // still carries the TTL attribute, a legacy item written before such records
 // lost it), Record.Abandoned whether `reannounce -lost` re-arms it, and
-// Record.Stuck whether the auditor counts it: the same, but a legacy
-// reservation only once its lease is LostCheckMargin behind it, as its check
-// may still be on its way until then.
+// Record.Stuck whether the auditor counts it: the same, but a reservation
+// (legacy or not) only once its check is lost and its last write is older
+// than the sweeper stream's retries (StreamMaxRecordAge) and
+// LostCheckMargin, as its check may still be on its way until then.
 package abandoned

@@ -44,6 +44,7 @@ var kinds = []struct {
 	external bool
 	expires  time.Duration // from now
 	legacy   bool          // the item carries the TTL attribute (before the upgrade)
+	written  time.Duration // UpdatedAt from now; 49 hours ago when 0
 	stuck    bool
 }{
 	{name: "unknown-armed", status: idempotency.StatusUnknown, external: true, expires: time.Hour},
@@ -52,6 +53,9 @@ var kinds = []struct {
 	{name: "external-legacy", status: idempotency.StatusInProgress, external: true, expires: -time.Hour, legacy: true, stuck: true},
 	{name: "external-legacy-just-expired", status: idempotency.StatusInProgress, external: true, expires: -time.Minute, legacy: true},
 	{name: "external-just-expired", status: idempotency.StatusInProgress, external: true, expires: -time.Minute},
+	// Its check lost by LostCheckAfter, but its write is recent enough
+	// for the sweeper's stream retries to arm it still.
+	{name: "external-lost-recently-written", status: idempotency.StatusInProgress, external: true, expires: -abandoned.LostCheckAfter - time.Minute, written: -40 * time.Minute},
 	{name: "external-within-lease", status: idempotency.StatusInProgress, external: true, expires: time.Minute},
 	{name: "atomic-expired", status: idempotency.StatusInProgress, expires: -48 * time.Hour},
 	{name: "completed", status: idempotency.StatusCompleted, external: true, expires: -48 * time.Hour},
@@ -76,10 +80,14 @@ func seed(t *testing.T) *seeded {
 	for _, tenant := range tenants {
 		for _, k := range kinds {
 			raw := "secret-key-" + tenant + "-" + k.name
+			written := k.written
+			if written == 0 {
+				written = -49 * time.Hour
+			}
 			rec := idempotency.Record{
 				Key: idempotency.NewKey(tenant, raw), Status: k.status, Route: "POST /v1/charges", Fingerprint: "f00d",
 				External: k.external, LeaseToken: idempotency.NewToken(), ExpiresAt: s.now.Add(k.expires),
-				CreatedAt: s.now.Add(-50 * time.Hour), UpdatedAt: s.now.Add(-49 * time.Hour),
+				CreatedAt: s.now.Add(-50 * time.Hour), UpdatedAt: s.now.Add(written),
 				Request: []byte(`{"source":"secret-card-token"}`),
 			}
 			if k.status == idempotency.StatusCompleted {

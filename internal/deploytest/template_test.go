@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/oncehq/once/internal/abandoned"
 	"github.com/oncehq/once/internal/audit"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamoclient"
@@ -584,6 +585,17 @@ func TestDailyAlarms(t *testing.T) {
 				t.Errorf("%s AlarmDescription = %q, want it to say %q", id, desc, want)
 			}
 		}
+	}
+}
+
+// TestStreamMaxRecordAge: the auditor waits, before it counts an External
+// reservation stuck, for the sweeper's stream retries of its last write
+// (abandoned.StreamMaxRecordAge): they must be the sweeper mapping's
+// MaximumRecordAgeInSeconds.
+func TestStreamMaxRecordAge(t *testing.T) {
+	p := streamEvent(t, "SweeperFunction").Properties
+	if n, _ := p["MaximumRecordAgeInSeconds"].(int); time.Duration(n)*time.Second != abandoned.StreamMaxRecordAge {
+		t.Errorf("SweeperFunction MaximumRecordAgeInSeconds = %v, want abandoned.StreamMaxRecordAge (%v)", p["MaximumRecordAgeInSeconds"], abandoned.StreamMaxRecordAge)
 	}
 }
 
