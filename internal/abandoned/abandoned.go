@@ -143,10 +143,13 @@ func (r Record) Kind() string {
 	return KindLost
 }
 
-// The kinds of stuck records (Record.Kind).
+// The kinds of stuck records (Record.Kind), and KindUnreadable, an item
+// the Scan filter reads that FromItem cannot decode: nothing recovers it,
+// and `oncectl unknown` and `reannounce -lost` skip it, naming it (ItemID).
 const (
-	KindLost   = "lost"
-	KindLegacy = "legacy"
+	KindLost       = "lost"
+	KindLegacy     = "legacy"
+	KindUnreadable = "unreadable"
 )
 
 // Age returns when r's age is from, and that timestamp's attribute: its
@@ -163,6 +166,10 @@ func Age(rec idempotency.Record) (time.Time, string) {
 	}
 	return time.Time{}, ""
 }
+
+// ItemID returns item's partition key, the record ID (tenant#key-hash)
+// when it is one, or "(no pk)": how an item that does not decode is named.
+func ItemID(item map[string]types.AttributeValue) string { return pkOf(item) }
 
 func pkOf(item map[string]types.AttributeValue) string {
 	if s, ok := item[dynamo.AttrPK].(*types.AttributeValueMemberS); ok {

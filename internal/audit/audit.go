@@ -212,10 +212,11 @@ func (a *Auditor) Audit(ctx context.Context, at time.Time) (Result, error) {
 			if err != nil {
 				// Matched by the filter (UNKNOWN, or an External
 				// reservation past its lease) and unreadable: nothing
-				// will recover it either.
+				// will recover it either (oncectl unknown skips it,
+				// naming it the same way).
 				res.Stuck++
 				if res.Stuck <= a.cfg.MaxLogged {
-					log.Warn("abandoned record", "kind", "unreadable", "error", err.Error())
+					log.Warn("abandoned record", "record", abandoned.ItemID(item), "kind", abandoned.KindUnreadable, "error", err.Error())
 				}
 				continue
 			}

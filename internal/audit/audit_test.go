@@ -308,6 +308,51 @@ func TestAuditSegments(t *testing.T) {
 	}
 }
 
+// TestAuditUnreadable: an item the filter reads (UNKNOWN) that does not
+// decode as a record is counted, and logged at Warn with kind unreadable
+// and its ID as record (oncectl unknown skips it, naming it the same way).
+func TestAuditUnreadable(t *testing.T) {
+	s := seed(t)
+	rec := idempotency.Record{
+		Key: idempotency.NewKey("acme", "secret-key-unreadable"), Status: idempotency.StatusUnknown, Route: "POST /v1/charges",
+		Fingerprint: "f00d", External: true, LeaseToken: idempotency.NewToken(), ExpiresAt: s.now.Add(time.Hour),
+	}
+	item := dynamo.ItemFromRecord(rec)
+	delete(item, dynamo.AttrExpiresAtMS)
+	if _, err := s.db.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(s.table), Item: item}); err != nil {
+		t.Fatal(err)
+	}
+	var r run
+	res, err := s.auditor(t, &r, audit.Config{Segments: 1}).Audit(t.Context(), s.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stuck != len(s.stuck)+1 {
+		t.Errorf("Audit = %+v, want %d stuck (the unreadable item too)", res, len(s.stuck)+1)
+	}
+	want := map[string][]float64{audit.MetricAbandoned: {float64(len(s.stuck) + 1)}, audit.MetricIncomplete: {0}}
+	if diff := cmp.Diff(want, r.figures(t)); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+	var lines []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(r.logs.Bytes()))
+	for sc.Scan() {
+		var line map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatalf("log line %s: %v", sc.Text(), err)
+		}
+		if line["kind"] == abandoned.KindUnreadable {
+			lines = append(lines, line)
+		}
+	}
+	if len(lines) != 1 || lines[0]["msg"] != "abandoned record" || lines[0]["level"] != "WARN" || lines[0]["record"] != rec.Key.ID() {
+		t.Errorf("unreadable lines %v, want one WARN abandoned record line with record %s", lines, rec.Key.ID())
+	}
+	if strings.Contains(r.logs.String(), "secret-key") {
+		t.Errorf("the logs hold a raw key:\n%s", r.logs.String())
+	}
+}
+
 // TestAuditLogBound: a run logs at most MaxLogged stuck records, one line
 // each, then one Warn line saying how many more it found and did not list
 // (oncectl unknown lists them); abandoned_records counts them all.

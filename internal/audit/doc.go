@@ -11,7 +11,8 @@
 // it after 14 days: the count, the EMF metric abandoned_records (emitted
 // even when 0), keeps an alarm up for as long as one exists. Each stuck
 // record, up to MaxLogged a run, is logged at Warn by its ID
-// (tenant#key-hash), never a raw key or body; past MaxLogged one Warn line
+// (tenant#key-hash), never a raw key or body (an item the filter reads
+// that does not decode is counted too, kind unreadable, by its ID); past MaxLogged one Warn line
 // says how many more the run found (oncectl unknown lists them all), and
 // abandoned_records still counts them all.
 //

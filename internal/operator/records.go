@@ -52,7 +52,7 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 		return usageError{fs, "-limit must be positive"}
 	}
 	now := t.now()
-	recs, err := t.listUnknown(ctx, *tenant, now)
+	recs, unreadable, err := t.listUnknown(ctx, *tenant, now)
 	if err != nil {
 		return err
 	}
@@ -87,6 +87,9 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 	if lost > 0 {
 		fmt.Fprintf(t.errOut, "%d past their expiry by more than %s: their check was lost (see the check and sweeper dead-letter queues); `oncectl reannounce RECORD` re-arms one, `oncectl reannounce -lost` all\n", lost, lostCheckAfter)
 	}
+	if unreadable > 0 {
+		fmt.Fprintf(t.errOut, "%d unreadable item(s) skipped (named above)\n", unreadable)
+	}
 	return nil
 }
 
@@ -102,19 +105,30 @@ type unknownRecord = abandoned.Record
 // reservation will be handed to the reconciler by its check (lost) or
 // before DynamoDB's TTL may delete it (a legacy item's check may be lost
 // too, and its TTL frees its key until the sweeper restores it).
-func (t *Tool) listUnknown(ctx context.Context, tenant string, now time.Time) ([]unknownRecord, error) {
+//
+// An item the filter reads that does not decode as a record (the auditor's
+// kind unreadable) is skipped, not a reason to stop: one line on stderr
+// names it (its ID) and how to inspect it, and the count of them is
+// returned.
+func (t *Tool) listUnknown(ctx context.Context, tenant string, now time.Time) ([]unknownRecord, int, error) {
 	filter, names, values := abandoned.Filter(tenant, now)
+	table := t.cfg.Table("IdempotencyTable")
 	in := &dynamodb.ScanInput{
-		TableName:                 aws.String(t.cfg.Table("IdempotencyTable")),
+		TableName:                 aws.String(table),
 		FilterExpression:          aws.String(filter),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 	}
 	var recs []unknownRecord
+	unreadable := 0
 	err := t.scanAll(ctx, in, "the records listed are the oldest of those read, not of the whole table", func(item map[string]types.AttributeValue) error {
 		rec, listed, err := abandoned.FromItem(item, now)
 		if err != nil {
-			return err
+			unreadable++
+			id := abandoned.ItemID(item)
+			fmt.Fprintf(t.errOut, "skipped unreadable item %s (%v): inspect it with aws dynamodb get-item --table-name %s --key '{\"pk\":{\"S\":\"%s\"}}'\n",
+				id, err, table, id)
+			return nil
 		}
 		if listed { // a reservation whose check is still due to hand it to the reconciler is not
 			recs = append(recs, rec)
@@ -122,10 +136,10 @@ func (t *Tool) listUnknown(ctx context.Context, tenant string, now time.Time) ([
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, unreadable, err
 	}
 	sortByAge(recs)
-	return recs, nil
+	return recs, unreadable, nil
 }
 
 // checkLost reports whether rec, UNKNOWN or an External reservation, is
@@ -207,10 +221,13 @@ func (t *Tool) recordArg(fs *flag.FlagSet) func(ctx context.Context, args []stri
 			return key, idempotency.Record{}, err
 		}
 		rec, err := t.store.Get(ctx, key)
-		if errors.Is(err, idempotency.ErrNotFound) {
+		switch {
+		case errors.Is(err, idempotency.ErrNotFound):
 			return key, rec, fmt.Errorf("no record %s", key.ID())
+		case err != nil:
+			return key, rec, fmt.Errorf("%s: %w", key.ID(), err)
 		}
-		return key, rec, err
+		return key, rec, nil
 	}
 }
 
@@ -323,10 +340,12 @@ func (t *Tool) reannounce(ctx context.Context, args []string) error {
 // oldest first; one line each, by record ID. Each is read again,
 // consistently, before its write (reread): one that fails (changed since
 // the listing, or no longer abandoned) is reported and the rest still
-// done; the error then counts them.
+// done; the error then counts them. An unreadable item (listUnknown) is
+// skipped, named on stderr, counted in the summary, and fails the command
+// too: nothing re-arms it.
 func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) error {
 	now := t.now()
-	recs, err := t.listUnknown(ctx, tenant, now)
+	recs, unreadable, err := t.listUnknown(ctx, tenant, now)
 	if err != nil {
 		return err
 	}
@@ -363,11 +382,16 @@ func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) err
 		done++
 		fmt.Fprintf(t.out, "%s re-announced (%s; UNKNOWN under a new lease token, expires %s)\n", rec.Key.ID(), why, expires.UTC().Format(time.RFC3339))
 	}
-	fmt.Fprintf(t.errOut, "%d re-announced, %d failed, of %d UNKNOWN record(s) or abandoned External reservation(s) read\n", done, failed, len(recs))
+	fmt.Fprintf(t.errOut, "%d re-announced, %d failed, %d unreadable skipped, of %d UNKNOWN record(s) or abandoned External reservation(s) read\n",
+		done, failed, unreadable, len(recs))
+	var errs []error
 	if failed > 0 {
-		return fmt.Errorf("%d record(s) not re-announced: look at them again with `oncectl show`", failed)
+		errs = append(errs, fmt.Errorf("%d record(s) not re-announced: look at them again with `oncectl show`", failed))
 	}
-	return nil
+	if unreadable > 0 {
+		errs = append(errs, fmt.Errorf("%d unreadable item(s) skipped: inspect each with aws dynamodb get-item (above), and delete it with aws dynamodb delete-item if it must go", unreadable))
+	}
+	return errors.Join(errs...)
 }
 
 // reread reads rec's record again, strongly consistent, and returns it if
