@@ -342,6 +342,14 @@ var dailyAlarms = map[string]bool{
 	"AbandonedRecordsAlarm": true,
 }
 
+// heartbeatAlarms fire when a figure a scheduled function emits every run
+// stops coming: SampleCount below 1, missing data breaching (see
+// TestHeartbeatAlarms). They are the exception to every other alarm's
+// GreaterThanThreshold, notBreaching and single period.
+var heartbeatAlarms = map[string]bool{
+	"AuditorSilentAlarm": true,
+}
+
 // TestAlarms: an alarm on every dead-letter queue's messages, on every
 // function's errors and throttles, on every stream-triggered function's
 // IteratorAge (maxIteratorAgeMS), on reconcile_failed,
@@ -382,17 +390,19 @@ func TestAlarms(t *testing.T) {
 		case "IteratorAge":
 			threshold = maxIteratorAgeMS
 		}
-		if p["ComparisonOperator"] != "GreaterThanThreshold" || p["Threshold"] != threshold {
+		if heartbeatAlarms[id] {
+			// Checked by TestHeartbeatAlarms.
+		} else if p["ComparisonOperator"] != "GreaterThanThreshold" || p["Threshold"] != threshold {
 			t.Errorf("%s: %v %v, want GreaterThanThreshold %d", id, p["ComparisonOperator"], p["Threshold"], threshold)
 		}
-		if p["TreatMissingData"] != "notBreaching" {
+		if p["TreatMissingData"] != "notBreaching" && !heartbeatAlarms[id] {
 			t.Errorf("%s TreatMissingData = %v, want notBreaching", id, p["TreatMissingData"])
 		}
 		wantActions := map[string]any{"Fn::If": []any{"HasAlarmTopic", []any{map[string]any{"Ref": "AlarmTopicArn"}}, map[string]any{"Ref": "AWS::NoValue"}}}
 		if diff := cmp.Diff(wantActions, p["AlarmActions"]); diff != "" {
 			t.Errorf("%s AlarmActions mismatch (-want +got):\n%s", id, diff)
 		}
-		if !persistentAlarms[id] && !dailyAlarms[id] && (p["EvaluationPeriods"] != 1 || p["DatapointsToAlarm"] != nil) {
+		if !persistentAlarms[id] && !dailyAlarms[id] && !heartbeatAlarms[id] && (p["EvaluationPeriods"] != 1 || p["DatapointsToAlarm"] != nil) {
 			t.Errorf("%s: EvaluationPeriods %v, DatapointsToAlarm %v; want 1 and none (it fires on one period)", id, p["EvaluationPeriods"], p["DatapointsToAlarm"])
 		}
 		dims := list(p["Dimensions"])
@@ -436,7 +446,9 @@ func TestAlarms(t *testing.T) {
 		"once reserve_effects_dropped Service=api", "once worker_read_failed Service=retrier",
 		"once worker_lookup_failed Service=retrier", "once worker_settle_failed Service=retrier",
 		"once worker_settle_failed Service=worker",
-		"once abandoned_records Service=auditor", "once audit_incomplete Service=auditor")
+		"once abandoned_records Service=auditor", "once audit_incomplete Service=auditor",
+		"once audit_incomplete Service=auditor") // AuditorSilentAlarm
+
 	for _, q := range work {
 		want = append(want, "AWS/SQS ApproximateAgeOfOldestMessage QueueName="+q.LogicalID+".QueueName")
 		visibility, err := strconv.Atoi(q.Attributes["VisibilityTimeout"])
@@ -581,6 +593,36 @@ func TestDailyAlarms(t *testing.T) {
 		}
 		desc, _ := p["AlarmDescription"].(string)
 		for _, want := range []string{"oncectl unknown", "oncectl reannounce -lost", "oncectl dlq redrive check"} {
+			if !strings.Contains(desc, want) {
+				t.Errorf("%s AlarmDescription = %q, want it to say %q", id, desc, want)
+			}
+		}
+	}
+}
+
+// TestHeartbeatAlarms: an alarm fires when the auditor stops running (its
+// schedule disabled, its invocations failing or throttled): no
+// audit_incomplete, which every completed run emits, 0 included, in 3
+// hourly periods. SampleCount below 1, missing data breaching (no data is
+// the point), all 3 periods: one missed run, or the current hour before
+// its run publishes, does not fire it.
+func TestHeartbeatAlarms(t *testing.T) {
+	alarms := template(t).ResourcesOfType("AWS::CloudWatch::Alarm")
+	for _, id := range sortedKeys(heartbeatAlarms) {
+		r, ok := alarms[id]
+		if !ok {
+			t.Errorf("%s: no such alarm", id)
+			continue
+		}
+		p := r.Properties
+		got := fmt.Sprintf("%v %v %v %v %v period %v, %v of %v, missing %v", p["Namespace"], p["MetricName"], p["Statistic"],
+			p["ComparisonOperator"], p["Threshold"], p["Period"], p["DatapointsToAlarm"], p["EvaluationPeriods"], p["TreatMissingData"])
+		want := fmt.Sprintf("once %s SampleCount LessThanThreshold 1 period 3600, 3 of 3, missing breaching", audit.MetricIncomplete)
+		if got != want {
+			t.Errorf("%s = %s, want %s", id, got, want)
+		}
+		desc, _ := p["AlarmDescription"].(string)
+		for _, want := range []string{"AuditorFunction", "AbandonedRecordsAlarm", "oncectl unknown"} {
 			if !strings.Contains(desc, want) {
 				t.Errorf("%s AlarmDescription = %q, want it to say %q", id, desc, want)
 			}
