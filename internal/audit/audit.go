@@ -169,8 +169,12 @@ func (a *Auditor) Handle(ctx context.Context, ev events.EventBridgeEvent) error 
 // Audit scans the segment of the run scheduled at at, counts its stuck
 // records (abandoned.Record.Stuck at Now), logs the first MaxLogged of
 // them at Warn (then one Warn line with how many more it found), and emits
-// abandoned_records and audit_incomplete. It returns the Scan's error,
-// emitting nothing: the invocation fails and is retried.
+// abandoned_records and audit_incomplete, stamped at at. It returns the
+// Scan's error, and the invocation fails and is retried: failing on the
+// first page, having emitted nothing; failing later, having emitted what
+// it counted (a lower bound) as abandoned_records and audit_incomplete 1,
+// so that its sighting and its incompleteness are not lost if every retry
+// fails too.
 func (a *Auditor) Audit(ctx context.Context, at time.Time) (Result, error) {
 	now := a.cfg.Now()
 	if at.IsZero() {
@@ -191,6 +195,7 @@ func (a *Auditor) Audit(ctx context.Context, at time.Time) (Result, error) {
 		in.Limit = aws.Int32(a.cfg.PageItems)
 	}
 	stopped := ""
+	var scanErr error
 	for {
 		if res.Pages == a.cfg.MaxPages {
 			stopped = fmt.Sprintf("page bound (%d pages)", a.cfg.MaxPages)
@@ -202,7 +207,12 @@ func (a *Auditor) Audit(ctx context.Context, at time.Time) (Result, error) {
 		}
 		out, err := a.cfg.DB.Scan(ctx, in)
 		if err != nil {
-			return res, fmt.Errorf("audit: scan %s segment %d of %d: %w", a.cfg.TableName, res.Segment, res.Segments, err)
+			scanErr = fmt.Errorf("audit: scan %s segment %d of %d: %w", a.cfg.TableName, res.Segment, res.Segments, err)
+			if res.Pages == 0 {
+				return res, scanErr
+			}
+			stopped = fmt.Sprintf("scan error after %d pages: %v", res.Pages, err)
+			break
 		}
 		res.Pages++
 		res.Scanned += int(out.ScannedCount)
@@ -247,7 +257,7 @@ func (a *Auditor) Audit(ctx context.Context, at time.Time) (Result, error) {
 		log.Info("audit done", attrs...)
 	}
 	a.cfg.Metrics.PutAt(MetricIncomplete, incomplete, at)
-	return res, nil
+	return res, scanErr
 }
 
 // logStuck logs rec, stuck at now, by its ID: never a raw key (the record

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -475,6 +476,69 @@ func TestAuditScanError(t *testing.T) {
 	}
 	if r.metrics.Len() != 0 {
 		t.Errorf("metrics after a failed Scan:\n%s", r.metrics.String())
+	}
+}
+
+// failingScanner is the table's DynamoDB client, its Scan failing from
+// call failAt on (1 for the first).
+type failingScanner struct {
+	audit.Scanner
+	calls, failAt int
+}
+
+func (f *failingScanner) Scan(ctx context.Context, in *dynamodb.ScanInput, opts ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error) {
+	f.calls++
+	if f.calls >= f.failAt {
+		return nil, errors.New("throttled")
+	}
+	return f.Scanner.Scan(ctx, in, opts...)
+}
+
+// TestAuditScanErrorAfterPages: a Scan that fails after a page was read
+// fails the run (retried), having emitted what it counted, a lower bound,
+// as abandoned_records and audit_incomplete 1, both stamped with the
+// run's scheduled time; failing on the first page, it emits nothing.
+func TestAuditScanErrorAfterPages(t *testing.T) {
+	s := seed(t)
+	at := time.Date(2026, 11, 25, 10, 5, 0, 0, time.UTC)
+	for _, failAt := range []int{1, 2} {
+		t.Run(fmt.Sprintf("page %d", failAt), func(t *testing.T) {
+			var r run
+			// The seeded table's auditor, its Scans failing from failAt on.
+			cfg := audit.Config{
+				DB: &failingScanner{Scanner: s.db, failAt: failAt}, TableName: s.table, Segments: 1, PageItems: 3,
+				Logger:  slog.New(slog.NewJSONHandler(&r.logs, nil)),
+				Metrics: metrics.New(&r.metrics, "once", map[string]string{"Service": "auditor"}),
+				Now:     func() time.Time { return s.now },
+			}
+			a, err := audit.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := a.Audit(t.Context(), at)
+			if err == nil {
+				t.Fatal("Audit with a failing Scan succeeded")
+			}
+			if failAt == 1 {
+				if r.metrics.Len() != 0 {
+					t.Errorf("metrics after a Scan failing on the first page:\n%s", r.metrics.String())
+				}
+				return
+			}
+			if res.Pages != 1 || res.Complete {
+				t.Errorf("Audit = %+v, want 1 page read, incomplete", res)
+			}
+			want := map[string][]float64{audit.MetricAbandoned: {float64(res.Stuck)}, audit.MetricIncomplete: {1}}
+			if diff := cmp.Diff(want, r.figures(t)); diff != "" {
+				t.Errorf("metrics (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff([]int64{at.UnixMilli(), at.UnixMilli()}, r.stamps(t)); diff != "" {
+				t.Errorf("metric timestamps (-want +got):\n%s", diff)
+			}
+			if !strings.Contains(r.logs.String(), `"stopped_by":"scan error`) {
+				t.Errorf("no audit incomplete line stopped_by scan error in\n%s", r.logs.String())
+			}
+		})
 	}
 }
 

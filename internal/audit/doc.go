@@ -20,5 +20,8 @@
 // Margin is left before its deadline; stopped before the segment's end it
 // emits audit_incomplete 1 (0 otherwise). A failed Scan fails the
 // invocation, which Lambda retries (asynchronous invocation) and the
-// function's Errors alarm sees.
+// function's Errors alarm sees; one that fails after a page was read first
+// emits what the run counted (a lower bound) and audit_incomplete 1, so a
+// sighting is not lost if the retries fail too (AuditIncompleteAlarm then
+// fires even if a retry completes).
 package audit
