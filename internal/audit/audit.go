@@ -59,7 +59,12 @@ const (
 	// TestDailyAlarms checks the alarm's window is longer than 2*Segments
 	// hours.
 	Segments = 23
-	// MaxPages bounds the pages (up to 1 MB each) one run reads.
+	// MaxPages bounds the pages (up to 1 MB each) one run reads. A
+	// segment larger than that (a table over 23 GB or so) needs a larger
+	// MaxPages and a longer Timeout, or more Segments (and
+	// AbandonedRecordsAlarm's window longer than 2*Segments hours, at most
+	// CloudWatch's 7 days: 83 segments at most); AuditIncompleteAlarm says
+	// so.
 	MaxPages = 1000
 	// Margin is how much of its invocation's time a run leaves when it
 	// stops reading pages.

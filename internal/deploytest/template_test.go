@@ -630,6 +630,23 @@ func TestHeartbeatAlarms(t *testing.T) {
 	}
 }
 
+// TestAuditIncompleteAlarm: AuditIncompleteAlarm's advice follows what
+// stopped the run, as its log line's stopped_by says (audit.Audit's
+// page bound, deadline or scan error), and says that oncectl unknown stops
+// at 10,000 pages too.
+func TestAuditIncompleteAlarm(t *testing.T) {
+	p := template(t).ResourcesOfType("AWS::CloudWatch::Alarm")["AuditIncompleteAlarm"].Properties
+	desc, _ := p["AlarmDescription"].(string)
+	for _, want := range []string{"stopped_by", "page bound", "deadline", "scan error", "Timeout", "audit.Segments", "10,000 pages"} {
+		if !strings.Contains(desc, want) {
+			t.Errorf("AuditIncompleteAlarm AlarmDescription = %q, want it to say %q", desc, want)
+		}
+	}
+	if strings.Contains(desc, "whole table") {
+		t.Errorf("AuditIncompleteAlarm AlarmDescription = %q: oncectl unknown does not read the whole table past 10,000 pages", desc)
+	}
+}
+
 // TestStreamMaxRecordAge: the auditor waits, before it counts an External
 // reservation stuck, for the sweeper's stream retries of its last write
 // (abandoned.StreamMaxRecordAge): they must be the sweeper mapping's
