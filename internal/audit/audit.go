@@ -145,10 +145,15 @@ func New(cfg Config) (*Auditor, error) {
 }
 
 // Segment returns the segment, of segments, that the run scheduled at t
-// scans: t's hours since the Unix epoch, modulo segments.
+// scans: t's hours since the Unix epoch (floored, negative before 1970),
+// modulo segments (never negative).
 func Segment(t time.Time, segments int) int {
-	h := t.Unix() / 3600
-	return int(((h % int64(segments)) + int64(segments)) % int64(segments))
+	secs, n := t.Unix(), int64(segments)
+	h := secs / 3600
+	if secs%3600 < 0 {
+		h-- // floor, not truncation toward zero
+	}
+	return int((h%n + n) % n)
 }
 
 // Result is what one run did.

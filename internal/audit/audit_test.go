@@ -572,6 +572,12 @@ func TestSegment(t *testing.T) {
 		want     int
 	}{
 		{time.Unix(0, 0), 24, 0},
+		// Before 1970: the hour is floored, -1 for the last second of 1969
+		// (truncation toward zero would make it hour 0).
+		{time.Unix(-1, 0), 24, 23},
+		{time.Unix(-3600, 0), 24, 23},
+		{time.Unix(-3601, 0), 24, 22},
+		{time.Unix(-1, 0), 23, 22},
 		{time.Unix(5*3600+3599, 0), 24, 5},
 		{time.Unix(24*3600, 0), 24, 0},
 		{time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC), 24, 10},
