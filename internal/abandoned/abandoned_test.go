@@ -95,3 +95,18 @@ func TestFromItemError(t *testing.T) {
 		t.Errorf("FromItem(no record) error = %v, want one naming acme#x", err)
 	}
 }
+
+// TestFromItemNotListed: an item that is not what Filter reads (a
+// COMPLETED record, long expired) decodes, and is not listed.
+func TestFromItemNotListed(t *testing.T) {
+	now := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	rec := idempotency.Record{
+		Key: idempotency.NewKey("acme", "done"), Status: idempotency.StatusCompleted, Route: "POST /v1/charges", Fingerprint: "f00d",
+		External: true, ExpiresAt: now.Add(-48 * time.Hour), CreatedAt: now.Add(-72 * time.Hour), UpdatedAt: now.Add(-72 * time.Hour),
+		Response: &idempotency.Response{Status: 201, Body: []byte(`{}`)},
+	}
+	got, listed, err := abandoned.FromItem(dynamo.ItemFromRecord(rec), now)
+	if err != nil || listed || got.Key != rec.Key || got.Status != idempotency.StatusCompleted {
+		t.Errorf("FromItem(COMPLETED) = %s %s, listed %t, %v; want %s COMPLETED, not listed, no error", got.Key.ID(), got.Status, listed, err, rec.Key.ID())
+	}
+}

@@ -542,11 +542,11 @@ func TestAuditScanErrorAfterPages(t *testing.T) {
 	}
 }
 
-// TestHandle: the handler takes a scheduled event as Lambda decodes it and
-// audits the segment of its time.
+// TestHandle: the handler takes a scheduled event as Lambda decodes it,
+// audits the segment of its time, and stamps its figures with that time.
 func TestHandle(t *testing.T) {
 	s := seed(t)
-	at := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	at := time.Date(2026, 11, 25, 10, 5, 0, 0, time.UTC)
 	raw := fmt.Sprintf(`{"version":"0","id":"cdc73f9d-aea9-11e3-9d5a-835b769c0d9c","detail-type":"Scheduled Event","source":"aws.events",
 		"account":"123456789012","time":%q,"region":"us-east-1","resources":["arn:aws:events:us-east-1:123456789012:rule/once-AuditorFunctionAudit"],"detail":{}}`, at.Format(time.RFC3339))
 	var ev events.EventBridgeEvent
@@ -561,6 +561,18 @@ func TestHandle(t *testing.T) {
 	want := `"segment":0,"segments":23`
 	if !strings.Contains(r.logs.String(), want) {
 		t.Errorf("logs %s, want %s", r.logs.String(), want)
+	}
+	// What segment 0 of 23 holds, read the same way.
+	res, err := s.auditor(t, &run{}, audit.Config{}).Audit(t.Context(), at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	figures := map[string][]float64{audit.MetricAbandoned: {float64(res.Stuck)}, audit.MetricIncomplete: {0}}
+	if diff := cmp.Diff(figures, r.figures(t)); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]int64{at.UnixMilli(), at.UnixMilli()}, r.stamps(t)); diff != "" {
+		t.Errorf("metric timestamps (-want +got), want the event's time:\n%s", diff)
 	}
 }
 
