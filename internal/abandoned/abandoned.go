@@ -9,7 +9,6 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
-	"github.com/oncehq/once/idempotency/recovery"
 )
 
 // LostCheckAfter is how long past its expiry an UNKNOWN record, or an
@@ -30,7 +29,13 @@ import (
 // harmless: the late check, and the write it leads to, are fenced on the
 // lease token rearm replaces. Alarming on one is not: Record.Stuck waits
 // for those retries too.
-const LostCheckAfter = recovery.MaxDelay + LostCheckMargin
+const LostCheckAfter = MaxDelay + LostCheckMargin
+
+// MaxDelay is recovery.MaxDelay, the longest a recovery check is delayed
+// in one hop (SQS's 15 minutes), copied so that the auditor's binary does
+// not link the recovery package for one constant (TestMaxDelay checks they
+// agree).
+const MaxDelay = 15 * time.Minute
 
 // LostCheckMargin is the slack of LostCheckAfter past recovery.MaxDelay.
 const LostCheckMargin = 15 * time.Minute
