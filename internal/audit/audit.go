@@ -27,12 +27,14 @@ const (
 
 // Schedule is the auditor's EventBridge schedule expression in
 // template.yaml: every hour at minute 5 (UTC). A scheduled event's time is
-// the time its rule was scheduled to trigger (not when the invocation, or
-// its asynchronous retry, ran), and a run's segment and the timestamps of
-// its figures are that time's hour; at minute 5, a run that starts late, is
-// retried 1 to 2 minutes later, or reaches CloudWatch Logs after a lag
-// still publishes early in its hour. rate(1 hour) would run at the deploy
-// time's minute: at xx:58, those figures would come after their hour.
+// when its rule triggered, within the scheduled minute (AWS's sample has
+// seconds, 16:53:06), not when the invocation ran: Lambda's asynchronous
+// retries get the same event, so the same time. A run's segment and the
+// timestamps of its figures are that time's hour; at minute 5, a run that
+// starts late, is retried 1 to 2 minutes later, or reaches CloudWatch Logs
+// after a lag still publishes early in its hour. rate(1 hour) would run at
+// the deploy time's minute: at xx:58, those figures would come after their
+// hour.
 const Schedule = "cron(5 * * * ? *)"
 
 // Defaults of Config.
