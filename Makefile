@@ -35,7 +35,7 @@ BUILD_DIR := build
 BIN_ROOT := .aws-sam-style
 BIN_DIR := $(BIN_ROOT)/build
 FUNCTIONS := $(sort $(notdir $(patsubst %/,%,$(wildcard functions/*/))))
-SAM_FUNCTIONS := ApiFunction AuthorizerFunction WorkerFunction SweeperFunction ReconcilerFunction CheckerFunction RetrierFunction ReceiptsFunction ResenderFunction ProviderFunction
+SAM_FUNCTIONS := ApiFunction AuthorizerFunction WorkerFunction SweeperFunction ReconcilerFunction CheckerFunction AuditorFunction RetrierFunction ReceiptsFunction ResenderFunction ProviderFunction
 ZIP := $(shell command -v zip 2>/dev/null)
 
 WITH_DYNAMODB := bash scripts/with-dynamodb.sh

@@ -2,7 +2,8 @@
 //
 // Each file is an event as AWS sends it to one function, named
 // <function>-<case>.json (api-*, authorizer-*, worker-*, sweeper-*,
-// reconciler-*, checker-*, retrier-*, receipts-*, resender-*, provider-*),
+// reconciler-*, checker-*, auditor-*, retrier-*, receipts-*, resender-*,
+// provider-*),
 // for `sam local invoke -e events/<file>.json <LogicalId>`.
 // TestEvents feeds every file to its function's handler, built as
 // functions/<name>/main.go builds it and invoked through lambda.NewHandler
@@ -470,6 +471,9 @@ var fixtures = map[string]fixture{
 			t.Errorf("the second delivery changed the record's lease token")
 		}
 	}},
+
+	// The auditor's hourly run: the segment of the event's time.
+	"auditor-scheduled.json": {run: runAuditorScheduled},
 
 	// A payment whose charge failed transiently, retried.
 	"retrier-retry.json": {run: func(t *testing.T, s *stack, file string) {

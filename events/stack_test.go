@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	apifn "github.com/oncehq/once/internal/api"
+	"github.com/oncehq/once/internal/audit"
 	"github.com/oncehq/once/internal/checker"
 	"github.com/oncehq/once/internal/provider/simulator"
 	"github.com/oncehq/once/internal/receipts"
@@ -52,6 +53,7 @@ const (
 	receiptsFunction   = "ReceiptsFunction"
 	resenderFunction   = "ResenderFunction"
 	providerFunction   = "ProviderFunction"
+	auditorFunction    = "AuditorFunction"
 )
 
 // stack is every function's handler, built as its functions/<name>/main.go
@@ -163,6 +165,13 @@ func newStack(t *testing.T) *stack {
 		}
 		s.handlers[fn] = lambda.NewHandler(h)
 	}
+
+	// functions/auditor.
+	auditor, err := audit.Function(cfg, fnClient, opts(auditorFunction))
+	if err != nil {
+		t.Fatalf("%s: %v", auditorFunction, err)
+	}
+	s.handlers[auditorFunction] = lambda.NewHandler(auditor.Handle)
 
 	// functions/provider.
 	s.handlers[providerFunction] = apigw.NewLambda(simulator.Handler(cfg, fnClient, opts(providerFunction)))

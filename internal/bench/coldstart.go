@@ -35,6 +35,7 @@ const Minimal = "minimal"
 // function is measured too.
 var coldEvents = map[string]string{
 	"api":        "api-create-payment.json",
+	"auditor":    "auditor-scheduled.json",
 	"authorizer": "authorizer-valid-key.json",
 	"checker":    "checker-due-check.json",
 	"provider":   "provider-function-url-charge.json",

@@ -266,3 +266,18 @@ func TestFunctionsLinkOnlyWhatTheyRun(t *testing.T) {
 		})
 	}
 }
+
+// TestAuditorLinksNoRecovery: the auditor only reads the idempotency table;
+// it does not link the recovery package (the checker's and sweeper's
+// code), whose one constant it needs internal/abandoned copies.
+func TestAuditorLinksNoRecovery(t *testing.T) {
+	module := modulePath(t)
+	graph := linkGraph(t, "./functions/auditor")
+	p, ok := graph[module+"/functions/auditor"]
+	if !ok {
+		t.Fatal("go list: no package functions/auditor")
+	}
+	if slices.Contains(p.Deps, module+"/idempotency/recovery") {
+		t.Errorf("functions/auditor links %s/idempotency/recovery", module)
+	}
+}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/oncehq/once/internal/abandoned"
+	"github.com/oncehq/once/internal/audit"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamoclient"
 	"github.com/oncehq/once/internal/samtemplate"
@@ -331,11 +333,29 @@ var persistentAlarms = map[string]bool{
 	"WorkerSettleFailedAlarm":      true,
 }
 
+// dailyAlarms are the alarms on a figure each record of the idempotency
+// table contributes to every audit.Segments hours (the auditor's
+// abandoned_records, one segment of the table an hour): they look at more
+// than twice that many hourly maxima, so that they stay up for as long as
+// such a record exists, a missed run included (see TestDailyAlarms).
+var dailyAlarms = map[string]bool{
+	"AbandonedRecordsAlarm": true,
+}
+
+// heartbeatAlarms fire when a figure a scheduled function emits every run
+// stops coming: SampleCount below 1, missing data breaching (see
+// TestHeartbeatAlarms). They are the exception to every other alarm's
+// GreaterThanThreshold, notBreaching and single period.
+var heartbeatAlarms = map[string]bool{
+	"AuditorSilentAlarm": true,
+}
+
 // TestAlarms: an alarm on every dead-letter queue's messages, on every
 // function's errors and throttles, on every stream-triggered function's
 // IteratorAge (maxIteratorAgeMS), on reconcile_failed,
 // reconcile_unroutable, reconcile_effects_dropped, zombie_unrestored,
-// reserve_effects_dropped, the retrier's worker_read_failed,
+// reserve_effects_dropped, the auditor's abandoned_records and
+// audit_incomplete, the retrier's worker_read_failed,
 // worker_lookup_failed and worker_settle_failed, and the stream worker's
 // worker_settle_failed (each a metric its function's code emits), and on the age of every work queue's oldest
 // message (a consumer that does not consume sends nothing to its
@@ -343,7 +363,8 @@ var persistentAlarms = map[string]bool{
 // Every alarm fires on any occurrence in one period but the age alarms,
 // which fire above what a healthy message can wait: SQS's longest delay,
 // then the receives that fail before its redrive policy moves it; and the
-// persistent alarms (see TestPersistentAlarms).
+// persistent alarms (see TestPersistentAlarms) and the daily ones (see
+// TestDailyAlarms).
 func TestAlarms(t *testing.T) {
 	queues, err := template(t).Queues()
 	if err != nil {
@@ -369,17 +390,19 @@ func TestAlarms(t *testing.T) {
 		case "IteratorAge":
 			threshold = maxIteratorAgeMS
 		}
-		if p["ComparisonOperator"] != "GreaterThanThreshold" || p["Threshold"] != threshold {
+		if heartbeatAlarms[id] {
+			// Checked by TestHeartbeatAlarms.
+		} else if p["ComparisonOperator"] != "GreaterThanThreshold" || p["Threshold"] != threshold {
 			t.Errorf("%s: %v %v, want GreaterThanThreshold %d", id, p["ComparisonOperator"], p["Threshold"], threshold)
 		}
-		if p["TreatMissingData"] != "notBreaching" {
+		if p["TreatMissingData"] != "notBreaching" && !heartbeatAlarms[id] {
 			t.Errorf("%s TreatMissingData = %v, want notBreaching", id, p["TreatMissingData"])
 		}
 		wantActions := map[string]any{"Fn::If": []any{"HasAlarmTopic", []any{map[string]any{"Ref": "AlarmTopicArn"}}, map[string]any{"Ref": "AWS::NoValue"}}}
 		if diff := cmp.Diff(wantActions, p["AlarmActions"]); diff != "" {
 			t.Errorf("%s AlarmActions mismatch (-want +got):\n%s", id, diff)
 		}
-		if !persistentAlarms[id] && (p["EvaluationPeriods"] != 1 || p["DatapointsToAlarm"] != nil) {
+		if !persistentAlarms[id] && !dailyAlarms[id] && !heartbeatAlarms[id] && (p["EvaluationPeriods"] != 1 || p["DatapointsToAlarm"] != nil) {
 			t.Errorf("%s: EvaluationPeriods %v, DatapointsToAlarm %v; want 1 and none (it fires on one period)", id, p["EvaluationPeriods"], p["DatapointsToAlarm"])
 		}
 		dims := list(p["Dimensions"])
@@ -422,7 +445,10 @@ func TestAlarms(t *testing.T) {
 		"once reconcile_effects_dropped Service=reconciler", "once zombie_unrestored Service=sweeper",
 		"once reserve_effects_dropped Service=api", "once worker_read_failed Service=retrier",
 		"once worker_lookup_failed Service=retrier", "once worker_settle_failed Service=retrier",
-		"once worker_settle_failed Service=worker")
+		"once worker_settle_failed Service=worker",
+		"once abandoned_records Service=auditor", "once audit_incomplete Service=auditor",
+		"once audit_incomplete Service=auditor") // AuditorSilentAlarm
+
 	for _, q := range work {
 		want = append(want, "AWS/SQS ApproximateAgeOfOldestMessage QueueName="+q.LogicalID+".QueueName")
 		visibility, err := strconv.Atoi(q.Attributes["VisibilityTimeout"])
@@ -514,6 +540,124 @@ func TestPersistentAlarms(t *testing.T) {
 	}
 }
 
+// TestDailyAlarms: an alarm on the auditor's abandoned_records fires on
+// one hourly maximum above 0 in its window (EvaluationPeriods periods of an
+// hour), so it stays up for that window after each sighting; the auditor
+// runs every hour and scans one of audit.Segments segments a run, so a
+// stuck record is seen every audit.Segments hours. A window of more than
+// Segments periods always holds a sighting (one in period p, the next in
+// p+Segments), so the alarm never drops to OK while the record is stuck;
+// one of more than 2 x Segments periods still does when one run is missed
+// (its three asynchronous attempts failed), the sighting before it and the
+// one after being 2 x Segments periods apart. CloudWatch allows Period x
+// EvaluationPeriods up to 7 days (604,800 s) for periods of an hour or
+// more (a day for shorter ones).
+func TestDailyAlarms(t *testing.T) {
+	alarms := template(t).ResourcesOfType("AWS::CloudWatch::Alarm")
+	fn := template(t).Functions()["AuditorFunction"]
+	var schedule string
+	for _, ev := range fn.Events() {
+		if ev.Type == "Schedule" {
+			schedule = fmt.Sprint(ev.Properties["Schedule"])
+		}
+	}
+	// Every hour at minute 5: the event's time, which a run's segment and
+	// its figures' timestamps come from, is the time the rule was
+	// scheduled to trigger, early in its hour whenever the stack was
+	// deployed (rate(1 hour) would run at the deploy time's minute, xx:58
+	// say, and a run's figures, late or retried, would land after their
+	// hour).
+	if schedule != audit.Schedule {
+		t.Errorf("AuditorFunction Schedule = %q, want %s: one segment an hour, early in the hour", schedule, audit.Schedule)
+	}
+	// A run stops reading audit.Margin before its deadline: its timeout
+	// must leave it time to read.
+	if timeout, _ := fn.Properties["Timeout"].(int); time.Duration(timeout)*time.Second < 4*audit.Margin {
+		t.Errorf("AuditorFunction Timeout = %v, want at least %v (4 times the margin audit.Margin it stops at)", fn.Properties["Timeout"], 4*audit.Margin)
+	}
+	for _, id := range sortedKeys(dailyAlarms) {
+		r, ok := alarms[id]
+		if !ok {
+			t.Errorf("%s: no such alarm", id)
+			continue
+		}
+		p := r.Properties
+		period, _ := p["Period"].(int)
+		evaluations, _ := p["EvaluationPeriods"].(int)
+		if p["Statistic"] != "Maximum" || period != 3600 || p["DatapointsToAlarm"] != 1 {
+			t.Errorf("%s: Statistic %v, Period %v, DatapointsToAlarm %v; want Maximum, 3600 (one run), 1", id, p["Statistic"], p["Period"], p["DatapointsToAlarm"])
+		}
+		if window := period * evaluations; window > 604800 || window <= 2*audit.Segments*3600 {
+			t.Errorf("%s: %d periods of %ds = %ds, want more than the %d hours between a sighting of a record and the next but one (2 x audit.Segments: one missed run tolerated) and at most CloudWatch's 7 days (604800s)",
+				id, evaluations, period, window, 2*audit.Segments)
+		}
+		desc, _ := p["AlarmDescription"].(string)
+		for _, want := range []string{"oncectl unknown", "oncectl reannounce -lost", "oncectl dlq redrive check"} {
+			if !strings.Contains(desc, want) {
+				t.Errorf("%s AlarmDescription = %q, want it to say %q", id, desc, want)
+			}
+		}
+	}
+}
+
+// TestHeartbeatAlarms: an alarm fires when the auditor stops running (its
+// schedule disabled, its invocations failing or throttled): no
+// audit_incomplete, which every completed run emits, 0 included, in 3
+// hourly periods. SampleCount below 1, missing data breaching (no data is
+// the point), all 3 periods: one missed run, or the current hour before
+// its run publishes, does not fire it.
+func TestHeartbeatAlarms(t *testing.T) {
+	alarms := template(t).ResourcesOfType("AWS::CloudWatch::Alarm")
+	for _, id := range sortedKeys(heartbeatAlarms) {
+		r, ok := alarms[id]
+		if !ok {
+			t.Errorf("%s: no such alarm", id)
+			continue
+		}
+		p := r.Properties
+		got := fmt.Sprintf("%v %v %v %v %v period %v, %v of %v, missing %v", p["Namespace"], p["MetricName"], p["Statistic"],
+			p["ComparisonOperator"], p["Threshold"], p["Period"], p["DatapointsToAlarm"], p["EvaluationPeriods"], p["TreatMissingData"])
+		want := fmt.Sprintf("once %s SampleCount LessThanThreshold 1 period 3600, 3 of 3, missing breaching", audit.MetricIncomplete)
+		if got != want {
+			t.Errorf("%s = %s, want %s", id, got, want)
+		}
+		desc, _ := p["AlarmDescription"].(string)
+		for _, want := range []string{"AuditorFunction", "AbandonedRecordsAlarm", "oncectl unknown"} {
+			if !strings.Contains(desc, want) {
+				t.Errorf("%s AlarmDescription = %q, want it to say %q", id, desc, want)
+			}
+		}
+	}
+}
+
+// TestAuditIncompleteAlarm: AuditIncompleteAlarm's advice follows what
+// stopped the run, as its log line's stopped_by says (audit.Audit's
+// page bound, deadline or scan error), and says that oncectl unknown stops
+// at 10,000 pages too.
+func TestAuditIncompleteAlarm(t *testing.T) {
+	p := template(t).ResourcesOfType("AWS::CloudWatch::Alarm")["AuditIncompleteAlarm"].Properties
+	desc, _ := p["AlarmDescription"].(string)
+	for _, want := range []string{"stopped_by", "page bound", "deadline", "scan error", "Timeout", "audit.Segments", "10,000 pages"} {
+		if !strings.Contains(desc, want) {
+			t.Errorf("AuditIncompleteAlarm AlarmDescription = %q, want it to say %q", desc, want)
+		}
+	}
+	if strings.Contains(desc, "whole table") {
+		t.Errorf("AuditIncompleteAlarm AlarmDescription = %q: oncectl unknown does not read the whole table past 10,000 pages", desc)
+	}
+}
+
+// TestStreamMaxRecordAge: the auditor waits, before it counts an External
+// reservation stuck, for the sweeper's stream retries of its last write
+// (abandoned.StreamMaxRecordAge): they must be the sweeper mapping's
+// MaximumRecordAgeInSeconds.
+func TestStreamMaxRecordAge(t *testing.T) {
+	p := streamEvent(t, "SweeperFunction").Properties
+	if n, _ := p["MaximumRecordAgeInSeconds"].(int); time.Duration(n)*time.Second != abandoned.StreamMaxRecordAge {
+		t.Errorf("SweeperFunction MaximumRecordAgeInSeconds = %v, want abandoned.StreamMaxRecordAge (%v)", p["MaximumRecordAgeInSeconds"], abandoned.StreamMaxRecordAge)
+	}
+}
+
 // TestOutputs derives the outputs an operator needs: the API's URL and ID,
 // each table's name (<Table>Name) and each queue's URL (<Queue>Url), and the
 // provider's and the mail API's URLs as the functions get them.
@@ -568,9 +712,10 @@ func TestCfnLintConfig(t *testing.T) {
 // queues (a check the Checker gave up on, the Scheduler's stream record the
 // sweeper gave up on) tell the operator what ends the records left behind,
 // as nothing timed does (no TTL on an External reservation or an UNKNOWN
-// record): oncectl reannounce -lost, within the queue's retention, in days,
-// after which the message is gone and the alarm clears. Every alarm's
-// description fits CloudFormation's 1024 characters.
+// record): oncectl reannounce -lost; that the message is gone after the
+// queue's retention, in days, and the alarm clears; and that
+// AbandonedRecordsAlarm fires for the record after that, while it is stuck. Every
+// alarm's description fits CloudFormation's 1024 characters.
 func TestRecoveryDLQAlarms(t *testing.T) {
 	res := template(t).Resources()
 	for id, r := range template(t).ResourcesOfType("AWS::CloudWatch::Alarm") {
@@ -595,7 +740,7 @@ func TestRecoveryDLQAlarms(t *testing.T) {
 			continue
 		}
 		desc, _ := a.Properties["AlarmDescription"].(string)
-		for _, want := range []string{"oncectl reannounce -lost", fmt.Sprintf("within %d days", secs/86400), "alarm clears"} {
+		for _, want := range []string{"oncectl reannounce -lost", fmt.Sprintf("%d days", secs/86400), "alarm clears", "AbandonedRecordsAlarm fires"} {
 			if !strings.Contains(desc, want) {
 				t.Errorf("%s AlarmDescription = %q, want it to say %q", alarm, desc, want)
 			}

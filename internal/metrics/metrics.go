@@ -57,7 +57,7 @@ func (e *Emitter) Count(names ...string) {
 		tail = e.tails[names[0]]
 	}
 	if tail == nil {
-		tail = e.tail(names)
+		tail = e.tail(names, 1)
 		if len(names) == 1 && len(e.tails) < maxTails {
 			if e.tails == nil {
 				e.tails = map[string][]byte{}
@@ -72,11 +72,40 @@ func (e *Emitter) Count(names ...string) {
 	_, _ = e.w.Write(b) // metrics are best effort
 }
 
+// Put writes one document giving the metric name the value v: a figure
+// measured at once (how many records an audit found stuck, 0 included),
+// where Count counts one occurrence. Its document is built anew each time.
+func (e *Emitter) Put(name string, v int64) {
+	if e == nil {
+		return
+	}
+	e.PutAt(name, v, e.now())
+}
+
+// PutAt is Put with the document's timestamp at instead of now: a figure
+// that belongs to another moment than the one it is written at (the hour a
+// scheduled run was due in, when it runs late). CloudWatch takes an EMF
+// timestamp up to two weeks in the past and two hours in the future.
+func (e *Emitter) PutAt(name string, v int64, at time.Time) {
+	if e == nil {
+		return
+	}
+	ts := at.UnixMilli()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b := append(e.buf[:0], timestampPrefix...)
+	b = strconv.AppendInt(b, ts, 10)
+	b = append(b, e.tail([]string{name}, v)...)
+	e.buf = b
+	_, _ = e.w.Write(b) // metrics are best effort
+}
+
 // timestampPrefix starts every document, up to its timestamp's digits.
 const timestampPrefix = `{"_aws":{"Timestamp":`
 
-// tail returns the document counting names after its timestamp.
-func (e *Emitter) tail(names []string) []byte {
+// tail returns the document giving each of names the value v, after its
+// timestamp.
+func (e *Emitter) tail(names []string, v int64) []byte {
 	metrics := make([]metric, len(names))
 	for i, n := range names {
 		metrics[i] = metric{Name: n, Unit: "Count"}
@@ -104,7 +133,8 @@ func (e *Emitter) tail(names []string) []byte {
 	for _, n := range names {
 		b.WriteByte(',')
 		writeJSON(&b, n)
-		b.WriteString(":1")
+		b.WriteByte(':')
+		b.WriteString(strconv.FormatInt(v, 10))
 	}
 	b.WriteString("}\n")
 	// The envelope's first field is its Timestamp, zero here.

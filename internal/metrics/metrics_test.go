@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -126,5 +127,37 @@ func BenchmarkCount(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		e.Count("reserve_created")
+	}
+}
+
+// TestPut: a figure is written with its value, 0 included, and a count
+// written after it still counts 1.
+func TestPut(t *testing.T) {
+	for _, v := range []int64{0, 1, 42} {
+		var buf bytes.Buffer
+		e := New(&buf, "once", map[string]string{"Service": "auditor"})
+		e.now = func() time.Time { return time.UnixMilli(1700000000123) }
+		e.Put("abandoned_records", v)
+		e.Count("abandoned_records")
+		want := fmt.Sprintf(`{"_aws":{"Timestamp":1700000000123,"CloudWatchMetrics":[{"Namespace":"once","Dimensions":[["Service"]],"Metrics":[{"Name":"abandoned_records","Unit":"Count"}]}]},"Service":"auditor","abandoned_records":%d}`+"\n", v) +
+			`{"_aws":{"Timestamp":1700000000123,"CloudWatchMetrics":[{"Namespace":"once","Dimensions":[["Service"]],"Metrics":[{"Name":"abandoned_records","Unit":"Count"}]}]},"Service":"auditor","abandoned_records":1}` + "\n"
+		if got := buf.String(); got != want {
+			t.Errorf("Put(%d), Count() wrote\n%s\nwant\n%s", v, got, want)
+		}
+	}
+	var e *Emitter
+	e.Put("x", 1) // must not panic
+	e.PutAt("x", 1, time.Now())
+}
+
+// TestPutAt: the document carries the time it is given, not the clock's.
+func TestPutAt(t *testing.T) {
+	var buf bytes.Buffer
+	e := New(&buf, "once", map[string]string{"Service": "auditor"})
+	e.now = func() time.Time { return time.UnixMilli(1700000999000) }
+	e.PutAt("abandoned_records", 3, time.UnixMilli(1700000000123))
+	want := `{"_aws":{"Timestamp":1700000000123,"CloudWatchMetrics":[{"Namespace":"once","Dimensions":[["Service"]],"Metrics":[{"Name":"abandoned_records","Unit":"Count"}]}]},"Service":"auditor","abandoned_records":3}` + "\n"
+	if got := buf.String(); got != want {
+		t.Errorf("PutAt wrote\n%s\nwant\n%s", got, want)
 	}
 }

@@ -13,7 +13,11 @@
 //     and no TTL deletes them: nothing else will) and those whose lease
 //     ran out whose item still carries the TTL attribute (written before
 //     External reservations lost it: DynamoDB's TTL may delete them a day
-//     past their lease). The raw key is never stored, so never shown.
+//     past their lease). The raw key is never stored, so never shown. An
+//     item the filter reads that does not decode as a record is skipped,
+//     named on stderr with the aws dynamodb get-item that shows it (the
+//     auditor's kind unreadable); reannounce -lost skips it too, counts it
+//     and exits 1.
 //   - show prints one record as JSON: its state, lease, expiry and the key
 //     forwarded to the provider, and with -bodies the canonical request and
 //     the stored response. A record is named by its ID, or by -tenant and

@@ -379,3 +379,49 @@ func TestReannounceLostRereads(t *testing.T) {
 		})
 	}
 }
+
+// TestUnreadableItem: an item the Scan filter reads (UNKNOWN) that does
+// not decode as a record (here, no expires_ms) is no reason to stop:
+// unknown warns on stderr with its ID and how to inspect it, and lists the
+// others; reannounce -lost re-arms the others, counts it skipped in its
+// summary and exits 1. forget cannot read it either (it says so): the
+// runbook deletes it with aws dynamodb delete-item.
+func TestUnreadableItem(t *testing.T) {
+	e := newEnv(t)
+	now := time.Now()
+	lost := idempotency.Record{
+		Key: idempotency.NewKey("acme", "lost"), Status: idempotency.StatusUnknown, Route: "POST /v1/charges", Fingerprint: "f00d",
+		External: true, LeaseToken: idempotency.NewToken(), ExpiresAt: now.Add(-24 * time.Hour),
+		CreatedAt: now.Add(-48 * time.Hour), UpdatedAt: now.Add(-48 * time.Hour),
+	}
+	e.put(t, lost)
+	bad := lost
+	bad.Key = idempotency.NewKey("acme", "unreadable")
+	item := dynamo.ItemFromRecord(bad)
+	delete(item, dynamo.AttrExpiresAtMS)
+	if _, err := e.db.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(e.names.ByLogicalID["IdempotencyTable"]), Item: item}); err != nil {
+		t.Fatal(err)
+	}
+	id := bad.Key.ID()
+
+	code, out, errOut := e.run(t, "unknown", "-json")
+	if code != 0 || !strings.Contains(out, lost.Key.ID()) || strings.Contains(out, id) {
+		t.Errorf("unknown = %d, %q; want 0, listing %s and not %s (stderr %q)", code, out, lost.Key.ID(), id, errOut)
+	}
+	if !strings.Contains(errOut, id) || !strings.Contains(errOut, "unreadable") || !strings.Contains(errOut, "aws dynamodb get-item") {
+		t.Errorf("unknown stderr = %q, want a warning naming %s, unreadable, and aws dynamodb get-item", errOut, id)
+	}
+
+	code, out, errOut = e.run(t, "reannounce", "-lost")
+	if code != 1 || !strings.Contains(out, lost.Key.ID()+" re-announced") || !strings.Contains(errOut, id) ||
+		!strings.Contains(errOut, "1 re-announced, 0 failed, 1 unreadable skipped") {
+		t.Errorf("reannounce -lost = %d, %q, %q; want 1, %s re-announced, %s warned about, 1 unreadable skipped in the summary", code, out, errOut, lost.Key.ID(), id)
+	}
+	if got, err := e.store.Get(t.Context(), lost.Key); err != nil || got.LeaseToken == lost.LeaseToken {
+		t.Errorf("%s after reannounce -lost: %+v, %v; want it re-armed under a new lease token", lost.Key.ID(), got, err)
+	}
+
+	if code, _, errOut := e.run(t, "forget", id); code == 0 || !strings.Contains(errOut, id) {
+		t.Errorf("forget %s = %d, %q; want a failure naming it (it cannot read it)", id, code, errOut)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,31 +15,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/oncehq/once/idempotency"
-	"github.com/oncehq/once/idempotency/dynamo"
-	"github.com/oncehq/once/idempotency/recovery"
+	"github.com/oncehq/once/internal/abandoned"
 )
 
 // lostCheckAfter is how long past its expiry an UNKNOWN record, or an
 // External reservation past its lease, must be for unknown to call its
-// check lost: the Checker redrives an UNKNOWN record at its expiry, and
-// hands an External reservation to the reconciler at its lease deadline
-// (plus the Scheduler's margin), its check sent on in hops of at most
-// recovery.MaxDelay; lostCheckMargin covers the queue's delivery, the
-// Checker's retries and clocks that disagree. Past it, its check chain was
-// lost (a check in the check dead-letter queue, or the Scheduler's stream
-// record in the sweeper's): `oncectl reannounce` re-arms it. Neither
-// record has a TTL attribute: nothing else ends it.
-//
-// The margin does not cover the sweeper mapping's stream retries: the
-// Scheduler's stream record is retried for up to an hour
-// (MaximumRecordAgeInSeconds 3600) before it goes to the sweeper's
-// dead-letter queue, so a check may still be armed, and come late, for a
-// record listed lost. Re-arming one is harmless: the late check, and the
-// write it leads to, are fenced on the lease token rearm replaces.
-const lostCheckAfter = recovery.MaxDelay + lostCheckMargin
-
-// lostCheckMargin: see lostCheckAfter.
-const lostCheckMargin = 15 * time.Minute
+// check lost (abandoned.LostCheckAfter, shared with the auditor function).
+const lostCheckAfter = abandoned.LostCheckAfter
 
 // unknown lists the UNKNOWN records, and the External reservations whose
 // check is lost (listUnknown): a Scan of the idempotency table with a
@@ -71,7 +52,7 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 		return usageError{fs, "-limit must be positive"}
 	}
 	now := t.now()
-	recs, err := t.listUnknown(ctx, *tenant, now)
+	recs, unreadable, err := t.listUnknown(ctx, *tenant, now)
 	if err != nil {
 		return err
 	}
@@ -106,19 +87,15 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 	if lost > 0 {
 		fmt.Fprintf(t.errOut, "%d past their expiry by more than %s: their check was lost (see the check and sweeper dead-letter queues); `oncectl reannounce RECORD` re-arms one, `oncectl reannounce -lost` all\n", lost, lostCheckAfter)
 	}
+	if unreadable > 0 {
+		fmt.Fprintf(t.errOut, "%d unreadable item(s) skipped (named above)\n", unreadable)
+	}
 	return nil
 }
 
 // unknownRecord is a record as listUnknown reads it: UNKNOWN, or an
-// External reservation whose lease ran out.
-type unknownRecord struct {
-	idempotency.Record
-	// legacyTTL: its item still carries the TTL attribute: it went
-	// UNKNOWN (or was reserved, External) before such records lost it,
-	// and DynamoDB's TTL may delete it. No check is armed for a legacy
-	// UNKNOWN record.
-	legacyTTL bool
-}
+// External reservation whose lease ran out (abandoned.FromItem).
+type unknownRecord = abandoned.Record
 
 // listUnknown reads, of tenant unless it is empty, the UNKNOWN records, and
 // the External reservations (IN_PROGRESS) whose lease ran out at now and
@@ -128,52 +105,46 @@ type unknownRecord struct {
 // reservation will be handed to the reconciler by its check (lost) or
 // before DynamoDB's TTL may delete it (a legacy item's check may be lost
 // too, and its TTL frees its key until the sweeper restores it).
-func (t *Tool) listUnknown(ctx context.Context, tenant string, now time.Time) ([]unknownRecord, error) {
-	filter := "(#status = :unknown OR #status = :in_progress AND #external = :true AND #expires_ms <= :now)"
-	names := map[string]string{"#status": dynamo.AttrStatus, "#external": dynamo.AttrExternal, "#expires_ms": dynamo.AttrExpiresAtMS}
-	values := map[string]types.AttributeValue{
-		":unknown":     &types.AttributeValueMemberS{Value: string(idempotency.StatusUnknown)},
-		":in_progress": &types.AttributeValueMemberS{Value: string(idempotency.StatusInProgress)},
-		":true":        &types.AttributeValueMemberBOOL{Value: true},
-		":now":         &types.AttributeValueMemberN{Value: strconv.FormatInt(now.UnixMilli(), 10)},
-	}
-	if tenant != "" {
-		filter += " AND #tenant = :tenant"
-		names["#tenant"] = dynamo.AttrTenant
-		values[":tenant"] = &types.AttributeValueMemberS{Value: tenant}
-	}
+//
+// An item the filter reads that does not decode as a record (the auditor's
+// kind unreadable) is skipped, not a reason to stop: one line on stderr
+// names it (its ID) and how to inspect it, and the count of them is
+// returned.
+func (t *Tool) listUnknown(ctx context.Context, tenant string, now time.Time) ([]unknownRecord, int, error) {
+	filter, names, values := abandoned.Filter(tenant, now)
+	table := t.cfg.Table("IdempotencyTable")
 	in := &dynamodb.ScanInput{
-		TableName:                 aws.String(t.cfg.Table("IdempotencyTable")),
+		TableName:                 aws.String(table),
 		FilterExpression:          aws.String(filter),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 	}
 	var recs []unknownRecord
+	unreadable := 0
 	err := t.scanAll(ctx, in, "the records listed are the oldest of those read, not of the whole table", func(item map[string]types.AttributeValue) error {
-		rec, err := dynamo.RecordFromItem(item)
+		rec, listed, err := abandoned.FromItem(item, now)
 		if err != nil {
-			return fmt.Errorf("record %s: %w", pkOf(item), err)
+			unreadable++
+			id := abandoned.ItemID(item)
+			fmt.Fprintf(t.errOut, "skipped unreadable item %s (%v): inspect it with aws dynamodb get-item --table-name %s --key '{\"pk\":{\"S\":\"%s\"}}'\n",
+				id, err, table, id)
+			return nil
 		}
-		_, ttl := item[dynamo.AttrExpiresAt]
-		if rec.Status == idempotency.StatusInProgress && !ttl && !checkLost(rec, now) {
-			return nil // its check is still due to hand it to the reconciler
+		if listed { // a reservation whose check is still due to hand it to the reconciler is not
+			recs = append(recs, rec)
 		}
-		recs = append(recs, unknownRecord{Record: rec, legacyTTL: ttl})
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, unreadable, err
 	}
 	sortByAge(recs)
-	return recs, nil
+	return recs, unreadable, nil
 }
 
 // checkLost reports whether rec, UNKNOWN or an External reservation, is
-// past its expiry by more than lostCheckAfter at now: its check never
-// redrove it, or never handed it to the reconciler.
-func checkLost(rec idempotency.Record, now time.Time) bool {
-	return !rec.ExpiresAt.IsZero() && now.Sub(rec.ExpiresAt) > lostCheckAfter
-}
+// past its expiry by more than lostCheckAfter at now (abandoned.CheckLost).
+func checkLost(rec idempotency.Record, now time.Time) bool { return abandoned.CheckLost(rec, now) }
 
 // recordSummary is a line of the unknown listing.
 type recordSummary struct {
@@ -219,13 +190,6 @@ func sortByAge(recs []unknownRecord) {
 	})
 }
 
-func pkOf(item map[string]types.AttributeValue) string {
-	if s, ok := item[dynamo.AttrPK].(*types.AttributeValueMemberS); ok {
-		return s.Value
-	}
-	return "(no pk)"
-}
-
 // keyArg reads the record a command is about: its ID (tenant#key-hash) as
 // the one argument, or -tenant and -key (the raw key, hashed here and never
 // printed).
@@ -257,10 +221,13 @@ func (t *Tool) recordArg(fs *flag.FlagSet) func(ctx context.Context, args []stri
 			return key, idempotency.Record{}, err
 		}
 		rec, err := t.store.Get(ctx, key)
-		if errors.Is(err, idempotency.ErrNotFound) {
+		switch {
+		case errors.Is(err, idempotency.ErrNotFound):
 			return key, rec, fmt.Errorf("no record %s", key.ID())
+		case err != nil:
+			return key, rec, fmt.Errorf("%s: %w", key.ID(), err)
 		}
-		return key, rec, err
+		return key, rec, nil
 	}
 }
 
@@ -373,10 +340,12 @@ func (t *Tool) reannounce(ctx context.Context, args []string) error {
 // oldest first; one line each, by record ID. Each is read again,
 // consistently, before its write (reread): one that fails (changed since
 // the listing, or no longer abandoned) is reported and the rest still
-// done; the error then counts them.
+// done; the error then counts them. An unreadable item (listUnknown) is
+// skipped, named on stderr, counted in the summary, and fails the command
+// too: nothing re-arms it.
 func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) error {
 	now := t.now()
-	recs, err := t.listUnknown(ctx, tenant, now)
+	recs, unreadable, err := t.listUnknown(ctx, tenant, now)
 	if err != nil {
 		return err
 	}
@@ -385,16 +354,16 @@ func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) err
 		if done+failed == limit {
 			break
 		}
-		if !abandoned(rec, now) {
+		if !rec.Abandoned(now) {
 			continue
 		}
 		why := "check lost"
 		switch {
-		case rec.Status == idempotency.StatusInProgress && rec.legacyTTL:
+		case rec.Status == idempotency.StatusInProgress && rec.LegacyTTL:
 			why = "External reservation, lease run out, TTL attribute"
 		case rec.Status == idempotency.StatusInProgress:
 			why = "External reservation, check lost"
-		case rec.legacyTTL:
+		case rec.LegacyTTL:
 			why = "TTL attribute, no check armed"
 		}
 		// The listing's Scan is eventually consistent, and rearm's write
@@ -413,20 +382,16 @@ func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) err
 		done++
 		fmt.Fprintf(t.out, "%s re-announced (%s; UNKNOWN under a new lease token, expires %s)\n", rec.Key.ID(), why, expires.UTC().Format(time.RFC3339))
 	}
-	fmt.Fprintf(t.errOut, "%d re-announced, %d failed, of %d UNKNOWN record(s) or abandoned External reservation(s) read\n", done, failed, len(recs))
+	fmt.Fprintf(t.errOut, "%d re-announced, %d failed, %d unreadable skipped, of %d UNKNOWN record(s) or abandoned External reservation(s) read\n",
+		done, failed, unreadable, len(recs))
+	var errs []error
 	if failed > 0 {
-		return fmt.Errorf("%d record(s) not re-announced: look at them again with `oncectl show`", failed)
+		errs = append(errs, fmt.Errorf("%d record(s) not re-announced: look at them again with `oncectl show`", failed))
 	}
-	return nil
-}
-
-// abandoned reports whether rec, as listUnknown read it, is one no check
-// will redrive or hand to the reconciler at now: past its expiry by more
-// than lostCheckAfter (checkLost), or an item with the TTL attribute
-// (legacy) that is UNKNOWN or whose lease ran out.
-func abandoned(rec unknownRecord, now time.Time) bool {
-	return checkLost(rec.Record, now) ||
-		rec.legacyTTL && (rec.Status == idempotency.StatusUnknown || rec.Expired(now))
+	if unreadable > 0 {
+		errs = append(errs, fmt.Errorf("%d unreadable item(s) skipped: inspect each with aws dynamodb get-item (above), and delete it with aws dynamodb delete-item if it must go", unreadable))
+	}
+	return errors.Join(errs...)
 }
 
 // reread reads rec's record again, strongly consistent, and returns it if
@@ -444,7 +409,7 @@ func (t *Tool) reread(ctx context.Context, rec unknownRecord, now time.Time) (id
 	}
 	same := got.Status == rec.Status && got.External == rec.External && got.LeaseToken == rec.LeaseToken &&
 		got.ExpiresAt.Equal(rec.ExpiresAt) && got.UpdatedAt.Equal(rec.UpdatedAt)
-	if !same || !abandoned(unknownRecord{Record: got, legacyTTL: rec.legacyTTL}, now) {
+	if !same || !(unknownRecord{Record: got, LegacyTTL: rec.LegacyTTL}).Abandoned(now) {
 		return got, fmt.Errorf("%s changed meanwhile (now %s, expires %s): look at it again with `oncectl show`",
 			rec.Key.ID(), got.Status, got.ExpiresAt.UTC().Format(time.RFC3339))
 	}

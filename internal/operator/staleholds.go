@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/internal/abandoned"
 	"github.com/oncehq/once/internal/payments"
 )
 
@@ -340,15 +341,8 @@ func (t *Tool) staleLine(p payments.Payment, hv holdView, rec idempotency.Record
 // began (a client's retry re-marking it UNKNOWN and the sweeper's restore
 // keep it, and reset UpdatedAt); its UpdatedAt when it has no CreatedAt;
 // the zero time when it has neither.
-func recordAge(rec idempotency.Record) (time.Time, string) {
-	switch {
-	case !rec.CreatedAt.IsZero():
-		return rec.CreatedAt, "created_at"
-	case !rec.UpdatedAt.IsZero():
-		return rec.UpdatedAt, "updated_at"
-	}
-	return time.Time{}, ""
-}
+// (abandoned.Age, which the auditor function logs.)
+func recordAge(rec idempotency.Record) (time.Time, string) { return abandoned.Age(rec) }
 
 // timeOrNil is t in UTC, or nil when t is zero.
 func timeOrNil(t time.Time) *time.Time {
