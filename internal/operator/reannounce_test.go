@@ -202,13 +202,16 @@ func TestUnknownListsLostReservations(t *testing.T) {
 		legacy   bool          // the item carries the TTL attribute
 		listed   bool
 		lost     bool
+		counted  bool // by the auditor (abandoned.Record.Stuck)
 	}{
 		{name: "unknown", status: idempotency.StatusUnknown, external: true, expires: day, listed: true},
-		{name: "external, check lost", status: idempotency.StatusInProgress, external: true, expires: -day, listed: true, lost: true},
+		{name: "unknown, check lost", status: idempotency.StatusUnknown, external: true, expires: -day, listed: true, lost: true, counted: true},
+		{name: "legacy unknown", status: idempotency.StatusUnknown, external: true, expires: day, legacy: true, listed: true, counted: true},
+		{name: "external, check lost", status: idempotency.StatusInProgress, external: true, expires: -day, listed: true, lost: true, counted: true},
 		{name: "external, lease just run out", status: idempotency.StatusInProgress, external: true, expires: -time.Minute},
 		{name: "external, within its lease", status: idempotency.StatusInProgress, external: true, expires: time.Minute},
 		{name: "legacy external, lease run out", status: idempotency.StatusInProgress, external: true, expires: -time.Minute, legacy: true, listed: true},
-		{name: "legacy external, check lost", status: idempotency.StatusInProgress, external: true, expires: -day, legacy: true, listed: true, lost: true},
+		{name: "legacy external, check lost", status: idempotency.StatusInProgress, external: true, expires: -day, legacy: true, listed: true, lost: true, counted: true},
 		{name: "legacy external, within its lease", status: idempotency.StatusInProgress, external: true, expires: time.Minute, legacy: true},
 		{name: "not external, long run out", status: idempotency.StatusInProgress, expires: -day, legacy: true},
 	}
@@ -216,6 +219,7 @@ func TestUnknownListsLostReservations(t *testing.T) {
 		Record    string `json:"record"`
 		Status    string `json:"status"`
 		CheckLost bool   `json:"check_lost"`
+		Counted   *bool  `json:"counted"`
 	}
 	recs := make([]idempotency.Record, len(tests))
 	for i, tt := range tests {
@@ -250,14 +254,32 @@ func TestUnknownListsLostReservations(t *testing.T) {
 			if listed && (g.Status != string(tt.status) || g.CheckLost != tt.lost) {
 				t.Errorf("listed as %s, check_lost %v; want %s, %v", g.Status, g.CheckLost, tt.status, tt.lost)
 			}
+			if listed && (g.Counted == nil || *g.Counted != tt.counted) {
+				t.Errorf("listed with counted %v, want %v (the auditor's abandoned.Record.Stuck)", g.Counted, tt.counted)
+			}
 		})
 	}
 	code, out, errOut = e.run(t, "unknown")
-	if header, _, _ := strings.Cut(out, "\n"); !strings.Contains(header, "AGE") || strings.Contains(header, "UNKNOWN FOR") {
-		t.Errorf("table header = %q, want AGE (the rows are not all UNKNOWN), not UNKNOWN FOR", header)
+	header, rows, _ := strings.Cut(out, "\n")
+	if !strings.Contains(header, "AGE") || strings.Contains(header, "UNKNOWN FOR") || !strings.Contains(header, "COUNTED") {
+		t.Errorf("table header = %q, want AGE (the rows are not all UNKNOWN), not UNKNOWN FOR, and COUNTED", header)
 	}
-	if code != 0 || !strings.Contains(out, "IN_PROGRESS") || !strings.Contains(errOut, "3 External reservation(s)") || !strings.Contains(errOut, "2 past their expiry") {
-		t.Errorf("table = exit %d %q %q, want the reservations listed IN_PROGRESS, counted, and the 2 lost checks", code, out, errOut)
+	if code != 0 || !strings.Contains(out, "IN_PROGRESS") || !strings.Contains(errOut, "3 External reservation(s)") || !strings.Contains(errOut, "3 past their expiry") ||
+		!strings.Contains(errOut, "4 counted by the auditor") {
+		t.Errorf("table = exit %d %q %q, want the reservations listed IN_PROGRESS, counted, the 3 lost checks and the 4 the auditor counts", code, out, errOut)
+	}
+	for i, tt := range tests {
+		if !tt.listed {
+			continue
+		}
+		for row := range strings.Lines(rows) {
+			if !strings.HasPrefix(row, recs[i].Key.ID()) {
+				continue
+			}
+			if fields := strings.Fields(row); fields[len(fields)-1] != map[bool]string{true: "yes", false: "no"}[tt.counted] {
+				t.Errorf("%s: row %q, want COUNTED (last) %v", tt.name, row, tt.counted)
+			}
+		}
 	}
 }
 

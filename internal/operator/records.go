@@ -41,7 +41,11 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 			"A lost check may still come late (the sweeper's stream retries last up to an hour): re-arming the\n"+
 			"record is harmless, the late check is fenced on the lease token reannounce replaces.\n"+
 			"AGE is from created_at (or updated_at), for UNKNOWN records and reservations alike.\n"+
-			"-json adds created_at, updated_at and check_lost.")
+			"COUNTED says yes for a record the auditor function counts (abandoned_records, AbandonedRecordsAlarm):\n"+
+			"lost or legacy, and for a reservation last written more than "+(abandoned.StreamMaxRecordAge+abandoned.LostCheckMargin).String()+" ago; AbandonedRecordsAlarm clears\n"+
+			"(two days after the last sighting) once no row says yes and no unreadable item is skipped.\n"+
+			"The counts on stderr are of every record read, before -limit cuts the listing.\n"+
+			"-json adds created_at, updated_at, check_lost and counted.")
 	tenant := fs.String("tenant", "", "only this tenant's records")
 	limit := fs.Int("limit", 100, "list at most this many")
 	asJSON := fs.Bool("json", false, "one JSON object per line")
@@ -56,39 +60,53 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(recs) > *limit {
-		recs = recs[:*limit]
-	}
+	// Counted over every record read, before the cut.
 	rows := make([]recordSummary, len(recs))
-	lost, reservations := 0, 0
+	lost, reservations, counted := 0, 0, 0
 	for i, rec := range recs {
-		rows[i] = summary(rec.Record, now)
+		rows[i] = summary(rec, now)
 		if rows[i].CheckLost {
 			lost++
+		}
+		if rows[i].Counted {
+			counted++
 		}
 		if rec.Status == idempotency.StatusInProgress {
 			reservations++
 		}
 	}
-	err = writeListing(t, rows, *asJSON, "RECORD\tSTATUS\tROUTE\tAGE\tEXPIRES\tCHECK", func(s recordSummary) string {
-		check := "armed"
+	read := len(rows)
+	if len(rows) > *limit {
+		rows = rows[:*limit]
+	}
+	err = writeListing(t, rows, *asJSON, "RECORD\tSTATUS\tROUTE\tAGE\tEXPIRES\tCHECK\tCOUNTED", func(s recordSummary) string {
+		check, count := "armed", "no"
 		if s.CheckLost {
 			check = "lost"
 		}
-		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", s.Record, s.Status, s.Route, s.For, s.ExpiresAt.Format(time.RFC3339), check)
+		if s.Counted {
+			count = "yes"
+		}
+		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", s.Record, s.Status, s.Route, s.For, s.ExpiresAt.Format(time.RFC3339), check, count)
 	})
 	if err != nil || *asJSON {
 		return err
 	}
-	fmt.Fprintf(t.errOut, "%d UNKNOWN record(s)\n", len(recs)-reservations)
+	if read > len(rows) {
+		fmt.Fprintf(t.errOut, "%d read, %d listed (raise -limit)\n", read, len(rows))
+	}
+	fmt.Fprintf(t.errOut, "%d UNKNOWN record(s)\n", read-reservations)
 	if reservations > 0 {
 		fmt.Fprintf(t.errOut, "%d External reservation(s) (IN_PROGRESS) whose lease ran out, no check handing them to the reconciler or a TTL attribute\n", reservations)
 	}
 	if lost > 0 {
 		fmt.Fprintf(t.errOut, "%d past their expiry by more than %s: their check was lost (see the check and sweeper dead-letter queues); `oncectl reannounce RECORD` re-arms one, `oncectl reannounce -lost` all\n", lost, lostCheckAfter)
 	}
+	if counted > 0 {
+		fmt.Fprintf(t.errOut, "%d counted by the auditor (COUNTED yes): AbandonedRecordsAlarm stays up while one is left\n", counted)
+	}
 	if unreadable > 0 {
-		fmt.Fprintf(t.errOut, "%d unreadable item(s) skipped (named above)\n", unreadable)
+		fmt.Fprintf(t.errOut, "%d unreadable item(s) skipped (named above), counted by the auditor too\n", unreadable)
 	}
 	return nil
 }
@@ -165,14 +183,17 @@ type recordSummary struct {
 	// CheckLost: the record is past its expiry by more than
 	// lostCheckAfter, so its check never redrove it.
 	CheckLost bool `json:"check_lost"`
+	// Counted: the auditor function counts it (abandoned.Record.Stuck),
+	// and AbandonedRecordsAlarm stays up while it is left.
+	Counted bool `json:"counted"`
 }
 
-func summary(rec idempotency.Record, now time.Time) recordSummary {
-	since, from := recordAge(rec)
+func summary(rec unknownRecord, now time.Time) recordSummary {
+	since, from := recordAge(rec.Record)
 	s := recordSummary{
 		Record: rec.Key.ID(), Tenant: rec.Key.Tenant, Status: string(rec.Status), Route: rec.Route, Since: since.UTC(), SinceFrom: from,
 		CreatedAt: timeOrNil(rec.CreatedAt), UpdatedAt: timeOrNil(rec.UpdatedAt), ExpiresAt: rec.ExpiresAt.UTC(),
-		CheckLost: checkLost(rec, now),
+		CheckLost: checkLost(rec.Record, now), Counted: rec.Stuck(now),
 	}
 	if !since.IsZero() {
 		s.For = now.Sub(since).Round(time.Second).String()
