@@ -131,9 +131,8 @@ func (r Record) Abandoned(now time.Time) bool {
 // after its lease ran out at the earliest, and never less than
 // StreamMaxRecordAge plus LostCheckMargin (an hour and 15 minutes) after
 // its last write: later than reannounce -lost may re-arm it, which only
-// delays the alarm on a record the upgrade's runbook re-arms anyway (and
-// TTL deletes it a day past its lease, the sweeper restoring it UNKNOWN,
-// counted from then on as one). An UNKNOWN record needs no such wait: its expiry is the
+// delays the alarm on a record the upgrade's runbook re-arms anyway. An
+// UNKNOWN record needs no such wait: its expiry is the
 // retention (at least an hour, config.MinRetention) after the write that
 // made it UNKNOWN, so CheckLost already comes after the stream's retries.
 func (r Record) Stuck(now time.Time) bool {
