@@ -324,7 +324,10 @@ func (t *Tool) reannounce(ctx context.Context, args []string) error {
 		"Hand a record to the reconciler again: an UNKNOWN record, or an External reservation whose lease ran out; either is then UNKNOWN, its expiry at least ONCE_RETENTION from now, kept until it is reconciled or forgotten.\n"+
 			"-lost does so for every record `oncectl unknown` lists (of -tenant) that no recovery check will hand to the reconciler, oldest first:\n"+
 			"the UNKNOWN records and External reservations it marks lost, and those written before the upgrade that took their TTL\n"+
-			"attribute (expires_at) away (UNKNOWN, or External reservations whose lease ran out). A record changed meanwhile is reported and skipped.")
+			"attribute (expires_at) away (UNKNOWN, or External reservations whose lease ran out). A record changed meanwhile is reported and skipped.\n"+
+			"-lost ends its summary on stderr with a line rearmed=N changed=N unreadable=N failed=N. Exit status: 0 when every\n"+
+			"record it tried was re-armed (unreadable items, which it cannot re-arm, are skipped, named and counted, not a failure);\n"+
+			"1 when one changed meanwhile or failed (run it again); 2 on a usage error.")
 	lost := fs.Bool("lost", false, "every UNKNOWN record or External reservation whose check is lost or that still has a TTL attribute (no RECORD)")
 	limit := fs.Int("limit", 100, "with -lost: re-announce at most this many")
 	read := t.recordArg(fs)
@@ -359,20 +362,21 @@ func (t *Tool) reannounce(ctx context.Context, args []string) error {
 // by more than lostCheckAfter, or still carrying the TTL attribute (the
 // reservations listUnknown reads have run out of lease). At most limit,
 // oldest first; one line each, by record ID. Each is read again,
-// consistently, before its write (reread): one that fails (changed since
-// the listing, or no longer abandoned) is reported and the rest still
-// done; the error then counts them. An unreadable item (listUnknown) is
-// skipped, named on stderr, counted in the summary, and fails the command
-// too: nothing re-arms it.
+// consistently, before its write (reread): one changed since the listing,
+// or no longer abandoned (errChanged), or whose write fails is reported
+// and the rest still done; the error then counts them. An unreadable item
+// (listUnknown) is skipped, named on stderr and counted in the summary,
+// not an error: nothing re-arms it, and the count says it is left. The
+// summary's last line is rearmed=N changed=N unreadable=N failed=N.
 func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) error {
 	now := t.now()
 	recs, unreadable, err := t.listUnknown(ctx, tenant, now)
 	if err != nil {
 		return err
 	}
-	done, failed := 0, 0
+	done, changed, failed := 0, 0, 0
 	for _, rec := range recs {
-		if done+failed == limit {
+		if done+changed+failed == limit {
 			break
 		}
 		if !rec.Abandoned(now) {
@@ -396,24 +400,32 @@ func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) err
 			expires, err = t.rearm(ctx, fresh, now)
 		}
 		if err != nil {
-			failed++
+			if errors.Is(err, errChanged) {
+				changed++
+			} else {
+				failed++
+			}
 			fmt.Fprintln(t.out, err) // it names the record
 			continue
 		}
 		done++
 		fmt.Fprintf(t.out, "%s re-announced (%s; UNKNOWN under a new lease token, expires %s)\n", rec.Key.ID(), why, expires.UTC().Format(time.RFC3339))
 	}
-	fmt.Fprintf(t.errOut, "%d re-announced, %d failed, %d unreadable skipped, of %d UNKNOWN record(s) or abandoned External reservation(s) read\n",
-		done, failed, unreadable, len(recs))
-	var errs []error
-	if failed > 0 {
-		errs = append(errs, fmt.Errorf("%d record(s) not re-announced: look at them again with `oncectl show`", failed))
-	}
+	fmt.Fprintf(t.errOut, "%d re-announced, %d changed meanwhile, %d failed, %d unreadable skipped, of %d UNKNOWN record(s) or abandoned External reservation(s) read\n",
+		done, changed, failed, unreadable, len(recs))
 	if unreadable > 0 {
-		errs = append(errs, fmt.Errorf("%d unreadable item(s) skipped: inspect each with aws dynamodb get-item (above), and delete it with aws dynamodb delete-item if it must go", unreadable))
+		fmt.Fprintf(t.errOut, "%d unreadable item(s) skipped, counted by the auditor: inspect each with aws dynamodb get-item (above), and delete it with aws dynamodb delete-item if it must go\n", unreadable)
 	}
-	return errors.Join(errs...)
+	fmt.Fprintf(t.errOut, "rearmed=%d changed=%d unreadable=%d failed=%d\n", done, changed, unreadable, failed)
+	if changed+failed > 0 {
+		return fmt.Errorf("%d record(s) not re-announced (%d changed meanwhile, %d failed): look at them again with `oncectl show`", changed+failed, changed, failed)
+	}
+	return nil
 }
+
+// errChanged is the error, wrapped, of a record reannounce -lost found
+// changed since its listing: skipped, and the command exits 1.
+var errChanged = errors.New("changed meanwhile")
 
 // reread reads rec's record again, strongly consistent, and returns it if
 // it is still as listUnknown read it (status, kind, lease token, expiry,
@@ -423,7 +435,7 @@ func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) err
 func (t *Tool) reread(ctx context.Context, rec unknownRecord, now time.Time) (idempotency.Record, error) {
 	got, err := t.store.Get(ctx, rec.Key)
 	if errors.Is(err, idempotency.ErrNotFound) {
-		return got, fmt.Errorf("%s changed meanwhile (no record now)", rec.Key.ID())
+		return got, fmt.Errorf("%s %w (no record now)", rec.Key.ID(), errChanged)
 	}
 	if err != nil {
 		return got, fmt.Errorf("%s: %w", rec.Key.ID(), err)
@@ -431,8 +443,8 @@ func (t *Tool) reread(ctx context.Context, rec unknownRecord, now time.Time) (id
 	same := got.Status == rec.Status && got.External == rec.External && got.LeaseToken == rec.LeaseToken &&
 		got.ExpiresAt.Equal(rec.ExpiresAt) && got.UpdatedAt.Equal(rec.UpdatedAt)
 	if !same || !(unknownRecord{Record: got, LegacyTTL: rec.LegacyTTL}).Abandoned(now) {
-		return got, fmt.Errorf("%s changed meanwhile (now %s, expires %s): look at it again with `oncectl show`",
-			rec.Key.ID(), got.Status, got.ExpiresAt.UTC().Format(time.RFC3339))
+		return got, fmt.Errorf("%s %w (now %s, expires %s): look at it again with `oncectl show`",
+			rec.Key.ID(), errChanged, got.Status, got.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 	return got, nil
 }
@@ -471,7 +483,7 @@ func (t *Tool) rearm(ctx context.Context, rec idempotency.Record, now time.Time)
 	err := t.store.MarkUnknown(ctx, key, rec.LeaseToken, idempotency.NewToken(), expires, now)
 	var conflict *idempotency.ConflictError
 	if errors.As(err, &conflict) {
-		return time.Time{}, fmt.Errorf("%s changed meanwhile (%v): look at it again with `oncectl show`", key.ID(), err)
+		return time.Time{}, fmt.Errorf("%s %w (%v): look at it again with `oncectl show`", key.ID(), errChanged, err)
 	}
 	return expires, err
 }
