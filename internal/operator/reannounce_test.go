@@ -3,6 +3,7 @@ package operator_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -432,7 +433,8 @@ func TestUnreadableItem(t *testing.T) {
 	if code != 0 || !strings.Contains(out, lost.Key.ID()) || strings.Contains(out, id) {
 		t.Errorf("unknown = %d, %q; want 0, listing %s and not %s (stderr %q)", code, out, lost.Key.ID(), id, errOut)
 	}
-	if !strings.Contains(errOut, id) || !strings.Contains(errOut, "unreadable") || !strings.Contains(errOut, "aws dynamodb get-item") {
+	getItem := fmt.Sprintf(`aws dynamodb get-item --table-name %s --key '{"pk":{"S":"%s"}}'`, e.names.ByLogicalID["IdempotencyTable"], id)
+	if !strings.Contains(errOut, id) || !strings.Contains(errOut, "unreadable") || !strings.Contains(errOut, getItem) {
 		t.Errorf("unknown stderr = %q, want a warning naming %s, unreadable, and aws dynamodb get-item", errOut, id)
 	}
 

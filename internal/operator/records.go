@@ -130,9 +130,8 @@ type unknownRecord = abandoned.Record
 // returned.
 func (t *Tool) listUnknown(ctx context.Context, tenant string, now time.Time) ([]unknownRecord, int, error) {
 	filter, names, values := abandoned.Filter(tenant, now)
-	table := t.cfg.Table("IdempotencyTable")
 	in := &dynamodb.ScanInput{
-		TableName:                 aws.String(table),
+		TableName:                 aws.String(t.cfg.Table("IdempotencyTable")),
 		FilterExpression:          aws.String(filter),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
@@ -144,8 +143,7 @@ func (t *Tool) listUnknown(ctx context.Context, tenant string, now time.Time) ([
 		if err != nil {
 			unreadable++
 			id := abandoned.ItemID(item)
-			fmt.Fprintf(t.errOut, "skipped unreadable item %s (%v): inspect it with aws dynamodb get-item --table-name %s --key '{\"pk\":{\"S\":\"%s\"}}'\n",
-				id, err, table, id)
+			fmt.Fprintf(t.errOut, "skipped unreadable item %s (%v): inspect it with %s\n", id, err, t.getItemCommand(id))
 			return nil
 		}
 		if listed { // a reservation whose check is still due to hand it to the reconciler is not
