@@ -69,8 +69,11 @@ const (
 	// so.
 	MaxPages = 1000
 	// Margin is how much of its invocation's time a run leaves when it
-	// stops reading pages.
-	Margin = 15 * time.Second
+	// stops reading pages: a page it starts with Margin left ends, read
+	// or failed after every retry, within dynamoclient.CallBound of
+	// ClientOptions (58 s), leaving time to emit what it counted before
+	// Lambda ends the invocation.
+	Margin = 60 * time.Second
 	// MaxLogged bounds the stuck records a run logs, one Warn line each;
 	// past it one Warn line says how many more it found and did not list
 	// (oncectl unknown -limit N, N above their count, lists them all: its
