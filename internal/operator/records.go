@@ -42,8 +42,9 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 			"record is harmless, the late check is fenced on the lease token reannounce replaces.\n"+
 			"AGE is from created_at (or updated_at), for UNKNOWN records and reservations alike.\n"+
 			"COUNTED says yes for a record the auditor function counts (abandoned_records, AbandonedRecordsAlarm):\n"+
-			"lost or legacy, and for a reservation last written more than "+(abandoned.StreamMaxRecordAge+abandoned.LostCheckMargin).String()+" ago; AbandonedRecordsAlarm clears\n"+
-			"(two days after the last sighting) once no row says yes and no unreadable item is skipped.\n"+
+			"an UNKNOWN record lost or legacy (a legacy one shows CHECK armed), a reservation lost and last written\n"+
+			"more than "+(abandoned.StreamMaxRecordAge+abandoned.LostCheckMargin).String()+" ago. AbandonedRecordsAlarm clears (two days after the last\n"+
+			"sighting) once no row says yes and no unreadable item is skipped (with a -limit above what it reads).\n"+
 			"The counts on stderr are of every record read, before -limit cuts the listing.\n"+
 			"-json adds created_at, updated_at, check_lost and counted.")
 	tenant := fs.String("tenant", "", "only this tenant's records")
