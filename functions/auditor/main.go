@@ -24,7 +24,7 @@ func run(ctx context.Context, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	client, err := app.DynamoDB(ctx, cfg)
+	client, err := app.DynamoDBWith(ctx, cfg, audit.ClientOptions())
 	if err != nil {
 		return err
 	}

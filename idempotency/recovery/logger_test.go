@@ -75,7 +75,7 @@ func TestDefaultLogger(t *testing.T) {
 				t.Fatal(err)
 			}
 			resp, _ := s.Handle(t.Context(), events.DynamoDBEvent{Records: []events.DynamoDBEventRecord{
-				lambdatest.Record(events.DynamoDBOperationTypeRemove, bad(idempotency.StatusInProgress), nil, nil, now),
+				lambdatest.Record(events.DynamoDBOperationTypeRemove, bad(idempotency.StatusInProgress), nil, lambdatest.TTLIdentity(), now),
 			}})
 			return len(resp.BatchItemFailures) == 1
 		}},

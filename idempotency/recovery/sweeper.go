@@ -130,6 +130,15 @@ func (s *Sweeper) record(ctx context.Context, er events.DynamoDBEventRecord) err
 	}
 	log := s.cfg.Logger.With("event_id", c.EventID, "sequence_number", c.SequenceNumber)
 	old, err := dynamo.RecordFromStreamImage(c.OldImage)
+	if err != nil && !c.ByTTL() {
+		// Not TTL's by its identity, and without a lease deadline to
+		// tell by its time (RemovedByTTL): a delete by hand, as the
+		// runbook deletes an item that does not decode. Nothing could
+		// restore it anyway; failing would hold the shard through the
+		// mapping's retries and send it to the dead-letter queue.
+		log.Warn("undecodable record removed without the TTL identity: ignored", "status", string(status), "err", err.Error())
+		return nil
+	}
 	if err != nil {
 		err = fmt.Errorf("recovery: sweep: decode old image: %w", err)
 		log.Error("undecodable record", "status", string(status), "err", err.Error())

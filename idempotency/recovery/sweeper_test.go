@@ -271,12 +271,19 @@ func TestSweeperIgnores(t *testing.T) {
 		Key: key, Status: idempotency.StatusCompleted, Route: route, Fingerprint: "f", External: true,
 		ExpiresAt: past.Add(time.Second), Response: &idempotency.Response{Status: 201, Body: []byte("{}")},
 	}))
+	// An item that does not decode (no lease deadline), deleted by an
+	// operator with aws dynamodb delete-item, as the README's runbook for
+	// an unreadable item says: no TTL identity.
+	undecodable := stream.FromSDK(dynamo.ItemFromRecord(sweptReservation(idempotency.NewKey("acme", "unreadable"), true, past, past.Add(time.Second))))
+	delete(undecodable, dynamo.AttrExpiresAtMS)
 	now := time.Now()
 	tests := []struct {
 		name string
 		rec  events.DynamoDBEventRecord
 	}{
 		{"INSERT IN_PROGRESS", lambdatest.Record(events.DynamoDBOperationTypeInsert, nil, reserved, nil, now)},
+		{"REMOVE of an undecodable IN_PROGRESS item without the TTL identity (an operator's delete-item)",
+			lambdatest.Record(events.DynamoDBOperationTypeRemove, undecodable, nil, nil, now)},
 		{"MODIFY IN_PROGRESS -> UNKNOWN", lambdatest.Record(events.DynamoDBOperationTypeModify, reserved, unknown, nil, now)},
 		{"REMOVE UNKNOWN without the TTL identity (the reconciler's release)", lambdatest.Record(events.DynamoDBOperationTypeRemove, unknown, nil, nil, now)},
 		{"REMOVE COMPLETED by TTL", lambdatest.Record(events.DynamoDBOperationTypeRemove, completed, nil, lambdatest.TTLIdentity(), now)},

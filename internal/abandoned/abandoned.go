@@ -127,8 +127,12 @@ func (r Record) Abandoned(now time.Time) bool {
 // A legacy reservation (its item still carries the TTL attribute) meets
 // the same rule, though reannounce -lost re-arms it as soon as its lease
 // has run out: its check, if one was armed before the upgrade, comes as
-// late as a new reservation's, and an alarm 15 minutes later costs
-// nothing. An UNKNOWN record needs no such wait: its expiry is the
+// late as a new reservation's. It is counted LostCheckAfter (30 minutes)
+// after its lease ran out at the earliest, and never less than
+// StreamMaxRecordAge plus LostCheckMargin (an hour and 15 minutes) after
+// its last write: later than reannounce -lost may re-arm it, which only
+// delays the alarm on a record the upgrade's runbook re-arms anyway. An
+// UNKNOWN record needs no such wait: its expiry is the
 // retention (at least an hour, config.MinRetention) after the write that
 // made it UNKNOWN, so CheckLost already comes after the stream's retries.
 func (r Record) Stuck(now time.Time) bool {

@@ -79,6 +79,12 @@ func TestClassification(t *testing.T) {
 			if listed != tt.listed || got.Abandoned(now) != tt.abandoned || got.Stuck(now) != tt.stuck {
 				t.Errorf("listed %t, Abandoned %t, Stuck %t; want %t, %t, %t", listed, got.Abandoned(now), got.Stuck(now), tt.listed, tt.abandoned, tt.stuck)
 			}
+			// What the auditor counts, oncectl unknown lists and
+			// reannounce -lost re-arms: else its alarm would stay up
+			// over a record the runbook cannot see or clear.
+			if got.Stuck(now) && !(listed && got.Abandoned(now)) {
+				t.Errorf("Stuck but listed %t, Abandoned %t; want both", listed, got.Abandoned(now))
+			}
 			if tt.stuck && got.Kind() != tt.kind {
 				t.Errorf("Kind() = %q, want %q", got.Kind(), tt.kind)
 			}

@@ -49,9 +49,17 @@ func (o Options) Emitter(service string) *metrics.Emitter {
 	return metrics.New(o.Metrics, MetricsNamespace, map[string]string{"Service": service})
 }
 
-// DynamoDB returns the DynamoDB client for cfg.
+// DynamoDB returns the DynamoDB client for cfg, with dynamoclient's
+// default timeout and retries (the api's: a call fails within 6.4 s).
 func DynamoDB(ctx context.Context, cfg config.Config) (*dynamodb.Client, error) {
-	awsCfg, err := dynamoclient.Config(ctx, dynamoclient.Options{Endpoint: cfg.DynamoDBEndpoint, Region: cfg.Region})
+	return DynamoDBWith(ctx, cfg, dynamoclient.Options{})
+}
+
+// DynamoDBWith returns the DynamoDB client for cfg with opts' timeout and
+// retries (its endpoint and region are cfg's).
+func DynamoDBWith(ctx context.Context, cfg config.Config, opts dynamoclient.Options) (*dynamodb.Client, error) {
+	opts.Endpoint, opts.Region = cfg.DynamoDBEndpoint, cfg.Region
+	awsCfg, err := dynamoclient.Config(ctx, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -69,11 +69,15 @@ const (
 	// so.
 	MaxPages = 1000
 	// Margin is how much of its invocation's time a run leaves when it
-	// stops reading pages.
-	Margin = 15 * time.Second
+	// stops reading pages: a page it starts with Margin left ends, read
+	// or failed after every retry, within dynamoclient.CallBound of
+	// ClientOptions (58 s), leaving time to emit what it counted before
+	// Lambda ends the invocation.
+	Margin = 60 * time.Second
 	// MaxLogged bounds the stuck records a run logs, one Warn line each;
 	// past it one Warn line says how many more it found and did not list
-	// (oncectl unknown lists them all), and abandoned_records still counts
+	// (oncectl unknown -limit N, N above their count, lists them all: its
+	// default -limit is 100), and abandoned_records still counts
 	// them all: a fault that left 100,000 records stuck logs 101 lines an
 	// hour, not 100,000.
 	MaxLogged = 100
@@ -256,7 +260,7 @@ func (a *Auditor) Audit(ctx context.Context, at time.Time) (Result, error) {
 		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
 	if more := res.Stuck - a.cfg.MaxLogged; more > 0 {
-		log.Warn("abandoned records not listed: run oncectl unknown to list them all",
+		log.Warn("abandoned records not listed: run oncectl unknown -limit N, N above their count (its default is 100), to list them all",
 			"listed", a.cfg.MaxLogged, "not_listed", more)
 	}
 	a.cfg.Metrics.PutAt(MetricAbandoned, int64(res.Stuck), at)

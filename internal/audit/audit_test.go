@@ -50,6 +50,9 @@ var kinds = []struct {
 }{
 	{name: "unknown-armed", status: idempotency.StatusUnknown, external: true, expires: time.Hour},
 	{name: "unknown-lost", status: idempotency.StatusUnknown, external: true, expires: -abandoned.LostCheckAfter - time.Minute, stuck: true},
+	// Written UNKNOWN before UNKNOWN records lost their TTL attribute: no
+	// check is armed for it, though its expiry is ahead.
+	{name: "unknown-legacy", status: idempotency.StatusUnknown, external: true, expires: time.Hour, legacy: true, stuck: true},
 	{name: "external-lost", status: idempotency.StatusInProgress, external: true, expires: -abandoned.LostCheckAfter - time.Minute, stuck: true},
 	{name: "external-legacy", status: idempotency.StatusInProgress, external: true, expires: -time.Hour, legacy: true, stuck: true},
 	{name: "external-legacy-just-expired", status: idempotency.StatusInProgress, external: true, expires: -time.Minute, legacy: true},
@@ -96,8 +99,9 @@ func seed(t *testing.T) *seeded {
 			}
 			item := dynamo.ItemFromRecord(rec)
 			if k.legacy {
-				// Written before External reservations lost their TTL
-				// attribute: a day past the lease.
+				// Written before External reservations (and UNKNOWN
+				// records) lost their TTL attribute: a day past the
+				// lease (the expiry).
 				item[dynamo.AttrExpiresAt] = &types.AttributeValueMemberN{Value: strconv.FormatInt(rec.ExpiresAt.Add(dynamo.ExternalReservationTTL).Unix(), 10)}
 			}
 			if _, err := db.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(s.table), Item: item}); err != nil {
@@ -225,8 +229,10 @@ func (r *run) stuckLogged(t *testing.T, s *seeded) []string {
 // legacy reports whether id is a seeded legacy record.
 func (s *seeded) legacy(id string) bool {
 	for _, tenant := range tenants {
-		if idempotency.NewKey(tenant, "secret-key-"+tenant+"-external-legacy").ID() == id {
-			return true
+		for _, k := range kinds {
+			if k.legacy && idempotency.NewKey(tenant, "secret-key-"+tenant+"-"+k.name).ID() == id {
+				return true
+			}
 		}
 	}
 	return false
@@ -234,7 +240,8 @@ func (s *seeded) legacy(id string) bool {
 
 // TestAuditOneSegment: with one segment a run reads the whole table and
 // counts exactly the stuck records (UNKNOWN or External reservations whose
-// check is lost, a legacy External reservation past its lease), logging
+// check is lost, a legacy External reservation past its lease, a legacy
+// UNKNOWN record, kind legacy), logging
 // each once by its ID, and emits abandoned_records with the count and
 // audit_incomplete 0.
 func TestAuditOneSegment(t *testing.T) {

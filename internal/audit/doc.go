@@ -13,7 +13,8 @@
 // record, up to MaxLogged a run, is logged at Warn by its ID
 // (tenant#key-hash), never a raw key or body (an item the filter reads
 // that does not decode is counted too, kind unreadable, by its ID); past MaxLogged one Warn line
-// says how many more the run found (oncectl unknown lists them all), and
+// says how many more the run found (oncectl unknown -limit N lists them
+// all, N above their count: its default -limit is 100), and
 // abandoned_records still counts them all.
 //
 // A run reads every page of its segment, up to MaxPages and while more than

@@ -343,11 +343,34 @@ var dailyAlarms = map[string]bool{
 }
 
 // heartbeatAlarms fire when a figure a scheduled function emits every run
-// stops coming: SampleCount below 1, missing data breaching (see
-// TestHeartbeatAlarms). They are the exception to every other alarm's
-// GreaterThanThreshold, notBreaching and single period.
+// stops coming: on metric math, FILL(m1, 0) of its hourly SampleCount
+// below 1, missing data breaching (see TestHeartbeatAlarms). They are the
+// exception to every other alarm's GreaterThanThreshold, notBreaching and
+// single period.
 var heartbeatAlarms = map[string]bool{
 	"AuditorSilentAlarm": true,
+}
+
+// alarmMetric returns an alarm's properties with, for an alarm on metric
+// math (Metrics), the Namespace, MetricName and Dimensions of the one
+// metric its expression reads (its MetricDataQuery with a MetricStat).
+func alarmMetric(p map[string]any) map[string]any {
+	queries := list(p["Metrics"])
+	if len(queries) == 0 {
+		return p
+	}
+	out := map[string]any{}
+	for k, v := range p {
+		out[k] = v
+	}
+	for _, q := range queries {
+		if stat := mapOf(mapOf(q)["MetricStat"]); stat != nil {
+			for k, v := range mapOf(stat["Metric"]) {
+				out[k] = v
+			}
+		}
+	}
+	return out
 }
 
 // TestAlarms: an alarm on every dead-letter queue's messages, on every
@@ -382,7 +405,7 @@ func TestAlarms(t *testing.T) {
 	var got []string
 	emf := map[string][]string{} // the once namespace's alarmed metrics, by Service
 	for id, r := range template(t).ResourcesOfType("AWS::CloudWatch::Alarm") {
-		p := r.Properties
+		p := alarmMetric(r.Properties)
 		threshold := 0
 		switch p["MetricName"] {
 		case "ApproximateAgeOfOldestMessage":
@@ -602,10 +625,17 @@ func TestDailyAlarms(t *testing.T) {
 
 // TestHeartbeatAlarms: an alarm fires when the auditor stops running (its
 // schedule disabled, its invocations failing or throttled): no
-// audit_incomplete, which every completed run emits, 0 included, in 3
-// hourly periods. SampleCount below 1, missing data breaching (no data is
-// the point), all 3 periods: one missed run, or the current hour before
-// its run publishes, does not fire it.
+// audit_incomplete, which every run that reads a page or stops at its
+// bound emits, 0 included, in 3 scheduled runs. CloudWatch fills a
+// shortfall of datapoints with TreatMissingData only when the evaluation
+// range holds fewer than it evaluates, real datapoints first ("0 - - -"
+// evaluates OK): the alarm is exact only on metric math that fills every
+// hour without a sample with 0, FILL(m1, 0), so that each of its
+// EvaluationPeriods holds a datapoint, 1 for an hour with a run and 0 for
+// one without. The current hour counts as 0 until its run publishes: 4 of
+// 4 hourly periods is the current one and the 3 runs before it missed.
+// Missing data (a new stack before its first run, if FILL returns no
+// datapoint at all) breaches.
 func TestHeartbeatAlarms(t *testing.T) {
 	alarms := template(t).ResourcesOfType("AWS::CloudWatch::Alarm")
 	for _, id := range sortedKeys(heartbeatAlarms) {
@@ -615,14 +645,27 @@ func TestHeartbeatAlarms(t *testing.T) {
 			continue
 		}
 		p := r.Properties
-		got := fmt.Sprintf("%v %v %v %v %v period %v, %v of %v, missing %v", p["Namespace"], p["MetricName"], p["Statistic"],
-			p["ComparisonOperator"], p["Threshold"], p["Period"], p["DatapointsToAlarm"], p["EvaluationPeriods"], p["TreatMissingData"])
-		want := fmt.Sprintf("once %s SampleCount LessThanThreshold 1 period 3600, 3 of 3, missing breaching", audit.MetricIncomplete)
-		if got != want {
+		for _, top := range []string{"MetricName", "Namespace", "Dimensions", "Statistic", "Period", "ExtendedStatistic", "Unit"} {
+			if _, ok := p[top]; ok {
+				t.Errorf("%s has %s beside Metrics: AWS::CloudWatch::Alarm takes one or the other", id, top)
+			}
+		}
+		got := fmt.Sprintf("%v %v, %v of %v, missing %v", p["ComparisonOperator"], p["Threshold"], p["DatapointsToAlarm"], p["EvaluationPeriods"], p["TreatMissingData"])
+		if want := "LessThanThreshold 1, 4 of 4, missing breaching"; got != want {
 			t.Errorf("%s = %s, want %s", id, got, want)
 		}
+		want := []any{
+			map[string]any{"Id": "m1", "ReturnData": false, "MetricStat": map[string]any{
+				"Metric": map[string]any{"Namespace": "once", "MetricName": audit.MetricIncomplete,
+					"Dimensions": []any{map[string]any{"Name": "Service", "Value": "auditor"}}},
+				"Period": 3600, "Stat": "SampleCount"}},
+			map[string]any{"Id": "e1", "Expression": "FILL(m1, 0)", "ReturnData": true},
+		}
+		if diff := cmp.Diff(want, p["Metrics"]); diff != "" {
+			t.Errorf("%s Metrics mismatch (-want +got):\n%s", id, diff)
+		}
 		desc, _ := p["AlarmDescription"].(string)
-		for _, want := range []string{"AuditorFunction", "AbandonedRecordsAlarm", "oncectl unknown"} {
+		for _, want := range []string{"AuditorFunction", "AbandonedRecordsAlarm", "oncectl unknown", "3 scheduled runs", "first run"} {
 			if !strings.Contains(desc, want) {
 				t.Errorf("%s AlarmDescription = %q, want it to say %q", id, desc, want)
 			}

@@ -16,8 +16,11 @@
 //     past their lease). The raw key is never stored, so never shown. An
 //     item the filter reads that does not decode as a record is skipped,
 //     named on stderr with the aws dynamodb get-item that shows it (the
-//     auditor's kind unreadable); reannounce -lost skips it too, counts it
-//     and exits 1.
+//     auditor's kind unreadable); reannounce -lost skips it too and counts
+//     it. COUNTED (counted with -json) says whether the auditor counts a
+//     record (abandoned.Record.Stuck): AbandonedRecordsAlarm clears once no
+//     row says yes and no unreadable item is skipped. The counts on stderr
+//     are of every record read, before -limit cuts the listing.
 //   - show prints one record as JSON: its state, lease, expiry and the key
 //     forwarded to the provider, and with -bodies the canonical request and
 //     the stored response. A record is named by its ID, or by -tenant and
@@ -38,7 +41,9 @@
 //     the upgrade: an UNKNOWN record, or an External reservation whose
 //     lease ran out). Each write is fenced on the lease token read: a
 //     record changed meanwhile is reported and skipped, and the command
-//     exits 1.
+//     exits 1 (as when a write fails); unreadable items skipped alone do
+//     not fail it. Its summary ends with a line rearmed=N changed=N
+//     unreadable=N failed=N.
 //   - forget deletes an UNKNOWN record that can never be reconciled, the
 //     operator's way out of its reconcile_failed alarm, once what its
 //     request did at the other system is settled: a retry of its key then

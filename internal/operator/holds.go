@@ -316,7 +316,7 @@ func (t *Tool) holdAndRecord(key idempotency.Key, amount int64, item map[string]
 	if err != nil {
 		hv.RecordUnreadable = true
 		hv.Note = fmt.Sprintf("its key's record cannot be read (%v): whether the hold is stale cannot be told; look at its item as it is: %s",
-			err, t.getItemCommand(key))
+			err, t.getItemCommand(key.ID()))
 		return hv, idempotency.Record{}
 	}
 	expires := rec.ExpiresAt.UTC()
@@ -324,10 +324,12 @@ func (t *Tool) holdAndRecord(key idempotency.Key, amount int64, item map[string]
 	return hv, rec
 }
 
-// getItemCommand is the AWS CLI command that prints key's item in the
-// idempotency table as it is, without decoding it.
-func (t *Tool) getItemCommand(key idempotency.Key) string {
-	return fmt.Sprintf(`aws dynamodb get-item --table-name %s --key '{"%s":{"S":"%s"}}'`, t.cfg.Table("IdempotencyTable"), dynamo.AttrPK, key.ID())
+// getItemCommand is the AWS CLI command that prints the item of the
+// record ID id (its partition key; abandoned.ItemID for an item that does
+// not decode) in the idempotency table as it is, without decoding it: the
+// one builder of it for holds and unknown.
+func (t *Tool) getItemCommand(id string) string {
+	return fmt.Sprintf(`aws dynamodb get-item --table-name %s --key '{"%s":{"S":"%s"}}'`, t.cfg.Table("IdempotencyTable"), dynamo.AttrPK, id)
 }
 
 // holdItem reads key's record as holds shows it: one consistent GetItem,

@@ -198,9 +198,18 @@ func TestUnknown(t *testing.T) {
 			}
 		})
 	}
-	code, out, _ := e.run(t, "unknown")
+	code, out, errOut := e.run(t, "unknown")
 	if code != 0 || !strings.Contains(out, "RECORD") || !strings.Contains(out, older.Key.ID()) {
 		t.Errorf("table output = %d %q, want a header and the records", code, out)
+	}
+	if !strings.Contains(errOut, "3 UNKNOWN record(s)") || strings.Contains(errOut, "listed") {
+		t.Errorf("unknown stderr = %q, want 3 UNKNOWN record(s), no cut", errOut)
+	}
+	// The counts are of what the Scan read, not of the -limit listed.
+	code, out, errOut = e.run(t, "unknown", "-limit", "2")
+	if code != 0 || strings.Count(out, "\n") != 3 || !strings.Contains(errOut, "3 UNKNOWN record(s)") ||
+		!strings.Contains(errOut, "3 read, 2 listed (raise -limit)") {
+		t.Errorf("unknown -limit 2 = %d %q %q, want 2 rows, 3 UNKNOWN record(s) and 3 read, 2 listed (raise -limit)", code, out, errOut)
 	}
 	if strings.Contains(out, "order-7") {
 		t.Errorf("the output holds a raw key:\n%s", out)
@@ -295,7 +304,7 @@ func TestUnknownAgeAndLostCheck(t *testing.T) {
 		t.Errorf("unknown -limit 1 = exit %d %q (%s), want the oldest by created_at, %s", code, out, errOut, want[0])
 	}
 	code, out, errOut = e.run(t, "unknown")
-	if code != 0 || strings.Count(out, " lost\n") != 1 || !strings.Contains(errOut, "1 past their expiry") || !strings.Contains(errOut, "reannounce") {
+	if code != 0 || strings.Count(out, " lost ") != 1 || !strings.Contains(errOut, "1 past their expiry") || !strings.Contains(errOut, "reannounce") {
 		t.Errorf("table = exit %d %q %q, want one lost check, and reannounce named", code, out, errOut)
 	}
 }

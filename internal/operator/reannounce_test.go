@@ -3,6 +3,7 @@ package operator_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,8 +113,9 @@ func TestReannounceLost(t *testing.T) {
 	if code != 1 {
 		t.Errorf("reannounce -lost = exit %d, want 1 (one record changed meanwhile)", code)
 	}
-	if !strings.Contains(out.String(), raced.Key.ID()+" changed meanwhile") || !strings.Contains(errOut.String(), "4 re-announced, 1 failed") {
-		t.Errorf("reannounce -lost = %q %q, want the raced record reported and 4 re-announced, 1 failed", out.String(), errOut.String())
+	if !strings.Contains(out.String(), raced.Key.ID()+" changed meanwhile") || !strings.Contains(errOut.String(), "4 re-announced, 1 changed meanwhile, 0 failed") ||
+		!strings.Contains(errOut.String(), "\nrearmed=4 changed=1 unreadable=0 failed=0\n") {
+		t.Errorf("reannounce -lost = %q %q, want the raced record reported, 4 re-announced, 1 changed meanwhile, and the marker last", out.String(), errOut.String())
 	}
 	if strings.Contains(out.String()+errOut.String(), "legacy") {
 		t.Errorf("reannounce -lost printed a raw key: %q %q", out.String(), errOut.String())
@@ -202,13 +204,16 @@ func TestUnknownListsLostReservations(t *testing.T) {
 		legacy   bool          // the item carries the TTL attribute
 		listed   bool
 		lost     bool
+		counted  bool // by the auditor (abandoned.Record.Stuck)
 	}{
 		{name: "unknown", status: idempotency.StatusUnknown, external: true, expires: day, listed: true},
-		{name: "external, check lost", status: idempotency.StatusInProgress, external: true, expires: -day, listed: true, lost: true},
+		{name: "unknown, check lost", status: idempotency.StatusUnknown, external: true, expires: -day, listed: true, lost: true, counted: true},
+		{name: "legacy unknown", status: idempotency.StatusUnknown, external: true, expires: day, legacy: true, listed: true, counted: true},
+		{name: "external, check lost", status: idempotency.StatusInProgress, external: true, expires: -day, listed: true, lost: true, counted: true},
 		{name: "external, lease just run out", status: idempotency.StatusInProgress, external: true, expires: -time.Minute},
 		{name: "external, within its lease", status: idempotency.StatusInProgress, external: true, expires: time.Minute},
 		{name: "legacy external, lease run out", status: idempotency.StatusInProgress, external: true, expires: -time.Minute, legacy: true, listed: true},
-		{name: "legacy external, check lost", status: idempotency.StatusInProgress, external: true, expires: -day, legacy: true, listed: true, lost: true},
+		{name: "legacy external, check lost", status: idempotency.StatusInProgress, external: true, expires: -day, legacy: true, listed: true, lost: true, counted: true},
 		{name: "legacy external, within its lease", status: idempotency.StatusInProgress, external: true, expires: time.Minute, legacy: true},
 		{name: "not external, long run out", status: idempotency.StatusInProgress, expires: -day, legacy: true},
 	}
@@ -216,6 +221,7 @@ func TestUnknownListsLostReservations(t *testing.T) {
 		Record    string `json:"record"`
 		Status    string `json:"status"`
 		CheckLost bool   `json:"check_lost"`
+		Counted   *bool  `json:"counted"`
 	}
 	recs := make([]idempotency.Record, len(tests))
 	for i, tt := range tests {
@@ -250,14 +256,32 @@ func TestUnknownListsLostReservations(t *testing.T) {
 			if listed && (g.Status != string(tt.status) || g.CheckLost != tt.lost) {
 				t.Errorf("listed as %s, check_lost %v; want %s, %v", g.Status, g.CheckLost, tt.status, tt.lost)
 			}
+			if listed && (g.Counted == nil || *g.Counted != tt.counted) {
+				t.Errorf("listed with counted %v, want %v (the auditor's abandoned.Record.Stuck)", g.Counted, tt.counted)
+			}
 		})
 	}
 	code, out, errOut = e.run(t, "unknown")
-	if header, _, _ := strings.Cut(out, "\n"); !strings.Contains(header, "AGE") || strings.Contains(header, "UNKNOWN FOR") {
-		t.Errorf("table header = %q, want AGE (the rows are not all UNKNOWN), not UNKNOWN FOR", header)
+	header, rows, _ := strings.Cut(out, "\n")
+	if !strings.Contains(header, "AGE") || strings.Contains(header, "UNKNOWN FOR") || !strings.Contains(header, "COUNTED") {
+		t.Errorf("table header = %q, want AGE (the rows are not all UNKNOWN), not UNKNOWN FOR, and COUNTED", header)
 	}
-	if code != 0 || !strings.Contains(out, "IN_PROGRESS") || !strings.Contains(errOut, "3 External reservation(s)") || !strings.Contains(errOut, "2 past their expiry") {
-		t.Errorf("table = exit %d %q %q, want the reservations listed IN_PROGRESS, counted, and the 2 lost checks", code, out, errOut)
+	if code != 0 || !strings.Contains(out, "IN_PROGRESS") || !strings.Contains(errOut, "3 External reservation(s)") || !strings.Contains(errOut, "3 past their expiry") ||
+		!strings.Contains(errOut, "4 counted by the auditor") {
+		t.Errorf("table = exit %d %q %q, want the reservations listed IN_PROGRESS, counted, the 3 lost checks and the 4 the auditor counts", code, out, errOut)
+	}
+	for i, tt := range tests {
+		if !tt.listed {
+			continue
+		}
+		for row := range strings.Lines(rows) {
+			if !strings.HasPrefix(row, recs[i].Key.ID()) {
+				continue
+			}
+			if fields := strings.Fields(row); fields[len(fields)-1] != map[bool]string{true: "yes", false: "no"}[tt.counted] {
+				t.Errorf("%s: row %q, want COUNTED (last) %v", tt.name, row, tt.counted)
+			}
+		}
 	}
 }
 
@@ -384,7 +408,8 @@ func TestReannounceLostRereads(t *testing.T) {
 // not decode as a record (here, no expires_ms) is no reason to stop:
 // unknown warns on stderr with its ID and how to inspect it, and lists the
 // others; reannounce -lost re-arms the others, counts it skipped in its
-// summary and exits 1. forget cannot read it either (it says so): the
+// summary (unreadable=1) and exits 0: nothing it could do failed, and the
+// count says what is left. forget cannot read it either (it says so): the
 // runbook deletes it with aws dynamodb delete-item.
 func TestUnreadableItem(t *testing.T) {
 	e := newEnv(t)
@@ -408,14 +433,16 @@ func TestUnreadableItem(t *testing.T) {
 	if code != 0 || !strings.Contains(out, lost.Key.ID()) || strings.Contains(out, id) {
 		t.Errorf("unknown = %d, %q; want 0, listing %s and not %s (stderr %q)", code, out, lost.Key.ID(), id, errOut)
 	}
-	if !strings.Contains(errOut, id) || !strings.Contains(errOut, "unreadable") || !strings.Contains(errOut, "aws dynamodb get-item") {
+	getItem := fmt.Sprintf(`aws dynamodb get-item --table-name %s --key '{"pk":{"S":"%s"}}'`, e.names.ByLogicalID["IdempotencyTable"], id)
+	if !strings.Contains(errOut, id) || !strings.Contains(errOut, "unreadable") || !strings.Contains(errOut, getItem) {
 		t.Errorf("unknown stderr = %q, want a warning naming %s, unreadable, and aws dynamodb get-item", errOut, id)
 	}
 
 	code, out, errOut = e.run(t, "reannounce", "-lost")
-	if code != 1 || !strings.Contains(out, lost.Key.ID()+" re-announced") || !strings.Contains(errOut, id) ||
-		!strings.Contains(errOut, "1 re-announced, 0 failed, 1 unreadable skipped") {
-		t.Errorf("reannounce -lost = %d, %q, %q; want 1, %s re-announced, %s warned about, 1 unreadable skipped in the summary", code, out, errOut, lost.Key.ID(), id)
+	if code != 0 || !strings.Contains(out, lost.Key.ID()+" re-announced") || !strings.Contains(errOut, id) ||
+		!strings.Contains(errOut, "1 re-announced, 0 changed meanwhile, 0 failed, 1 unreadable skipped") ||
+		!strings.Contains(errOut, "\nrearmed=1 changed=0 unreadable=1 failed=0\n") {
+		t.Errorf("reannounce -lost = %d, %q, %q; want 0, %s re-announced, %s warned about, 1 unreadable skipped in the summary and its marker", code, out, errOut, lost.Key.ID(), id)
 	}
 	if got, err := e.store.Get(t.Context(), lost.Key); err != nil || got.LeaseToken == lost.LeaseToken {
 		t.Errorf("%s after reannounce -lost: %+v, %v; want it re-armed under a new lease token", lost.Key.ID(), got, err)

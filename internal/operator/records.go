@@ -41,7 +41,12 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 			"A lost check may still come late (the sweeper's stream retries last up to an hour): re-arming the\n"+
 			"record is harmless, the late check is fenced on the lease token reannounce replaces.\n"+
 			"AGE is from created_at (or updated_at), for UNKNOWN records and reservations alike.\n"+
-			"-json adds created_at, updated_at and check_lost.")
+			"COUNTED says yes for a record the auditor function counts (abandoned_records, AbandonedRecordsAlarm):\n"+
+			"an UNKNOWN record lost or legacy (a legacy one shows CHECK armed), a reservation lost and last written\n"+
+			"more than "+(abandoned.StreamMaxRecordAge+abandoned.LostCheckMargin).String()+" ago. AbandonedRecordsAlarm clears (two days after the last\n"+
+			"sighting) once no row says yes and no unreadable item is skipped (with a -limit above what it reads).\n"+
+			"The counts on stderr are of every record read, before -limit cuts the listing.\n"+
+			"-json adds created_at, updated_at, check_lost and counted.")
 	tenant := fs.String("tenant", "", "only this tenant's records")
 	limit := fs.Int("limit", 100, "list at most this many")
 	asJSON := fs.Bool("json", false, "one JSON object per line")
@@ -56,39 +61,53 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(recs) > *limit {
-		recs = recs[:*limit]
-	}
+	// Counted over every record read, before the cut.
 	rows := make([]recordSummary, len(recs))
-	lost, reservations := 0, 0
+	lost, reservations, counted := 0, 0, 0
 	for i, rec := range recs {
-		rows[i] = summary(rec.Record, now)
+		rows[i] = summary(rec, now)
 		if rows[i].CheckLost {
 			lost++
+		}
+		if rows[i].Counted {
+			counted++
 		}
 		if rec.Status == idempotency.StatusInProgress {
 			reservations++
 		}
 	}
-	err = writeListing(t, rows, *asJSON, "RECORD\tSTATUS\tROUTE\tAGE\tEXPIRES\tCHECK", func(s recordSummary) string {
-		check := "armed"
+	read := len(rows)
+	if len(rows) > *limit {
+		rows = rows[:*limit]
+	}
+	err = writeListing(t, rows, *asJSON, "RECORD\tSTATUS\tROUTE\tAGE\tEXPIRES\tCHECK\tCOUNTED", func(s recordSummary) string {
+		check, count := "armed", "no"
 		if s.CheckLost {
 			check = "lost"
 		}
-		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", s.Record, s.Status, s.Route, s.For, s.ExpiresAt.Format(time.RFC3339), check)
+		if s.Counted {
+			count = "yes"
+		}
+		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", s.Record, s.Status, s.Route, s.For, s.ExpiresAt.Format(time.RFC3339), check, count)
 	})
 	if err != nil || *asJSON {
 		return err
 	}
-	fmt.Fprintf(t.errOut, "%d UNKNOWN record(s)\n", len(recs)-reservations)
+	if read > len(rows) {
+		fmt.Fprintf(t.errOut, "%d read, %d listed (raise -limit)\n", read, len(rows))
+	}
+	fmt.Fprintf(t.errOut, "%d UNKNOWN record(s)\n", read-reservations)
 	if reservations > 0 {
 		fmt.Fprintf(t.errOut, "%d External reservation(s) (IN_PROGRESS) whose lease ran out, no check handing them to the reconciler or a TTL attribute\n", reservations)
 	}
 	if lost > 0 {
 		fmt.Fprintf(t.errOut, "%d past their expiry by more than %s: their check was lost (see the check and sweeper dead-letter queues); `oncectl reannounce RECORD` re-arms one, `oncectl reannounce -lost` all\n", lost, lostCheckAfter)
 	}
+	if counted > 0 {
+		fmt.Fprintf(t.errOut, "%d counted by the auditor (COUNTED yes): AbandonedRecordsAlarm stays up while one is left\n", counted)
+	}
 	if unreadable > 0 {
-		fmt.Fprintf(t.errOut, "%d unreadable item(s) skipped (named above)\n", unreadable)
+		fmt.Fprintf(t.errOut, "%d unreadable item(s) skipped (named above), counted by the auditor too\n", unreadable)
 	}
 	return nil
 }
@@ -112,9 +131,8 @@ type unknownRecord = abandoned.Record
 // returned.
 func (t *Tool) listUnknown(ctx context.Context, tenant string, now time.Time) ([]unknownRecord, int, error) {
 	filter, names, values := abandoned.Filter(tenant, now)
-	table := t.cfg.Table("IdempotencyTable")
 	in := &dynamodb.ScanInput{
-		TableName:                 aws.String(table),
+		TableName:                 aws.String(t.cfg.Table("IdempotencyTable")),
 		FilterExpression:          aws.String(filter),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
@@ -126,8 +144,7 @@ func (t *Tool) listUnknown(ctx context.Context, tenant string, now time.Time) ([
 		if err != nil {
 			unreadable++
 			id := abandoned.ItemID(item)
-			fmt.Fprintf(t.errOut, "skipped unreadable item %s (%v): inspect it with aws dynamodb get-item --table-name %s --key '{\"pk\":{\"S\":\"%s\"}}'\n",
-				id, err, table, id)
+			fmt.Fprintf(t.errOut, "skipped unreadable item %s (%v): inspect it with %s\n", id, err, t.getItemCommand(id))
 			return nil
 		}
 		if listed { // a reservation whose check is still due to hand it to the reconciler is not
@@ -165,14 +182,17 @@ type recordSummary struct {
 	// CheckLost: the record is past its expiry by more than
 	// lostCheckAfter, so its check never redrove it.
 	CheckLost bool `json:"check_lost"`
+	// Counted: the auditor function counts it (abandoned.Record.Stuck),
+	// and AbandonedRecordsAlarm stays up while it is left.
+	Counted bool `json:"counted"`
 }
 
-func summary(rec idempotency.Record, now time.Time) recordSummary {
-	since, from := recordAge(rec)
+func summary(rec unknownRecord, now time.Time) recordSummary {
+	since, from := recordAge(rec.Record)
 	s := recordSummary{
 		Record: rec.Key.ID(), Tenant: rec.Key.Tenant, Status: string(rec.Status), Route: rec.Route, Since: since.UTC(), SinceFrom: from,
 		CreatedAt: timeOrNil(rec.CreatedAt), UpdatedAt: timeOrNil(rec.UpdatedAt), ExpiresAt: rec.ExpiresAt.UTC(),
-		CheckLost: checkLost(rec, now),
+		CheckLost: checkLost(rec.Record, now), Counted: rec.Stuck(now),
 	}
 	if !since.IsZero() {
 		s.For = now.Sub(since).Round(time.Second).String()
@@ -303,7 +323,10 @@ func (t *Tool) reannounce(ctx context.Context, args []string) error {
 		"Hand a record to the reconciler again: an UNKNOWN record, or an External reservation whose lease ran out; either is then UNKNOWN, its expiry at least ONCE_RETENTION from now, kept until it is reconciled or forgotten.\n"+
 			"-lost does so for every record `oncectl unknown` lists (of -tenant) that no recovery check will hand to the reconciler, oldest first:\n"+
 			"the UNKNOWN records and External reservations it marks lost, and those written before the upgrade that took their TTL\n"+
-			"attribute (expires_at) away (UNKNOWN, or External reservations whose lease ran out). A record changed meanwhile is reported and skipped.")
+			"attribute (expires_at) away (UNKNOWN, or External reservations whose lease ran out). A record changed meanwhile is reported and skipped.\n"+
+			"-lost ends its summary on stderr with a line rearmed=N changed=N unreadable=N failed=N. Exit status: 0 when every\n"+
+			"record it tried was re-armed (unreadable items, which it cannot re-arm, are skipped, named and counted, not a failure);\n"+
+			"1 when one changed meanwhile or failed (run it again); 2 on a usage error.")
 	lost := fs.Bool("lost", false, "every UNKNOWN record or External reservation whose check is lost or that still has a TTL attribute (no RECORD)")
 	limit := fs.Int("limit", 100, "with -lost: re-announce at most this many")
 	read := t.recordArg(fs)
@@ -338,20 +361,21 @@ func (t *Tool) reannounce(ctx context.Context, args []string) error {
 // by more than lostCheckAfter, or still carrying the TTL attribute (the
 // reservations listUnknown reads have run out of lease). At most limit,
 // oldest first; one line each, by record ID. Each is read again,
-// consistently, before its write (reread): one that fails (changed since
-// the listing, or no longer abandoned) is reported and the rest still
-// done; the error then counts them. An unreadable item (listUnknown) is
-// skipped, named on stderr, counted in the summary, and fails the command
-// too: nothing re-arms it.
+// consistently, before its write (reread): one changed since the listing,
+// or no longer abandoned (errChanged), or whose write fails is reported
+// and the rest still done; the error then counts them. An unreadable item
+// (listUnknown) is skipped, named on stderr and counted in the summary,
+// not an error: nothing re-arms it, and the count says it is left. The
+// summary's last line is rearmed=N changed=N unreadable=N failed=N.
 func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) error {
 	now := t.now()
 	recs, unreadable, err := t.listUnknown(ctx, tenant, now)
 	if err != nil {
 		return err
 	}
-	done, failed := 0, 0
+	done, changed, failed := 0, 0, 0
 	for _, rec := range recs {
-		if done+failed == limit {
+		if done+changed+failed == limit {
 			break
 		}
 		if !rec.Abandoned(now) {
@@ -375,24 +399,32 @@ func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) err
 			expires, err = t.rearm(ctx, fresh, now)
 		}
 		if err != nil {
-			failed++
+			if errors.Is(err, errChanged) {
+				changed++
+			} else {
+				failed++
+			}
 			fmt.Fprintln(t.out, err) // it names the record
 			continue
 		}
 		done++
 		fmt.Fprintf(t.out, "%s re-announced (%s; UNKNOWN under a new lease token, expires %s)\n", rec.Key.ID(), why, expires.UTC().Format(time.RFC3339))
 	}
-	fmt.Fprintf(t.errOut, "%d re-announced, %d failed, %d unreadable skipped, of %d UNKNOWN record(s) or abandoned External reservation(s) read\n",
-		done, failed, unreadable, len(recs))
-	var errs []error
-	if failed > 0 {
-		errs = append(errs, fmt.Errorf("%d record(s) not re-announced: look at them again with `oncectl show`", failed))
-	}
+	fmt.Fprintf(t.errOut, "%d re-announced, %d changed meanwhile, %d failed, %d unreadable skipped, of %d UNKNOWN record(s) or abandoned External reservation(s) read\n",
+		done, changed, failed, unreadable, len(recs))
 	if unreadable > 0 {
-		errs = append(errs, fmt.Errorf("%d unreadable item(s) skipped: inspect each with aws dynamodb get-item (above), and delete it with aws dynamodb delete-item if it must go", unreadable))
+		fmt.Fprintf(t.errOut, "%d unreadable item(s) skipped, counted by the auditor: inspect each with aws dynamodb get-item (above), and delete it with aws dynamodb delete-item if it must go\n", unreadable)
 	}
-	return errors.Join(errs...)
+	fmt.Fprintf(t.errOut, "rearmed=%d changed=%d unreadable=%d failed=%d\n", done, changed, unreadable, failed)
+	if changed+failed > 0 {
+		return fmt.Errorf("%d record(s) not re-announced (%d changed meanwhile, %d failed): look at them again with `oncectl show`", changed+failed, changed, failed)
+	}
+	return nil
 }
+
+// errChanged is the error, wrapped, of a record reannounce -lost found
+// changed since its listing: skipped, and the command exits 1.
+var errChanged = errors.New("changed meanwhile")
 
 // reread reads rec's record again, strongly consistent, and returns it if
 // it is still as listUnknown read it (status, kind, lease token, expiry,
@@ -402,7 +434,7 @@ func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) err
 func (t *Tool) reread(ctx context.Context, rec unknownRecord, now time.Time) (idempotency.Record, error) {
 	got, err := t.store.Get(ctx, rec.Key)
 	if errors.Is(err, idempotency.ErrNotFound) {
-		return got, fmt.Errorf("%s changed meanwhile (no record now)", rec.Key.ID())
+		return got, fmt.Errorf("%s %w (no record now)", rec.Key.ID(), errChanged)
 	}
 	if err != nil {
 		return got, fmt.Errorf("%s: %w", rec.Key.ID(), err)
@@ -410,8 +442,8 @@ func (t *Tool) reread(ctx context.Context, rec unknownRecord, now time.Time) (id
 	same := got.Status == rec.Status && got.External == rec.External && got.LeaseToken == rec.LeaseToken &&
 		got.ExpiresAt.Equal(rec.ExpiresAt) && got.UpdatedAt.Equal(rec.UpdatedAt)
 	if !same || !(unknownRecord{Record: got, LegacyTTL: rec.LegacyTTL}).Abandoned(now) {
-		return got, fmt.Errorf("%s changed meanwhile (now %s, expires %s): look at it again with `oncectl show`",
-			rec.Key.ID(), got.Status, got.ExpiresAt.UTC().Format(time.RFC3339))
+		return got, fmt.Errorf("%s %w (now %s, expires %s): look at it again with `oncectl show`",
+			rec.Key.ID(), errChanged, got.Status, got.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 	return got, nil
 }
@@ -450,7 +482,7 @@ func (t *Tool) rearm(ctx context.Context, rec idempotency.Record, now time.Time)
 	err := t.store.MarkUnknown(ctx, key, rec.LeaseToken, idempotency.NewToken(), expires, now)
 	var conflict *idempotency.ConflictError
 	if errors.As(err, &conflict) {
-		return time.Time{}, fmt.Errorf("%s changed meanwhile (%v): look at it again with `oncectl show`", key.ID(), err)
+		return time.Time{}, fmt.Errorf("%s %w (%v): look at it again with `oncectl show`", key.ID(), errChanged, err)
 	}
 	return expires, err
 }

@@ -291,7 +291,7 @@ func (t *Tool) staleLine(p payments.Payment, hv holdView, rec idempotency.Record
 	}
 	if hv.RecordUnreadable {
 		l.Next, l.Note = nextInspect, hv.Note
-		l.Command = t.getItemCommand(idempotency.Key{Tenant: p.Tenant, Hash: hv.KeyHash})
+		l.Command = t.getItemCommand(idempotency.Key{Tenant: p.Tenant, Hash: hv.KeyHash}.ID())
 		return l
 	}
 	l.RecordCreatedAt, l.RecordUpdatedAt = timeOrNil(rec.CreatedAt), timeOrNil(rec.UpdatedAt)
