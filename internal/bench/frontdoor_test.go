@@ -20,6 +20,7 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/devstack"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/payments"
 	"github.com/oncehq/once/internal/samtemplate"
@@ -46,20 +47,7 @@ func TestLimitRoute(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a devstack against DynamoDB Local")
 	}
-	endpoint := dynamotest.Endpoint(t)
-	path := dynamotest.TemplatePath(t)
-	tmpl, err := samtemplate.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	prefix := t.Name() + "-" + hex.EncodeToString(b[:]) + "-"
-	stack, stop, err := startStack(t.Context(), Options{DynamoDB: endpoint, TemplatePath: path}, tableVars(tmpl), prefix, "", streamReaders(tmpl, ""), true)
-	if err != nil {
-		t.Fatalf("startStack = %v", err)
-	}
-	t.Cleanup(stop)
+	stack, prefix := testStack(t, true)
 	client := dynamotest.Client(t)
 	paymentsTable, records := stack.Config().Table("PaymentsTable"), prefix+limitTableID
 
@@ -219,4 +207,27 @@ func TestLimitRoute(t *testing.T) {
 	if created != 1 {
 		t.Errorf("%d duplicates answered 201 not replayed, want 1", created)
 	}
+}
+
+// testStack starts a devstack on the test's DynamoDB Local, as the front
+// door starts it, every stream-triggered function off, with the limit's
+// route and table when withLimit; its tables are named from the test and
+// dropped when it ends. It returns the stack and its tables' prefix.
+func testStack(t *testing.T, withLimit bool) (*devstack.Stack, string) {
+	t.Helper()
+	endpoint := dynamotest.Endpoint(t)
+	path := dynamotest.TemplatePath(t)
+	tmpl, err := samtemplate.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	prefix := t.Name() + "-" + hex.EncodeToString(b[:]) + "-"
+	stack, stop, err := startStack(t.Context(), Options{DynamoDB: endpoint, TemplatePath: path}, tableVars(tmpl), prefix, "", streamReaders(tmpl, ""), withLimit)
+	if err != nil {
+		t.Fatalf("startStack = %v", err)
+	}
+	t.Cleanup(stop)
+	return stack, prefix
 }

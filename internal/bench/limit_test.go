@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -23,7 +21,6 @@ import (
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/httpapi"
-	"github.com/oncehq/once/internal/samtemplate"
 )
 
 // fakeTransact is a transactWriter whose every call is answered by the
@@ -224,21 +221,8 @@ func TestStackWithoutLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a devstack against DynamoDB Local")
 	}
-	endpoint := dynamotest.Endpoint(t)
-	path := dynamotest.TemplatePath(t)
-	tmpl, err := samtemplate.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	prefix := t.Name() + "-" + hex.EncodeToString(b[:]) + "-"
-	stack, stop, err := startStack(t.Context(), Options{DynamoDB: endpoint, TemplatePath: path}, tableVars(tmpl), prefix, "", streamReaders(tmpl, ""), false)
-	if err != nil {
-		t.Fatalf("startStack = %v", err)
-	}
-	t.Cleanup(stop)
-	_, err = dynamotest.Client(t).DescribeTable(t.Context(), &dynamodb.DescribeTableInput{TableName: aws.String(prefix + limitTableID)})
+	stack, prefix := testStack(t, false)
+	_, err := dynamotest.Client(t).DescribeTable(t.Context(), &dynamodb.DescribeTableInput{TableName: aws.String(prefix + limitTableID)})
 	if notFound := (*types.ResourceNotFoundException)(nil); !errors.As(err, &notFound) {
 		t.Errorf("DescribeTable(the limit's table) = %v, want ResourceNotFoundException", err)
 	}

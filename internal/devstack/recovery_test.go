@@ -29,15 +29,24 @@ import (
 // its output, and the idempotency store on its table.
 func startRecovery(t *testing.T) (*devstack.Stack, *lambdatest.Buffer, *dynamo.Store) {
 	t.Helper()
+	env := recoveryEnv(t)
+	out := &lambdatest.Buffer{}
+	stack := start(t, env, out)
+	return stack, out, dynamo.New(dynamotest.Client(t), stack.Config().Table("IdempotencyTable"))
+}
+
+// recoveryEnv is testEnv with fault injection on and a 2s lease, a 1s
+// provider timeout and settle, so that recovery takes seconds, logging at
+// info (the metrics the tests count).
+func recoveryEnv(t *testing.T) map[string]string {
+	t.Helper()
 	env := testEnv(t)
 	env["ONCE_FAULT_INJECTION"] = "1"
 	env["ONCE_LEASE"] = "2s"
 	env["ONCE_PROVIDER_TIMEOUT"] = "1s"
 	env["ONCE_PROVIDER_SETTLE"] = "1s"
 	env["LOG_LEVEL"] = "info"
-	out := &lambdatest.Buffer{}
-	stack := start(t, env, out)
-	return stack, out, dynamo.New(dynamotest.Client(t), stack.Config().Table("IdempotencyTable"))
+	return env
 }
 
 // send posts body to path with the key and, when fault is set, a Once-Fault
@@ -236,13 +245,8 @@ func TestRecoveryMatrix(t *testing.T) {
 // within the lease plus 60 seconds. The first retry afterwards replays the
 // charge's 201.
 func TestRecoveryWithoutTTL(t *testing.T) {
-	env := testEnv(t)
-	env["ONCE_FAULT_INJECTION"] = "1"
-	env["ONCE_LEASE"] = "2s"
-	env["ONCE_PROVIDER_TIMEOUT"] = "1s"
-	env["ONCE_PROVIDER_SETTLE"] = "1s"
+	env := recoveryEnv(t)
 	env["ONCE_DEV_TTL"] = "off"
-	env["LOG_LEVEL"] = "info"
 	out := &lambdatest.Buffer{}
 	stack := start(t, env, out)
 	cfg := stack.Config()

@@ -32,12 +32,7 @@ import (
 // under its lease token) to seconds ahead, as if an hour had passed: that
 // write is a change to UNKNOWN as well, whose check the sweeper arms.
 func TestUnknownRedriveEndToEnd(t *testing.T) {
-	env := testEnv(t)
-	env["ONCE_FAULT_INJECTION"] = "1"
-	env["ONCE_LEASE"] = "2s"
-	env["ONCE_PROVIDER_TIMEOUT"] = "1s"
-	env["ONCE_PROVIDER_SETTLE"] = "1s"
-	env["LOG_LEVEL"] = "info"
+	env := recoveryEnv(t)
 	out := &lambdatest.Buffer{}
 	stack, err := devstack.Start(t.Context(), devstack.Options{
 		Getenv:       func(k string) string { return env[k] },
