@@ -184,12 +184,17 @@
 // without a user identity a TTL deletion in the deadline's minute reads as a
 // release, which is safe: the key is simply free, and a retry executes anew
 // with the same forward key, which the other system, idempotent by key,
-// answers with what it did the first time. A REMOVE without the TTL
-// identity whose old image does not decode as a record (no lease deadline
-// to go by) is ignored, logged at WARN: a delete by hand of an item nothing
-// can read (once's runbook deletes one with aws dynamodb delete-item), not
-// a reason to hold the shard through the mapping's retries and send it to
-// the dead-letter queue. With the TTL identity it is an error, as before.
+// answers with what it did the first time. A REMOVE of an IN_PROGRESS item
+// without the TTL identity whose old image does not decode as a record (no
+// lease deadline to go by) is ignored, logged at WARN, unless its raw TTL
+// attribute (expires_at) had passed when it was removed (an emulator's TTL
+// deletion carries no identity): a delete by hand of an item nothing can
+// read (once's runbook deletes one with aws dynamodb delete-item), not a
+// reason to hold the shard through the mapping's retries and send it to
+// the dead-letter queue. With the TTL identity, or past its TTL attribute,
+// it is an error, as before. (An UNKNOWN item's REMOVE without the TTL
+// identity is ignored silently, whatever its image: the reconciler's
+// release.)
 //
 // # Reconciler
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -130,12 +131,13 @@ func (s *Sweeper) record(ctx context.Context, er events.DynamoDBEventRecord) err
 	}
 	log := s.cfg.Logger.With("event_id", c.EventID, "sequence_number", c.SequenceNumber)
 	old, err := dynamo.RecordFromStreamImage(c.OldImage)
-	if err != nil && !c.ByTTL() {
-		// Not TTL's by its identity, and without a lease deadline to
-		// tell by its time (RemovedByTTL): a delete by hand, as the
-		// runbook deletes an item that does not decode. Nothing could
-		// restore it anyway; failing would hold the shard through the
-		// mapping's retries and send it to the dead-letter queue.
+	if err != nil && !c.ByTTL() && !ttlMayHaveRemoved(er, s.cfg.Now()) {
+		// Neither TTL's by its identity nor, by its TTL attribute, one
+		// TTL could have removed (an emulator's TTL deletion carries no
+		// identity: LocalStack's): a delete by hand, as the runbook
+		// deletes an item that does not decode. Nothing could restore it
+		// anyway; failing would hold the shard through the mapping's
+		// retries and send it to the dead-letter queue.
 		log.Warn("undecodable record removed without the TTL identity: ignored", "status", string(status), "err", err.Error())
 		return nil
 	}
@@ -304,6 +306,26 @@ func (s *Sweeper) restore(ctx context.Context, log *slog.Logger, c stream.Change
 func continues(ex, old idempotency.Record) bool {
 	return ex.Fingerprint == old.Fingerprint && ex.CreatedAt.Equal(old.CreatedAt) &&
 		(ex.Status == idempotency.StatusUnknown || ex.Status == idempotency.StatusCompleted)
+}
+
+// ttlMayHaveRemoved reports whether DynamoDB's TTL could have made the
+// REMOVE rec, read from its old image's raw TTL attribute alone (for an
+// image that does not decode): the attribute is there, a number of
+// seconds, and the removal (its approximate time, or now) is not before it.
+func ttlMayHaveRemoved(rec events.DynamoDBEventRecord, now time.Time) bool {
+	v, ok := rec.Change.OldImage[dynamo.AttrExpiresAt]
+	if !ok || v.DataType() != events.DataTypeNumber {
+		return false
+	}
+	secs, err := strconv.ParseInt(v.Number(), 10, 64)
+	if err != nil {
+		return false
+	}
+	removedAt := rec.Change.ApproximateCreationDateTime.Time
+	if removedAt.IsZero() {
+		removedAt = now
+	}
+	return !removedAt.Before(time.Unix(secs, 0))
 }
 
 // RemovedByTTL reports whether rec, the REMOVE of the IN_PROGRESS record old,

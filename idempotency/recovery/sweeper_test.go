@@ -3,6 +3,7 @@ package recovery_test
 import (
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -508,6 +509,13 @@ func TestSweeperFailures(t *testing.T) {
 		{name: "lease deadline of the wrong type", bad: badImage(func(m map[string]events.DynamoDBAttributeValue) {
 			m[dynamo.AttrExpiresAtMS] = events.NewStringAttribute("soon")
 		})},
+		// An emulator's TTL deletion carries no identity (LocalStack's): an
+		// item whose TTL attribute had passed may be TTL's, so it is not
+		// ignored as an operator's delete-item would be.
+		{name: "missing lease deadline, removed without the identity past its TTL attribute", bad: withoutIdentity(badImage(func(m map[string]events.DynamoDBAttributeValue) {
+			delete(m, dynamo.AttrExpiresAtMS)
+			m[dynamo.AttrExpiresAt] = events.NewNumberAttribute(strconv.FormatInt(now.Add(-10*time.Second).Unix(), 10))
+		}))},
 		{name: "store write fails (missing table)", store: func() recovery.Reserver { return dynamo.New(e.db, e.names.ByLogicalID["IdempotencyTable"]+"-missing") }},
 	}
 	for i, tt := range tests {
@@ -640,4 +648,11 @@ func TestSweeperRestoresCarriedData(t *testing.T) {
 	if diff := cmp.Diff(map[string]int{"reconcile_scheduled": 1}, lambdatest.Counts(t, h.metrics.String(), "sweeper")); diff != "" {
 		t.Errorf("metrics mismatch (-want +got):\n%s", diff)
 	}
+}
+
+// withoutIdentity returns rec without its user identity, as an emulator's
+// TTL deletion (or an operator's delete) carries none.
+func withoutIdentity(rec events.DynamoDBEventRecord) events.DynamoDBEventRecord {
+	rec.UserIdentity = nil
+	return rec
 }
