@@ -20,7 +20,8 @@
 //     it. COUNTED (counted with -json) says whether the auditor counts a
 //     record (abandoned.Record.Stuck): AbandonedRecordsAlarm clears once no
 //     row says yes and no unreadable item is skipped. The counts on stderr
-//     are of every record read, before -limit cuts the listing.
+//     are of every record read, before -limit cuts the listing; with -json
+//     too (stdout holds only the JSON lines), with the line saying it cut.
 //   - show prints one record as JSON: its state, lease, expiry and the key
 //     forwarded to the provider, and with -bodies the canonical request and
 //     the stored response. A record is named by its ID, or by -tenant and

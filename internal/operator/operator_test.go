@@ -214,6 +214,17 @@ func TestUnknown(t *testing.T) {
 	if strings.Contains(out, "order-7") {
 		t.Errorf("the output holds a raw key:\n%s", out)
 	}
+	// -json cuts as much, and says so on stderr: stdout stays JSON only.
+	code, out, errOut = e.run(t, "unknown", "-json", "-limit", "2")
+	if code != 0 || strings.Count(out, "\n") != 2 || !strings.Contains(errOut, "3 UNKNOWN record(s)") ||
+		!strings.Contains(errOut, "3 read, 2 listed (raise -limit)") {
+		t.Errorf("unknown -json -limit 2 = %d %q %q, want 2 JSON lines, 3 UNKNOWN record(s) and 3 read, 2 listed (raise -limit)", code, out, errOut)
+	}
+	for line := range strings.Lines(out) {
+		if !json.Valid([]byte(line)) {
+			t.Errorf("unknown -json -limit 2: stdout line %q is not JSON", line)
+		}
+	}
 }
 
 // TestUnknownAgeAndLostCheck: unknown ages and sorts a record by its

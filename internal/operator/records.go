@@ -46,7 +46,8 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 			"more than "+(abandoned.StreamMaxRecordAge+abandoned.LostCheckMargin).String()+" ago. AbandonedRecordsAlarm clears (two days after the last\n"+
 			"sighting) once no row says yes and no unreadable item is skipped (with a -limit above what it reads).\n"+
 			"The counts on stderr are of every record read, before -limit cuts the listing.\n"+
-			"-json adds created_at, updated_at, check_lost and counted.")
+			"-json prints one JSON object a row on stdout, adding created_at, updated_at, check_lost and counted;\n"+
+			"the counts, and the cut (\"M read, N listed (raise -limit)\"), still go to stderr.")
 	tenant := fs.String("tenant", "", "only this tenant's records")
 	limit := fs.Int("limit", 100, "list at most this many")
 	asJSON := fs.Bool("json", false, "one JSON object per line")
@@ -90,9 +91,11 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 		}
 		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", s.Record, s.Status, s.Route, s.For, s.ExpiresAt.Format(time.RFC3339), check, count)
 	})
-	if err != nil || *asJSON {
+	if err != nil {
 		return err
 	}
+	// With -json too: stdout stays JSON, the cut and the counts go to
+	// stderr.
 	if read > len(rows) {
 		fmt.Fprintf(t.errOut, "%d read, %d listed (raise -limit)\n", read, len(rows))
 	}
