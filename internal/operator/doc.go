@@ -43,8 +43,10 @@
 //     lease ran out). Each write is fenced on the lease token read: a
 //     record changed meanwhile is reported and skipped, and the command
 //     exits 1 (as when a write fails); unreadable items skipped alone do
-//     not fail it. Its summary ends with a line rearmed=N changed=N
-//     unreadable=N failed=N.
+//     not fail it. At most -limit records are tried: those past it are
+//     counted as left, and the command exits 1 (raise -limit and run it
+//     again). Its summary ends with a line rearmed=N changed=N
+//     unreadable=N failed=N left=N.
 //   - forget deletes an UNKNOWN record that can never be reconciled, the
 //     operator's way out of its reconcile_failed alarm, once what its
 //     request did at the other system is settled: a retry of its key then

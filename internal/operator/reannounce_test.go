@@ -113,9 +113,10 @@ func TestReannounceLost(t *testing.T) {
 	if code != 1 {
 		t.Errorf("reannounce -lost = exit %d, want 1 (one record changed meanwhile)", code)
 	}
-	if !strings.Contains(out.String(), raced.Key.ID()+" changed meanwhile") || !strings.Contains(errOut.String(), "4 re-announced, 1 changed meanwhile, 0 failed") ||
-		!strings.Contains(errOut.String(), "\nrearmed=4 changed=1 unreadable=0 failed=0\n") {
-		t.Errorf("reannounce -lost = %q %q, want the raced record reported, 4 re-announced, 1 changed meanwhile, and the marker last", out.String(), errOut.String())
+	errLines := strings.Split(strings.TrimSuffix(errOut.String(), "\n"), "\n")
+	if n := len(errLines); !strings.Contains(out.String(), raced.Key.ID()+" changed meanwhile") || !strings.Contains(errOut.String(), "4 re-announced, 1 changed meanwhile, 0 failed") ||
+		n < 2 || errLines[n-2] != "rearmed=4 changed=1 unreadable=0 failed=0 left=0" || !strings.HasPrefix(errLines[n-1], "oncectl reannounce: ") {
+		t.Errorf("reannounce -lost = %q %q, want the raced record reported, 4 re-announced, 1 changed meanwhile, and the marker the last line before the error", out.String(), errOut.String())
 	}
 	if strings.Contains(out.String()+errOut.String(), "legacy") {
 		t.Errorf("reannounce -lost printed a raw key: %q %q", out.String(), errOut.String())
@@ -150,6 +151,44 @@ func TestReannounceLost(t *testing.T) {
 				t.Errorf("TTL attribute %s = %v after reannounce -lost, want none", dynamo.AttrExpiresAt, ttl)
 			}
 		})
+	}
+}
+
+// TestReannounceLostLimit: reannounce -lost with more abandoned records
+// than -limit re-arms the oldest -limit, counts those it did not try
+// (left=N in its marker) and exits 1, saying to raise -limit and run it
+// again; the marker is the last line before that error.
+func TestReannounceLostLimit(t *testing.T) {
+	e := newEnv(t)
+	now := time.Now()
+	const day = 24 * time.Hour
+	recs := make([]idempotency.Record, 3)
+	for i := range recs {
+		recs[i] = idempotency.Record{
+			Key: idempotency.NewKey("acme", fmt.Sprintf("lost-%d", i)), Status: idempotency.StatusUnknown, Route: "POST /v1/charges", Fingerprint: "f00d",
+			External: true, LeaseToken: idempotency.NewToken(), ExpiresAt: now.Add(-day),
+			CreatedAt: now.Add(-time.Duration(3-i) * day), UpdatedAt: now.Add(-2 * day), // lost-0 the oldest
+		}
+		e.put(t, recs[i])
+	}
+	code, out, errOut := e.run(t, "reannounce", "-lost", "-limit", "2")
+	if code != 1 {
+		t.Errorf("reannounce -lost -limit 2 = exit %d, want 1 (one record left)", code)
+	}
+	lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
+	if n := len(lines); n < 2 || lines[n-2] != "rearmed=2 changed=0 unreadable=0 failed=0 left=1" ||
+		!strings.HasPrefix(lines[n-1], "oncectl reannounce: ") || !strings.Contains(lines[n-1], "raise -limit and run it again") {
+		t.Errorf("reannounce -lost -limit 2 stderr = %q, want the marker rearmed=2 changed=0 unreadable=0 failed=0 left=1, then the error saying raise -limit and run it again", errOut)
+	}
+	for i, rec := range recs {
+		if said, want := strings.Contains(out, rec.Key.ID()+" re-announced"), i < 2; said != want {
+			t.Errorf("output says %s re-announced: %v, want %v (oldest first)", rec.Key.Short(), said, want)
+		}
+	}
+	// Run again with room: the one left is re-armed, nothing is left.
+	code, _, errOut = e.run(t, "reannounce", "-lost", "-limit", "2")
+	if lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n"); code != 0 || lines[len(lines)-1] != "rearmed=1 changed=0 unreadable=0 failed=0 left=0" {
+		t.Errorf("reannounce -lost -limit 2 again = exit %d %q, want 0 and the marker rearmed=1 changed=0 unreadable=0 failed=0 left=0 last", code, errOut)
 	}
 }
 
@@ -441,7 +480,7 @@ func TestUnreadableItem(t *testing.T) {
 	code, out, errOut = e.run(t, "reannounce", "-lost")
 	if code != 0 || !strings.Contains(out, lost.Key.ID()+" re-announced") || !strings.Contains(errOut, id) ||
 		!strings.Contains(errOut, "1 re-announced, 0 changed meanwhile, 0 failed, 1 unreadable skipped") ||
-		!strings.Contains(errOut, "\nrearmed=1 changed=0 unreadable=1 failed=0\n") {
+		!strings.Contains(errOut, "\nrearmed=1 changed=0 unreadable=1 failed=0 left=0\n") {
 		t.Errorf("reannounce -lost = %d, %q, %q; want 0, %s re-announced, %s warned about, 1 unreadable skipped in the summary and its marker", code, out, errOut, lost.Key.ID(), id)
 	}
 	if got, err := e.store.Get(t.Context(), lost.Key); err != nil || got.LeaseToken == lost.LeaseToken {

@@ -327,9 +327,10 @@ func (t *Tool) reannounce(ctx context.Context, args []string) error {
 			"-lost does so for every record `oncectl unknown` lists (of -tenant) that no recovery check will hand to the reconciler, oldest first:\n"+
 			"the UNKNOWN records and External reservations it marks lost, and those written before the upgrade that took their TTL\n"+
 			"attribute (expires_at) away (UNKNOWN, or External reservations whose lease ran out). A record changed meanwhile is reported and skipped.\n"+
-			"-lost ends its summary on stderr with a line rearmed=N changed=N unreadable=N failed=N. Exit status: 0 when every\n"+
-			"record it tried was re-armed (unreadable items, which it cannot re-arm, are skipped, named and counted, not a failure);\n"+
-			"1 when one changed meanwhile or failed (run it again); 2 on a usage error.")
+			"-lost ends its summary on stderr with a line rearmed=N changed=N unreadable=N failed=N left=N (left: over -limit, not tried).\n"+
+			"Exit status: 0 when every record it found was re-armed (unreadable items, which it cannot re-arm, are skipped, named\n"+
+			"and counted, not a failure); 1 when one changed meanwhile or failed (run it again) or left > 0 (raise -limit and run\n"+
+			"it again); 2 on a usage error.")
 	lost := fs.Bool("lost", false, "every UNKNOWN record or External reservation whose check is lost or that still has a TTL attribute (no RECORD)")
 	limit := fs.Int("limit", 100, "with -lost: re-announce at most this many")
 	read := t.recordArg(fs)
@@ -369,19 +370,22 @@ func (t *Tool) reannounce(ctx context.Context, args []string) error {
 // and the rest still done; the error then counts them. An unreadable item
 // (listUnknown) is skipped, named on stderr and counted in the summary,
 // not an error: nothing re-arms it, and the count says it is left. The
-// summary's last line is rearmed=N changed=N unreadable=N failed=N.
+// abandoned records past the limit are not tried, counted as left: an
+// error, to raise the limit and run it again. The summary's last line is
+// rearmed=N changed=N unreadable=N failed=N left=N.
 func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) error {
 	now := t.now()
 	recs, unreadable, err := t.listUnknown(ctx, tenant, now)
 	if err != nil {
 		return err
 	}
-	done, changed, failed := 0, 0, 0
+	done, changed, failed, left := 0, 0, 0, 0
 	for _, rec := range recs {
-		if done+changed+failed == limit {
-			break
-		}
 		if !rec.Abandoned(now) {
+			continue
+		}
+		if done+changed+failed == limit {
+			left++ // not tried: counted, so that the command fails
 			continue
 		}
 		why := "check lost"
@@ -418,11 +422,15 @@ func (t *Tool) reannounceLost(ctx context.Context, tenant string, limit int) err
 	if unreadable > 0 {
 		fmt.Fprintf(t.errOut, "%d unreadable item(s) skipped, counted by the auditor: inspect each with aws dynamodb get-item (above), and delete it with aws dynamodb delete-item if it must go\n", unreadable)
 	}
-	fmt.Fprintf(t.errOut, "rearmed=%d changed=%d unreadable=%d failed=%d\n", done, changed, unreadable, failed)
+	fmt.Fprintf(t.errOut, "rearmed=%d changed=%d unreadable=%d failed=%d left=%d\n", done, changed, unreadable, failed, left)
+	var errs []error
 	if changed+failed > 0 {
-		return fmt.Errorf("%d record(s) not re-announced (%d changed meanwhile, %d failed): look at them again with `oncectl show`", changed+failed, changed, failed)
+		errs = append(errs, fmt.Errorf("%d record(s) not re-announced (%d changed meanwhile, %d failed): look at them again with `oncectl show`", changed+failed, changed, failed))
 	}
-	return nil
+	if left > 0 {
+		errs = append(errs, fmt.Errorf("%d record(s) left, not tried (over -limit %d): raise -limit and run it again", left, limit))
+	}
+	return errors.Join(errs...)
 }
 
 // errChanged is the error, wrapped, of a record reannounce -lost found
