@@ -18,8 +18,13 @@
 //     named on stderr with the aws dynamodb get-item that shows it (the
 //     auditor's kind unreadable); reannounce -lost skips it too and counts
 //     it. COUNTED (counted with -json) says whether the auditor counts a
-//     record (abandoned.Record.Stuck): AbandonedRecordsAlarm clears once no
-//     row says yes and no unreadable item is skipped. The counts on stderr
+//     record (abandoned.Record.Stuck) now: a lost reservation written
+//     less than an hour and 15 minutes ago, or a legacy one just past its
+//     lease, says no and is counted later unless re-armed.
+//     AbandonedRecordsAlarm clears once, without -tenant and with a -limit
+//     above what it reads, no row says yes, none CHECK lost, none is
+//     IN_PROGRESS (what reannounce -lost re-arms) and no unreadable item
+//     is skipped. The counts on stderr
 //     are of every record read, before -limit cuts the listing; with -json
 //     too (stdout holds only the JSON lines), with the line saying it cut.
 //   - show prints one record as JSON: its state, lease, expiry and the key

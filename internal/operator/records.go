@@ -43,8 +43,11 @@ func (t *Tool) unknown(ctx context.Context, args []string) error {
 			"AGE is from created_at (or updated_at), for UNKNOWN records and reservations alike.\n"+
 			"COUNTED says yes for a record the auditor function counts (abandoned_records, AbandonedRecordsAlarm):\n"+
 			"an UNKNOWN record lost or legacy (a legacy one shows CHECK armed), a reservation lost and last written\n"+
-			"more than "+(abandoned.StreamMaxRecordAge+abandoned.LostCheckMargin).String()+" ago. AbandonedRecordsAlarm clears (two days after the last\n"+
-			"sighting) once no row says yes and no unreadable item is skipped (with a -limit above what it reads).\n"+
+			"more than "+(abandoned.StreamMaxRecordAge+abandoned.LostCheckMargin).String()+" ago. COUNTED is of the moment: a reservation lost but written\n"+
+			"less than that ago, or a legacy one just past its lease, says no and is counted later unless re-armed.\n"+
+			"AbandonedRecordsAlarm clears (two days after the last sighting) once, without -tenant and with a -limit\n"+
+			"above what it reads, no row says COUNTED yes, none CHECK lost, none is IN_PROGRESS (each listed is lost or\n"+
+			"legacy: what reannounce -lost re-arms), and no unreadable item is skipped.\n"+
 			"The counts on stderr are of every record read, before -limit cuts the listing.\n"+
 			"-json prints one JSON object a row on stdout, adding created_at, updated_at, check_lost and counted;\n"+
 			"the counts, and the cut (\"M read, N listed (raise -limit)\"), still go to stderr.")
