@@ -37,7 +37,7 @@ const (
 
 // ClientOptions returns the auditor function's DynamoDB client options
 // (ClientTimeout, ClientMaxAttempts, ClientMaxBackoff), as functions/auditor
-// builds its client; internal/dynamoclient's TestAuditorOptions checks that
+// builds its client; TestAuditorOptions checks that
 // a page started with Margin left ends within it.
 func ClientOptions() dynamoclient.Options {
 	return dynamoclient.Options{Timeout: ClientTimeout, MaxAttempts: ClientMaxAttempts, MaxBackoff: ClientMaxBackoff}

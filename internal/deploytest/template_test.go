@@ -593,10 +593,17 @@ func TestDailyAlarms(t *testing.T) {
 	if schedule != audit.Schedule {
 		t.Errorf("AuditorFunction Schedule = %q, want %s: one segment an hour, early in the hour", schedule, audit.Schedule)
 	}
-	// A run stops reading audit.Margin before its deadline: its timeout
-	// must leave it time to read.
-	if timeout, _ := fn.Properties["Timeout"].(int); time.Duration(timeout)*time.Second < 4*audit.Margin {
-		t.Errorf("AuditorFunction Timeout = %v, want at least %v (4 times the margin audit.Margin it stops at)", fn.Properties["Timeout"], 4*audit.Margin)
+	// A run stops starting pages audit.Margin before its deadline: its
+	// timeout must leave it, before the margin, time for at least
+	// minPages pages each as slow as its client lets one be
+	// (dynamoclient.CallBound of audit.ClientOptions: every attempt
+	// running out its timeout), or a slow table stops every run after a
+	// page.
+	const minPages = 2
+	page := dynamoclient.CallBound(audit.ClientOptions())
+	if timeout, _ := fn.Properties["Timeout"].(int); time.Duration(timeout)*time.Second-audit.Margin < minPages*page {
+		t.Errorf("AuditorFunction Timeout = %v s, want at least audit.Margin (%v) + %d worst-case pages of %v (dynamoclient.CallBound(audit.ClientOptions())) = %v",
+			fn.Properties["Timeout"], audit.Margin, minPages, page, audit.Margin+minPages*page)
 	}
 	for _, id := range sortedKeys(dailyAlarms) {
 		r, ok := alarms[id]
