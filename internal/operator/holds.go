@@ -327,9 +327,24 @@ func (t *Tool) holdAndRecord(key idempotency.Key, amount int64, item map[string]
 // getItemCommand is the AWS CLI command that prints the item of the
 // record ID id (its partition key; abandoned.ItemID for an item that does
 // not decode) in the idempotency table as it is, without decoding it: the
-// one builder of it for holds and unknown.
+// one builder of it for holds and unknown. The key is JSON (json.Marshal)
+// quoted for a POSIX shell (shellQuote): an item written by hand may have
+// a pk holding ' or ", which must neither break the pasted command nor run
+// anything.
 func (t *Tool) getItemCommand(id string) string {
-	return fmt.Sprintf(`aws dynamodb get-item --table-name %s --key '{"%s":{"S":"%s"}}'`, t.cfg.Table("IdempotencyTable"), dynamo.AttrPK, id)
+	key, _ := json.Marshal(map[string]map[string]string{dynamo.AttrPK: {"S": id}}) // strings always marshal
+	return fmt.Sprintf(`aws dynamodb get-item --table-name %s --key %s`, shellQuote(t.cfg.Table("IdempotencyTable")), shellQuote(string(key)))
+}
+
+// shellQuote returns s as one word for a POSIX shell: in single quotes,
+// each single quote in it ending the quoted part, escaped with a
+// backslash, and opening the next; s itself when it holds only characters
+// no shell reads specially.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:/@%+=,") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // holdItem reads key's record as holds shows it: one consistent GetItem,

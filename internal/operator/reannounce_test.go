@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -489,5 +493,60 @@ func TestUnreadableItem(t *testing.T) {
 
 	if code, _, errOut := e.run(t, "forget", id); code == 0 || !strings.Contains(errOut, id) {
 		t.Errorf("forget %s = %d, %q; want a failure naming it (it cannot read it)", id, code, errOut)
+	}
+}
+
+// TestUnreadableItemQuoted: the aws dynamodb get-item command unknown
+// prints for an unreadable item is one a POSIX shell runs as written,
+// passing the item's partition key intact, whatever it holds: an item
+// written by hand may have a pk with ' or " (or $, a backslash), which
+// must neither break the command nor run anything. The command runs here
+// under sh, with an aws on PATH that prints its arguments.
+func TestUnreadableItemQuoted(t *testing.T) {
+	e := newEnv(t)
+	now := time.Now()
+	rec := idempotency.Record{
+		Key: idempotency.NewKey("acme", "x"), Status: idempotency.StatusUnknown, Route: "POST /v1/charges", Fingerprint: "f00d",
+		External: true, LeaseToken: idempotency.NewToken(), ExpiresAt: now.Add(-24 * time.Hour),
+		CreatedAt: now.Add(-48 * time.Hour), UpdatedAt: now.Add(-48 * time.Hour),
+	}
+	const id = `acme#it's "by hand" $(touch pwned) \ '$HOME'`
+	item := dynamo.ItemFromRecord(rec)
+	item[dynamo.AttrPK] = &dynamodbtypes.AttributeValueMemberS{Value: id}
+	delete(item, dynamo.AttrExpiresAtMS) // unreadable, as in TestUnreadableItem
+	if _, err := e.db.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(e.names.ByLogicalID["IdempotencyTable"]), Item: item}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, errOut := e.run(t, "unknown")
+	const intro = "inspect it with "
+	i := strings.Index(errOut, intro)
+	if i < 0 {
+		t.Fatalf("unknown stderr = %q, want %q and a command", errOut, intro)
+	}
+	command, _, _ := strings.Cut(errOut[i+len(intro):], "\n")
+
+	dir := t.TempDir()
+	fake := "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done\n"
+	if err := os.WriteFile(filepath.Join(dir, "aws"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), "sh", "-c", command)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	got, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("sh -c %q: %v", command, err)
+	}
+	args := strings.Split(strings.TrimSuffix(string(got), "\n"), "\n")
+	want := []string{"dynamodb", "get-item", "--table-name", e.names.ByLogicalID["IdempotencyTable"], "--key"}
+	if len(args) != len(want)+1 || !slices.Equal(args[:len(want)], want) {
+		t.Fatalf("sh -c %q ran aws %q, want aws %q and the key", command, args, want)
+	}
+	var key map[string]map[string]string
+	if err := json.Unmarshal([]byte(args[len(want)]), &key); err != nil || key[dynamo.AttrPK]["S"] != id {
+		t.Errorf("--key %q = %v (%v), want {%q: {\"S\": %q}}", args[len(want)], key, err, dynamo.AttrPK, id)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "pwned")); err == nil {
+		t.Errorf("sh -c %q ran the command substitution in the item's pk", command)
 	}
 }
