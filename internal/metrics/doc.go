@@ -1,4 +1,4 @@
-// Package metrics writes counters (Count), and figures (Put), in CloudWatch Embedded Metric Format (EMF):
+// Package metrics writes counters (Count), and figures (PutAt), in CloudWatch Embedded Metric Format (EMF):
 // one JSON document per line on a writer. In Lambda the writer is stdout and
 // CloudWatch Logs turns the lines into metrics, with no API call on the
 // request path.

@@ -72,20 +72,13 @@ func (e *Emitter) Count(names ...string) {
 	_, _ = e.w.Write(b) // metrics are best effort
 }
 
-// Put writes one document giving the metric name the value v: a figure
-// measured at once (how many records an audit found stuck, 0 included),
-// where Count counts one occurrence. Its document is built anew each time.
-func (e *Emitter) Put(name string, v int64) {
-	if e == nil {
-		return
-	}
-	e.PutAt(name, v, e.now())
-}
-
-// PutAt is Put with the document's timestamp at instead of now: a figure
-// that belongs to another moment than the one it is written at (the hour a
-// scheduled run was due in, when it runs late). CloudWatch takes an EMF
-// timestamp up to two weeks in the past and two hours in the future.
+// PutAt writes one document giving the metric name the value v, stamped
+// at: a figure measured at once (how many records an audit found stuck, 0
+// included), where Count counts one occurrence, and one that belongs to
+// the moment at rather than to when it is written (the hour a scheduled
+// run was due in, when it runs late). CloudWatch takes an EMF timestamp up
+// to two weeks in the past and two hours in the future. Its document is
+// built anew each time.
 func (e *Emitter) PutAt(name string, v int64, at time.Time) {
 	if e == nil {
 		return

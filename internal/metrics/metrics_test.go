@@ -137,17 +137,16 @@ func TestPut(t *testing.T) {
 		var buf bytes.Buffer
 		e := New(&buf, "once", map[string]string{"Service": "auditor"})
 		e.now = func() time.Time { return time.UnixMilli(1700000000123) }
-		e.Put("abandoned_records", v)
+		e.PutAt("abandoned_records", v, e.now())
 		e.Count("abandoned_records")
 		want := fmt.Sprintf(`{"_aws":{"Timestamp":1700000000123,"CloudWatchMetrics":[{"Namespace":"once","Dimensions":[["Service"]],"Metrics":[{"Name":"abandoned_records","Unit":"Count"}]}]},"Service":"auditor","abandoned_records":%d}`+"\n", v) +
 			`{"_aws":{"Timestamp":1700000000123,"CloudWatchMetrics":[{"Namespace":"once","Dimensions":[["Service"]],"Metrics":[{"Name":"abandoned_records","Unit":"Count"}]}]},"Service":"auditor","abandoned_records":1}` + "\n"
 		if got := buf.String(); got != want {
-			t.Errorf("Put(%d), Count() wrote\n%s\nwant\n%s", v, got, want)
+			t.Errorf("PutAt(%d), Count() wrote\n%s\nwant\n%s", v, got, want)
 		}
 	}
 	var e *Emitter
-	e.Put("x", 1) // must not panic
-	e.PutAt("x", 1, time.Now())
+	e.PutAt("x", 1, time.Now()) // must not panic
 }
 
 // TestPutAt: the document carries the time it is given, not the clock's.
