@@ -75,6 +75,20 @@ func TestParameters(t *testing.T) {
 			}
 		}
 	}
+	// The README's deploy section lists every parameter a deployer may set.
+	readme, err := os.ReadFile(filepath.Join(root(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := regexp.MustCompile(`(?s)\nParameters: (.*?)\. The simulator's function URL`).FindSubmatch(readme)
+	if listed == nil {
+		t.Fatal("README.md has no \"Parameters: ...\" list in its deploy section")
+	}
+	for _, name := range sortedKeys(want) {
+		if !strings.Contains(string(listed[1]), "`"+name+"`") {
+			t.Errorf("README.md's deploy section does not list the parameter %s", name)
+		}
+	}
 	if diff := cmp.Diff([]any{"arm64", "x86_64"}, mapOf(params["Architecture"])["AllowedValues"]); diff != "" {
 		t.Errorf("Architecture AllowedValues mismatch (-want +got):\n%s", diff)
 	}

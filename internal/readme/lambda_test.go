@@ -37,14 +37,15 @@ func block(t *testing.T, readme, marker string) string {
 	return m[1] + "\n"
 }
 
-// goCmd runs go in dir, offline: the module cache has every module once
-// needs, and the fresh module resolves once through a replace to this
-// checkout.
+// goCmd runs go in dir as a user would, with go's default flags (a build
+// reads go.mod and go.sum and never changes them, -mod=readonly), but
+// offline: the module cache has every module once needs, and the fresh
+// module resolves once through a replace to this checkout.
 func goCmd(t *testing.T, dir string, args ...string) {
 	t.Helper()
 	cmd := exec.Command("go", args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOSUMDB=off", "GOWORK=off", "CGO_ENABLED=0")
+	cmd.Env = append(os.Environ(), "GOFLAGS=", "GOPROXY=off", "GOSUMDB=off", "GOWORK=off", "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
@@ -76,7 +77,8 @@ func TestUseOnceInYourOwnLambda(t *testing.T) {
 	goCmd(t, dir, "build", "-o", bin, ".")
 
 	// The recovery function, beside it, with the resolvers it leaves to the
-	// reader: it builds with nothing but once and the modules once requires.
+	// reader: it builds with once and the modules once requires, once the
+	// README's `go get` of sqsqueue has added the SQS client's.
 	rdir := filepath.Join(dir, "recovery")
 	if err := os.Mkdir(rdir, 0o755); err != nil {
 		t.Fatal(err)
@@ -88,6 +90,11 @@ func TestUseOnceInYourOwnLambda(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	get := regexp.MustCompile("`go get (github.com/oncehq/once/idempotency/recovery/sqsqueue)`").FindStringSubmatch(readme)
+	if get == nil {
+		t.Fatal("README.md does not tell the recovery function's builder to `go get github.com/oncehq/once/idempotency/recovery/sqsqueue`")
+	}
+	goCmd(t, dir, "get", get[1])
 	rbin := filepath.Join(dir, "recovery-bootstrap")
 	goCmd(t, dir, "build", "-o", rbin, "./recovery")
 
