@@ -222,8 +222,13 @@ func TestRunSmall(t *testing.T) {
 			t.Errorf("JSON front door %s: figures %v, want the server's CPU per request", r.Case, r.Figures)
 		}
 	}
-	if want := "once's replays by the route without idempotency's, then by the limit's replays"; !strings.Contains(md.String(), want) {
-		t.Errorf("the Markdown's notes do not say %q", want)
+	for _, want := range []string{
+		"once's replays by the route without idempotency's, then by the limit's replays",
+		"Server CPU: the bench process's own user and system time (getrusage RUSAGE_SELF: its children, the clients' driver among them, excluded)",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("the Markdown's notes do not say %q", want)
+		}
 	}
 	for line := range strings.Lines(md.String()) {
 		if strings.Contains(line, "| "+frontDoorGroup+" |") && !regexp.MustCompile(`req/s ×[0-9.]+ ×[0-9.]+ · p50 ×[0-9.]+ ×[0-9.]+ .*· server CPU ×[0-9.]+ ×[0-9.]+`).MatchString(line) {
