@@ -29,8 +29,11 @@ func main() {
 func run(getenv func(string) string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if getenv(bench.EnvRole) == "provider" {
+	switch getenv(bench.EnvRole) {
+	case "provider":
 		return bench.ServeProvider(ctx, getenv, os.Stdout)
+	case bench.RoleDriver:
+		return bench.ServeDriver(ctx, os.Stdin, os.Stdout)
 	}
 	template := flag.String("template", "template.yaml", "the repository's `template.yaml`")
 	functions := flag.String("functions", "", "`dir`ectory of the built functions, <name>/bootstrap (none: no cold starts)")

@@ -277,7 +277,7 @@ var notes = []string{
 	"allocs/op: heap allocations of the whole process while the operation ran (runtime.MemStats.Mallocs), the Meter's middleware included (a few per DynamoDB call).",
 	"Front door: the devstack (the API Gateway emulator, the REQUEST authorizer, its answer cached, and the api function in Lambda execution environments " +
 		"through the Lambda runtime's JSON path) on a DynamoDB Local of its own, with the streams of the functions downstream of the API (worker, receipts) not polled, and so not created (devstack.Options.StreamsOff); " +
-		"16 clients over keep-alive HTTP, after a warm-up, in rounds of every route, each round starting at another route; the replays resend keys created before (in the rounds so far, else in the warm-up) with their bodies, to whichever environment is free. " +
+		"16 clients over keep-alive HTTP, in a process of their own (the bench's command run again as a driver), after a warm-up, in rounds of every route, each round starting at another route; the replays resend keys created before (in the rounds so far, else in the warm-up) with their bodies, to whichever environment is free. " +
 		"The bench's route without idempotency decodes and validates the body as POST /v1/payments does, writes the same payment item with one conditional PutItem and answers the same JSON. " +
 		"The one-transaction limit (POST /bench/limit), served the same way, writes that payment and a record of the answer (the scoped key, once's request fingerprint: the SHA-256 of the method, the route and the canonical body; the status, the answer's bytes, an expiry) " +
 		"in one TransactWriteItems to a table of its own without a stream, the record conditioned on the key being free or expired (ALL_OLD returned on failure), the payment on its id being new; " +
@@ -289,7 +289,10 @@ var notes = []string{
 		"DynamoDB Local CPU: the emulator process's user and system time (/proc, 10 ms ticks) while the clients ran, per request; it includes the stream pollers' reads, " +
 		"and the first devstack's pollers read its stream during every row, the one without the stream and the limit's too: the difference between the two rows of new keys is a lower bound of the stream's cost, " +
 		"and the limit's CPU per request is overstated by the pollers' share (its own writes have no stream), so a ratio of once's DynamoDB Local CPU to the limit's is understated. " +
-		"Only when the bench started DynamoDB Local (not with DYNAMODB_ENDPOINT), on Linux.",
+		"Only when the bench started DynamoDB Local (not with DYNAMODB_ENDPOINT), on Linux. " +
+		"Server CPU: the bench process's own user and system time (getrusage RUSAGE_SELF: its children, the clients' driver among them, excluded) from the clients' start to their end, per request: " +
+		"the devstacks' API Gateway emulator, authorizer, Lambda runtime path and api function, and whatever else runs in it meanwhile, the first devstack's stream pollers included, during every row " +
+		"(the clients' own CPU, and the latencies, are the driver's; the provider simulator runs in a process of its own).",
 	"Duplicate storm: waves of 10 keys, each sent 8 times at once (80 requests in flight), then one follow-up per key; effects are counted where they land " +
 		"(payment items, the provider's charges and refunds) and include the follow-up's, so the route without idempotency makes 9 per key; " +
 		"a key's answers differ when two of its final answers (2xx, 4xx but 409) are not the same bytes.",

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -143,6 +144,9 @@ func TestRunSmall(t *testing.T) {
 			if r.Figures[FigReqPerSec] <= 0 || r.Figures[FigErrors] != 0 {
 				t.Errorf("front door %s: %v", r.Case, r.Figures)
 			}
+			if cpu, ok := r.Figures[FigServerCPU]; !ok || cpu <= 0 || math.IsInf(cpu, 0) || math.IsNaN(cpu) {
+				t.Errorf("front door %s: figures %v, want the server's CPU per request, positive and finite", r.Case, r.Figures)
+			}
 			if r.Baseline != slices.Contains(bases, r.Case) {
 				t.Errorf("front door %s: Baseline %t, want the route without idempotency and the limit", r.Case, r.Baseline)
 			}
@@ -158,7 +162,7 @@ func TestRunSmall(t *testing.T) {
 				over = []string{door[0].Case, caseLimitReplays}
 			}
 			for _, b := range over {
-				for _, f := range []string{FigReqPerSec, FigP50, FigP99} {
+				for _, f := range []string{FigReqPerSec, FigP50, FigP99, FigServerCPU} {
 					want = append(want, f+" / "+b)
 				}
 			}
@@ -209,16 +213,29 @@ func TestRunSmall(t *testing.T) {
 		if r.Case == caseReplays {
 			over = caseLimitReplays
 		}
-		if !slices.ContainsFunc(r.Ratios, func(x Ratio) bool { return x.Baseline == over && x.Figure == FigReqPerSec }) {
-			t.Errorf("JSON front door %s: ratios %v, want req/s over %s's", r.Case, r.Ratios, over)
+		for _, f := range []string{FigReqPerSec, FigServerCPU} {
+			if !slices.ContainsFunc(r.Ratios, func(x Ratio) bool { return x.Baseline == over && x.Figure == f }) {
+				t.Errorf("JSON front door %s: ratios %v, want %s over %s's", r.Case, r.Ratios, f, over)
+			}
+		}
+		if r.Figures[FigServerCPU] <= 0 {
+			t.Errorf("JSON front door %s: figures %v, want the server's CPU per request", r.Case, r.Figures)
 		}
 	}
-	if want := "once's replays by the route without idempotency's, then by the limit's replays"; !strings.Contains(md.String(), want) {
-		t.Errorf("the Markdown's notes do not say %q", want)
+	for _, want := range []string{
+		"once's replays by the route without idempotency's, then by the limit's replays",
+		"Server CPU: the bench process's own user and system time (getrusage RUSAGE_SELF: its children, the clients' driver among them, excluded)",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("the Markdown's notes do not say %q", want)
+		}
 	}
 	for line := range strings.Lines(md.String()) {
-		if strings.Contains(line, "| "+frontDoorGroup+" |") && !regexp.MustCompile(`req/s ×[0-9.]+ ×[0-9.]+ · p50 ×[0-9.]+ ×[0-9.]+`).MatchString(line) {
-			t.Errorf("Markdown front door row %s: want req/s and p50 over both baselines", line)
+		if strings.Contains(line, "| "+frontDoorGroup+" |") && !regexp.MustCompile(`req/s ×[0-9.]+ ×[0-9.]+ · p50 ×[0-9.]+ ×[0-9.]+ .*· server CPU ×[0-9.]+ ×[0-9.]+`).MatchString(line) {
+			t.Errorf("Markdown front door row %s: want req/s, p50 and server CPU over both baselines", line)
+		}
+		if strings.Contains(line, "| "+frontDoorGroup+" |") && !regexp.MustCompile(`server CPU [0-9.]+ ms/req`).MatchString(line) {
+			t.Errorf("Markdown front door row %s: want the server's CPU per request", line)
 		}
 	}
 }

@@ -17,11 +17,13 @@
 // endpoint and for 100 KB and 1 MB answers; starts the devstack with a
 // route without idempotency and a one-transaction limit (the payment and
 // its stored answer in one TransactWriteItems, no framework) beside the
-// API's and measures them through the HTTP front door (throughput and
-// latency of 16 clients), the API and the route without idempotency under
-// a duplicate storm; and starts each built function under a minimal Lambda
-// Runtime API, beside a minimal aws-lambda-go function, for its cold
-// start.
+// API's and measures them through the HTTP front door (throughput,
+// latency and the devstack's and DynamoDB Local's CPU per request, under
+// 16 clients run in a driver process of their own: the bench's command
+// again, EnvRole=RoleDriver), the API and the route without idempotency
+// under a duplicate storm; and starts each built function under a minimal
+// Lambda Runtime API, beside a minimal aws-lambda-go function, for its
+// cold start.
 //
 // It is a tool, not a test: `make test` runs it only at a tiny size
 // (TestRunSmall: every part but the cold starts, against DynamoDB Local),

@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -518,23 +516,7 @@ func (d *door) post(ctx context.Context, path, key, body string) (answer, error)
 
 // postTo is post to the devstack at base.
 func (d *door) postTo(ctx context.Context, base, path, key, body string) (answer, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, strings.NewReader(body))
-	if err != nil {
-		return answer{}, err
-	}
-	req.Header.Set("Authorization", "Bearer "+apiKey)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := d.http.Do(req)
-	if err != nil {
-		return answer{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return answer{}, err
-	}
-	return answer{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true", body: string(b)}, nil
+	return postJSON(ctx, d.http, base+path, key, body)
 }
 
 // load is what clients measured on a route.
@@ -543,53 +525,39 @@ type load struct {
 	ok, bad int
 	elapsed time.Duration
 	keys    []string
-	// dynamoCPU is DynamoDB Local's CPU time while the clients ran, when
-	// dynamoRead (every drive could read it).
-	dynamoCPU  time.Duration
-	dynamoRead bool
-	drives     int
-	mu         sync.Mutex
+	// serverCPU is this process's (the devstack's) CPU time and
+	// dynamoCPU DynamoDB Local's while the clients ran, when serverRead
+	// and dynamoRead (every drive could read them).
+	serverCPU, dynamoCPU   time.Duration
+	serverRead, dynamoRead bool
+	drives                 int
 }
 
-// drive has the clients send requests to path of the devstack at base for
-// d, each its own next (a key and a body) after the other, and adds what
-// they measured to l.
-func (d *door) drive(ctx context.Context, base, path string, dur time.Duration, next func(client, i int) (key, body string), l *load) {
-	var wg sync.WaitGroup
-	cpu0, ok0 := processCPU(d.dynamoPID)
-	start := time.Now()
-	deadline := start.Add(dur)
-	for c := range d.opts.Settings.Clients {
-		wg.Go(func() {
-			var lat []time.Duration
-			var keys []string
-			ok, bad := 0, 0
-			for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
-				key, body := next(c, i)
-				t := time.Now()
-				a, err := d.postTo(ctx, base, path, key, body)
-				lat = append(lat, time.Since(t))
-				if err != nil || a.status >= 300 {
-					bad++
-					continue
-				}
-				ok++
-				keys = append(keys, key)
-			}
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			l.lat = append(l.lat, lat...)
-			l.ok += ok
-			l.bad += bad
-			l.keys = append(l.keys, keys...)
-		})
+// fresh is the keys of a drive of new keys: prefixed with a tag of their
+// own.
+func (d *door) fresh() driveSpec { return driveSpec{Prefix: d.tag("door")} }
+
+// drive has the clients, in a driver process of their own (runDriver),
+// send requests to path of the devstack at base for dur, with keys's keys
+// (its Prefix or Replay), and adds what they measured to l.
+func (d *door) drive(ctx context.Context, base, path string, dur time.Duration, keys driveSpec, l *load) error {
+	spec := keys
+	spec.URL, spec.Duration, spec.Clients = base+path, dur, d.opts.Settings.Clients
+	res, w, err := runDriver(ctx, spec, d.dynamoPID)
+	if err != nil {
+		return fmt.Errorf("bench: driving %s: %w", path, err)
 	}
-	wg.Wait()
-	l.elapsed += time.Since(start)
-	cpu1, ok1 := processCPU(d.dynamoPID)
-	l.dynamoRead = (l.drives == 0 || l.dynamoRead) && ok0 && ok1
-	l.dynamoCPU += cpu1 - cpu0
+	l.lat = append(l.lat, res.Latencies...)
+	l.ok += res.OK
+	l.bad += res.Bad
+	l.keys = append(l.keys, res.Keys...)
+	l.elapsed += res.Elapsed
+	l.serverRead = (l.drives == 0 || l.serverRead) && w.serverRead
+	l.serverCPU += w.server
+	l.dynamoRead = (l.drives == 0 || l.dynamoRead) && w.dynamoRead
+	l.dynamoCPU += w.dynamo
 	l.drives++
+	return nil
 }
 
 // throughputBeside starts a second devstack on the same DynamoDB Local
@@ -618,44 +586,49 @@ func (d *door) throughputBeside(ctx context.Context, tmpl *samtemplate.Template,
 // divided by the limit's replays, every other row by the limit's new keys.
 func (d *door) throughput(ctx context.Context, rep *Report) error {
 	s := d.opts.Settings
-	fresh := func(client, i int) (string, string) {
-		tag := d.tag("door")
-		return tag, paymentBody(tag, 1999, "")
-	}
 	rounds := max(1, min(s.Rounds, 3))
 	per := s.Duration / time.Duration(rounds)
 	var once, replays, bare, limit, limitReplays, plain, warm, warmOnce, warmLimit load
 	d.opts.progress("front door: %d clients, %s per route in %d rounds", s.Clients, s.Duration, rounds)
-	d.drive(ctx, d.url, "/v1/payments", 2*time.Second, fresh, &warmOnce)
-	d.drive(ctx, d.url, bareResource, 2*time.Second, fresh, &warm)
-	d.drive(ctx, d.url, limitResource, 2*time.Second, fresh, &warmLimit)
-	d.drive(ctx, d.plainURL, "/v1/payments", 2*time.Second, fresh, &warm)
+	for _, w := range []struct {
+		base, path string
+		l          *load
+	}{
+		{d.url, "/v1/payments", &warmOnce},
+		{d.url, bareResource, &warm},
+		{d.url, limitResource, &warmLimit},
+		{d.plainURL, "/v1/payments", &warm},
+	} {
+		if err := d.drive(ctx, w.base, w.path, 2*time.Second, d.fresh(), w.l); err != nil {
+			return err
+		}
+	}
 	if len(warmOnce.keys) == 0 || len(warmLimit.keys) == 0 {
 		return fmt.Errorf("bench: the front door's warm-up made %d payments through once, %d through the limit: want some of each to replay", len(warmOnce.keys), len(warmLimit.keys))
 	}
 	// replay resends the keys made on a route with their bodies: those of
 	// the rounds so far, or of its warm-up before any.
-	replay := func(made, warmed *load) func(client, i int) (string, string) {
-		keys := made.keys
-		if len(keys) == 0 {
-			keys = warmed.keys
+	replay := func(made, warmed *load) driveSpec {
+		if len(made.keys) == 0 {
+			return driveSpec{Replay: warmed.keys}
 		}
-		return func(client, i int) (string, string) {
-			k := keys[(client*7919+i*s.Clients)%len(keys)]
-			return k, paymentBody(k, 1999, "")
-		}
+		return driveSpec{Replay: made.keys}
 	}
-	routes := []func(){
-		func() { d.drive(ctx, d.url, "/v1/payments", per, fresh, &once) },
-		func() { d.drive(ctx, d.url, bareResource, per, fresh, &bare) },
-		func() { d.drive(ctx, d.url, limitResource, per, fresh, &limit) },
-		func() { d.drive(ctx, d.plainURL, "/v1/payments", per, fresh, &plain) },
-		func() { d.drive(ctx, d.url, "/v1/payments", per, replay(&once, &warmOnce), &replays) },
-		func() { d.drive(ctx, d.url, limitResource, per, replay(&limit, &warmLimit), &limitReplays) },
+	routes := []func() error{
+		func() error { return d.drive(ctx, d.url, "/v1/payments", per, d.fresh(), &once) },
+		func() error { return d.drive(ctx, d.url, bareResource, per, d.fresh(), &bare) },
+		func() error { return d.drive(ctx, d.url, limitResource, per, d.fresh(), &limit) },
+		func() error { return d.drive(ctx, d.plainURL, "/v1/payments", per, d.fresh(), &plain) },
+		func() error { return d.drive(ctx, d.url, "/v1/payments", per, replay(&once, &warmOnce), &replays) },
+		func() error {
+			return d.drive(ctx, d.url, limitResource, per, replay(&limit, &warmLimit), &limitReplays)
+		},
 	}
 	for round := range rounds {
 		for _, i := range roundOrder(round, rounds, len(routes)) {
-			routes[i]()
+			if err := routes[i](); err != nil {
+				return err
+			}
 		}
 	}
 	if len(once.keys) == 0 {
@@ -668,6 +641,9 @@ func (d *door) throughput(ctx context.Context, rep *Report) error {
 		}}
 		if l.dynamoRead && r.N > 0 {
 			r.Figures[FigDynamoCPU] = ms(l.dynamoCPU) / float64(r.N)
+		}
+		if l.serverRead && r.N > 0 {
+			r.Figures[FigServerCPU] = ms(l.serverCPU) / float64(r.N)
 		}
 		return r
 	}
@@ -689,7 +665,7 @@ func (d *door) throughput(ctx context.Context, rep *Report) error {
 			second = limRe
 		}
 		for _, b := range []Row{base, second} {
-			rows[i].compare(b, FigReqPerSec, FigP50, FigP99, FigDynamoCPU)
+			rows[i].compare(b, FigReqPerSec, FigP50, FigP99, FigDynamoCPU, FigServerCPU)
 		}
 	}
 	rep.Rows = append(rep.Rows, rows...)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"os"
 	"slices"
 	"testing"
@@ -95,6 +96,22 @@ func TestFrontDoorDynamoDBCPU(t *testing.T) {
 	for c, r := range rows {
 		if _, ok := r.Figures[FigDynamoCPU]; !ok {
 			t.Errorf("%s: figures %v, want DynamoDB Local's CPU", c, r.Figures)
+		}
+		if cpu := r.Figures[FigServerCPU]; cpu <= 0 || math.IsInf(cpu, 0) || math.IsNaN(cpu) {
+			t.Errorf("%s: figures %v, want the server's CPU per request, positive and finite", c, r.Figures)
+		}
+		// The server's CPU over the route without idempotency's, then
+		// over the limit's (once's replays: the limit's replays').
+		second := caseLimit
+		if c == caseReplays {
+			second = caseLimitReplays
+		}
+		for _, b := range []string{"POST " + bareResource + " (no idempotency)", second} {
+			if !slices.ContainsFunc(r.Ratios, func(x Ratio) bool {
+				return x.Baseline == b && x.Figure == FigServerCPU && x.Value > 0 && !math.IsInf(x.Value, 0)
+			}) {
+				t.Errorf("%s: ratios %v, want the server's CPU over %s's", c, r.Ratios, b)
+			}
 		}
 	}
 	for _, c := range []string{"POST /v1/payments, new keys", caseLimit, caseLimitReplays} {

@@ -20,7 +20,8 @@ import (
 
 // EnvRole set to "provider" makes the bench's command serve the provider
 // simulator (ServeProvider) instead of measuring: StartProvider starts it
-// so.
+// so. Set to RoleDriver, it makes it the front door's driver
+// (ServeDriver).
 const EnvRole = "ONCE_BENCH_ROLE"
 
 // providerReady prefixes the line ServeProvider prints once it listens.

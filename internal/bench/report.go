@@ -23,6 +23,7 @@ const (
 	FigAllocs      = "allocs" // heap allocations per operation
 	FigReqPerSec   = "req_per_s"
 	FigDynamoCPU   = "dynamodb_cpu_ms" // DynamoDB Local's CPU time per request, the front door's (Linux)
+	FigServerCPU   = "server_cpu_ms"   // the devstack's process's CPU time per request, the front door's (its clients in a process of their own)
 	FigErrors      = "errors"
 	FigBytes       = "bytes"  // item bytes stored, as DynamoDB counts them
 	FigItems       = "items"  // items stored
@@ -247,6 +248,7 @@ func otherCell(r Row) string {
 		}
 	}
 	add(FigReqPerSec, "%s req/s")
+	add(FigServerCPU, "server CPU %s ms/req")
 	add(FigDynamoCPU, "DynamoDB Local CPU %s ms/req")
 	add(FigErrors, "%s errors")
 	add(FigExtra, "%s effects beyond one per key")
@@ -265,7 +267,7 @@ func otherCell(r Row) string {
 // figureNames are the short names of figures in the ratio column.
 var figureNames = map[string]string{
 	FigCalls: "calls", FigRCU: "RCU", FigWCU: "WCU", FigP50: "p50", FigP99: "p99", FigAllocs: "allocs",
-	FigReqPerSec: "req/s", FigDynamoCPU: "DynamoDB Local CPU", FigBytes: "bytes", FigSizeMB: "size", FigExtra: "extra effects",
+	FigReqPerSec: "req/s", FigDynamoCPU: "DynamoDB Local CPU", FigServerCPU: "server CPU", FigBytes: "bytes", FigSizeMB: "size", FigExtra: "extra effects",
 }
 
 // ratiosCell renders a row's ratios figure by figure, one per baseline in
