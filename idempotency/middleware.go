@@ -281,11 +281,14 @@ func (m *Middleware) External(route string, next http.Handler, resolver Resolver
 // Wrap makes next idempotent under mode (Atomic or Leased; External routes
 // need a Resolver and are wrapped with External). route names the endpoint in
 // fingerprints ("POST /v1/payments"): the same key on another route is a
-// different request. A route with wildcards, in ServeMux pattern syntax
-// ("POST /v1/payments/{id}/capture"), also fingerprints what they matched
-// (the path values when a ServeMux routed the request by that very pattern,
-// else the escaped path), so the same key on another resource is a different
-// request too. The body is fingerprinted in its RFC 8785 canonical form; an
+// different request. A route that can match more than one path also
+// fingerprints what of the path it leaves open, so the same key on another
+// resource is a different request too: a route with wildcards, in ServeMux
+// pattern syntax ("POST /v1/payments/{id}/capture"), what they matched (the
+// path values when a ServeMux routed the request by that very pattern, else
+// the escaped path); a subtree route, ending in "/" ("POST /v1/notes/",
+// "/"), which matches every path under it, the escaped path. A route that
+// matches one path fingerprints nothing of it. The body is fingerprinted in its RFC 8785 canonical form; an
 // empty body (a POST without one) is a body of its own, not an error.
 // next must call Begin once it has validated the request and before it has
 // any effect; whatever it writes before Begin is sent as is and not stored,

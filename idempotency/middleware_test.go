@@ -298,6 +298,26 @@ func TestFingerprintCoversWhatTheRouteLeavesOpen(t *testing.T) {
 			{"/v1/things/a/capture", " \n", http.StatusCreated, true},
 			{"/v1/things/a/capture", `{}`, http.StatusUnprocessableEntity, false},
 		}},
+		{"subtree, ServeMux", true, "POST /v1/things/", []send{
+			{"/v1/things/a/archive", `{"n":1}`, http.StatusCreated, false},
+			{"/v1/things/a/archive", `{"n":1}`, http.StatusCreated, true},
+			{"/v1/things/b/archive", `{"n":1}`, http.StatusUnprocessableEntity, false},
+			{"/v1/things/", `{"n":1}`, http.StatusUnprocessableEntity, false},
+		}},
+		{"subtree, routed otherwise", false, "POST /v1/things/", []send{
+			{"/v1/things/a/archive", `{"n":1}`, http.StatusCreated, false},
+			{"/v1/things/b/archive", `{"n":1}`, http.StatusUnprocessableEntity, false},
+		}},
+		{"root subtree", true, "/", []send{
+			{"/a", `{"n":1}`, http.StatusCreated, false},
+			{"/a", `{"n":1}`, http.StatusCreated, true},
+			{"/b", `{"n":1}`, http.StatusUnprocessableEntity, false},
+		}},
+		{"wildcard then subtree", true, "POST /v1/things/{id}/", []send{
+			{"/v1/things/a/x", `{"n":1}`, http.StatusCreated, false},
+			{"/v1/things/a/x", `{"n":1}`, http.StatusCreated, true},
+			{"/v1/things/a/y", `{"n":1}`, http.StatusUnprocessableEntity, false},
+		}},
 		{"no wildcard", true, "POST /v1/things", []send{
 			{"/v1/things", `{"n":1}`, http.StatusCreated, false},
 			{"/v1/things", `{"n":1}`, http.StatusCreated, true},
