@@ -171,9 +171,20 @@ type Config struct {
 	// replays and mismatches of them cost no store round trip (see Cache).
 	Cache *Cache
 	// Logger receives the Middleware's warnings about its configuration
-	// (a lease shorter than a request's deadline allows), never keys or
-	// bodies. The default (nil) is slog's default logger once the program
-	// has set one, else JSON lines on stderr.
+	// (a lease shorter than a request's deadline allows) and, for a request
+	// whose context carries no Observation (WithObservation: its caller
+	// logs the request itself, and nothing is logged here), one line for an
+	// outcome an operator must see: OutcomeEffectsDropped and an
+	// OutcomeStoreError (a store error: denied access, a missing table, an
+	// answer too large for the store) at Error, or at Warn when the store
+	// was unavailable (503, a retry may succeed); a success answered 500
+	// because the handler never called Begin, at Error; and a write after
+	// the handler that failed (a release, UNKNOWN) with
+	// OutcomeReleased or OutcomeUnknown, at Warn. The line carries the
+	// route, the outcome, the status answered, the key's record ID
+	// (Key.ID: the tenant and the key's hash) and the error text, never
+	// the raw key or a body. The default (nil) is slog's default logger
+	// once the program has set one, else JSON lines on stderr.
 	Logger *slog.Logger
 }
 
@@ -337,38 +348,53 @@ func (m *Middleware) wrap(mode Mode, route string, next http.Handler) http.Handl
 		panic(err.Error())
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		obs := observationFrom(r.Context())
-		obs.Route = route
-		tenant, ok := m.cfg.Tenant(r)
-		if !ok || tenant == "" {
-			m.fail(w, r, obs, OutcomeRejected, ErrNoTenant)
+		obs, observed := observationFrom(r.Context())
+		if observed {
+			m.serve(mode, route, next, w, r, obs)
 			return
 		}
-		obs.Tenant = tenant
-		raw, err := ParseKey(r.Header.Values(Header))
-		if err != nil {
-			m.fail(w, r, obs, OutcomeInvalidKey, err)
-			return
-		}
-		key := NewKey(tenant, raw)
-		obs.Key = key.Short()
-		body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, m.cfg.MaxBody))
-		if err != nil {
-			var tooLarge *http.MaxBytesError
-			if errors.As(err, &tooLarge) {
-				m.fail(w, r, obs, OutcomeRejected, &BodyTooLargeError{Limit: m.cfg.MaxBody})
-				return
-			}
-			m.fail(w, r, obs, OutcomeRejected, fmt.Errorf("idempotency: read body: %w", err))
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-
-		c := &Call{m: m, mode: mode, route: route, key: key, body: body, obs: obs}
-		rec := newRecorder()
-		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), callKey{}, c)))
-		c.finish(w, r, rec)
+		// Nobody logs the request: the Middleware logs what an operator
+		// must see itself (see Config.Logger).
+		sw := &statusWriter{ResponseWriter: w}
+		key := m.serve(mode, route, next, sw, r, obs)
+		m.report(r.Context(), obs, sw.status, key)
 	})
+}
+
+// serve runs one request through the middleware, reporting into obs, and
+// returns its scoped key (the zero Key when it has none).
+func (m *Middleware) serve(mode Mode, route string, next http.Handler, w http.ResponseWriter, r *http.Request, obs *Observation) Key {
+	obs.Route = route
+	tenant, ok := m.cfg.Tenant(r)
+	if !ok || tenant == "" {
+		m.fail(w, r, obs, OutcomeRejected, ErrNoTenant)
+		return Key{}
+	}
+	obs.Tenant = tenant
+	raw, err := ParseKey(r.Header.Values(Header))
+	if err != nil {
+		m.fail(w, r, obs, OutcomeInvalidKey, err)
+		return Key{}
+	}
+	key := NewKey(tenant, raw)
+	obs.Key = key.Short()
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, m.cfg.MaxBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			m.fail(w, r, obs, OutcomeRejected, &BodyTooLargeError{Limit: m.cfg.MaxBody})
+			return key
+		}
+		m.fail(w, r, obs, OutcomeRejected, fmt.Errorf("idempotency: read body: %w", err))
+		return key
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+
+	c := &Call{m: m, mode: mode, route: route, key: key, body: body, obs: obs}
+	rec := newRecorder()
+	next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), callKey{}, c)))
+	c.finish(w, r, rec)
+	return key
 }
 
 // addRoute records route under mode, or says why it cannot be one.
@@ -584,15 +610,20 @@ func (c *Call) checkLease(ctx context.Context) {
 	if left+LeaseMargin <= c.m.cfg.Lease || c.m.leaseWarned.Swap(true) {
 		return
 	}
-	log := c.m.cfg.Logger
-	if log == nil {
-		log = defaultLogger() // when the warning is due: the program may set slog's default after New
-	}
-	log.WarnContext(ctx, "idempotency: the request may run longer than its lease; raise Config.Lease above the function's timeout",
+	c.m.logger().WarnContext(ctx, "idempotency: the request may run longer than its lease; raise Config.Lease above the function's timeout",
 		slog.String("route", c.route),
 		slog.String("lease", c.m.cfg.Lease.String()),
 		slog.String("deadline_in", left.Round(time.Millisecond).String()),
 		slog.String("lease_margin", LeaseMargin.String()))
+}
+
+// logger is Config.Logger, or defaultLogger when it is nil: resolved when a
+// line is due, as the program may set slog's default after New.
+func (m *Middleware) logger() *slog.Logger {
+	if m.cfg.Logger != nil {
+		return m.cfg.Logger
+	}
+	return defaultLogger()
 }
 
 // defaultLogger is slog's default logger once the program has set one,

@@ -35,9 +35,11 @@ func WithObservation(ctx context.Context, obs *Observation) context.Context {
 	return context.WithValue(ctx, observationKey{}, obs)
 }
 
-func observationFrom(ctx context.Context) *Observation {
-	if obs, ok := ctx.Value(observationKey{}).(*Observation); ok {
-		return obs
+// observationFrom returns the Observation installed in ctx by
+// WithObservation, and true; else a new one, and false.
+func observationFrom(ctx context.Context) (*Observation, bool) {
+	if obs, ok := ctx.Value(observationKey{}).(*Observation); ok && obs != nil {
+		return obs, true
 	}
-	return &Observation{}
+	return &Observation{}, false
 }
