@@ -305,7 +305,10 @@ func (m *Middleware) External(route string, next http.Handler, resolver Resolver
 // any effect; whatever it writes before Begin is sent as is and not stored,
 // but for a success (a status below 300, or nothing written) without Begin:
 // a forgotten Begin, whose work was done outside the contract, is answered
-// 500 internal_error instead, Observation.Err saying why.
+// 500 internal_error instead, Observation.Err saying why. The answer is the
+// handler's first final status: an informational one it writes first (103
+// Early Hints) is dropped, neither sent nor stored, so that a replay sends
+// what the first answer sent.
 //
 // Wrap, as Atomic, Leased and External, checks route when it is called, at
 // start-up, and panics as ServeMux.Handle does, the message naming the route
