@@ -709,13 +709,21 @@ func (c *Call) AddReleaseEffect(e Effect) { c.releaseEffects = append(c.releaseE
 
 // Unknown declares the outcome ambiguous (an external call timed out after it
 // may have taken effect): the record goes to UNKNOWN for reconciliation and the
-// handler's response is sent but not stored. Only External mode. A multi-step
+// handler's response is sent but not stored. Only External mode: elsewhere
+// it panics, naming the route, as BeginAt does (a Leased or Atomic handler
+// has no outcome it cannot know, and no Resolver to find it out, so an
+// Unknown there is a programming error, not a call to ignore). A multi-step
 // request (BeginAt) stays instead IN_PROGRESS at its last recovery point
 // under its running lease, as the call may still land: once the lease has run
 // out, a retry of the request takes it over there, or the lease check
 // (idempotency/recovery) moves it to UNKNOWN for the route's Resolver; a retry
 // within the lease gets 409.
-func (c *Call) Unknown() { c.unknown = true }
+func (c *Call) Unknown() {
+	if c.mode != External {
+		panic(fmt.Sprintf("idempotency: route %q: Unknown needs External mode", c.route))
+	}
+	c.unknown = true
+}
 
 // finish stores and sends the response once the handler has returned.
 func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {

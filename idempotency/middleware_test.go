@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -476,6 +477,50 @@ func TestInformationalStatusNotTheAnswer(t *testing.T) {
 				t.Errorf("Get() = %s %+v, %v; want ErrNotFound: a 5xx releases the key", rec.Status, rec.Response, err)
 			case tt.wantStored && (err != nil || rec.Response == nil || rec.Response.Status != tt.final):
 				t.Errorf("Get() = %+v, %v; want the answer stored with status %d", rec.Response, err, tt.final)
+			}
+		})
+	}
+}
+
+// TestUnknownNeedsExternal: Call.Unknown outside External mode is a
+// programming error, as BeginAt there is: it panics, naming the route,
+// rather than being ignored and the handler's answer stored as final.
+// External mode takes it (the record goes UNKNOWN).
+func TestUnknownNeedsExternal(t *testing.T) {
+	tests := []struct {
+		mode      idempotency.Mode
+		wantPanic bool
+	}{
+		{idempotency.Atomic, true},
+		{idempotency.Leased, true},
+		{idempotency.External, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.mode.String(), func(t *testing.T) {
+			store := memory.New()
+			mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: tenantFromHeader})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := wrap(mw, tt.mode, "POST /v1/jobs", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				call, ok := idempotency.Begin(w, r)
+				if !ok {
+					return
+				}
+				call.Unknown()
+				w.WriteHeader(http.StatusAccepted)
+			}))
+			var got any
+			func() {
+				defer func() { got = recover() }()
+				post(h, "acme", "k", `{}`)
+			}()
+			if msg := fmt.Sprint(got); (got != nil) != tt.wantPanic || tt.wantPanic && (!strings.Contains(msg, "POST /v1/jobs") || !strings.Contains(msg, "External")) {
+				t.Errorf("Unknown() in %s mode: recovered %v, want a panic naming the route and External mode: %v", tt.mode, got, tt.wantPanic)
+			}
+			rec, err := store.Get(t.Context(), idempotency.NewKey("acme", "k"))
+			if err == nil && rec.Status == idempotency.StatusCompleted {
+				t.Errorf("Unknown() in %s mode: the record is COMPLETED, want it anything but", tt.mode)
 			}
 		})
 	}
