@@ -188,6 +188,12 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// validator is a Store that can say, before its first request, that it
+// cannot work (dynamo.Store.Validate): New calls it.
+type validator interface {
+	Validate() error
+}
+
 // Middleware applies the idempotency contract to HTTP handlers. It is safe for
 // concurrent use.
 type Middleware struct {
@@ -203,11 +209,17 @@ type Middleware struct {
 
 // New returns a Middleware for cfg, filling in defaults. A Store that is nil,
 // or an interface holding a nil pointer, is an error here rather than a
-// panic at the first request.
+// panic at the first request, as is a Store whose Validate method (see
+// validator) reports it misconfigured: the DynamoDB store without a client
+// or a table name.
 func New(cfg Config) (*Middleware, error) {
 	var errs []error
 	if nilness.Nil(cfg.Store) {
 		errs = append(errs, errors.New("idempotency: Config.Store is required"))
+	} else if v, ok := cfg.Store.(validator); ok {
+		if err := v.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("idempotency: Config.Store: %w", err))
+		}
 	}
 	if cfg.Tenant == nil {
 		errs = append(errs, errors.New("idempotency: Config.Tenant is required"))
