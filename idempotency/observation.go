@@ -30,7 +30,9 @@ type Observation struct {
 type observationKey struct{}
 
 // WithObservation returns a context whose requests the middleware reports
-// into obs.
+// into obs. The caller then logs the request itself: the middleware logs
+// the outcomes an operator must see to Config.Logger only for a request
+// without an Observation.
 func WithObservation(ctx context.Context, obs *Observation) context.Context {
 	return context.WithValue(ctx, observationKey{}, obs)
 }
