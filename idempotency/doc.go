@@ -35,7 +35,9 @@
 // with Retry-After only when the store wraps ErrUnavailable (unreachable,
 // throttled: a retry may succeed); any other (a missing table, denied
 // access, a write the store refuses as invalid) is 500 internal_error, its
-// text only in the Observation.
+// text never sent to the client: it is in the Observation, and, when the
+// request carries none (WithObservation), logged to Config.Logger, as
+// OutcomeEffectsDropped is.
 //
 // # Modes
 //

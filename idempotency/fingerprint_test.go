@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"math/big"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -54,6 +56,43 @@ func TestFingerprintStored(t *testing.T) {
 		if got := fingerprintAt(tt.method, tt.route, tt.path, body); got != tt.want {
 			t.Errorf("fingerprintAt(%q, %q, %q, %q) = %s, want %s", tt.method, tt.route, tt.path, tt.body, got, tt.want)
 		}
+	}
+}
+
+// TestPathPart: a route that matches one path adds nothing to its
+// fingerprint (the fingerprints of its stored records stay what they were);
+// a subtree route (a trailing "/") adds the escaped path, however it was
+// routed; a route with wildcards adds their values when a ServeMux routed
+// the request by it, else the escaped path.
+func TestPathPart(t *testing.T) {
+	tests := []struct {
+		route, pattern, path, want string
+	}{
+		{"POST /v1/payments", "POST /v1/payments", "/v1/payments", ""},
+		{"POST /v1/payments", "", "/v1/payments", ""},
+		{"POST /v1/notes/{$}", "POST /v1/notes/{$}", "/v1/notes/", ""},
+		{"POST /v1/payments/{id}/capture", "POST /v1/payments/{id}/capture", "/v1/payments/pay_1/capture", "2:id5:pay_1"},
+		{"POST /v1/payments/{id}/capture", "", "/v1/payments/pay_1/capture", "path=/v1/payments/pay_1/capture"},
+		{"POST /v1/notes/", "POST /v1/notes/", "/v1/notes/a/archive", "path=/v1/notes/a/archive"},
+		{"POST /v1/notes/", "", "/v1/notes/a%2Fb", "path=/v1/notes/a%2Fb"},
+		{"/", "/", "/x%20y", "path=/x%20y"},
+		{"POST /v1/notes/{id}/", "POST /v1/notes/{id}/", "/v1/notes/a/b", "path=/v1/notes/a/b"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.route+" "+tt.path, func(t *testing.T) {
+			mux := http.NewServeMux()
+			var got string
+			mux.HandleFunc(tt.route, func(_ http.ResponseWriter, r *http.Request) {
+				if tt.pattern == "" {
+					r.Pattern = "" // routed by something else
+				}
+				got = pathPart(tt.route, r)
+			})
+			mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", tt.path, nil))
+			if got != tt.want {
+				t.Errorf("pathPart(%q) of %s = %q, want %q", tt.route, tt.path, got, tt.want)
+			}
+		})
 	}
 }
 

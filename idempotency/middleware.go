@@ -171,10 +171,27 @@ type Config struct {
 	// replays and mismatches of them cost no store round trip (see Cache).
 	Cache *Cache
 	// Logger receives the Middleware's warnings about its configuration
-	// (a lease shorter than a request's deadline allows), never keys or
-	// bodies. The default (nil) is slog's default logger once the program
-	// has set one, else JSON lines on stderr.
+	// (a lease shorter than a request's deadline allows) and, for a request
+	// whose context carries no Observation (WithObservation: its caller
+	// logs the request itself, and nothing is logged here), one line for an
+	// outcome an operator must see: OutcomeEffectsDropped and an
+	// OutcomeStoreError (a store error: denied access, a missing table, an
+	// answer too large for the store) at Error, or at Warn when the store
+	// was unavailable (503, a retry may succeed); a success answered 500
+	// because the handler never called Begin, at Error; and a write after
+	// the handler that failed (a release, UNKNOWN) with
+	// OutcomeReleased or OutcomeUnknown, at Warn. The line carries the
+	// route, the outcome, the status answered, the key's record ID
+	// (Key.ID: the tenant and the key's hash) and the error text, never
+	// the raw key or a body. The default (nil) is slog's default logger
+	// once the program has set one, else JSON lines on stderr.
 	Logger *slog.Logger
+}
+
+// validator is a Store that can say, before its first request, that it
+// cannot work (dynamo.Store.Validate): New calls it.
+type validator interface {
+	Validate() error
 }
 
 // Middleware applies the idempotency contract to HTTP handlers. It is safe for
@@ -192,11 +209,17 @@ type Middleware struct {
 
 // New returns a Middleware for cfg, filling in defaults. A Store that is nil,
 // or an interface holding a nil pointer, is an error here rather than a
-// panic at the first request.
+// panic at the first request, as is a Store whose Validate method (see
+// validator) reports it misconfigured: the DynamoDB store without a client
+// or a table name.
 func New(cfg Config) (*Middleware, error) {
 	var errs []error
 	if nilness.Nil(cfg.Store) {
 		errs = append(errs, errors.New("idempotency: Config.Store is required"))
+	} else if v, ok := cfg.Store.(validator); ok {
+		if err := v.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("idempotency: Config.Store: %w", err))
+		}
 	}
 	if cfg.Tenant == nil {
 		errs = append(errs, errors.New("idempotency: Config.Tenant is required"))
@@ -281,17 +304,23 @@ func (m *Middleware) External(route string, next http.Handler, resolver Resolver
 // Wrap makes next idempotent under mode (Atomic or Leased; External routes
 // need a Resolver and are wrapped with External). route names the endpoint in
 // fingerprints ("POST /v1/payments"): the same key on another route is a
-// different request. A route with wildcards, in ServeMux pattern syntax
-// ("POST /v1/payments/{id}/capture"), also fingerprints what they matched
-// (the path values when a ServeMux routed the request by that very pattern,
-// else the escaped path), so the same key on another resource is a different
-// request too. The body is fingerprinted in its RFC 8785 canonical form; an
+// different request. A route that can match more than one path also
+// fingerprints what of the path it leaves open, so the same key on another
+// resource is a different request too: a route with wildcards, in ServeMux
+// pattern syntax ("POST /v1/payments/{id}/capture"), what they matched (the
+// path values when a ServeMux routed the request by that very pattern, else
+// the escaped path); a subtree route, ending in "/" ("POST /v1/notes/",
+// "/"), which matches every path under it, the escaped path. A route that
+// matches one path fingerprints nothing of it. The body is fingerprinted in its RFC 8785 canonical form; an
 // empty body (a POST without one) is a body of its own, not an error.
 // next must call Begin once it has validated the request and before it has
 // any effect; whatever it writes before Begin is sent as is and not stored,
 // but for a success (a status below 300, or nothing written) without Begin:
 // a forgotten Begin, whose work was done outside the contract, is answered
-// 500 internal_error instead, Observation.Err saying why.
+// 500 internal_error instead, Observation.Err saying why. The answer is the
+// handler's first final status: an informational one it writes first (103
+// Early Hints) is dropped, neither sent nor stored, so that a replay sends
+// what the first answer sent.
 //
 // Wrap, as Atomic, Leased and External, checks route when it is called, at
 // start-up, and panics as ServeMux.Handle does, the message naming the route
@@ -334,38 +363,53 @@ func (m *Middleware) wrap(mode Mode, route string, next http.Handler) http.Handl
 		panic(err.Error())
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		obs := observationFrom(r.Context())
-		obs.Route = route
-		tenant, ok := m.cfg.Tenant(r)
-		if !ok || tenant == "" {
-			m.fail(w, r, obs, OutcomeRejected, ErrNoTenant)
+		obs, observed := observationFrom(r.Context())
+		if observed {
+			m.serve(mode, route, next, w, r, obs)
 			return
 		}
-		obs.Tenant = tenant
-		raw, err := ParseKey(r.Header.Values(Header))
-		if err != nil {
-			m.fail(w, r, obs, OutcomeInvalidKey, err)
-			return
-		}
-		key := NewKey(tenant, raw)
-		obs.Key = key.Short()
-		body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, m.cfg.MaxBody))
-		if err != nil {
-			var tooLarge *http.MaxBytesError
-			if errors.As(err, &tooLarge) {
-				m.fail(w, r, obs, OutcomeRejected, &BodyTooLargeError{Limit: m.cfg.MaxBody})
-				return
-			}
-			m.fail(w, r, obs, OutcomeRejected, fmt.Errorf("idempotency: read body: %w", err))
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-
-		c := &Call{m: m, mode: mode, route: route, key: key, body: body, obs: obs}
-		rec := newRecorder()
-		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), callKey{}, c)))
-		c.finish(w, r, rec)
+		// Nobody logs the request: the Middleware logs what an operator
+		// must see itself (see Config.Logger).
+		sw := &statusWriter{ResponseWriter: w}
+		key := m.serve(mode, route, next, sw, r, obs)
+		m.report(r.Context(), obs, sw.status, key)
 	})
+}
+
+// serve runs one request through the middleware, reporting into obs, and
+// returns its scoped key (the zero Key when it has none).
+func (m *Middleware) serve(mode Mode, route string, next http.Handler, w http.ResponseWriter, r *http.Request, obs *Observation) Key {
+	obs.Route = route
+	tenant, ok := m.cfg.Tenant(r)
+	if !ok || tenant == "" {
+		m.fail(w, r, obs, OutcomeRejected, ErrNoTenant)
+		return Key{}
+	}
+	obs.Tenant = tenant
+	raw, err := ParseKey(r.Header.Values(Header))
+	if err != nil {
+		m.fail(w, r, obs, OutcomeInvalidKey, err)
+		return Key{}
+	}
+	key := NewKey(tenant, raw)
+	obs.Key = key.Short()
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, m.cfg.MaxBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			m.fail(w, r, obs, OutcomeRejected, &BodyTooLargeError{Limit: m.cfg.MaxBody})
+			return key
+		}
+		m.fail(w, r, obs, OutcomeRejected, fmt.Errorf("idempotency: read body: %w", err))
+		return key
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+
+	c := &Call{m: m, mode: mode, route: route, key: key, body: body, obs: obs}
+	rec := newRecorder()
+	next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), callKey{}, c)))
+	c.finish(w, r, rec)
+	return key
 }
 
 // addRoute records route under mode, or says why it cannot be one.
@@ -581,15 +625,20 @@ func (c *Call) checkLease(ctx context.Context) {
 	if left+LeaseMargin <= c.m.cfg.Lease || c.m.leaseWarned.Swap(true) {
 		return
 	}
-	log := c.m.cfg.Logger
-	if log == nil {
-		log = defaultLogger() // when the warning is due: the program may set slog's default after New
-	}
-	log.WarnContext(ctx, "idempotency: the request may run longer than its lease; raise Config.Lease above the function's timeout",
+	c.m.logger().WarnContext(ctx, "idempotency: the request may run longer than its lease; raise Config.Lease above the function's timeout",
 		slog.String("route", c.route),
 		slog.String("lease", c.m.cfg.Lease.String()),
 		slog.String("deadline_in", left.Round(time.Millisecond).String()),
 		slog.String("lease_margin", LeaseMargin.String()))
+}
+
+// logger is Config.Logger, or defaultLogger when it is nil: resolved when a
+// line is due, as the program may set slog's default after New.
+func (m *Middleware) logger() *slog.Logger {
+	if m.cfg.Logger != nil {
+		return m.cfg.Logger
+	}
+	return defaultLogger()
 }
 
 // defaultLogger is slog's default logger once the program has set one,
@@ -672,13 +721,21 @@ func (c *Call) AddReleaseEffect(e Effect) { c.releaseEffects = append(c.releaseE
 
 // Unknown declares the outcome ambiguous (an external call timed out after it
 // may have taken effect): the record goes to UNKNOWN for reconciliation and the
-// handler's response is sent but not stored. Only External mode. A multi-step
+// handler's response is sent but not stored. Only External mode: elsewhere
+// it panics, naming the route, as BeginAt does (a Leased or Atomic handler
+// has no outcome it cannot know, and no Resolver to find it out, so an
+// Unknown there is a programming error, not a call to ignore). A multi-step
 // request (BeginAt) stays instead IN_PROGRESS at its last recovery point
 // under its running lease, as the call may still land: once the lease has run
 // out, a retry of the request takes it over there, or the lease check
 // (idempotency/recovery) moves it to UNKNOWN for the route's Resolver; a retry
 // within the lease gets 409.
-func (c *Call) Unknown() { c.unknown = true }
+func (c *Call) Unknown() {
+	if c.mode != External {
+		panic(fmt.Sprintf("idempotency: route %q: Unknown needs External mode", c.route))
+	}
+	c.unknown = true
+}
 
 // finish stores and sends the response once the handler has returned.
 func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {

@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -298,6 +299,26 @@ func TestFingerprintCoversWhatTheRouteLeavesOpen(t *testing.T) {
 			{"/v1/things/a/capture", " \n", http.StatusCreated, true},
 			{"/v1/things/a/capture", `{}`, http.StatusUnprocessableEntity, false},
 		}},
+		{"subtree, ServeMux", true, "POST /v1/things/", []send{
+			{"/v1/things/a/archive", `{"n":1}`, http.StatusCreated, false},
+			{"/v1/things/a/archive", `{"n":1}`, http.StatusCreated, true},
+			{"/v1/things/b/archive", `{"n":1}`, http.StatusUnprocessableEntity, false},
+			{"/v1/things/", `{"n":1}`, http.StatusUnprocessableEntity, false},
+		}},
+		{"subtree, routed otherwise", false, "POST /v1/things/", []send{
+			{"/v1/things/a/archive", `{"n":1}`, http.StatusCreated, false},
+			{"/v1/things/b/archive", `{"n":1}`, http.StatusUnprocessableEntity, false},
+		}},
+		{"root subtree", true, "/", []send{
+			{"/a", `{"n":1}`, http.StatusCreated, false},
+			{"/a", `{"n":1}`, http.StatusCreated, true},
+			{"/b", `{"n":1}`, http.StatusUnprocessableEntity, false},
+		}},
+		{"wildcard then subtree", true, "POST /v1/things/{id}/", []send{
+			{"/v1/things/a/x", `{"n":1}`, http.StatusCreated, false},
+			{"/v1/things/a/x", `{"n":1}`, http.StatusCreated, true},
+			{"/v1/things/a/y", `{"n":1}`, http.StatusUnprocessableEntity, false},
+		}},
 		{"no wildcard", true, "POST /v1/things", []send{
 			{"/v1/things", `{"n":1}`, http.StatusCreated, false},
 			{"/v1/things", `{"n":1}`, http.StatusCreated, true},
@@ -395,5 +416,112 @@ func TestSuccessWithoutBegin(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestInformationalStatusNotTheAnswer: an informational status written
+// before the final one (103 Early Hints) is not the answer's status: the
+// client, the stored record and a replay get the final one, and a 5xx after
+// it releases the key (Leased) rather than completing it with the 1xx.
+func TestInformationalStatusNotTheAnswer(t *testing.T) {
+	tests := []struct {
+		name       string
+		mode       idempotency.Mode
+		final      int
+		wantStored bool
+	}{
+		{"Atomic 201", idempotency.Atomic, http.StatusCreated, true},
+		{"Leased 201", idempotency.Leased, http.StatusCreated, true},
+		{"External 201", idempotency.External, http.StatusCreated, true},
+		{"Leased 503", idempotency.Leased, http.StatusServiceUnavailable, false},
+		{"Atomic 503", idempotency.Atomic, http.StatusServiceUnavailable, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := memory.New()
+			mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: tenantFromHeader})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := wrap(mw, tt.mode, "POST /v1/notes", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if _, ok := idempotency.Begin(w, r); !ok {
+					return
+				}
+				w.Header().Set("Link", "</style.css>; rel=preload")
+				w.WriteHeader(http.StatusEarlyHints)
+				w.WriteHeader(http.StatusProcessing)
+				w.WriteHeader(tt.final)
+				w.Write([]byte(`{"id":"n1"}`))
+			}))
+			srv := httptest.NewServer(h)
+			defer srv.Close()
+			for attempt := range 2 {
+				req, err := http.NewRequestWithContext(t.Context(), "POST", srv.URL+"/v1/notes", strings.NewReader(`{}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("X-Tenant", "acme")
+				req.Header.Set(idempotency.Header, "k")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != tt.final {
+					t.Errorf("attempt %d: status = %d, want %d", attempt, resp.StatusCode, tt.final)
+				}
+			}
+			rec, err := store.Get(t.Context(), idempotency.NewKey("acme", "k"))
+			switch {
+			case !tt.wantStored && !errors.Is(err, idempotency.ErrNotFound):
+				t.Errorf("Get() = %s %+v, %v; want ErrNotFound: a 5xx releases the key", rec.Status, rec.Response, err)
+			case tt.wantStored && (err != nil || rec.Response == nil || rec.Response.Status != tt.final):
+				t.Errorf("Get() = %+v, %v; want the answer stored with status %d", rec.Response, err, tt.final)
+			}
+		})
+	}
+}
+
+// TestUnknownNeedsExternal: Call.Unknown outside External mode is a
+// programming error, as BeginAt there is: it panics, naming the route,
+// rather than being ignored and the handler's answer stored as final.
+// External mode takes it (the record goes UNKNOWN).
+func TestUnknownNeedsExternal(t *testing.T) {
+	tests := []struct {
+		mode      idempotency.Mode
+		wantPanic bool
+	}{
+		{idempotency.Atomic, true},
+		{idempotency.Leased, true},
+		{idempotency.External, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.mode.String(), func(t *testing.T) {
+			store := memory.New()
+			mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: tenantFromHeader})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := wrap(mw, tt.mode, "POST /v1/jobs", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				call, ok := idempotency.Begin(w, r)
+				if !ok {
+					return
+				}
+				call.Unknown()
+				w.WriteHeader(http.StatusAccepted)
+			}))
+			var got any
+			func() {
+				defer func() { got = recover() }()
+				post(h, "acme", "k", `{}`)
+			}()
+			if msg := fmt.Sprint(got); (got != nil) != tt.wantPanic || tt.wantPanic && (!strings.Contains(msg, "POST /v1/jobs") || !strings.Contains(msg, "External")) {
+				t.Errorf("Unknown() in %s mode: recovered %v, want a panic naming the route and External mode: %v", tt.mode, got, tt.wantPanic)
+			}
+			rec, err := store.Get(t.Context(), idempotency.NewKey("acme", "k"))
+			if err == nil && rec.Status == idempotency.StatusCompleted {
+				t.Errorf("Unknown() in %s mode: the record is COMPLETED, want it anything but", tt.mode)
+			}
+		})
 	}
 }

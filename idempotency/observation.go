@@ -30,14 +30,18 @@ type Observation struct {
 type observationKey struct{}
 
 // WithObservation returns a context whose requests the middleware reports
-// into obs.
+// into obs. The caller then logs the request itself: the middleware logs
+// the outcomes an operator must see to Config.Logger only for a request
+// without an Observation.
 func WithObservation(ctx context.Context, obs *Observation) context.Context {
 	return context.WithValue(ctx, observationKey{}, obs)
 }
 
-func observationFrom(ctx context.Context) *Observation {
-	if obs, ok := ctx.Value(observationKey{}).(*Observation); ok {
-		return obs
+// observationFrom returns the Observation installed in ctx by
+// WithObservation, and true; else a new one, and false.
+func observationFrom(ctx context.Context) (*Observation, bool) {
+	if obs, ok := ctx.Value(observationKey{}).(*Observation); ok && obs != nil {
+		return obs, true
 	}
-	return &Observation{}
+	return &Observation{}, false
 }

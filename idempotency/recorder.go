@@ -19,7 +19,16 @@ func newRecorder() *recorder { return &recorder{header: http.Header{}} }
 
 func (r *recorder) Header() http.Header { return r.header }
 
+// WriteHeader keeps the first final status. An informational one (1xx but
+// 101 Switching Protocols, as net/http counts them: 103 Early Hints) is
+// dropped, not sent ahead: the answer is buffered until it is stored, and a
+// replay could not send it again, so the client gets the same answer the
+// first time as on a replay. The header fields set for it stay in the
+// header, as net/http keeps them for the final response.
 func (r *recorder) WriteHeader(status int) {
+	if status >= 100 && status < 200 && status != http.StatusSwitchingProtocols {
+		return
+	}
 	if r.status == 0 {
 		r.status = status
 	}

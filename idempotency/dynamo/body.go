@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -19,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/internal/bounds"
 )
 
 // Large answers. A DynamoDB item stops at 400 KB, and a stored answer must
@@ -39,14 +39,14 @@ import (
 // (limits.go).
 const (
 	// CompressAbove is the body size from which bodies are compressed.
-	CompressAbove = 4 << 10
+	CompressAbove = bounds.CompressAbove
 	// ChunkSize is the largest chunk of a body stored beside its record.
-	ChunkSize = 350_000
+	ChunkSize = bounds.ChunkSize
 	// MaxStoredBody bounds a stored (compressed) body: ten chunks.
-	MaxStoredBody = 10 * ChunkSize
+	MaxStoredBody = bounds.MaxStoredBody
 	// maxItem is the largest record item the store writes with its body
 	// inline, below DynamoDB's 400 KB with room to spare.
-	maxItem = 390_000
+	maxItem = bounds.MaxItem
 	// maxInflated bounds a decompressed body, against a corrupt item.
 	maxInflated = 64 << 20
 )
@@ -62,28 +62,11 @@ const (
 
 // ErrTooLarge is returned (wrapped) by a write whose answer is larger than
 // MaxStoredBody once compressed. It matches idempotency.ErrResponseTooLarge.
-var ErrTooLarge = fmt.Errorf("dynamo: the response is too large to store: %w", idempotency.ErrResponseTooLarge)
-
-// gzipWriters reuses compressors: each holds most of a megabyte.
-var gzipWriters = sync.Pool{New: func() any { return gzip.NewWriter(nil) }}
+var ErrTooLarge = bounds.ErrTooLarge
 
 // encodeBody is body as stored: compressed when that pays, and its encoding
 // ("" or "gzip").
-func encodeBody(body []byte) ([]byte, string) {
-	if len(body) < CompressAbove {
-		return body, ""
-	}
-	var buf bytes.Buffer
-	zw := gzipWriters.Get().(*gzip.Writer)
-	defer gzipWriters.Put(zw)
-	zw.Reset(&buf)
-	_, _ = zw.Write(body) // a bytes.Buffer never fails
-	_ = zw.Close()
-	if buf.Len() >= len(body) {
-		return body, ""
-	}
-	return buf.Bytes(), "gzip"
-}
+func encodeBody(body []byte) ([]byte, string) { return bounds.EncodeBody(body) }
 
 // decodeBody inflates a stored body of encoding.
 func decodeBody(stored []byte, encoding string) ([]byte, error) {

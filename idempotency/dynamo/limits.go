@@ -10,6 +10,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/internal/bounds"
 )
 
 // DynamoDB's limits on one write, and the store's bounds derived from them.
@@ -21,16 +22,16 @@ import (
 const (
 	// maxTransactItems: "TransactWriteItems is a synchronous write
 	// operation that groups up to 100 action requests."
-	maxTransactItems = 100
+	maxTransactItems = bounds.TransactItems
 	// maxTransactSize: "The aggregate size of the items in the transaction
 	// cannot exceed 4 MB."
-	maxTransactSize = 4 << 20
+	maxTransactSize = bounds.TransactSize
 	// MaxRequest bounds the canonical request body an External record
 	// keeps (Record.Request): a larger one is refused at its reservation
 	// with ErrRequestTooLarge (413 payload_too_large). With MaxData and a
 	// small answer it leaves the record's item within 400 KB, so that a
 	// record can always be completed with the response_too_large problem.
-	MaxRequest = 300_000
+	MaxRequest = bounds.MaxRequest
 	// MaxData bounds a multi-step request's recorded data (Record.Data:
 	// keys and values): Reserve refuses a reservation with more with
 	// ErrDataTooLarge (not a record restored as it stood), and so
@@ -41,19 +42,23 @@ const (
 	// the lease whatever it holds, and a step is checked on what it adds,
 	// DynamoDB's 400 KB on the record's item being the last bound (its
 	// refusal is ErrDataTooLarge too, nothing written).
-	MaxData = 64 << 10
+	MaxData = bounds.MaxData
 )
 
+// The in-memory store (idempotency/memory) refuses what these bounds
+// refuse with the same errors (the same values: errors.Is matches them
+// across both stores), but for what only DynamoDB knows (an item's size
+// after an Update, ErrItemTooLarge) or what it cannot size (its effects).
 var (
 	// ErrRequestTooLarge is returned (wrapped) by a reservation whose
 	// request is larger than MaxRequest. It matches
 	// idempotency.ErrBodyTooLarge: the request answers 413
 	// payload_too_large, and nothing is written.
-	ErrRequestTooLarge = fmt.Errorf("dynamo: the request is too large to keep in its record: %w", idempotency.ErrBodyTooLarge)
+	ErrRequestTooLarge = bounds.ErrRequestTooLarge
 	// ErrDataTooLarge is returned (wrapped) by a write whose recovery
 	// point's data is larger than MaxData, or would make the record's item
 	// larger than DynamoDB's 400 KB; nothing is written.
-	ErrDataTooLarge = errors.New("dynamo: the recovery point's data is too large to keep in its record")
+	ErrDataTooLarge = bounds.ErrDataTooLarge
 	// ErrItemTooLarge is returned (wrapped) by a write that DynamoDB
 	// refused because an effect would make the item it writes larger than
 	// 400 KB: what an Update makes of the item it changes is known to
@@ -100,47 +105,12 @@ func itemTooLarge(err error) (int, string, bool) {
 
 // checkRecord refuses a reservation whose request or data the store does
 // not keep.
-func checkRecord(rec idempotency.Record) error {
-	if len(rec.Request) > MaxRequest {
-		return fmt.Errorf("%w: %d bytes, over %d", ErrRequestTooLarge, len(rec.Request), MaxRequest)
-	}
-	return checkData(rec.Data)
-}
-
-func checkData(data map[string]string) error {
-	if n := dataSize(data); n > MaxData {
-		return fmt.Errorf("%w: %d bytes, over %d", ErrDataTooLarge, n, MaxData)
-	}
-	return nil
-}
+func checkRecord(rec idempotency.Record) error { return bounds.CheckRecord(rec) }
 
 // checkProgress refuses a step that adds more data than MaxData, or that
 // takes data within MaxData past it; what the record carries forward
 // beyond the bound is not the step's (see MaxData).
-func checkProgress(p idempotency.Progress) error {
-	if err := checkData(p.Added); err != nil {
-		return err
-	}
-	total, carried := 0, 0
-	for k, v := range p.Data {
-		total += len(k) + len(v)
-		if _, added := p.Added[k]; !added {
-			carried += len(k) + len(v)
-		}
-	}
-	if total > MaxData && carried <= MaxData {
-		return fmt.Errorf("%w: %d bytes with the step's, over %d", ErrDataTooLarge, total, MaxData)
-	}
-	return nil
-}
-
-func dataSize(data map[string]string) int {
-	n := 0
-	for k, v := range data {
-		n += len(k) + len(v)
-	}
-	return n
-}
+func checkProgress(p idempotency.Progress) error { return bounds.CheckProgress(p) }
 
 // checkTransaction refuses a transaction over DynamoDB's limits with
 // ErrTooLarge. The size of a Put is its item's; of an Update, Delete or
@@ -148,17 +118,14 @@ func dataSize(data map[string]string) int {
 // changes is known to DynamoDB only, which refuses an item grown past 400
 // KB itself: ErrItemTooLarge).
 func checkTransaction(items []types.TransactWriteItem) error {
-	if len(items) > maxTransactItems {
-		return fmt.Errorf("%w: the write is %d items with the effects, over %d", ErrTooLarge, len(items), maxTransactItems)
+	if err := bounds.CheckItems(len(items)); err != nil {
+		return err
 	}
 	size := 0
 	for _, it := range items {
 		size += transactItemSize(it)
 	}
-	if size > maxTransactSize {
-		return fmt.Errorf("%w: the write is %d bytes with the effects, over %d", ErrTooLarge, size, maxTransactSize)
-	}
-	return nil
+	return bounds.CheckSize(size)
 }
 
 func transactItemSize(it types.TransactWriteItem) int {

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/internal/nilness"
 )
 
 // Store is an idempotency.Store backed by one DynamoDB table laid out as
@@ -36,7 +37,15 @@ func WithConflictRetry(attempts int, base, max time.Duration) Option {
 	}
 }
 
-// New returns a Store that keeps records in table through client.
+// ErrMisconfigured is what Validate's error matches: a Store built without
+// what it needs to reach its table.
+var ErrMisconfigured = errors.New("dynamo: the Store is misconfigured")
+
+// New returns a Store that keeps records in table through client. It takes
+// a nil client or an empty table without an error, as it always has; they
+// are Validate's to report, and idempotency.New calls it, so that the
+// mistake (a constructor's error ignored, an environment variable not set)
+// fails at start-up rather than at every request.
 func New(client Client, table string, opts ...Option) *Store {
 	s := &Store{client: client, table: table, retry: defaultConflictRetry, chunkRetry: chunkRetry}
 	for _, o := range opts {
@@ -44,6 +53,27 @@ func New(client Client, table string, opts ...Option) *Store {
 	}
 	s.retry = s.retry.withDefaults()
 	return s
+}
+
+// Validate reports, in an error matching ErrMisconfigured and naming each,
+// what the Store lacks: a client (nil, or an interface holding a nil
+// pointer) or a table name. idempotency.New calls it on its Config.Store;
+// the Store's other users can too.
+func (s *Store) Validate() error {
+	if s == nil {
+		return fmt.Errorf("%w: the Store is nil", ErrMisconfigured)
+	}
+	var missing []error
+	if nilness.Nil(s.client) {
+		missing = append(missing, errors.New("the DynamoDB client is nil"))
+	}
+	if s.table == "" {
+		missing = append(missing, errors.New("the table name is empty"))
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrMisconfigured, errors.Join(missing...))
 }
 
 // Conditions. #status and friends are expression attribute names because

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/internal/bounds"
 )
 
 // Effect is the in-memory store's idempotency.Effect: a change of the item
@@ -71,6 +72,9 @@ func New() *Store {
 // *idempotency.ConflictError carrying the existing record otherwise, and an
 // error when an effect's item already exists, writing nothing in either case.
 func (s *Store) Commit(ctx context.Context, rec idempotency.Record, effects []idempotency.Effect, now time.Time) error {
+	if err := checkWrite("commit", &rec, len(effects)); err != nil {
+		return err
+	}
 	rec = normalize(rec)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -89,6 +93,14 @@ func (s *Store) Commit(ctx context.Context, rec idempotency.Record, effects []id
 // Reserve writes rec and effects under Commit's condition, returning the
 // errors Commit returns.
 func (s *Store) Reserve(ctx context.Context, rec idempotency.Record, effects []idempotency.Effect, now time.Time) error {
+	if rec.Status == idempotency.StatusInProgress {
+		if err := bounds.CheckRecord(rec); err != nil {
+			return fmt.Errorf("memory: reserve: %w", err)
+		}
+	}
+	if err := checkWrite("reserve", nil, len(effects)); err != nil {
+		return err
+	}
 	rec = normalize(rec)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -114,6 +126,9 @@ func (s *Store) Complete(ctx context.Context, rec idempotency.Record, lease stri
 	if rec.Status != idempotency.StatusCompleted {
 		return fmt.Errorf("memory: complete: %w: the record is %q", idempotency.ErrNotCompleted, rec.Status)
 	}
+	if err := checkWrite("complete", &rec, len(effects)); err != nil {
+		return err
+	}
 	rec = normalize(rec)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -132,6 +147,9 @@ func (s *Store) Complete(ctx context.Context, rec idempotency.Record, lease stri
 // Release deletes the record held under lease and writes effects,
 // atomically, returning the errors Complete returns.
 func (s *Store) Release(ctx context.Context, key idempotency.Key, lease string, effects []idempotency.Effect) error {
+	if err := checkWrite("release", nil, len(effects)); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, err := s.held(key, lease, nil); err != nil {
@@ -152,6 +170,12 @@ func (s *Store) Release(ctx context.Context, key idempotency.Key, lease string, 
 // Complete returns, or one wrapping idempotency.ErrStatusMismatch for a
 // record held under lease at p.From but of another status or External.
 func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, p idempotency.Progress, effects []idempotency.Effect) error {
+	if err := bounds.CheckProgress(p); err != nil {
+		return fmt.Errorf("memory: advance: %w", err)
+	}
+	if err := checkWrite("advance", nil, len(effects)); err != nil {
+		return err
+	}
 	status, err := p.RecordStatus()
 	if err != nil {
 		return fmt.Errorf("memory: advance: %w", err)
