@@ -85,6 +85,8 @@ func TestOperatorLogWithoutObservation(t *testing.T) {
 			0, false, false, http.StatusCreated, "", idempotency.OutcomeCreated, ""},
 		{"released", idempotency.Leased, func() *brokenStore { return &brokenStore{Store: memory.New()} },
 			http.StatusServiceUnavailable, false, false, http.StatusServiceUnavailable, "", idempotency.OutcomeReleased, ""},
+		{"a request the store cannot keep (the client's 413)", idempotency.External, func() *brokenStore { return &brokenStore{Store: memory.New()} },
+			0, false, false, http.StatusRequestEntityTooLarge, "", idempotency.OutcomeStoreError, ""},
 		{"denied commit, hook installed", idempotency.Atomic, func() *brokenStore { return &brokenStore{Store: memory.New(), commitErr: denied} },
 			0, false, true, http.StatusInternalServerError, "", idempotency.OutcomeStoreError, ""},
 	}
@@ -92,7 +94,7 @@ func TestOperatorLogWithoutObservation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs bytes.Buffer
 			store := tt.store()
-			mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: tenantFromHeader,
+			mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: tenantFromHeader, MaxBody: 1 << 20,
 				Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 			if err != nil {
 				t.Fatal(err)
@@ -113,7 +115,11 @@ func TestOperatorLogWithoutObservation(t *testing.T) {
 				}
 				w.WriteHeader(http.StatusCreated)
 			}))
-			r := httptest.NewRequest("POST", "/v1/notes", strings.NewReader(`{"text":"secret body"}`))
+			body := `{"text":"secret body"}`
+			if tt.status == http.StatusRequestEntityTooLarge { // over dynamo.MaxRequest, under MaxBody
+				body = `{"text":"secret body` + strings.Repeat("x", 310_000) + `"}`
+			}
+			r := httptest.NewRequest("POST", "/v1/notes", strings.NewReader(body))
 			r.Header.Set("X-Tenant", "acme")
 			r.Header.Set(idempotency.Header, rawKey)
 			obs := &idempotency.Observation{}
@@ -163,5 +169,60 @@ func TestOperatorLogWithoutObservation(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// markDenied is a memory store whose MarkUnknown is denied.
+type markDenied struct{ *memory.Store }
+
+func (s *markDenied) MarkUnknown(context.Context, idempotency.Key, string, string, time.Time, time.Time) error {
+	return errors.New("dynamo: mark unknown: AccessDeniedException: not authorized to perform dynamodb:UpdateItem")
+}
+
+// TestOperatorLogAbandonedHandOff: without an observation hook, a retry
+// that finds an External reservation abandoned (its function crashed after
+// Begin, its lease run out) and cannot hand it to reconciliation (the
+// UNKNOWN write denied) answers 409 and logs one warning saying why, the
+// record's ID and never the raw key.
+func TestOperatorLogAbandonedHandOff(t *testing.T) {
+	const rawKey = "raw-key-Zq9"
+	var logs bytes.Buffer
+	now := time.Now()
+	clock := now
+	mw, err := idempotency.New(idempotency.Config{Store: &markDenied{memory.New()}, Tenant: tenantFromHeader,
+		Now: func() time.Time { return clock }, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crash := true
+	h := wrap(mw, idempotency.External, "POST /v1/notes", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := idempotency.Begin(w, r); !ok {
+			return
+		}
+		if crash {
+			panic("the function crashed after its reservation")
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	func() {
+		defer func() { _ = recover() }()
+		post(h, "acme", rawKey, `{}`)
+	}()
+	logs.Reset()
+	crash, clock = false, now.Add(time.Hour) // the lease has run out
+	if w := post(h, "acme", rawKey, `{}`); w.Code != http.StatusConflict {
+		t.Fatalf("retry: %d %s, want 409", w.Code, w.Body)
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if logs.Len() == 0 || len(lines) != 1 {
+		t.Fatalf("logged %q, want one line", logs.String())
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["level"] != "WARN" || got["outcome"] != idempotency.OutcomeInProgress || got["record_id"] != idempotency.NewKey("acme", rawKey).ID() ||
+		!strings.Contains(fmt.Sprint(got["error"]), "AccessDeniedException") || strings.Contains(lines[0], rawKey) {
+		t.Errorf("log line %s: want WARN, outcome in_progress, the record ID, the denial, no raw key", lines[0])
 	}
 }

@@ -177,10 +177,13 @@ type Config struct {
 	// outcome an operator must see: OutcomeEffectsDropped and an
 	// OutcomeStoreError (a store error: denied access, a missing table, an
 	// answer too large for the store) at Error, or at Warn when the store
-	// was unavailable (503, a retry may succeed); a success answered 500
-	// because the handler never called Begin, at Error; and a write after
-	// the handler that failed (a release, UNKNOWN) with
-	// OutcomeReleased or OutcomeUnknown, at Warn. The line carries the
+	// was unavailable (503, a retry may succeed), but not a request the
+	// store refused as the client's (413 payload_too_large); a success
+	// answered 500 because the handler never called Begin, at Error; a
+	// write after the handler that failed (a release, UNKNOWN) with
+	// OutcomeReleased or OutcomeUnknown, at Warn; and a write handing an
+	// abandoned record on (to reconciliation, UNKNOWN) that failed, its
+	// retry answered 409 OutcomeInProgress, at Warn. The line carries the
 	// route, the outcome, the status answered, the key's record ID
 	// (Key.ID: the tenant and the key's hash) and the error text, never
 	// the raw key or a body. The default (nil) is slog's default logger

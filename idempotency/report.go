@@ -37,10 +37,16 @@ func operatorLevel(obs *Observation, status int) (slog.Level, string, bool) {
 	switch {
 	case obs.Outcome == OutcomeEffectsDropped:
 		return slog.LevelError, "idempotency: an answer stored without its effects: the state it left needs an operator", true
+	case obs.Outcome == OutcomeStoreError && status < 500:
+		// The store refused the client's request (413: a body over what a
+		// record keeps): the client's mistake, answered as such.
+		return 0, "", false
 	case obs.Outcome == OutcomeStoreError && status == http.StatusServiceUnavailable:
 		return slog.LevelWarn, "idempotency: the store is unavailable", true
 	case obs.Outcome == OutcomeStoreError:
 		return slog.LevelError, "idempotency: a store error", true
+	case obs.Outcome == OutcomeInProgress && obs.Err != "":
+		return slog.LevelWarn, "idempotency: a write handing an abandoned record on failed; its retries get 409 until one succeeds", true
 	case obs.Outcome == OutcomeRejected && status >= 500 && obs.Err != "":
 		return slog.LevelError, "idempotency: the handler broke the contract", true
 	case (obs.Outcome == OutcomeReleased || obs.Outcome == OutcomeUnknown) && obs.Err != "":
