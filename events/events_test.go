@@ -325,8 +325,12 @@ var fixtures = map[string]fixture{
 			}
 			want := old
 			want.Status = idempotency.StatusUnknown
-			if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(idempotency.Record{}, "LeaseToken", "ExpiresAt", "UpdatedAt")); diff != "" {
+			if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(idempotency.Record{}, "LeaseToken", "ExpiresAt", "UpdatedAt", "UnknownSince")); diff != "" {
 				t.Errorf("restored record mismatch (-want +got):\n%s", diff)
+			}
+			// An abandoned reservation is UNKNOWN from its restore on.
+			if !got.UnknownSince.Equal(got.UpdatedAt) || got.UnknownSince.Before(start.Truncate(time.Millisecond)) {
+				t.Errorf("restored record UNKNOWN since %v (updated %v), want its restore's time, after %v", got.UnknownSince, got.UpdatedAt, start)
 			}
 			if got.LeaseToken == "" || got.LeaseToken == old.LeaseToken {
 				t.Errorf("restored lease token = %q, want a new one (old %q)", got.LeaseToken, old.LeaseToken)

@@ -136,7 +136,9 @@
 // it). A retry of it gets 409 (InProgressError) however old it is, and
 // one UnknownRedrive or more after it last changed re-announces it to the
 // reconciler (MarkUnknown), moving its expiry to at least Retention from
-// then. (A DynamoDB item written UNKNOWN, or as an External reservation,
+// then. A redrive keeps Record.UnknownSince, when the record first went
+// UNKNOWN, from which a reconciler's wait for a call that may still land
+// runs: retries, however frequent, do not put off its release. (A DynamoDB item written UNKNOWN, or as an External reservation,
 // before its TTL attribute was dropped, if TTL deletes it, is restored as
 // UNKNOWN by the recovery package's Sweeper from the stream; a retry that
 // takes the key between the deletion and the restore is counted

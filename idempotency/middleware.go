@@ -160,7 +160,10 @@ type Config struct {
 	// the reconciler may have given up on it after its bounded retries, and a
 	// client that keeps retrying must still reach a final answer. A redrive
 	// moves the record's expiry to at least Retention from then, so it must
-	// not be longer than Retention (ErrUnknownRedriveLong).
+	// not be longer than Retention (ErrUnknownRedriveLong). It keeps the
+	// record's UnknownSince, from which the reconciler's Settle
+	// (recovery.ReconcilerConfig) runs: a redrive does not put off a
+	// release, so UnknownRedrive may be shorter than Settle.
 	UnknownRedrive time.Duration
 	// Now returns the current time (time.Now).
 	Now func() time.Time

@@ -113,6 +113,19 @@ type Record struct {
 	CreatedAt time.Time
 	// UpdatedAt is when the record last changed.
 	UpdatedAt time.Time
+	// UnknownSince is when an UNKNOWN record first went UNKNOWN: set by
+	// the Store's MarkUnknown that moves an IN_PROGRESS record to UNKNOWN,
+	// and carried unchanged by every later write that keeps it UNKNOWN (a
+	// redrive's MarkUnknown, a Resolver's Advance), which call nothing
+	// out. Every call out of its request was made before it, so a
+	// reconciler measures the time the other system may still apply one
+	// (recovery.ReconcilerConfig.Settle) from it, not from UpdatedAt,
+	// which each redrive moves. A record that went UNKNOWN before stores
+	// kept it has none (zero) until its next MarkUnknown, which sets it to
+	// that write's time; a Reserve of an UNKNOWN record (a restore) keeps
+	// the one it is given. Zero on a record of any other status: a store
+	// keeps it on UNKNOWN records only.
+	UnknownSince time.Time
 }
 
 // Expired reports whether r's expiry has passed at now.

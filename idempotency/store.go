@@ -64,7 +64,9 @@ type Store interface {
 	Advance(ctx context.Context, key Key, lease string, p Progress, effects []Effect) error
 	// MarkUnknown moves the record held under lease (not COMPLETED) to
 	// UNKNOWN with the new lease token and expiry, returning a *ConflictError
-	// as Complete does when the lease is no longer held.
+	// as Complete does when the lease is no longer held. The record's
+	// UnknownSince becomes now unless it has one: an UNKNOWN record
+	// redriven keeps when it first went UNKNOWN (see Record.UnknownSince).
 	MarkUnknown(ctx context.Context, key Key, lease, newLease string, expiresAt, now time.Time) error
 	// Get returns the record for key, or an error wrapping ErrNotFound.
 	Get(ctx context.Context, key Key) (Record, error)

@@ -14,7 +14,7 @@
 // CompressAbove), by Get or with a conflict, costs one BatchGetItem more.
 //
 // Times are stored to the millisecond (expires_at_ms, created_at,
-// updated_at): a record read back carries its times truncated to the
+// updated_at, unknown_since_ms): a record read back carries its times truncated to the
 // millisecond, and the reclaim condition compares expires_at_ms with the
 // caller's now truncated the same way, which is exactly Record.Reclaimable
 // applied to the stored record. ReclaimCheck is that condition as a

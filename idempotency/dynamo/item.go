@@ -33,6 +33,7 @@ const (
 	AttrData            = "data"                // M of S: the phases' data, absent when empty
 	AttrCreatedAt       = "created_at"          // N: unix milliseconds, absent when zero
 	AttrUpdatedAt       = "updated_at"          // N: unix milliseconds, absent when zero
+	AttrUnknownSince    = "unknown_since_ms"    // N: unix milliseconds, when the record first went UNKNOWN; on UNKNOWN records only, absent on one that went UNKNOWN before it existed
 )
 
 // ReservationTTLMargin is how far past its lease deadline Store.Advance
@@ -63,7 +64,8 @@ const ExternalReservationTTL = ReservationTTLMargin
 
 // ItemFromRecord is the item that stores rec. Times are kept to the
 // millisecond; an empty lease token, request, header set or list of
-// Set-Cookie lines is left out; a
+// Set-Cookie lines is left out, and so is UnknownSince but on an UNKNOWN
+// record (Store.MarkUnknown relies on no other record carrying it); a
 // response's body is always present, empty or not, and compressed from
 // CompressAbove bytes when that makes it smaller.
 //
@@ -133,6 +135,9 @@ func ItemFromRecord(rec idempotency.Record) map[string]types.AttributeValue {
 	if !rec.UpdatedAt.IsZero() {
 		item[AttrUpdatedAt] = num(rec.UpdatedAt.UnixMilli())
 	}
+	if rec.Status == idempotency.StatusUnknown && !rec.UnknownSince.IsZero() {
+		item[AttrUnknownSince] = num(rec.UnknownSince.UnixMilli())
+	}
 	return item
 }
 
@@ -195,6 +200,7 @@ func RecordFromItem(item map[string]types.AttributeValue) (idempotency.Record, e
 	rec.Data = d.strMap(AttrData)
 	rec.CreatedAt = d.millis(AttrCreatedAt, false)
 	rec.UpdatedAt = d.millis(AttrUpdatedAt, false)
+	rec.UnknownSince = d.millis(AttrUnknownSince, false)
 	if d.err != nil {
 		return idempotency.Record{}, d.err
 	}

@@ -63,14 +63,14 @@ func TestItemFromRecord(t *testing.T) {
 			rec: idempotency.Record{
 				Key: key, Status: idempotency.StatusUnknown, Route: "POST /v1/charges", Fingerprint: "f00d",
 				External: true, LeaseToken: "lease-2", ExpiresAt: t0, Request: []byte(`{"a":1}`), Point: "order_created",
-				CreatedAt: t0.Add(-30 * time.Second), UpdatedAt: t0.Add(-30 * time.Second),
+				CreatedAt: t0.Add(-30 * time.Second), UpdatedAt: t0.Add(-30 * time.Second), UnknownSince: t0.Add(-time.Minute),
 			},
 			want: map[string]types.AttributeValue{
 				"pk": s("acme#ab12"), "tenant": s("acme"), "status": s("UNKNOWN"), "route": s("POST /v1/charges"),
 				"fingerprint": s("f00d"), "external": bl(true), "lease_token": s("lease-2"),
 				// No TTL attribute: DynamoDB's TTL never deletes an UNKNOWN record.
 				"expires_at_ms": n("2209086245678"), "request": b([]byte(`{"a":1}`)), "point": s("order_created"),
-				"created_at": n("2209086215678"), "updated_at": n("2209086215678"),
+				"created_at": n("2209086215678"), "updated_at": n("2209086215678"), "unknown_since_ms": n("2209086185678"),
 			},
 		},
 		{
@@ -145,6 +145,7 @@ func TestItemFromRecord(t *testing.T) {
 			want.ExpiresAt = want.ExpiresAt.Truncate(time.Millisecond)
 			want.CreatedAt = want.CreatedAt.Truncate(time.Millisecond)
 			want.UpdatedAt = want.UpdatedAt.Truncate(time.Millisecond)
+			want.UnknownSince = want.UnknownSince.Truncate(time.Millisecond)
 			if diff := cmp.Diff(want, back, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("RecordFromItem(ItemFromRecord(rec)) mismatch (-want +got):\n%s", diff)
 			}
@@ -228,7 +229,9 @@ func TestRecordFromStreamImage(t *testing.T) {
 	unknown.LeaseToken = "lease-2"
 	unknown.ExpiresAt = at(2209172645678)
 	unknown.UpdatedAt = at(2209086245678)
+	unknown.UnknownSince = at(2209086245678)
 	completed := unknown
+	completed.UnknownSince = time.Time{}
 	completed.Status = idempotency.StatusCompleted
 	completed.ExpiresAt = at(2209172700000)
 	completed.UpdatedAt = at(2209086300000)

@@ -393,12 +393,17 @@ func statusMismatch(err error, lease, from string, status idempotency.Status, ex
 // *idempotency.ConflictError as Complete does. The record loses its TTL
 // attribute (see ItemFromRecord): expiresAt ends nothing (the reclaim
 // condition never lets an UNKNOWN record through); the redrive and oncectl
-// read it.
+// read it. unknown_since_ms (Record.UnknownSince) becomes now unless the
+// item has it: a redrive of an UNKNOWN record keeps when it first went
+// UNKNOWN, and only an UNKNOWN item carries it (ItemFromRecord), so an
+// IN_PROGRESS record, or an UNKNOWN one written before the attribute
+// existed, gets now.
 func (s *Store) MarkUnknown(ctx context.Context, key idempotency.Key, lease, newLease string, expiresAt, now time.Time) error {
 	names, values := leaseExpr(lease)
 	names["#expires"] = AttrExpiresAt
 	names["#expires_ms"] = AttrExpiresAtMS
 	names["#updated"] = AttrUpdatedAt
+	names["#unknown_since"] = AttrUnknownSince
 	expiresMS := expiresAt.UnixMilli()
 	values[":unknown"] = str(string(idempotency.StatusUnknown))
 	values[":new_lease"] = str(newLease)
@@ -408,7 +413,7 @@ func (s *Store) MarkUnknown(ctx context.Context, key idempotency.Key, lease, new
 		TableName: aws.String(s.table),
 		Key:       map[string]types.AttributeValue{AttrPK: str(key.ID())},
 		UpdateExpression: aws.String("SET #status = :unknown, #lease = :new_lease, " +
-			"#expires_ms = :expires_ms, #updated = :now REMOVE #expires"),
+			"#expires_ms = :expires_ms, #updated = :now, #unknown_since = if_not_exists(#unknown_since, :now) REMOVE #expires"),
 		ConditionExpression:                 aws.String(leaseCondition),
 		ExpressionAttributeNames:            names,
 		ExpressionAttributeValues:           values,

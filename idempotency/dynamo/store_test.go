@@ -138,6 +138,7 @@ func TestStoredItem(t *testing.T) {
 	delete(want, "expires_at") // an UNKNOWN record has no TTL attribute
 	want["expires_at_ms"] = &types.AttributeValueMemberN{Value: "2209172645679"}
 	want["updated_at"] = &types.AttributeValueMemberN{Value: "2209086245678"}
+	want["unknown_since_ms"] = &types.AttributeValueMemberN{Value: "2209086245678"} // went UNKNOWN now
 	if diff := cmp.Diff(want, out.Item, ignoreAV); diff != "" {
 		t.Errorf("stored item mismatch (-want +got):\n%s", diff)
 	}

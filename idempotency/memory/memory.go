@@ -222,7 +222,8 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 
 // MarkUnknown moves the record held under lease to UNKNOWN with newLease and
 // expiresAt, returning a *idempotency.ConflictError as Complete does when the
-// lease is not held.
+// lease is not held. The record's UnknownSince becomes now unless it has
+// one: it was UNKNOWN already (a redrive), and keeps when it first went so.
 func (s *Store) MarkUnknown(ctx context.Context, key idempotency.Key, lease, newLease string, expiresAt, now time.Time) error {
 	expiresAt, now = millis(expiresAt), millis(now)
 	landed := func(r idempotency.Record) bool {
@@ -239,6 +240,9 @@ func (s *Store) MarkUnknown(ctx context.Context, key idempotency.Key, lease, new
 	rec.LeaseToken = newLease
 	rec.ExpiresAt = expiresAt
 	rec.UpdatedAt = now
+	if rec.UnknownSince.IsZero() {
+		rec.UnknownSince = now
+	}
 	s.records[key.ID()] = rec
 	return nil
 }
@@ -396,6 +400,10 @@ func normalize(rec idempotency.Record) idempotency.Record {
 	rec.ExpiresAt = millis(rec.ExpiresAt)
 	rec.CreatedAt = millis(rec.CreatedAt)
 	rec.UpdatedAt = millis(rec.UpdatedAt)
+	rec.UnknownSince = millis(rec.UnknownSince)
+	if rec.Status != idempotency.StatusUnknown {
+		rec.UnknownSince = time.Time{} // kept on UNKNOWN records only
+	}
 	if len(rec.Request) == 0 {
 		rec.Request = nil
 	}

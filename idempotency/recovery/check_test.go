@@ -314,7 +314,7 @@ func TestChecker(t *testing.T) {
 				if err := e.store.MarkUnknown(t.Context(), key, rec.LeaseToken, token, now.Add(tt.lease), changed); err != nil {
 					t.Fatal(err)
 				}
-				rec.Status, rec.LeaseToken, rec.UpdatedAt = idempotency.StatusUnknown, token, changed
+				rec.Status, rec.LeaseToken, rec.UpdatedAt, rec.UnknownSince = idempotency.StatusUnknown, token, changed, changed
 			}
 			lease := rec.LeaseToken
 			if tt.setup != nil {
@@ -352,6 +352,9 @@ func TestChecker(t *testing.T) {
 				want := rec
 				want.Status, want.LeaseToken = idempotency.StatusUnknown, got.LeaseToken
 				want.ExpiresAt, want.UpdatedAt = now.Add(retention), now
+				if want.UnknownSince.IsZero() {
+					want.UnknownSince = now // went UNKNOWN now; a redrive keeps when it first did
+				}
 				if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b time.Time) bool { return a.Sub(b).Abs() < time.Millisecond })); diff != "" {
 					t.Errorf("record mismatch (-want +got):\n%s", diff)
 				}

@@ -213,8 +213,10 @@
 //     Counts reconcile_resolved.
 //   - Nothing happened (no Response): that is proof only once no request with
 //     the key can still be on its way to the other system, that is once the
-//     record's UpdatedAt (when it became UNKNOWN; no new request calls out for
-//     an UNKNOWN key) plus ReconcilerConfig.Settle has passed. A record resolved
+//     record's UnknownSince (when it first became UNKNOWN; no new request
+//     calls out for an UNKNOWN key, and a redrive, which calls nothing out,
+//     keeps it; its UpdatedAt for a record written before stores kept it)
+//     plus ReconcilerConfig.Settle has passed. A record resolved
 //     earlier is resolved again once that time has come, waiting for it if
 //     the invocation's deadline allows and failing the record (to be retried)
 //     otherwise: an expected deferral, counted as reconcile_deferred and

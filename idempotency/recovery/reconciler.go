@@ -40,7 +40,14 @@ type ReconcilerConfig struct {
 	// other system goes on with a request whose client gave up. A request
 	// that became UNKNOWN at t can still take effect until t + Settle, so a
 	// "nothing happened" found before then is looked up again at t + Settle,
-	// and only one found after it releases the key.
+	// and only one found after it releases the key. t is when the record
+	// first went UNKNOWN (Record.UnknownSince), which a client's redrive
+	// (idempotency.Config.UnknownRedrive, a minute by default) does not
+	// move: a Settle longer than UnknownRedrive is fine, the key is
+	// released about Settle after it went UNKNOWN however often its client
+	// retries. A record without UnknownSince (written UNKNOWN before
+	// stores kept it, and not redriven since) is measured from its
+	// UpdatedAt.
 	Settle time.Duration
 	// Retention is how long a completed record is kept
 	// (idempotency.DefaultRetention).
@@ -199,10 +206,20 @@ func (r *Reconciler) reconcile(ctx context.Context, log *slog.Logger, resolver i
 }
 
 // settledAt is when no call of rec's request can still take effect at the
-// other system: Settle after rec became UNKNOWN. A record without an
-// update time, or with one after start, counts as updated at start.
+// other system: Settle after rec first became UNKNOWN (its UnknownSince),
+// which a redrive does not move: every call out of the request was made
+// before it, and a redrive calls nothing out. Measured from the redrive's
+// UpdatedAt instead, a client retrying more often than Settle would put it
+// off for ever, each image's release superseded by the next redrive. A
+// record without UnknownSince (one that went UNKNOWN before stores kept
+// it, not redriven since) falls back to its UpdatedAt: its last change,
+// which is no earlier than when it went UNKNOWN. A record with neither, or
+// with a time after start, counts as unknown since start.
 func (r *Reconciler) settledAt(rec idempotency.Record, start time.Time) time.Time {
-	at := rec.UpdatedAt
+	at := rec.UnknownSince
+	if at.IsZero() {
+		at = rec.UpdatedAt
+	}
 	if at.IsZero() || at.After(start) {
 		at = start
 	}

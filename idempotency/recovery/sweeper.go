@@ -192,18 +192,24 @@ func (s *Sweeper) record(ctx context.Context, er events.DynamoDBEventRecord) err
 // zombie_unrestored for a first attempt whose outcome was reconciled.
 func (s *Sweeper) restore(ctx context.Context, log *slog.Logger, c stream.Change, old idempotency.Record, now time.Time, counts []string, what string) error {
 	restored := idempotency.Record{
-		Key:         old.Key,
-		Status:      idempotency.StatusUnknown,
-		Route:       old.Route,
-		Fingerprint: old.Fingerprint,
-		External:    true,
-		LeaseToken:  idempotency.NewToken(),
-		ExpiresAt:   now.Add(s.cfg.Retention),
-		Request:     old.Request,
-		Point:       old.Point,
-		Data:        old.Data,
-		CreatedAt:   old.CreatedAt,
-		UpdatedAt:   now,
+		Key:          old.Key,
+		Status:       idempotency.StatusUnknown,
+		Route:        old.Route,
+		Fingerprint:  old.Fingerprint,
+		External:     true,
+		LeaseToken:   idempotency.NewToken(),
+		ExpiresAt:    now.Add(s.cfg.Retention),
+		Request:      old.Request,
+		Point:        old.Point,
+		Data:         old.Data,
+		CreatedAt:    old.CreatedAt,
+		UpdatedAt:    now,
+		UnknownSince: now,
+	}
+	if old.Status == idempotency.StatusUnknown && !old.UnknownSince.IsZero() {
+		// When it first went UNKNOWN: every call out of its request was
+		// made before then (see idempotency.Record.UnknownSince).
+		restored.UnknownSince = old.UnknownSince
 	}
 	id := c.EventID
 	if id == "" {

@@ -217,16 +217,17 @@ func TestSweeper(t *testing.T) {
 				}
 			default:
 				want := idempotency.Record{
-					Key:         key,
-					Status:      idempotency.StatusUnknown,
-					Route:       route,
-					Fingerprint: old.Fingerprint,
-					External:    true,
-					LeaseToken:  got.LeaseToken,
-					ExpiresAt:   now.Add(retention).Truncate(time.Millisecond).UTC(),
-					Request:     old.Request,
-					CreatedAt:   old.CreatedAt.Truncate(time.Millisecond).UTC(),
-					UpdatedAt:   now.Truncate(time.Millisecond).UTC(),
+					Key:          key,
+					Status:       idempotency.StatusUnknown,
+					Route:        route,
+					Fingerprint:  old.Fingerprint,
+					External:     true,
+					LeaseToken:   got.LeaseToken,
+					ExpiresAt:    now.Add(retention).Truncate(time.Millisecond).UTC(),
+					Request:      old.Request,
+					CreatedAt:    old.CreatedAt.Truncate(time.Millisecond).UTC(),
+					UpdatedAt:    now.Truncate(time.Millisecond).UTC(),
+					UnknownSince: now.Truncate(time.Millisecond).UTC(), // UNKNOWN from the restore on
 				}
 				if diff := cmp.Diff(want, got); diff != "" {
 					t.Errorf("restored record mismatch (-want +got):\n%s", diff)
@@ -448,7 +449,7 @@ func TestSweeperRestoresExpiredUnknown(t *testing.T) {
 					t.Errorf("an Error line for a restore meeting its own continuation:\n%s", logs)
 				}
 			default:
-				want := old
+				want := old // UnknownSince too: when it first went UNKNOWN, before its deletion
 				want.LeaseToken = got.LeaseToken
 				want.ExpiresAt = now.Add(retention).Truncate(time.Millisecond).UTC()
 				want.UpdatedAt = now.Truncate(time.Millisecond).UTC()
@@ -642,6 +643,7 @@ func TestSweeperRestoresCarriedData(t *testing.T) {
 	want.LeaseToken = got.LeaseToken
 	want.ExpiresAt = now.Add(retention).Truncate(time.Millisecond).UTC()
 	want.UpdatedAt = now.Truncate(time.Millisecond).UTC()
+	want.UnknownSince = want.UpdatedAt // written UNKNOWN without it: UNKNOWN from the restore on
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("restored record mismatch (-want +got):\n%s", diff)
 	}

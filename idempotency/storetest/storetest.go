@@ -69,6 +69,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("ReleaseEffects", func(t *testing.T) { testReleaseEffects(t, newStore) })
 	t.Run("Rejections", func(t *testing.T) { testRejections(t, newStore) })
 	t.Run("MarkUnknown", func(t *testing.T) { testMarkUnknown(t, newStore) })
+	t.Run("UnknownSince", func(t *testing.T) { testUnknownSince(t, newStore) })
 	t.Run("Advance", func(t *testing.T) { testAdvance(t, newStore) })
 	t.Run("UnknownOutlivesTTL", func(t *testing.T) { testUnknownOutlivesTTL(t, newStore) })
 	t.Run("ExternalOutlivesTTL", func(t *testing.T) { testExternalOutlivesTTL(t, newStore) })
@@ -538,6 +539,11 @@ func leaseTests(now time.Time) []struct {
 			r := unknown(reserved(k, "a", "lease", true, t0))
 			return &r
 		}, true},
+		{"held unknown since", func(k idempotency.Key) *idempotency.Record {
+			r := unknown(reserved(k, "a", "lease", true, t0))
+			r.UnknownSince = now.Add(-5 * time.Minute)
+			return &r
+		}, true},
 		{"other lease", func(k idempotency.Key) *idempotency.Record {
 			r := reserved(k, "a", "other", true, t0)
 			return &r
@@ -598,6 +604,11 @@ func testMarkUnknown(t *testing.T, newStore NewStore) {
 				want.LeaseToken = "new-lease"
 				want.ExpiresAt = expires
 				want.UpdatedAt = now
+				if want.UnknownSince.IsZero() {
+					// From IN_PROGRESS, or an UNKNOWN record written
+					// before stores kept it: UNKNOWN from now on.
+					want.UnknownSince = now
+				}
 				wantRecord(t, s, want)
 				return
 			}
@@ -609,6 +620,99 @@ func testMarkUnknown(t *testing.T, newStore NewStore) {
 			}
 		})
 	}
+}
+
+// testUnknownSince checks Record.UnknownSince: MarkUnknown of an
+// IN_PROGRESS record sets it to the write's time, and every later write
+// that keeps the record UNKNOWN (a redrive's MarkUnknown under a new lease
+// token, a Resolver's Advance) carries it unchanged while UpdatedAt moves:
+// the reconciler measures its settle wait from it, and a client retrying
+// more often than that wait must not put it off for ever. An UNKNOWN
+// record written without one (before stores kept it) gets the time of its
+// next MarkUnknown; a Reserve of an UNKNOWN record (a restore) keeps the
+// one it is given; a record of any other status carries none.
+func testUnknownSince(t *testing.T, newStore NewStore) {
+	first := t0.Add(-time.Hour)
+	redrive := func(t *testing.T, s idempotency.Store, k idempotency.Key, lease, next string, at time.Time) {
+		t.Helper()
+		if err := s.MarkUnknown(t.Context(), k, lease, next, at.Add(24*time.Hour), at); err != nil {
+			t.Fatalf("MarkUnknown(%s -> %s) = %v, want nil", lease, next, err)
+		}
+	}
+	want := func(t *testing.T, s idempotency.Store, k idempotency.Key, step string, status idempotency.Status, since, updated time.Time) {
+		t.Helper()
+		got, err := s.Get(t.Context(), k)
+		if err != nil {
+			t.Fatalf("%s: Get = %v", step, err)
+		}
+		if got.Status != status || !got.UnknownSince.Equal(since) || !got.UpdatedAt.Equal(updated) {
+			t.Errorf("%s: record %s, UnknownSince %v, UpdatedAt %v; want %s, %v, %v",
+				step, got.Status, got.UnknownSince, got.UpdatedAt, status, since, updated)
+		}
+	}
+	unknownStatus := idempotency.StatusUnknown
+	t.Run("marked then redriven", func(t *testing.T) {
+		s, _ := newStore(t)
+		k := key(t, "k")
+		put(t, s, reserved(k, "a", "lease", true, first))
+		want(t, s, k, "reserved", idempotency.StatusInProgress, time.Time{}, first.Add(-30*time.Second))
+		redrive(t, s, k, "lease", "u1", first)
+		want(t, s, k, "MarkUnknown", unknownStatus, first, first)
+		redrive(t, s, k, "u1", "u2", first.Add(time.Minute))
+		want(t, s, k, "first redrive", unknownStatus, first, first.Add(time.Minute))
+		redrive(t, s, k, "u2", "u3", first.Add(2*time.Minute))
+		want(t, s, k, "second redrive", unknownStatus, first, first.Add(2*time.Minute))
+		p := idempotency.Progress{Point: "charge_created", Data: map[string]string{"charge": "ch_1"}, Added: map[string]string{"charge": "ch_1"},
+			LeaseToken: "u3", ExpiresAt: first.Add(24 * time.Hour), UpdatedAt: first.Add(3 * time.Minute), Status: unknownStatus, External: true}
+		if err := s.Advance(t.Context(), k, "u3", p, nil); err != nil {
+			t.Fatalf("Advance(UNKNOWN) = %v, want nil", err)
+		}
+		want(t, s, k, "a Resolver's Advance", unknownStatus, first, first.Add(3*time.Minute))
+		rec, err := s.Get(t.Context(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := done(rec, first.Add(4*time.Minute))
+		c.UnknownSince = rec.UnknownSince // a COMPLETED record carries none, whatever it is given
+		if err := s.Complete(t.Context(), c, "u3", nil); err != nil {
+			t.Fatalf("Complete = %v, want nil", err)
+		}
+		want(t, s, k, "completed", idempotency.StatusCompleted, time.Time{}, c.UpdatedAt)
+	})
+	t.Run("written without one", func(t *testing.T) {
+		s, _ := newStore(t)
+		k := key(t, "k")
+		legacy := unknown(reserved(k, "a", "lease", true, first.Add(30*time.Second)))
+		put(t, s, legacy)
+		want(t, s, k, "written UNKNOWN without it", unknownStatus, time.Time{}, legacy.UpdatedAt)
+		redrive(t, s, k, "lease", "u1", first)
+		want(t, s, k, "first redrive", unknownStatus, first, first)
+		redrive(t, s, k, "u1", "u2", first.Add(time.Minute))
+		want(t, s, k, "second redrive", unknownStatus, first, first.Add(time.Minute))
+	})
+	t.Run("restored", func(t *testing.T) {
+		s, _ := newStore(t)
+		k := key(t, "k")
+		restored := unknown(reserved(k, "a", "lease", true, first.Add(time.Hour)))
+		restored.UnknownSince = first.Add(-time.Hour)
+		put(t, s, restored)
+		wantRecord(t, s, restored)
+		redrive(t, s, k, "lease", "u1", first)
+		want(t, s, k, "redrive", unknownStatus, restored.UnknownSince, first)
+	})
+	t.Run("other statuses", func(t *testing.T) {
+		s, _ := newStore(t)
+		r := reserved(key(t, "reserved"), "a", "lease", true, first.Add(30*time.Second))
+		r.UnknownSince = first
+		put(t, s, r)
+		want(t, s, r.Key, "Reserve(IN_PROGRESS with UnknownSince)", idempotency.StatusInProgress, time.Time{}, r.UpdatedAt)
+		redrive(t, s, r.Key, "lease", "u1", first.Add(time.Minute))
+		want(t, s, r.Key, "MarkUnknown", unknownStatus, first.Add(time.Minute), first.Add(time.Minute))
+		c := completed(key(t, "completed"), "a", t0)
+		c.UnknownSince = first
+		put(t, s, c)
+		want(t, s, c.Key, "Commit(COMPLETED with UnknownSince)", idempotency.StatusCompleted, time.Time{}, c.UpdatedAt)
+	})
 }
 
 func testGet(t *testing.T, newStore NewStore) {
