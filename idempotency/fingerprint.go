@@ -63,7 +63,8 @@ func fingerprint(body []byte, parts ...string) string {
 }
 
 // RequestFingerprint is the fingerprint the middleware gives a request to
-// a route that matches one path (no wildcard, no trailing "/"): Fingerprint of the body's canonical form, an
+// a route without wildcards and without a trailing "/" ("POST /v1/payments"):
+// Fingerprint of the body's canonical form, an
 // empty body (nothing but whitespace: a POST without one) counting as the
 // empty form. Its errors are Canonical's (ErrBodyInvalid, ErrNumberPrecision).
 func RequestFingerprint(method, route string, body []byte) (string, error) {
@@ -100,14 +101,14 @@ func fingerprintAt(method, route, path string, canonical []byte) string {
 }
 
 // pathPart is what of r's path a fingerprint on route must cover: nothing
-// when route matches one path only ("POST /v1/payments": the path is the
+// when route has neither wildcards nor a trailing "/" ("POST /v1/payments": the path is the
 // route's); r's escaped path when route ends in "/" (a subtree, "POST
 // /v1/notes/" or "/", which matches every path under it, as if it ended in
 // an anonymous {...} wildcard); else, for a route with wildcards, their
 // values when the standard ServeMux matched r to route as its pattern
 // ("POST /v1/payments/{id}/capture": id=pay_1), and r's escaped path when
 // something else routed it. So one key sent to two resources of one route
-// is two requests, and the fingerprint of a route that matches one path is
+// is two requests, and the fingerprint of a route without either is
 // what it always was.
 func pathPart(route string, r *http.Request) string {
 	subtree := strings.HasSuffix(route, "/")

@@ -317,7 +317,7 @@ func (m *Middleware) External(route string, next http.Handler, resolver Resolver
 // path values when a ServeMux routed the request by that very pattern, else
 // the escaped path); a subtree route, ending in "/" ("POST /v1/notes/",
 // "/"), which matches every path under it, the escaped path. A route that
-// matches one path fingerprints nothing of it. The body is fingerprinted in its RFC 8785 canonical form; an
+// has neither (a "{$}" is a wildcard here) fingerprints nothing of it. The body is fingerprinted in its RFC 8785 canonical form; an
 // empty body (a POST without one) is a body of its own, not an error.
 // next must call Begin once it has validated the request and before it has
 // any effect; whatever it writes before Begin is sent as is and not stored,
