@@ -113,11 +113,12 @@ type Record struct {
 	CreatedAt time.Time
 	// UpdatedAt is when the record last changed.
 	UpdatedAt time.Time
-	// UnknownSince is when an UNKNOWN record first went UNKNOWN: set by
-	// the Store's MarkUnknown that moves an IN_PROGRESS record to UNKNOWN,
-	// and carried unchanged by every later write that keeps it UNKNOWN (a
-	// redrive's MarkUnknown, a Resolver's Advance), which call nothing
-	// out. Every call out of its request was made before it, so a
+	// UnknownSince is when an UNKNOWN record's last call out may have
+	// been made: set by the Store's MarkUnknown that moves an IN_PROGRESS
+	// record to UNKNOWN, carried unchanged by a redrive's MarkUnknown
+	// (which calls nothing out), and set again by a Resolver's Advance of
+	// the UNKNOWN record (ResumeSteps: the phases after it may call out
+	// again). Every call out of its request was made before it, so a
 	// reconciler measures the time the other system may still apply one
 	// (recovery.ReconcilerConfig.Settle) from it, not from UpdatedAt,
 	// which each redrive moves. A record that went UNKNOWN before stores

@@ -60,7 +60,9 @@ type Store interface {
 	// other way round), is the caller's mistake, not a lost lease: it
 	// returns an error wrapping ErrStatusMismatch, never a *ConflictError,
 	// and an invalid p.Status (see Progress.RecordStatus) another error.
-	// Either way it writes nothing.
+	// Either way it writes nothing. Advancing an UNKNOWN record (a
+	// Resolver resuming its phases) sets its UnknownSince to p.UpdatedAt:
+	// the phases after p may call out again.
 	Advance(ctx context.Context, key Key, lease string, p Progress, effects []Effect) error
 	// MarkUnknown moves the record held under lease (not COMPLETED) to
 	// UNKNOWN with the new lease token and expiry, returning a *ConflictError

@@ -325,10 +325,18 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 	// ItemFromRecord).
 	update := "SET #point = :point, #data = :data, #lease = :new_lease, " +
 		"#expires = :expires, #expires_ms = :expires_ms, #updated = :now"
-	if !hasTTL(status, p.External) {
+	switch {
+	case status == idempotency.StatusUnknown:
+		// A Resolver resuming the phases after p.Point: they may call
+		// out again, so the settle wait runs from here
+		// (Record.UnknownSince).
+		names["#unknown_since"] = AttrUnknownSince
+		update = "SET #point = :point, #data = :data, #lease = :new_lease, " +
+			"#expires_ms = :expires_ms, #updated = :now, #unknown_since = :now REMOVE #expires"
+	case !hasTTL(status, p.External):
 		update = "SET #point = :point, #data = :data, #lease = :new_lease, " +
 			"#expires_ms = :expires_ms, #updated = :now REMOVE #expires"
-	} else {
+	default:
 		values[":expires"] = num(ceilSeconds(expiresMS + ReservationTTLMargin.Milliseconds()))
 	}
 	k := map[string]types.AttributeValue{AttrPK: str(key.ID())}

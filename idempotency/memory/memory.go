@@ -215,6 +215,11 @@ func (s *Store) Advance(ctx context.Context, key idempotency.Key, lease string, 
 	rec.LeaseToken = p.LeaseToken
 	rec.ExpiresAt = expiresAt
 	rec.UpdatedAt = now
+	if status == idempotency.StatusUnknown {
+		// A Resolver resuming the phases after p.Point: they may call
+		// out again (Record.UnknownSince).
+		rec.UnknownSince = now
+	}
 	s.records[key.ID()] = rec
 	s.write(writes)
 	return nil

@@ -215,7 +215,8 @@
 //     the key can still be on its way to the other system, that is once the
 //     record's UnknownSince (when it first became UNKNOWN; no new request
 //     calls out for an UNKNOWN key, and a redrive, which calls nothing out,
-//     keeps it; its UpdatedAt for a record written before stores kept it)
+//     keeps it; a Resolver's Advance to a later phase, which may call out,
+//     moves it; its UpdatedAt for a record written before stores kept it)
 //     plus ReconcilerConfig.Settle has passed. A record resolved
 //     earlier is resolved again once that time has come, waiting for it if
 //     the invocation's deadline allows and failing the record (to be retried)

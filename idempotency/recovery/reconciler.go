@@ -41,7 +41,8 @@ type ReconcilerConfig struct {
 	// that became UNKNOWN at t can still take effect until t + Settle, so a
 	// "nothing happened" found before then is looked up again at t + Settle,
 	// and only one found after it releases the key. t is when the record
-	// first went UNKNOWN (Record.UnknownSince), which a client's redrive
+	// first went UNKNOWN, or a Resolver last advanced it to a later phase
+	// (Record.UnknownSince), which a client's redrive
 	// (idempotency.Config.UnknownRedrive, a minute by default) does not
 	// move: a Settle longer than UnknownRedrive is fine, the key is
 	// released about Settle after it went UNKNOWN however often its client
@@ -206,9 +207,9 @@ func (r *Reconciler) reconcile(ctx context.Context, log *slog.Logger, resolver i
 }
 
 // settledAt is when no call of rec's request can still take effect at the
-// other system: Settle after rec first became UNKNOWN (its UnknownSince),
-// which a redrive does not move: every call out of the request was made
-// before it, and a redrive calls nothing out. Measured from the redrive's
+// other system: Settle after rec first became UNKNOWN, or a Resolver last
+// advanced it (its UnknownSince), which a redrive does not move: every call
+// out of the request was made before it, and a redrive calls nothing out. Measured from the redrive's
 // UpdatedAt instead, a client retrying more often than Settle would put it
 // off for ever, each image's release superseded by the next redrive. A
 // record without UnknownSince (one that went UNKNOWN before stores kept

@@ -200,3 +200,60 @@ func TestSettleMeasuredFrom(t *testing.T) {
 		})
 	}
 }
+
+// TestSettleAfterResolverAdvance: a Resolver resuming a multi-step
+// request's phases (ResumeSteps) advances the UNKNOWN record to its next
+// point before that phase calls out; if the call's outcome is lost and a
+// later Reconcile finds nothing, the settle wait runs from that Advance,
+// not from when the record first went UNKNOWN, long before: the other
+// system may still apply the phase's call.
+func TestSettleAfterResolverAdvance(t *testing.T) {
+	const settle = 5 * time.Minute
+	first := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	advanced := first.Add(10 * time.Minute)
+	store := memory.New()
+	rec := idempotency.Record{
+		Key: idempotency.NewKey("acme", "resumed"), Status: idempotency.StatusUnknown, Route: "POST /v1/orders",
+		Fingerprint: "fp", External: true, LeaseToken: "lease", ExpiresAt: first.Add(time.Hour), Request: []byte(`{}`),
+		Point: "a", CreatedAt: first.Add(-time.Minute), UpdatedAt: first, UnknownSince: first,
+	}
+	if err := store.Reserve(t.Context(), rec, nil, first); err != nil {
+		t.Fatal(err)
+	}
+	// The Resolver commits phase b, then phase c's call times out.
+	p := idempotency.Progress{From: "a", Point: "b", LeaseToken: "resumed", ExpiresAt: advanced.Add(time.Hour),
+		UpdatedAt: advanced, Status: idempotency.StatusUnknown, External: true}
+	if err := store.Advance(t.Context(), rec.Key, "lease", p, nil); err != nil {
+		t.Fatal(err)
+	}
+	image, err := store.Get(t.Context(), rec.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		at           time.Time
+		wantReleased bool
+	}{
+		{advanced.Add(time.Second), false},
+		{advanced.Add(settle), true},
+	} {
+		t.Run(tt.at.Sub(advanced).String()+" after the Advance", func(t *testing.T) {
+			nothing := idempotency.ResolverFunc(func(context.Context, idempotency.Record) (idempotency.Resolution, error) {
+				return idempotency.Resolution{}, nil
+			})
+			rc, err := recovery.NewReconciler(recovery.ReconcilerConfig{Store: store, Settle: settle,
+				Now: func() time.Time { return tt.at }, Resolvers: idempotency.Resolvers{rec.Route: nothing}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second) // too short to wait
+			defer cancel()
+			err = rc.Reconcile(ctx, nil, image)
+			_, getErr := store.Get(t.Context(), rec.Key)
+			released := errors.Is(getErr, idempotency.ErrNotFound)
+			if released != tt.wantReleased || (err == nil) != tt.wantReleased {
+				t.Errorf("Reconcile = %v, released %v; want released %v (deferred otherwise)", err, released, tt.wantReleased)
+			}
+		})
+	}
+}

@@ -624,10 +624,12 @@ func testMarkUnknown(t *testing.T, newStore NewStore) {
 
 // testUnknownSince checks Record.UnknownSince: MarkUnknown of an
 // IN_PROGRESS record sets it to the write's time, and every later write
-// that keeps the record UNKNOWN (a redrive's MarkUnknown under a new lease
-// token, a Resolver's Advance) carries it unchanged while UpdatedAt moves:
-// the reconciler measures its settle wait from it, and a client retrying
-// more often than that wait must not put it off for ever. An UNKNOWN
+// that keeps the record UNKNOWN without calling out (a redrive's
+// MarkUnknown under a new lease token) carries it unchanged while
+// UpdatedAt moves: the reconciler measures its settle wait from it, and a
+// client retrying more often than that wait must not put it off for ever.
+// A Resolver's Advance of the UNKNOWN record sets it to its time: the
+// phases it resumes may call out again. An UNKNOWN
 // record written without one (before stores kept it) gets the time of its
 // next MarkUnknown; a Reserve of an UNKNOWN record (a restore) keeps the
 // one it is given; a record of any other status carries none.
@@ -667,14 +669,16 @@ func testUnknownSince(t *testing.T, newStore NewStore) {
 		if err := s.Advance(t.Context(), k, "u3", p, nil); err != nil {
 			t.Fatalf("Advance(UNKNOWN) = %v, want nil", err)
 		}
-		want(t, s, k, "a Resolver's Advance", unknownStatus, first, first.Add(3*time.Minute))
+		want(t, s, k, "a Resolver's Advance", unknownStatus, first.Add(3*time.Minute), first.Add(3*time.Minute))
+		redrive(t, s, k, "u3", "u4", first.Add(4*time.Minute))
+		want(t, s, k, "a redrive after the Advance", unknownStatus, first.Add(3*time.Minute), first.Add(4*time.Minute))
 		rec, err := s.Get(t.Context(), k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := done(rec, first.Add(4*time.Minute))
+		c := done(rec, first.Add(5*time.Minute))
 		c.UnknownSince = rec.UnknownSince // a COMPLETED record carries none, whatever it is given
-		if err := s.Complete(t.Context(), c, "u3", nil); err != nil {
+		if err := s.Complete(t.Context(), c, "u4", nil); err != nil {
 			t.Fatalf("Complete = %v, want nil", err)
 		}
 		want(t, s, k, "completed", idempotency.StatusCompleted, time.Time{}, c.UpdatedAt)
@@ -1124,6 +1128,11 @@ func testAdvance(t *testing.T, newStore NewStore) {
 			}
 			want := *current
 			want.Point, want.Data, want.LeaseToken, want.ExpiresAt, want.UpdatedAt = p.Point, p.Data, p.LeaseToken, p.ExpiresAt, p.UpdatedAt
+			if want.Status == idempotency.StatusUnknown {
+				// A Resolver resuming the phases after the point: they
+				// may call out again (Record.UnknownSince).
+				want.UnknownSince = p.UpdatedAt
+			}
 			wantRecord(t, s, want)
 			wantEffects(t, in, "paid")
 			// Again: the record now carries the new lease, so the old one
