@@ -362,6 +362,32 @@ func TestShow(t *testing.T) {
 			}
 		})
 	}
+	// An UNKNOWN record shows when it went UNKNOWN (the reconciler's settle
+	// wait runs from it); a COMPLETED one has none.
+	reserved := e.record(t, "acme", "order-11", idempotency.StatusInProgress, time.Minute)
+	marked := time.Now().Truncate(time.Millisecond)
+	if err := e.store.MarkUnknown(t.Context(), reserved.Key, reserved.LeaseToken, idempotency.NewToken(), marked.Add(time.Hour), marked); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		id   string
+		want string
+	}{
+		{reserved.Key.ID(), marked.UTC().Format(time.RFC3339Nano)},
+		{done.Key.ID(), ""},
+	} {
+		code, out, errOut := e.run(t, "show", tt.id)
+		if code != 0 {
+			t.Fatalf("show %s: exit %d: %s", tt.id, code, errOut)
+		}
+		var v map[string]any
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			t.Fatalf("output %q: %v", out, err)
+		}
+		if got, _ := v["unknown_since"].(string); got != tt.want {
+			t.Errorf("show %s: unknown_since = %q, want %q", tt.id, got, tt.want)
+		}
+	}
 	for _, tt := range []struct {
 		args []string
 		code int

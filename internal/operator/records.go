@@ -259,21 +259,25 @@ func (t *Tool) recordArg(fs *flag.FlagSet) func(ctx context.Context, args []stri
 
 // recordView is a record as show prints it.
 type recordView struct {
-	Record      string          `json:"record"`
-	Tenant      string          `json:"tenant"`
-	KeyHash     string          `json:"key_hash"`
-	Status      string          `json:"status"`
-	Route       string          `json:"route"`
-	External    bool            `json:"external"`
-	ForwardKey  string          `json:"forward_key,omitempty"`
-	LeaseToken  string          `json:"lease_token,omitempty"`
-	Fingerprint string          `json:"fingerprint"`
-	CreatedAt   time.Time       `json:"created_at"`
-	UpdatedAt   time.Time       `json:"updated_at"`
-	ExpiresAt   time.Time       `json:"expires_at"`
-	Expired     bool            `json:"expired"`
-	Request     json.RawMessage `json:"request,omitempty"`
-	Response    *responseView   `json:"response,omitempty"`
+	Record      string    `json:"record"`
+	Tenant      string    `json:"tenant"`
+	KeyHash     string    `json:"key_hash"`
+	Status      string    `json:"status"`
+	Route       string    `json:"route"`
+	External    bool      `json:"external"`
+	ForwardKey  string    `json:"forward_key,omitempty"`
+	LeaseToken  string    `json:"lease_token,omitempty"`
+	Fingerprint string    `json:"fingerprint"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	Expired     bool      `json:"expired"`
+	// UnknownSince is an UNKNOWN record's Record.UnknownSince, from which
+	// the reconciler's settle wait runs (none on a record written UNKNOWN
+	// before stores kept it).
+	UnknownSince *time.Time      `json:"unknown_since,omitempty"`
+	Request      json.RawMessage `json:"request,omitempty"`
+	Response     *responseView   `json:"response,omitempty"`
 }
 
 type responseView struct {
@@ -292,6 +296,10 @@ func view(rec idempotency.Record, now time.Time) recordView {
 	}
 	if rec.External {
 		v.ForwardKey = rec.ForwardKey()
+	}
+	if !rec.UnknownSince.IsZero() {
+		since := rec.UnknownSince.UTC()
+		v.UnknownSince = &since
 	}
 	return v
 }
