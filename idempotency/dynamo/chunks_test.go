@@ -1,8 +1,11 @@
 package dynamo_test
 
 import (
+	"bytes"
 	"crypto/rand"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,4 +84,112 @@ func TestExpiredChunksGone(t *testing.T) {
 			t.Error("Get(live record, chunks missing) = nil error, want an error: the record is corrupt")
 		}
 	})
+}
+
+// TestChunksChecksum: an answer stored in chunk items is read back byte for
+// byte, and one whose chunks no longer hold what was written (a chunk's
+// bytes changed, two chunks' contents swapped, a chunk cut short) is an
+// error, from Get and from the conflict of a write that reads it: never a
+// wrong answer replayed. The body is incompressible, so it is stored as it
+// is and only the checksum can tell.
+func TestChunksChecksum(t *testing.T) {
+	store, client, names := newStore(t)
+	table := names.ByLogicalID["IdempotencyTable"]
+	body := make([]byte, 500_000)
+	if _, err := rand.Read(body); err != nil {
+		t.Fatal(err)
+	}
+	// commit stores a live record with body as its answer and returns its
+	// chunk items, by index.
+	commit := func(t *testing.T, name string) (idempotency.Record, [][]byte, []map[string]types.AttributeValue) {
+		t.Helper()
+		rec := completedRecord(idempotency.NewKey("acme", name), "lease-1", time.Now().Add(time.Hour))
+		rec.Response.Body = body
+		if err := store.Commit(t.Context(), rec, nil, time.Now()); err != nil {
+			t.Fatalf("Commit(%d bytes) = %v", len(body), err)
+		}
+		items := chunkItems(t, client, table, rec.Key)
+		if len(items) < 2 {
+			t.Fatalf("the answer was stored in %d chunk items, want at least 2", len(items))
+		}
+		parts := make([][]byte, len(items))
+		byIndex := make([]map[string]types.AttributeValue, len(items))
+		for _, it := range items {
+			pk := it[dynamo.AttrPK].(*types.AttributeValueMemberS).Value
+			i, err := strconv.Atoi(pk[strings.LastIndex(pk, "#")+1:])
+			if err != nil || i >= len(items) {
+				t.Fatalf("chunk item %q: no index", pk)
+			}
+			parts[i] = it[dynamo.AttrChunk].(*types.AttributeValueMemberB).Value
+			byIndex[i] = it
+		}
+		if got := bytes.Join(parts, nil); !bytes.Equal(got, body) {
+			t.Fatalf("the chunks hold %d bytes, not the body as it is (%d bytes)", len(got), len(body))
+		}
+		return rec, parts, byIndex
+	}
+	// setChunk replaces the bytes of a chunk item.
+	setChunk := func(t *testing.T, item map[string]types.AttributeValue, b []byte) {
+		t.Helper()
+		_, err := client.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(table),
+			Key:                       map[string]types.AttributeValue{dynamo.AttrPK: item[dynamo.AttrPK]},
+			UpdateExpression:          aws.String("SET #chunk = :b"),
+			ExpressionAttributeNames:  map[string]string{"#chunk": dynamo.AttrChunk},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":b": &types.AttributeValueMemberB{Value: b}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("intact", func(t *testing.T) {
+		rec, _, _ := commit(t, "intact")
+		got, err := store.Get(t.Context(), rec.Key)
+		if err != nil {
+			t.Fatalf("Get = %v, want the record", err)
+		}
+		if got.Response == nil || !bytes.Equal(got.Response.Body, body) {
+			t.Errorf("Get: the answer is not the body stored, byte for byte")
+		}
+	})
+	for _, tt := range []struct {
+		name    string
+		corrupt func(t *testing.T, parts [][]byte, items []map[string]types.AttributeValue)
+	}{
+		{"a byte changed", func(t *testing.T, parts [][]byte, items []map[string]types.AttributeValue) {
+			b := bytes.Clone(parts[1])
+			b[len(b)/2] ^= 0x01
+			setChunk(t, items[1], b)
+		}},
+		{"two chunks swapped", func(t *testing.T, parts [][]byte, items []map[string]types.AttributeValue) {
+			setChunk(t, items[0], parts[1])
+			setChunk(t, items[1], parts[0])
+		}},
+		{"a chunk cut short", func(t *testing.T, parts [][]byte, items []map[string]types.AttributeValue) {
+			setChunk(t, items[0], parts[0][:len(parts[0])-1])
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rec, parts, items := commit(t, tt.name)
+			tt.corrupt(t, parts, items)
+			got, err := store.Get(t.Context(), rec.Key)
+			if err == nil || errors.Is(err, idempotency.ErrNotFound) {
+				t.Errorf("Get(corrupt chunks) = %d bytes, %v; want an error, not an answer", answerLen(got), err)
+			}
+			err = store.Commit(t.Context(), completedRecord(rec.Key, "", time.Now().Add(time.Hour)), nil, time.Now())
+			var conflict *idempotency.ConflictError
+			if err == nil || errors.As(err, &conflict) {
+				t.Errorf("Commit(taken key, corrupt chunks) = %v; want an error, not a conflict carrying a wrong answer", err)
+			}
+		})
+	}
+}
+
+// answerLen is the length of rec's answer, -1 for none.
+func answerLen(rec idempotency.Record) int {
+	if rec.Response == nil {
+		return -1
+	}
+	return len(rec.Response.Body)
 }

@@ -224,7 +224,9 @@ func wantEffects(t *testing.T, in Inspect, keys ...string) map[string]EffectItem
 }
 
 // testReclaim checks Commit's and Reserve's condition against every kind of
-// existing record.
+// existing record, Reserve's both without effects and with them (a
+// reservation's holds, which a store may write another way): the same
+// records are taken, and a reservation that loses writes no hold.
 func testReclaim(t *testing.T, newStore NewStore) {
 	ms := time.Millisecond
 	tests := []struct {
@@ -283,7 +285,7 @@ func testReclaim(t *testing.T, newStore NewStore) {
 			return &r
 		}, t0, false},
 	}
-	for _, op := range []string{"Commit", "Reserve"} {
+	for _, op := range []string{"Commit", "Reserve", "ReserveHolds"} {
 		for _, tt := range tests {
 			t.Run(op+"/"+tt.name, func(t *testing.T) {
 				s, in := newStore(t)
@@ -302,6 +304,9 @@ func testReclaim(t *testing.T, newStore NewStore) {
 				case "Reserve":
 					rec = reserved(k, "b", "lease-b", true, tt.now.Add(30*time.Second))
 					err = s.Reserve(t.Context(), rec, nil, tt.now)
+				case "ReserveHolds":
+					rec = reserved(k, "b", "lease-b", true, tt.now.Add(30*time.Second))
+					err = s.Reserve(t.Context(), rec, []idempotency.Effect{effect(t, in, "hold_b", "b")}, tt.now)
 				}
 				call := fmt.Sprintf("%s(%s) at %s", op, tt.name, tt.now.Format(time.RFC3339Nano))
 				if tt.wantWin {
@@ -309,8 +314,11 @@ func testReclaim(t *testing.T, newStore NewStore) {
 						t.Fatalf("%s = %v, want nil", call, err)
 					}
 					wantRecord(t, s, rec)
-					if op == "Commit" {
+					switch op {
+					case "Commit":
 						wantEffects(t, in, "pay_b")
+					case "ReserveHolds":
+						wantEffects(t, in, "hold_b")
 					}
 					return
 				}
@@ -1164,6 +1172,35 @@ func testAdvance(t *testing.T, newStore NewStore) {
 		fresh.From = "charge_created"
 		if err := s.Advance(t.Context(), r.Key, "lease", fresh, nil); err != nil {
 			t.Errorf("Advance(from the current point) = %v, want nil", err)
+		}
+	})
+	t.Run("no point given", func(t *testing.T) {
+		// A writer that saw the record before its first phase (From "")
+		// and holds its lease token is stale once the record is at a
+		// point: whatever its status, or whether it is External, it
+		// writes nothing, and gets a conflict carrying the record.
+		for _, tt := range []struct {
+			name     string
+			status   idempotency.Status
+			external bool
+		}{
+			{"in progress, external", idempotency.StatusInProgress, true},
+			{"in progress, not external", idempotency.StatusInProgress, false},
+			{"unknown", idempotency.StatusUnknown, true},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				s, in := newStore(t)
+				r := reserved(key(t, "k"), "a", "lease", tt.external, t0)
+				r.Status = tt.status
+				r.Point, r.Data = "order_created", map[string]string{"order": "ord_1"}
+				put(t, s, r)
+				q := p
+				q.From, q.Status, q.External = "", tt.status, tt.external
+				err := s.Advance(t.Context(), r.Key, "lease", q, []idempotency.Effect{effect(t, in, "again", "x")})
+				wantConflict(t, fmt.Sprintf("Advance(%s record at %q, From \"\")", tt.status, r.Point), err, &r)
+				wantEffects(t, in)
+				wantRecord(t, s, r)
+			})
 		}
 	})
 	t.Run("other status", func(t *testing.T) {
