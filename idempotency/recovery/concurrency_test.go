@@ -15,6 +15,7 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/internal/racing"
 	"github.com/oncehq/once/idempotency/recovery"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/lambdatest"
@@ -23,23 +24,6 @@ import (
 
 // racers is how many goroutines act on one record at once.
 const racers = 8
-
-// raceAll runs do(i) for i in [0, n) from n goroutines released together,
-// and returns each one's error.
-func raceAll(n int, do func(i int) error) []error {
-	errs := make([]error, n)
-	var start, wg sync.WaitGroup
-	start.Add(1)
-	for i := range n {
-		wg.Go(func() {
-			start.Wait()
-			errs[i] = do(i)
-		})
-	}
-	start.Done()
-	wg.Wait()
-	return errs
-}
 
 // applied is how many times the counting effect of key was written: the
 // number of the writes that carried it.
@@ -116,7 +100,7 @@ func TestReconcilerConcurrent(t *testing.T) {
 					w.charge(t, key, "tok_visa")
 				}
 			}
-			errs := raceAll(records*racers, func(i int) error {
+			errs := racing.All(records*racers, func(i int) error {
 				return r.Reconcile(t.Context(), nil, recs[i%records])
 			})
 			for i, err := range errs {
@@ -237,7 +221,7 @@ func TestCheckerConcurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	errs := raceAll(len(recs)*racers, func(i int) error {
+	errs := racing.All(len(recs)*racers, func(i int) error {
 		return c.Check(t.Context(), nil, recovery.NewCheck(recs[i%len(recs)]))
 	})
 	for i, err := range errs {

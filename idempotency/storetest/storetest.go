@@ -10,7 +10,6 @@ import (
 	mrand "math/rand/v2"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/internal/racing"
 )
 
 // EffectItem is the item of the effects the suite writes.
@@ -930,22 +930,6 @@ func testRewrite(t *testing.T, newStore NewStore) {
 // concurrency is how many goroutines race on one key.
 const concurrency = 12
 
-// race runs write from n goroutines at once and returns each one's error.
-func race(n int, write func(i int) error) []error {
-	errs := make([]error, n)
-	var start, wg sync.WaitGroup
-	start.Add(1)
-	for i := range n {
-		wg.Go(func() {
-			start.Wait()
-			errs[i] = write(i)
-		})
-	}
-	start.Done()
-	wg.Wait()
-	return errs
-}
-
 // winner checks that exactly one write succeeded and that every other one
 // got a *ConflictError carrying the winner's record; it returns the winner.
 func winner(t *testing.T, errs []error, recs []idempotency.Record) int {
@@ -977,7 +961,7 @@ func testConcurrentCommit(t *testing.T, newStore NewStore) {
 	for i := range recs {
 		recs[i] = completed(k, fmt.Sprintf("fp%02d", i), t0)
 	}
-	errs := race(concurrency, func(i int) error {
+	errs := racing.All(concurrency, func(i int) error {
 		e := effect(t, in, fmt.Sprintf("pay_%02d", i), recs[i].Fingerprint)
 		return s.Commit(t.Context(), recs[i], []idempotency.Effect{e}, t0.Add(-time.Hour))
 	})
@@ -993,7 +977,7 @@ func testConcurrentReserve(t *testing.T, newStore NewStore) {
 	for i := range recs {
 		recs[i] = reserved(k, fmt.Sprintf("fp%02d", i), fmt.Sprintf("lease%02d", i), i%2 == 0, t0)
 	}
-	errs := race(concurrency, func(i int) error {
+	errs := racing.All(concurrency, func(i int) error {
 		return s.Reserve(t.Context(), recs[i], nil, t0.Add(-time.Hour))
 	})
 	win := winner(t, errs, recs)
