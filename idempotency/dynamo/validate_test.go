@@ -1,15 +1,18 @@
 package dynamo_test
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/recovery"
 )
 
 // TestMisconfiguredStoreRefused: a Store without a client (a constructor's
@@ -51,6 +54,24 @@ func TestMisconfiguredStoreRefused(t *testing.T) {
 					t.Errorf("New() = %v, want it to name the %s", err, w)
 				}
 			}
+			// The recovery functions refuse it at start-up too.
+			resolvers := idempotency.Resolvers{"POST /v1/charges": idempotency.ResolverFunc(
+				func(context.Context, idempotency.Record) (idempotency.Resolution, error) {
+					return idempotency.Resolution{}, nil
+				})}
+			_, serr := recovery.NewSweeper(recovery.SweeperConfig{Store: tt.store})
+			_, cerr := recovery.NewChecker(recovery.CheckerConfig{Store: tt.store, Queue: noQueue{}})
+			_, rerr := recovery.NewReconciler(recovery.ReconcilerConfig{Store: tt.store, Resolvers: resolvers})
+			for name, err := range map[string]error{"NewSweeper": serr, "NewChecker": cerr, "NewReconciler": rerr} {
+				if !errors.Is(err, dynamo.ErrMisconfigured) {
+					t.Errorf("recovery.%s = %v, want an error matching dynamo.ErrMisconfigured", name, err)
+				}
+			}
 		})
 	}
 }
+
+// noQueue is a recovery.Queue that is never sent to.
+type noQueue struct{}
+
+func (noQueue) Send(context.Context, string, time.Duration) error { return errors.New("not sent") }

@@ -75,11 +75,12 @@ type Checker struct {
 // NewChecker returns a Checker for cfg, filling in defaults. A Store or
 // Queue that is nil, or an interface holding a nil pointer (a
 // *sqsqueue.Queue whose sqsqueue.New failed), is an error here rather than a
-// panic at the first check.
+// panic at the first check, as is a Store whose Validate method reports it
+// misconfigured (dynamo.Store.Validate).
 func NewChecker(cfg CheckerConfig) (*Checker, error) {
 	var errs []error
-	if nilness.Nil(cfg.Store) {
-		errs = append(errs, errors.New("recovery: CheckerConfig.Store is required"))
+	if err := storeError("CheckerConfig", cfg.Store); err != nil {
+		errs = append(errs, err)
 	}
 	if nilness.Nil(cfg.Queue) {
 		errs = append(errs, errors.New("recovery: CheckerConfig.Queue is required"))

@@ -80,11 +80,12 @@ var errUnsettled = errors.New("recovery: a request with the key may still be in 
 // NewReconciler returns a Reconciler for cfg, filling in defaults. A Store or
 // a Resolver that is nil, or an interface holding a nil pointer or a nil
 // function (a nil ResolverFunc), is an error here rather than a panic at the
-// first record.
+// first record, as is a Store whose Validate method reports it
+// misconfigured (dynamo.Store.Validate).
 func NewReconciler(cfg ReconcilerConfig) (*Reconciler, error) {
 	var errs []error
-	if nilness.Nil(cfg.Store) {
-		errs = append(errs, errors.New("recovery: ReconcilerConfig.Store is required"))
+	if err := storeError("ReconcilerConfig", cfg.Store); err != nil {
+		errs = append(errs, err)
 	}
 	if len(cfg.Resolvers) == 0 {
 		errs = append(errs, errors.New("recovery: ReconcilerConfig.Resolvers is required"))

@@ -12,7 +12,6 @@ import (
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/dynamo"
-	"github.com/oncehq/once/idempotency/internal/nilness"
 	"github.com/oncehq/once/idempotency/stream"
 )
 
@@ -85,11 +84,12 @@ type Sweeper struct {
 
 // NewSweeper returns a Sweeper for cfg, filling in defaults. A Store that is
 // nil, or an interface holding a nil pointer, is an error here rather than a
-// panic at the first record. A Store that is not a RestoreMarker (a wrapper
+// panic at the first record, as is one whose Validate method reports it
+// misconfigured (dynamo.Store.Validate). A Store that is not a RestoreMarker (a wrapper
 // of one hides it) is logged at WARN: its REMOVEs are handled without marks.
 func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
-	if nilness.Nil(cfg.Store) {
-		return nil, errors.New("recovery: SweeperConfig.Store is required")
+	if err := storeError("SweeperConfig", cfg.Store); err != nil {
+		return nil, err
 	}
 	if cfg.Retention <= 0 {
 		cfg.Retention = idempotency.DefaultRetention
