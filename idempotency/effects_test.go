@@ -134,6 +134,77 @@ func TestAtomicRejection(t *testing.T) {
 	}
 }
 
+// TestAtomicServerError: an Atomic handler that answers 5xx after Begin has
+// done nothing (its effects are only written with the commit), so nothing
+// is written: the client gets the 5xx, no record and none of the effects
+// are stored, and a retry executes again, its answer and effects committed
+// then, on each store.
+func TestAtomicServerError(t *testing.T) {
+	eachStore(t, func(t *testing.T, s testStore) {
+		for _, status := range []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable} {
+			t.Run(fmt.Sprint(status), func(t *testing.T) {
+				mw, err := idempotency.New(idempotency.Config{Store: s, Tenant: func(*http.Request) (string, bool) { return "acme", true }})
+				if err != nil {
+					t.Fatal(err)
+				}
+				item := func(run int) string { return fmt.Sprintf("%s-%d", t.Name(), run) }
+				runs := 0
+				h := mw.Atomic("POST /v1/orders", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					call, ok := idempotency.Begin(w, r)
+					if !ok {
+						return
+					}
+					runs++
+					call.AddEffect(s.insert(item(runs)))
+					if runs == 1 {
+						w.WriteHeader(status)
+						fmt.Fprint(w, `{"error":"down"}`)
+						return
+					}
+					w.WriteHeader(http.StatusCreated)
+					fmt.Fprintf(w, `{"run":%d}`, runs)
+				}))
+				send := func() (*httptest.ResponseRecorder, idempotency.Observation) {
+					var obs idempotency.Observation
+					r := httptest.NewRequest("POST", "/v1/orders", strings.NewReader(`{"n":1}`))
+					r = r.WithContext(idempotency.WithObservation(r.Context(), &obs))
+					r.Header.Set(idempotency.Header, t.Name())
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, r)
+					return w, obs
+				}
+				key := idempotency.NewKey("acme", t.Name())
+
+				first, obs := send()
+				if first.Code != status || first.Body.String() != `{"error":"down"}` || obs.Outcome != idempotency.OutcomeReleased {
+					t.Errorf("first = %d %s (%s), want the handler's %d sent as it is (released)", first.Code, first.Body, obs.Outcome, status)
+				}
+				if rec, err := s.Get(t.Context(), key); !errors.Is(err, idempotency.ErrNotFound) {
+					t.Errorf("record after a %d: %s %s (err %v), want none", status, rec.Status, answerOf(rec), err)
+				}
+				if s.inserted(t, item(1)) {
+					t.Errorf("the effect of the run that answered %d is written, want nothing committed", status)
+				}
+
+				again, obs := send()
+				if again.Code != http.StatusCreated || again.Body.String() != `{"run":2}` || obs.Outcome != idempotency.OutcomeCreated ||
+					again.Header().Get(idempotency.ReplayedHeader) != "" {
+					t.Errorf("retry = %d %s (%s, replayed %q), want 201 {\"run\":2} executed anew", again.Code, again.Body, obs.Outcome, again.Header().Get(idempotency.ReplayedHeader))
+				}
+				if runs != 2 {
+					t.Errorf("handler ran %d times, want 2", runs)
+				}
+				if !s.inserted(t, item(2)) || s.inserted(t, item(1)) {
+					t.Errorf("effects written: first run's %v, retry's %v; want only the retry's", s.inserted(t, item(1)), s.inserted(t, item(2)))
+				}
+				if rec, err := s.Get(t.Context(), key); err != nil || rec.Status != idempotency.StatusCompleted || rec.Response == nil || rec.Response.Status != http.StatusCreated {
+					t.Errorf("record after the retry: %s %s (err %v), want COMPLETED with the 201", rec.Status, answerOf(rec), err)
+				}
+			})
+		}
+	})
+}
+
 // TestHolds: External holds are taken with the reservation, kept by a
 // completion, given back by a release, and a rejected hold is a stored
 // business answer.

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,4 +103,123 @@ func TestLeaseShorterThanDeadlineWarns(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLateCompletionAfterTakeover: a Leased request that outlives its lease
+// (a zombie) while another request takes its key over and completes it
+// stores nothing: its completion is fenced on its lease token, so its
+// effects are not written and the newer answer stays. Its client is
+// answered from the key's state, never with another request's answer: the
+// newer answer, replayed, when that request was the same one (same
+// fingerprint), and 409 in progress (Retry-After: UnknownRetryAfter) when it
+// was another, whose answer the zombie's retry then never gets either (422).
+// On each store.
+func TestLateCompletionAfterTakeover(t *testing.T) {
+	tests := []struct {
+		name        string
+		zombieBody  string
+		takeover    string
+		wantStatus  int
+		wantBody    string // the zombie's answer; "": the in-progress problem
+		wantOutcome string
+		wantRetry   int // the zombie's retry's status
+	}{
+		{"same request", `{"n":1}`, `{"n": 1}`, http.StatusCreated, "answer-B", idempotency.OutcomeReplayed, http.StatusCreated},
+		{"another request", `{"n":1}`, `{"n":2}`, http.StatusConflict, "", idempotency.OutcomeFenced, http.StatusUnprocessableEntity},
+	}
+	eachStore(t, func(t *testing.T, s testStore) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				var mu sync.Mutex
+				now := time.Unix(1_800_000_000, 0)
+				clock := func() time.Time {
+					mu.Lock()
+					defer mu.Unlock()
+					return now
+				}
+				mw, err := idempotency.New(idempotency.Config{
+					Store: s, Now: clock, Lease: 10 * time.Second,
+					Tenant: func(*http.Request) (string, bool) { return "acme", true },
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				inside, release := make(chan struct{}), make(chan struct{})
+				entered, unblock := sync.OnceFunc(func() { close(inside) }), sync.OnceFunc(func() { close(release) })
+				defer unblock()
+				h := mw.Leased("POST /v1/things", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					call, ok := idempotency.Begin(w, r)
+					if !ok {
+						return
+					}
+					which := r.Header.Get("X-Which")
+					call.AddEffect(s.insert(t.Name() + "-" + which))
+					if which == "A" {
+						entered()
+						<-release
+					}
+					w.WriteHeader(http.StatusCreated)
+					fmt.Fprint(w, "answer-"+which)
+				}))
+				send := func(which, body string) (*httptest.ResponseRecorder, idempotency.Observation) {
+					var obs idempotency.Observation
+					r := httptest.NewRequest("POST", "/v1/things", strings.NewReader(body))
+					r = r.WithContext(idempotency.WithObservation(r.Context(), &obs))
+					r.Header.Set(idempotency.Header, t.Name())
+					r.Header.Set("X-Which", which)
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, r)
+					return w, obs
+				}
+				type answer struct {
+					w   *httptest.ResponseRecorder
+					obs idempotency.Observation
+				}
+				zombie := make(chan answer, 1)
+				go func() {
+					w, obs := send("A", tt.zombieBody)
+					zombie <- answer{w, obs}
+				}()
+				select {
+				case <-inside:
+				case a := <-zombie:
+					t.Fatalf("request A = %d %q (%s), want it held inside its handler", a.w.Code, a.w.Body, a.obs.Outcome)
+				}
+				mu.Lock()
+				now = now.Add(time.Minute) // A's lease has run out
+				mu.Unlock()
+				if b, obs := send("B", tt.takeover); b.Code != http.StatusCreated || b.Body.String() != "answer-B" {
+					t.Fatalf("takeover = %d %q (%s), want 201 answer-B", b.Code, b.Body, obs.Outcome)
+				}
+				unblock()
+				a := <-zombie
+
+				if a.w.Code != tt.wantStatus || a.obs.Outcome != tt.wantOutcome {
+					t.Errorf("zombie = %d %q (%s), want %d (%s)", a.w.Code, a.w.Body, a.obs.Outcome, tt.wantStatus, tt.wantOutcome)
+				}
+				switch tt.wantBody {
+				case "":
+					if strings.Contains(a.w.Body.String(), "answer-") || !strings.Contains(a.w.Body.String(), `"code":"idempotency_request_in_progress"`) ||
+						a.w.Header().Get("Retry-After") != "2" || a.w.Header().Get(idempotency.ReplayedHeader) != "" {
+						t.Errorf("zombie = %d %q (Retry-After %q, replayed %q), want the in-progress problem, Retry-After 2, not another request's answer",
+							a.w.Code, a.w.Body, a.w.Header().Get("Retry-After"), a.w.Header().Get(idempotency.ReplayedHeader))
+					}
+				default:
+					if a.w.Body.String() != tt.wantBody || a.w.Header().Get(idempotency.ReplayedHeader) != "true" {
+						t.Errorf("zombie = %d %q (replayed %q), want %q replayed", a.w.Code, a.w.Body, a.w.Header().Get(idempotency.ReplayedHeader), tt.wantBody)
+					}
+				}
+				rec, err := s.Get(t.Context(), idempotency.NewKey("acme", t.Name()))
+				if err != nil || rec.Status != idempotency.StatusCompleted || rec.Response == nil || string(rec.Response.Body) != "answer-B" {
+					t.Errorf("record = %s %s (err %v), want COMPLETED with answer-B", rec.Status, answerOf(rec), err)
+				}
+				if s.inserted(t, t.Name()+"-A") || !s.inserted(t, t.Name()+"-B") {
+					t.Errorf("effects written: zombie's %v, takeover's %v; want only the takeover's", s.inserted(t, t.Name()+"-A"), s.inserted(t, t.Name()+"-B"))
+				}
+				if retry, _ := send("A", tt.zombieBody); retry.Code != tt.wantRetry || tt.wantBody == "" && strings.Contains(retry.Body.String(), "answer-") {
+					t.Errorf("zombie's retry = %d %q, want %d", retry.Code, retry.Body, tt.wantRetry)
+				}
+			})
+		}
+	})
 }

@@ -1,12 +1,17 @@
 package idempotency_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -228,6 +233,201 @@ func TestReplayHeaders(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReplayByteForByte: a replay sends the stored answer's bytes as the
+// live answer sent them, whitespace, NUL bytes and all, with a
+// Content-Length of their length and the live answer's header fields:
+// warm (from the Cache of the Middleware that stored it) and cold (a new
+// Middleware on the same store, its cache empty), in each mode, on each
+// store.
+func TestReplayByteForByte(t *testing.T) {
+	var encoded bytes.Buffer
+	encoded.WriteString("  \t")
+	if err := json.NewEncoder(&encoded).Encode(map[string]any{"id": "t1", "note": " padded "}); err != nil {
+		t.Fatal(err)
+	}
+	encoded.WriteString(" \r\n\n")
+	binary := []byte("\x00 \n\x00\x01\xffbin\x00\x7f\r\n\x00 \t\n")
+	for i := range 300 {
+		binary = append(binary, byte(i*7), 0)
+	}
+	binary = append(binary, " \n"...)
+	bodies := []struct {
+		name        string
+		contentType string
+		body        []byte
+	}{
+		{"json with whitespace around", "application/json", encoded.Bytes()},
+		{"binary with NUL bytes", "application/octet-stream", binary},
+		{"whitespace only", "text/plain", []byte(" \n\t \n")},
+		{"empty", "", nil},
+	}
+	eachStore(t, func(t *testing.T, s testStore) {
+		for _, mode := range []idempotency.Mode{idempotency.Atomic, idempotency.Leased, idempotency.External} {
+			for _, tt := range bodies {
+				t.Run(mode.String()+"/"+tt.name, func(t *testing.T) {
+					handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						if _, ok := idempotency.Begin(w, r); !ok {
+							return
+						}
+						if tt.contentType != "" {
+							w.Header().Set("Content-Type", tt.contentType)
+						}
+						w.Header().Set("Location", "/v1/things/t1")
+						w.Header().Set("X-Request-Note", "  spaced  ")
+						w.WriteHeader(http.StatusCreated)
+						w.Write(tt.body)
+					})
+					send := func(h http.Handler) (*httptest.ResponseRecorder, idempotency.Observation) {
+						var obs idempotency.Observation
+						r := httptest.NewRequest("POST", "/v1/things", strings.NewReader(`{"n":1}`))
+						r = r.WithContext(idempotency.WithObservation(r.Context(), &obs))
+						r.Header.Set(idempotency.Header, t.Name())
+						w := httptest.NewRecorder()
+						h.ServeHTTP(w, r)
+						return w, obs
+					}
+					// endpoint is the handler wrapped by a Middleware of its own on s.
+					endpoint := func(cache *idempotency.Cache) http.Handler {
+						mw, err := idempotency.New(idempotency.Config{Store: s, Cache: cache, Tenant: func(*http.Request) (string, bool) { return "acme", true }})
+						if err != nil {
+							t.Fatal(err)
+						}
+						return wrap(mw, mode, "POST /v1/things", handler)
+					}
+					warm := endpoint(idempotency.NewCache(8, 1<<20))
+
+					first, _ := send(warm)
+					if first.Code != http.StatusCreated || !bytes.Equal(first.Body.Bytes(), tt.body) {
+						t.Fatalf("live answer = %d %q, want 201 %q", first.Code, first.Body, tt.body)
+					}
+					want := first.Header().Clone()
+					want.Set("Content-Length", strconv.Itoa(len(tt.body)))
+					want.Set(idempotency.ReplayedHeader, "true")
+					for _, replay := range []struct {
+						name     string
+						h        http.Handler
+						cacheHit bool
+					}{
+						{"warm", warm, true},
+						{"cold", endpoint(nil), false},
+					} {
+						w, obs := send(replay.h)
+						if w.Code != http.StatusCreated || obs.Outcome != idempotency.OutcomeReplayed || obs.CacheHit != replay.cacheHit {
+							t.Errorf("%s replay = %d (%s, cache hit %v), want 201 replayed (cache hit %v)", replay.name, w.Code, obs.Outcome, obs.CacheHit, replay.cacheHit)
+						}
+						if got := w.Body.Bytes(); !bytes.Equal(got, tt.body) {
+							t.Errorf("%s replay's body = %d bytes, want the live answer's %d bytes; they differ from byte %d: %q, want %q",
+								replay.name, len(got), len(tt.body), differ(got, tt.body), tail(got, differ(got, tt.body)), tail(tt.body, differ(got, tt.body)))
+						}
+						if diff := cmp.Diff(want, w.Header()); diff != "" {
+							t.Errorf("%s replay's header mismatch (-want +got):\n%s", replay.name, diff)
+						}
+					}
+				})
+			}
+		}
+	})
+}
+
+// differ returns the offset of the first byte where a and b differ (the
+// shorter one's length when one is the other's start).
+func differ(a, b []byte) int {
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// tail returns at most 16 bytes of b from offset i.
+func tail(b []byte, i int) []byte { return b[i:min(len(b), i+16)] }
+
+// TestKeyReusedWhileInProgress: a request under a key whose original still
+// holds its lease (blocked inside its handler) is answered 422 when it is
+// another request (another body), whatever state the original is in, and
+// 409 in progress, with the lease's Retry-After, only when it is the same
+// one: the fingerprint is compared before the record's state. Once the
+// original completes, the same request is replayed and the other still
+// gets 422. Leased and External mode, on each store.
+func TestKeyReusedWhileInProgress(t *testing.T) {
+	eachStore(t, func(t *testing.T, s testStore) {
+		for _, mode := range []idempotency.Mode{idempotency.Leased, idempotency.External} {
+			t.Run(mode.String(), func(t *testing.T) {
+				mw, err := idempotency.New(idempotency.Config{Store: s, Tenant: func(*http.Request) (string, bool) { return "acme", true }})
+				if err != nil {
+					t.Fatal(err)
+				}
+				inside, release := make(chan struct{}), make(chan struct{})
+				entered, unblock := sync.OnceFunc(func() { close(inside) }), sync.OnceFunc(func() { close(release) })
+				defer unblock()
+				var runs atomic.Int32
+				h := wrap(mw, mode, "POST /v1/things", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if _, ok := idempotency.Begin(w, r); !ok {
+						return
+					}
+					runs.Add(1)
+					entered()
+					<-release
+					w.WriteHeader(http.StatusCreated)
+					w.Write([]byte(`{"id":"t1"}`))
+				}))
+				send := func(body string) *httptest.ResponseRecorder {
+					r := httptest.NewRequest("POST", "/v1/things", strings.NewReader(body))
+					r.Header.Set(idempotency.Header, t.Name())
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, r)
+					return w
+				}
+				original := make(chan *httptest.ResponseRecorder, 1)
+				go func() { original <- send(`{"n":1}`) }()
+				select {
+				case <-inside:
+				case w := <-original:
+					t.Fatalf("original = %d %s, want it held inside its handler", w.Code, w.Body)
+				}
+
+				tests := []struct {
+					name, body     string
+					held           bool // sent while the original holds its lease
+					wantStatus     int
+					wantCode       string // problem code; "": the original's answer, replayed
+					wantRetryAfter bool
+				}{
+					{"another request, held", `{"n":2}`, true, http.StatusUnprocessableEntity, "idempotency_key_reused", false},
+					{"the same request, held", `{"n": 1}`, true, http.StatusConflict, "idempotency_request_in_progress", true},
+					{"another request, completed", `{"n":2}`, false, http.StatusUnprocessableEntity, "idempotency_key_reused", false},
+					{"the same request, completed", `{"n":1}`, false, http.StatusCreated, "", false},
+				}
+				held := true
+				for _, tt := range tests {
+					if held && !tt.held {
+						unblock()
+						if w := <-original; w.Code != http.StatusCreated {
+							t.Fatalf("original = %d %s, want 201", w.Code, w.Body)
+						}
+						held = false
+					}
+					w := send(tt.body)
+					retryAfter, _ := strconv.Atoi(w.Header().Get("Retry-After"))
+					switch {
+					case w.Code != tt.wantStatus:
+						t.Errorf("%s: %d %s, want %d", tt.name, w.Code, w.Body, tt.wantStatus)
+					case tt.wantCode != "" && !strings.Contains(w.Body.String(), `"code":"`+tt.wantCode+`"`):
+						t.Errorf("%s: %d %s, want the %s problem", tt.name, w.Code, w.Body, tt.wantCode)
+					case tt.wantCode == "" && (w.Body.String() != `{"id":"t1"}` || w.Header().Get(idempotency.ReplayedHeader) != "true"):
+						t.Errorf("%s: %d %s (replayed %q), want the original's answer replayed", tt.name, w.Code, w.Body, w.Header().Get(idempotency.ReplayedHeader))
+					case tt.wantRetryAfter != (retryAfter > 0) || retryAfter > int(idempotency.DefaultLease/time.Second):
+						t.Errorf("%s: Retry-After %q, want one within the lease: %v", tt.name, w.Header().Get("Retry-After"), tt.wantRetryAfter)
+					}
+				}
+				if n := runs.Load(); n != 1 {
+					t.Errorf("handler ran %d times, want 1", n)
+				}
+			})
+		}
+	})
 }
 
 // TestReplayOfSingleValueHeaders: a record stored before Set-Cookie lines

@@ -410,7 +410,10 @@ func TestOrdersConcurrentDuplicates(t *testing.T) {
 			}
 		}
 		final := s.order(t, tenant, "order-race", body, nil)
-		for final.status == http.StatusConflict {
+		for deadline := time.Now().Add(10 * time.Second); final.status == http.StatusConflict; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: still %d %s after 10s, want the order's answer", tenant, final.status, final.body)
+			}
 			time.Sleep(50 * time.Millisecond)
 			final = s.order(t, tenant, "order-race", body, nil)
 		}
