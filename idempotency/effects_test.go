@@ -165,13 +165,7 @@ func TestAtomicServerError(t *testing.T) {
 					fmt.Fprintf(w, `{"run":%d}`, runs)
 				}))
 				send := func() (*httptest.ResponseRecorder, idempotency.Observation) {
-					var obs idempotency.Observation
-					r := httptest.NewRequest("POST", "/v1/orders", strings.NewReader(`{"n":1}`))
-					r = r.WithContext(idempotency.WithObservation(r.Context(), &obs))
-					r.Header.Set(idempotency.Header, t.Name())
-					w := httptest.NewRecorder()
-					h.ServeHTTP(w, r)
-					return w, obs
+					return sendObserved(h, "/v1/orders", t.Name())
 				}
 				key := idempotency.NewKey("acme", t.Name())
 

@@ -280,13 +280,7 @@ func TestReplayByteForByte(t *testing.T) {
 						w.Write(tt.body)
 					})
 					send := func(h http.Handler) (*httptest.ResponseRecorder, idempotency.Observation) {
-						var obs idempotency.Observation
-						r := httptest.NewRequest("POST", "/v1/things", strings.NewReader(`{"n":1}`))
-						r = r.WithContext(idempotency.WithObservation(r.Context(), &obs))
-						r.Header.Set(idempotency.Header, t.Name())
-						w := httptest.NewRecorder()
-						h.ServeHTTP(w, r)
-						return w, obs
+						return sendObserved(h, "/v1/things", t.Name())
 					}
 					// endpoint is the handler wrapped by a Middleware of its own on s.
 					endpoint := func(cache *idempotency.Cache) http.Handler {

@@ -2,6 +2,9 @@ package idempotency_test
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/oncehq/once/idempotency"
@@ -57,4 +60,17 @@ func answerOf(rec idempotency.Record) string {
 		return "(no answer)"
 	}
 	return fmt.Sprintf("%d %q", rec.Response.Status, rec.Response.Body)
+}
+
+// sendObserved POSTs {"n":1} to path on h with key as its idempotency key,
+// under an observation hook, and returns the answer and what the
+// middleware observed.
+func sendObserved(h http.Handler, path, key string) (*httptest.ResponseRecorder, idempotency.Observation) {
+	var obs idempotency.Observation
+	r := httptest.NewRequest("POST", path, strings.NewReader(`{"n":1}`))
+	r = r.WithContext(idempotency.WithObservation(r.Context(), &obs))
+	r.Header.Set(idempotency.Header, key)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w, obs
 }
