@@ -38,6 +38,9 @@ func FuzzRecordItem(f *testing.F) {
 		if status == "" {
 			return // required by the layout
 		}
+		if rec.Status == idempotency.StatusUnknown {
+			rec.UnknownSince = time.UnixMilli(1_900_000_000_999).UTC() // kept on UNKNOWN records only
+		}
 		if dk != "" {
 			rec.Data = map[string]string{dk: dv}
 		}
