@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -63,17 +64,17 @@ func (s *Store) Validate() error {
 	if s == nil {
 		return fmt.Errorf("%w: the Store is nil", ErrMisconfigured)
 	}
-	var missing []error
+	var missing []string
 	if nilness.Nil(s.client) {
-		missing = append(missing, errors.New("the DynamoDB client is nil"))
+		missing = append(missing, "the DynamoDB client is nil")
 	}
 	if s.table == "" {
-		missing = append(missing, errors.New("the table name is empty"))
+		missing = append(missing, "the table name is empty")
 	}
 	if len(missing) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %w", ErrMisconfigured, errors.Join(missing...))
+	return fmt.Errorf("%w: %s", ErrMisconfigured, strings.Join(missing, "; "))
 }
 
 // Conditions. #status and friends are expression attribute names because

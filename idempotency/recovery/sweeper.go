@@ -85,8 +85,9 @@ type Sweeper struct {
 // NewSweeper returns a Sweeper for cfg, filling in defaults. A Store that is
 // nil, or an interface holding a nil pointer, is an error here rather than a
 // panic at the first record, as is one whose Validate method reports it
-// misconfigured (dynamo.Store.Validate). A Store that is not a RestoreMarker (a wrapper
-// of one hides it) is logged at WARN: its REMOVEs are handled without marks.
+// misconfigured (dynamo.Store.Validate). A Store that is not a
+// RestoreMarker (a wrapper of one hides it) is logged at WARN: its REMOVEs
+// are handled without marks.
 func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 	if err := storeError("SweeperConfig", cfg.Store); err != nil {
 		return nil, err
