@@ -38,11 +38,14 @@ import (
 // chunks, with the effects, would pass DynamoDB's other limits on one write
 // (limits.go).
 const (
-	// CompressAbove is the body size from which bodies are compressed.
+	// CompressAbove is the body size from which bodies are compressed:
+	// 4 KiB (4,096 bytes).
 	CompressAbove = bounds.CompressAbove
-	// ChunkSize is the largest chunk of a body stored beside its record.
+	// ChunkSize is the largest chunk of a body stored beside its record:
+	// 350,000 bytes.
 	ChunkSize = bounds.ChunkSize
-	// MaxStoredBody bounds a stored (compressed) body: ten chunks.
+	// MaxStoredBody bounds a stored (compressed) body: ten chunks,
+	// 3,500,000 bytes.
 	MaxStoredBody = bounds.MaxStoredBody
 	// maxItem is the largest record item the store writes with its body
 	// inline, below DynamoDB's 400 KB with room to spare.

@@ -31,9 +31,10 @@ const (
 	// with ErrRequestTooLarge (413 payload_too_large). With MaxData and a
 	// small answer it leaves the record's item within 400 KB, so that a
 	// record can always be completed with the response_too_large problem.
+	// 300,000 bytes.
 	MaxRequest = bounds.MaxRequest
 	// MaxData bounds a multi-step request's recorded data (Record.Data:
-	// keys and values): Reserve refuses a reservation with more with
+	// keys and values) to 64 KiB (65,536 bytes): Reserve refuses a reservation with more with
 	// ErrDataTooLarge (not a record restored as it stood), and so
 	// does Advance for a step (Progress.Added) that adds more, or takes
 	// data within the bound past it. Data a record already holds past it
