@@ -215,8 +215,8 @@ type Middleware struct {
 
 // New returns a Middleware for cfg, filling in defaults. A Store that is nil,
 // or an interface holding a nil pointer, is an error here rather than a
-// panic at the first request, as is a Store whose Validate method (see
-// validator) reports it misconfigured: the DynamoDB store without a client
+// panic at the first request, as is a Store with a Validate() error method
+// that reports it misconfigured: the DynamoDB store without a client
 // or a table name.
 func New(cfg Config) (*Middleware, error) {
 	var errs []error
