@@ -239,15 +239,16 @@ func TestUnknownAgeAndLostCheck(t *testing.T) {
 	recs := []struct {
 		raw              string
 		created, updated time.Duration // ago; created 0: no created_at
+		unknown          time.Duration // ago, Record.UnknownSince; 0: none
 		expires          time.Duration // from now
 		wantFrom         string
 		wantAge          time.Duration
 		wantLost         bool
 	}{
 		// Listed in this order, oldest first.
-		{raw: "stuck-30d-redriven", created: 30 * day, updated: time.Hour, expires: day - time.Hour, wantFrom: "created_at", wantAge: 30 * day},
+		{raw: "stuck-30d-redriven", created: 30 * day, updated: time.Hour, unknown: 29 * day, expires: day - time.Hour, wantFrom: "created_at", wantAge: 30 * day},
 		{raw: "chain-lost", created: 3 * day, updated: 2 * day, expires: -day, wantFrom: "created_at", wantAge: 3 * day, wantLost: true},
-		{raw: "no-created-at", updated: 5 * time.Hour, expires: day - 5*time.Hour, wantFrom: "updated_at", wantAge: 5 * time.Hour},
+		{raw: "no-created-at", updated: 5 * time.Hour, unknown: 4 * time.Hour, expires: day - 5*time.Hour, wantFrom: "updated_at", wantAge: 5 * time.Hour},
 		{raw: "just-expired", created: 3 * time.Hour, updated: 3 * time.Hour, expires: -10 * time.Minute, wantFrom: "created_at", wantAge: 3 * time.Hour},
 		{raw: "fresh", created: 2 * time.Hour, updated: 2 * time.Hour, expires: day - 2*time.Hour, wantFrom: "created_at", wantAge: 2 * time.Hour},
 	}
@@ -260,6 +261,9 @@ func TestUnknownAgeAndLostCheck(t *testing.T) {
 		if r.created != 0 {
 			rec.CreatedAt = now.Add(-r.created)
 		}
+		if r.unknown != 0 {
+			rec.UnknownSince = now.Add(-r.unknown)
+		}
 		e.put(t, rec)
 		want = append(want, rec.Key.ID())
 	}
@@ -268,6 +272,7 @@ func TestUnknownAgeAndLostCheck(t *testing.T) {
 		Since     time.Time  `json:"unknown_since"`
 		SinceFrom string     `json:"unknown_since_from"`
 		For       string     `json:"unknown_for"`
+		WentAt    *time.Time `json:"went_unknown_at"`
 		CreatedAt *time.Time `json:"created_at"`
 		UpdatedAt *time.Time `json:"updated_at"`
 		CheckLost bool       `json:"check_lost"`
@@ -301,6 +306,9 @@ func TestUnknownAgeAndLostCheck(t *testing.T) {
 			}
 			if g.SinceFrom != r.wantFrom || !g.Since.Equal(now.Add(-r.wantAge).Truncate(time.Millisecond)) {
 				t.Errorf("unknown_since = %v from %q, want %v from %q", g.Since, g.SinceFrom, now.Add(-r.wantAge), r.wantFrom)
+			}
+			if wantAt := now.Add(-r.unknown).Truncate(time.Millisecond); (g.WentAt == nil) != (r.unknown == 0) || (g.WentAt != nil && !g.WentAt.Equal(wantAt)) {
+				t.Errorf("went_unknown_at = %v, want %v iff the record has UnknownSince (%v ago)", g.WentAt, wantAt, r.unknown)
 			}
 			if g.UpdatedAt == nil || (g.CreatedAt == nil) != (r.created == 0) {
 				t.Errorf("created_at %v, updated_at %v: want updated_at, and created_at iff the record has one", g.CreatedAt, g.UpdatedAt)

@@ -179,12 +179,19 @@ type recordSummary struct {
 	Route  string `json:"route"`
 	// Since is what the record's age is from (recordAge): its created_at,
 	// or its updated_at when it has no created_at; SinceFrom names which.
-	Since     time.Time  `json:"unknown_since"`
-	SinceFrom string     `json:"unknown_since_from,omitempty"`
-	For       string     `json:"unknown_for"`
-	CreatedAt *time.Time `json:"created_at,omitempty"`
-	UpdatedAt *time.Time `json:"updated_at,omitempty"`
-	ExpiresAt time.Time  `json:"expires_at"`
+	// It is the age the auditor counts, not when the record went UNKNOWN
+	// (WentUnknownAt).
+	Since     time.Time `json:"unknown_since"`
+	SinceFrom string    `json:"unknown_since_from,omitempty"`
+	For       string    `json:"unknown_for"`
+	// WentUnknownAt is Record.UnknownSince, when the record first went
+	// UNKNOWN (what the reconciler's settle wait is measured from, and what
+	// show prints as unknown_since); absent on an External reservation and
+	// on a record that went UNKNOWN before the attribute existed.
+	WentUnknownAt *time.Time `json:"went_unknown_at,omitempty"`
+	CreatedAt     *time.Time `json:"created_at,omitempty"`
+	UpdatedAt     *time.Time `json:"updated_at,omitempty"`
+	ExpiresAt     time.Time  `json:"expires_at"`
 	// CheckLost: the record is past its expiry by more than
 	// lostCheckAfter, so its check never redrove it.
 	CheckLost bool `json:"check_lost"`
@@ -197,8 +204,8 @@ func summary(rec unknownRecord, now time.Time) recordSummary {
 	since, from := recordAge(rec.Record)
 	s := recordSummary{
 		Record: rec.Key.ID(), Tenant: rec.Key.Tenant, Status: string(rec.Status), Route: rec.Route, Since: since.UTC(), SinceFrom: from,
-		CreatedAt: timeOrNil(rec.CreatedAt), UpdatedAt: timeOrNil(rec.UpdatedAt), ExpiresAt: rec.ExpiresAt.UTC(),
-		CheckLost: checkLost(rec.Record, now), Counted: rec.Stuck(now),
+		WentUnknownAt: timeOrNil(rec.UnknownSince), CreatedAt: timeOrNil(rec.CreatedAt), UpdatedAt: timeOrNil(rec.UpdatedAt),
+		ExpiresAt: rec.ExpiresAt.UTC(), CheckLost: checkLost(rec.Record, now), Counted: rec.Stuck(now),
 	}
 	if !since.IsZero() {
 		s.For = now.Sub(since).Round(time.Second).String()
