@@ -357,7 +357,7 @@ func TestWiring(t *testing.T) {
 		{time.Minute, time.Minute, idempotency.ErrCompletionTimeoutLong},
 		{31 * time.Second, 0, idempotency.ErrCompletionTimeoutLong}, // the default lease
 		{time.Second, 2 * time.Second, nil},
-		{0, 5 * time.Second, nil}, // the default completion timeout is not checked
+		{0, 5 * time.Second, nil}, // unset: half the lease (TestCompletionTimeoutDefault)
 	} {
 		_, err := idempotency.New(idempotency.Config{Store: memory.New(), Tenant: tenant, CompletionTimeout: tt.completion, Lease: tt.lease})
 		if !errors.Is(err, tt.wantErr) {

@@ -2,16 +2,19 @@ package idempotency_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/memory"
 	"github.com/oncehq/once/idempotency/problem"
+	"github.com/oncehq/once/idempotency/recovery"
 )
 
 // tenantFromHeader stands in for the API Gateway authorizer's context
@@ -114,6 +117,9 @@ func ExampleMiddleware_Leased() {
 
 // An External endpoint calls another system with the request's forward key
 // and registers the Resolver the reconciler uses when the outcome is unknown.
+// ExampleMiddleware_External_unknownOutcome shows a call out with its
+// timeout, the classification of its errors, Call.Unknown and the
+// reconciliation.
 func ExampleMiddleware_External() {
 	mw, err := idempotency.New(idempotency.Config{Store: memory.New(), Tenant: tenantFromHeader})
 	if err != nil {
@@ -157,6 +163,183 @@ func ExampleMiddleware_External() {
 	// {"message":"msg_1"}
 	// {"message":"msg_1"}
 	// 1 message sent; 1 route to reconcile
+}
+
+// refundRequest is the refund endpoint's request body.
+type refundRequest struct {
+	Payment string `json:"payment"`
+	Amount  int64  `json:"amount"`
+}
+
+// refundAnswer is the refund endpoint's answer for a refund the provider
+// made. The handler writes it, and the Resolver rebuilds it from the record
+// (rec.Request, the request's body) and the provider's refund ID: one
+// function, so that a reconciled answer is byte for byte the one the
+// handler would have written.
+func refundAnswer(req refundRequest, refundID string) idempotency.Response {
+	body, _ := json.Marshal(struct {
+		ID      string `json:"id"`
+		Payment string `json:"payment"`
+		Amount  int64  `json:"amount"`
+	}{refundID, req.Payment, req.Amount})
+	return idempotency.Response{
+		Status: http.StatusCreated,
+		Header: map[string]string{"Content-Type": "application/json", "Location": "/v1/refunds/" + refundID},
+		Body:   body,
+	}
+}
+
+// errProviderUnavailable is the provider's definite refusal: it answered
+// 503 and says that it did nothing.
+var errProviderUnavailable = errors.New("provider: 503 service unavailable, nothing refunded")
+
+// refundProvider stands in for another system's refund API, idempotent by
+// key (the same key is the same refund), as a payment provider's is.
+type refundProvider struct {
+	mu      sync.Mutex
+	refunds map[string]string // idempotency key -> refund ID
+	next    []string          // what the next calls do: "ok", "unavailable" or "hang"
+}
+
+// Refund refunds amount under key. A "hang" refunds, then never answers:
+// the caller's timeout ends the call, as a lost response or a dropped
+// connection would.
+func (p *refundProvider) Refund(ctx context.Context, key string, amount int64) (string, error) {
+	p.mu.Lock()
+	do := p.next[0]
+	p.next = p.next[1:]
+	if do == "unavailable" {
+		p.mu.Unlock()
+		return "", errProviderUnavailable
+	}
+	id, ok := p.refunds[key]
+	if !ok {
+		id = fmt.Sprintf("re_%d", len(p.refunds)+1)
+		p.refunds[key] = id
+	}
+	p.mu.Unlock()
+	if do == "hang" {
+		<-ctx.Done()
+		return "", fmt.Errorf("provider: refund: %w", ctx.Err())
+	}
+	return id, nil
+}
+
+// Lookup returns the refund made under key, if any.
+func (p *refundProvider) Lookup(_ context.Context, key string) (string, bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	id, ok := p.refunds[key]
+	return id, ok, nil
+}
+
+// An External endpoint calling a provider, each outcome classified. The
+// call has its own timeout, shorter than the function's (a few seconds in
+// production). A definite answer is answered: a success; a refusal that
+// says nothing was done (here a 503) is answered 5xx, which is not stored,
+// so the key is released and a retry calls the provider again. An
+// ambiguous one (the timeout, a transport error, a 500 or 502/504 from the
+// provider: the refund may have been made) is declared with Call.Unknown:
+// the record goes UNKNOWN and retries get 409 until the reconciler
+// (idempotency/recovery) asks the route's Resolver. The Resolver looks the
+// refund up by rec.ForwardKey(), the key the handler sent, decodes
+// rec.Request, the request's body, and rebuilds the answer with the
+// handler's own function; the reconciler stores it and retries replay it.
+// (A refusal that is the request's final answer, such as a 4xx "amount
+// exceeds the payment", is answered 4xx and stored like any answer after
+// Begin.)
+func ExampleMiddleware_External_unknownOutcome() {
+	store := memory.New() // dynamo.New(client, table) in production
+	mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: tenantFromHeader})
+	if err != nil {
+		panic(err)
+	}
+	p := &refundProvider{refunds: map[string]string{}}
+	resolver := idempotency.ResolverFunc(func(ctx context.Context, rec idempotency.Record) (idempotency.Resolution, error) {
+		id, found, err := p.Lookup(ctx, rec.ForwardKey())
+		if err != nil {
+			return idempotency.Resolution{}, err // the provider cannot tell now: the reconciler retries
+		}
+		if !found {
+			return idempotency.Resolution{}, nil // nothing refunded: the key is released
+		}
+		var req refundRequest
+		if err := json.Unmarshal(rec.Request, &req); err != nil {
+			return idempotency.Resolution{}, fmt.Errorf("%w: decode the request: %v", idempotency.ErrUnresolvable, err)
+		}
+		resp := refundAnswer(req, id)
+		return idempotency.Resolution{Response: &resp}, nil
+	})
+	h := mw.External("POST /v1/refunds", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req refundRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Amount <= 0 {
+			problem.Write(w, r, problem.Invalid("amount", "must be positive")) // before Begin: not stored
+			return
+		}
+		call, ok := idempotency.Begin(w, r)
+		if !ok {
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 50*time.Millisecond)
+		defer cancel()
+		id, err := p.Refund(ctx, call.ForwardKey(), req.Amount)
+		switch {
+		case err == nil:
+			resp := refundAnswer(req, id)
+			resp.SetHeader(w.Header())
+			w.WriteHeader(resp.Status)
+			w.Write(resp.Body)
+		case errors.Is(err, errProviderUnavailable):
+			// Definite: nothing was refunded. The 5xx releases the key.
+			problem.Write(w, r, problem.New(http.StatusServiceUnavailable, "provider_unavailable", "Provider unavailable", "Nothing was refunded; retry."))
+		default:
+			// Ambiguous: the refund may have been made.
+			call.Unknown()
+			problem.Write(w, r, problem.New(http.StatusGatewayTimeout, "provider_outcome_unknown", "Outcome unknown", "Retry later to learn the outcome."))
+		}
+	}), resolver)
+	code := func(w interface{ Result() *http.Response }) string {
+		var pb struct{ Code string }
+		_ = json.NewDecoder(w.Result().Body).Decode(&pb)
+		return pb.Code
+	}
+
+	// A success.
+	p.next = []string{"ok"}
+	fmt.Println(postTo(h, "/v1/refunds", "acme", "r-1", `{"payment":"pay_1","amount":500}`).Body.String())
+
+	// A definite failure, then its retry: refunded once.
+	p.next = []string{"unavailable", "ok"}
+	fmt.Println(code(postTo(h, "/v1/refunds", "acme", "r-2", `{"payment":"pay_1","amount":200}`)))
+	fmt.Println(postTo(h, "/v1/refunds", "acme", "r-2", `{"payment":"pay_1","amount":200}`).Body.String())
+
+	// An ambiguous one: the provider refunded, its answer never came.
+	p.next = []string{"hang"}
+	w := postTo(h, "/v1/refunds", "acme", "r-3", `{"payment":"pay_1","amount":300}`)
+	rec, _ := store.Get(context.Background(), idempotency.NewKey("acme", "r-3"))
+	fmt.Println(w.Code, code(w), rec.Status)
+	fmt.Println(postTo(h, "/v1/refunds", "acme", "r-3", `{"payment":"pay_1","amount":300}`).Code)
+
+	// The reconciler (the recovery function, on the table's stream) resolves
+	// the UNKNOWN record; the retry then gets the refund's answer.
+	reconciler, err := recovery.NewReconciler(recovery.ReconcilerConfig{Store: store, Resolvers: mw.Resolvers(), Settle: time.Minute})
+	if err != nil {
+		panic(err)
+	}
+	if err := reconciler.Reconcile(context.Background(), nil, rec); err != nil {
+		panic(err)
+	}
+	replay := postTo(h, "/v1/refunds", "acme", "r-3", `{"payment":"pay_1","amount":300}`)
+	fmt.Println(replay.Code, replay.Body.String(), replay.Header().Get(idempotency.ReplayedHeader), replay.Header().Get("Location"))
+	fmt.Println(len(p.refunds), "refunds at the provider")
+	// Output:
+	// {"id":"re_1","payment":"pay_1","amount":500}
+	// provider_unavailable
+	// {"id":"re_2","payment":"pay_1","amount":200}
+	// 504 provider_outcome_unknown UNKNOWN
+	// 409
+	// 201 {"id":"re_3","payment":"pay_1","amount":300} true /v1/refunds/re_3
+	// 3 refunds at the provider
 }
 
 // A business condition checked in the transaction that stores the answer: a

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -218,6 +221,187 @@ func TestLateCompletionAfterTakeover(t *testing.T) {
 				}
 				if retry, _ := send("A", tt.zombieBody); retry.Code != tt.wantRetry || tt.wantBody == "" && strings.Contains(retry.Body.String(), "answer-") {
 					t.Errorf("zombie's retry = %d %q, want %d", retry.Code, retry.Body, tt.wantRetry)
+				}
+			})
+		}
+	})
+}
+
+// completeDeadline is a Store that notes how long the context of each
+// Complete has left to run.
+type completeDeadline struct {
+	idempotency.Store
+	mu   sync.Mutex
+	left []time.Duration
+}
+
+func (s *completeDeadline) Complete(ctx context.Context, rec idempotency.Record, lease string, effects []idempotency.Effect) error {
+	if d, ok := ctx.Deadline(); ok {
+		s.mu.Lock()
+		s.left = append(s.left, time.Until(d))
+		s.mu.Unlock()
+	}
+	return s.Store.Complete(ctx, rec, lease, effects)
+}
+
+// TestCompletionTimeoutDefault: CompletionTimeout unset is
+// DefaultCompletionTimeout or half the Lease, whichever is shorter, so a
+// short Lease never gets a default New would refuse if it were set; a value
+// set is kept, and one not shorter than the Lease is refused.
+func TestCompletionTimeoutDefault(t *testing.T) {
+	tests := []struct {
+		name              string
+		lease, completion time.Duration
+		want              time.Duration // the completion's bound; 0: New refuses
+	}{
+		{"defaults", 0, 0, idempotency.DefaultCompletionTimeout},
+		{"a long lease keeps the default", 5 * time.Minute, 0, idempotency.DefaultCompletionTimeout},
+		{"a short lease halves it", 2 * time.Second, 0, time.Second},
+		{"a lease at twice the default", 2 * idempotency.DefaultCompletionTimeout, 0, idempotency.DefaultCompletionTimeout},
+		{"set, shorter than the lease", 2 * time.Second, 1500 * time.Millisecond, 1500 * time.Millisecond},
+		{"set, as long as the lease", 2 * time.Second, 2 * time.Second, 0},
+		{"set, longer than the default lease", 0, 31 * time.Second, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := &completeDeadline{Store: memory.New()}
+			mw, err := idempotency.New(idempotency.Config{
+				Store: store, Tenant: func(*http.Request) (string, bool) { return "acme", true },
+				Lease: tt.lease, CompletionTimeout: tt.completion,
+			})
+			if tt.want == 0 {
+				if !errors.Is(err, idempotency.ErrCompletionTimeoutLong) {
+					t.Fatalf("New(Lease %v, CompletionTimeout %v) = %v, want ErrCompletionTimeoutLong", tt.lease, tt.completion, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("New(Lease %v, CompletionTimeout %v) = %v, want no error", tt.lease, tt.completion, err)
+			}
+			h := mw.Leased("POST /v1/things", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if _, ok := idempotency.Begin(w, r); ok {
+					w.WriteHeader(http.StatusCreated)
+				}
+			}))
+			r := httptest.NewRequest("POST", "/v1/things", strings.NewReader(`{}`))
+			r.Header.Set(idempotency.Header, "k")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != http.StatusCreated || len(store.left) != 1 {
+				t.Fatalf("status %d, %d completions; want 201 and one", w.Code, len(store.left))
+			}
+			if got := store.left[0]; got > tt.want || got < tt.want-time.Second/4 {
+				t.Errorf("the completion's context had %v left, want %v (the CompletionTimeout in force)", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestPanicAfterBegin: a handler that panics after Begin, served by
+// net/http (which recovers the panic and drops the connection), leaves no
+// answer stored and none of its effects. In Atomic mode nothing at all
+// was written, so a retry executes at once. A Leased or External
+// reservation stays IN_PROGRESS until its lease runs out, a retry within it
+// answered 409 with Retry-After; after it a Leased retry takes the key over
+// and executes, while an External one, whose call out may have landed,
+// hands the record to reconciliation (UNKNOWN) and is answered 409 too.
+func TestPanicAfterBegin(t *testing.T) {
+	const lease = 10 * time.Second
+	tests := []struct {
+		mode         idempotency.Mode
+		wantStatus   idempotency.Status // after the panic; "": no record
+		wantInLease  int                // a retry within the lease
+		wantAfter    int                // a retry after it
+		wantAfterRec idempotency.Status
+	}{
+		{idempotency.Atomic, "", http.StatusCreated, http.StatusCreated, idempotency.StatusCompleted},
+		{idempotency.Leased, idempotency.StatusInProgress, http.StatusConflict, http.StatusCreated, idempotency.StatusCompleted},
+		{idempotency.External, idempotency.StatusInProgress, http.StatusConflict, http.StatusConflict, idempotency.StatusUnknown},
+	}
+	eachStore(t, func(t *testing.T, s testStore) {
+		for _, tt := range tests {
+			t.Run(tt.mode.String(), func(t *testing.T) {
+				var mu sync.Mutex
+				now := time.Now()
+				clock := func() time.Time {
+					mu.Lock()
+					defer mu.Unlock()
+					return now
+				}
+				mw, err := idempotency.New(idempotency.Config{
+					Store: s, Now: clock, Lease: lease,
+					Tenant: func(*http.Request) (string, bool) { return "acme", true },
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				attempt := 0
+				h := wrap(mw, tt.mode, "POST /v1/things", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					call, ok := idempotency.Begin(w, r)
+					if !ok {
+						return
+					}
+					attempt++
+					id := fmt.Sprintf("%s-%d", t.Name(), attempt)
+					call.AddEffect(s.insert(id))
+					if attempt == 1 {
+						panic("the handler failed after Begin")
+					}
+					w.WriteHeader(http.StatusCreated)
+					fmt.Fprint(w, id)
+				}))
+				srv := httptest.NewUnstartedServer(h)
+				srv.Config.ErrorLog = log.New(io.Discard, "", 0) // net/http logs the recovered panic
+				srv.Start()
+				defer srv.Close()
+				send := func() (int, string) {
+					t.Helper()
+					r, _ := http.NewRequestWithContext(t.Context(), "POST", srv.URL+"/v1/things", strings.NewReader(`{}`))
+					r.Header.Set(idempotency.Header, t.Name())
+					resp, err := srv.Client().Do(r)
+					if err != nil {
+						return 0, err.Error()
+					}
+					defer resp.Body.Close()
+					body, _ := io.ReadAll(resp.Body)
+					return resp.StatusCode, resp.Header.Get("Retry-After") + " " + string(body)
+				}
+				key := idempotency.NewKey("acme", t.Name())
+				status := func() idempotency.Status {
+					rec, err := s.Get(t.Context(), key)
+					if errors.Is(err, idempotency.ErrNotFound) {
+						return ""
+					} else if err != nil {
+						t.Fatal(err)
+					}
+					return rec.Status
+				}
+
+				if code, body := send(); code != 0 {
+					t.Fatalf("the panicking request = %d %q, want the connection dropped", code, body)
+				}
+				if got := status(); got != tt.wantStatus {
+					t.Errorf("after the panic: record %q, want %q", got, tt.wantStatus)
+				}
+				if s.inserted(t, t.Name()+"-1") {
+					t.Error("the panicking attempt's effect was written")
+				}
+				// A 409's Retry-After is what is left of the lease (the clock
+				// stands still).
+				if code, body := send(); code != tt.wantInLease || code == http.StatusConflict && !strings.HasPrefix(body, "10 ") {
+					t.Errorf("a retry within the lease = %d %q, want %d (a 409 with Retry-After 10)", code, body, tt.wantInLease)
+				}
+				mu.Lock()
+				now = now.Add(lease + time.Second)
+				mu.Unlock()
+				if code, body := send(); code != tt.wantAfter {
+					t.Errorf("a retry after the lease = %d %q, want %d", code, body, tt.wantAfter)
+				}
+				if got := status(); got != tt.wantAfterRec {
+					t.Errorf("after the lease's retry: record %q, want %q", got, tt.wantAfterRec)
+				}
+				if s.inserted(t, t.Name()+"-1") {
+					t.Error("the panicking attempt's effect was written")
 				}
 			})
 		}

@@ -62,7 +62,8 @@ const (
 	// take to finish one write (this repository's DynamoDB client: 3
 	// attempts of at most 2 s; an answer of several MB is one transaction of
 	// its chunks), so that it cuts only a store that hangs past them, and
-	// below DefaultLease.
+	// half DefaultLease. A Config with a shorter Lease gets half its Lease
+	// instead (see Config.CompletionTimeout).
 	DefaultCompletionTimeout = 15 * time.Second
 )
 
@@ -144,11 +145,10 @@ type Config struct {
 	// recovered through the lease, which outlasts the function (Lease).
 	// The handler, the reservation and an Atomic commit keep the request's
 	// context. A value set must be shorter than Lease
-	// (ErrCompletionTimeoutLong); the default stays DefaultCompletionTimeout
-	// whatever the lease, and with a lease shorter than it, off Lambda, a
-	// store that hangs past the lease after the handler has returned lets
-	// the request run again (its completion, fenced on the lease token, then
-	// fails).
+	// (ErrCompletionTimeoutLong); unset, it is DefaultCompletionTimeout or
+	// half the Lease, whichever is shorter (15s with DefaultLease, 1s with
+	// a Lease of 2s), so that the default, as a value set, never outlasts
+	// the lease.
 	CompletionTimeout time.Duration
 	// MaxBody is the largest request body accepted, in bytes (DefaultMaxBody).
 	MaxBody int64
@@ -261,7 +261,7 @@ func New(cfg Config) (*Middleware, error) {
 		return nil, fmt.Errorf("%w: %v >= %v", ErrCompletionTimeoutLong, cfg.CompletionTimeout, cfg.Lease)
 	}
 	if cfg.CompletionTimeout <= 0 {
-		cfg.CompletionTimeout = DefaultCompletionTimeout
+		cfg.CompletionTimeout = min(DefaultCompletionTimeout, cfg.Lease/2)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -309,10 +309,12 @@ func (m *Middleware) External(route string, next http.Handler, resolver Resolver
 
 // Wrap makes next idempotent under mode (Atomic or Leased; External routes
 // need a Resolver and are wrapped with External). route names the endpoint in
-// fingerprints ("POST /v1/payments"): the same key on another route is a
-// different request. A route that can match more than one path also
-// fingerprints what of the path it leaves open, so the same key on another
-// resource is a different request too: a route with wildcards, in ServeMux
+// fingerprints ("POST /v1/payments"): the same key sent to another route
+// is another request under that key, refused 422 idempotency_key_reused
+// (ErrKeyReused) once the key is taken, as the same key with another body
+// is. A route that can match more than one path also fingerprints what of
+// the path it leaves open, so the same key on another resource is refused
+// the same way: a route with wildcards, in ServeMux
 // pattern syntax ("POST /v1/payments/{id}/capture"), what they matched (the
 // path values when a ServeMux routed the request by that very pattern, else
 // the escaped path); a subtree route, ending in "/" ("POST /v1/notes/",
@@ -327,6 +329,19 @@ func (m *Middleware) External(route string, next http.Handler, resolver Resolver
 // handler's first final status: an informational one it writes first (103
 // Early Hints) is dropped, neither sent nor stored, so that a replay sends
 // what the first answer sent.
+//
+// A handler that panics has no answer, and the Middleware does not recover
+// the panic: nothing is stored, nor any effect added. In Atomic mode nothing
+// was written before the commit, so a retry executes at once. After a
+// Leased or External Begin the reservation stays IN_PROGRESS until its lease
+// (Config.Lease) runs out, as a crashed process's does: under net/http,
+// which recovers the panic and drops the connection, a retry within the
+// lease gets 409 with Retry-After; after it, a Leased retry takes the key
+// over and executes, and an External one, whose call out may have landed,
+// hands the record to the reconciler (UNKNOWN) and gets 409 until it is
+// resolved. A handler that recovers its own panics and answers 5xx
+// releases the key at once instead (or, after a call out that may have
+// landed, declares it with Call.Unknown).
 //
 // Wrap, as Atomic, Leased and External, checks route when it is called, at
 // start-up, and panics as ServeMux.Handle does, the message naming the route
@@ -736,6 +751,17 @@ func (c *Call) AddReleaseEffect(e Effect) { c.releaseEffects = append(c.releaseE
 // out, a retry of the request takes it over there, or the lease check
 // (idempotency/recovery) moves it to UNKNOWN for the route's Resolver; a retry
 // within the lease gets 409.
+//
+// Call it when the other system's answer leaves open whether the call took
+// effect: the call's own timeout (give it one, shorter than the function's),
+// a transport error (a refused or dropped connection after the request may
+// have been sent), a 500, 502 or 504 from the other system. An answer that
+// is definite is answered instead, without Unknown: a refusal that says
+// nothing was done and a retry may succeed (a 503, a 429) with a 5xx, which
+// is not stored, so the key is released and a retry calls again; a refusal
+// that is the request's final answer (declined, invalid at the other
+// system) with a 4xx, stored and replayed. See
+// ExampleMiddleware_External_unknownOutcome.
 func (c *Call) Unknown() {
 	if c.mode != External {
 		panic(fmt.Sprintf("idempotency: route %q: Unknown needs External mode", c.route))

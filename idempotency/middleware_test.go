@@ -719,3 +719,52 @@ func TestUnknownNeedsExternal(t *testing.T) {
 		})
 	}
 }
+
+// TestSameKeyOnAnotherRoute: a key used on one route and then sent, with the
+// same body, to another route of the same Middleware is refused 422
+// idempotency_key_reused (the route is in the fingerprint, the key is the
+// tenant's): the second route's handler never runs, and the first route's
+// retry still replays its answer. Each mode, on each store.
+func TestSameKeyOnAnotherRoute(t *testing.T) {
+	eachStore(t, func(t *testing.T, s testStore) {
+		for _, mode := range []idempotency.Mode{idempotency.Atomic, idempotency.Leased, idempotency.External} {
+			t.Run(mode.String(), func(t *testing.T) {
+				mw, err := idempotency.New(idempotency.Config{Store: s, Tenant: func(*http.Request) (string, bool) { return "acme", true }})
+				if err != nil {
+					t.Fatal(err)
+				}
+				mux := http.NewServeMux()
+				for _, route := range []string{"POST /v1/notes", "POST /v1/drafts"} {
+					mux.Handle(route, wrap(mw, mode, route, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						call, ok := idempotency.Begin(w, r)
+						if !ok {
+							return
+						}
+						call.AddEffect(s.insert(t.Name() + r.URL.Path))
+						w.WriteHeader(http.StatusCreated)
+						fmt.Fprint(w, route)
+					})))
+				}
+				send := func(path string) *httptest.ResponseRecorder {
+					r := httptest.NewRequest("POST", path, strings.NewReader(`{"text":"hi"}`))
+					r.Header.Set(idempotency.Header, t.Name())
+					w := httptest.NewRecorder()
+					mux.ServeHTTP(w, r)
+					return w
+				}
+				if w := send("/v1/notes"); w.Code != http.StatusCreated {
+					t.Fatalf("first = %d %s, want 201", w.Code, w.Body)
+				}
+				if w := send("/v1/drafts"); w.Code != http.StatusUnprocessableEntity || !strings.Contains(w.Body.String(), `"code":"idempotency_key_reused"`) {
+					t.Errorf("the same key on another route = %d %s, want 422 idempotency_key_reused", w.Code, w.Body)
+				}
+				if w := send("/v1/notes"); w.Code != http.StatusCreated || w.Header().Get(idempotency.ReplayedHeader) != "true" {
+					t.Errorf("the first route's retry = %d %s, want its 201 replayed", w.Code, w.Body)
+				}
+				if !s.inserted(t, t.Name()+"/v1/notes") || s.inserted(t, t.Name()+"/v1/drafts") {
+					t.Errorf("effects: the first route's %v, the other's %v; want only the first route's", s.inserted(t, t.Name()+"/v1/notes"), s.inserted(t, t.Name()+"/v1/drafts"))
+				}
+			})
+		}
+	})
+}

@@ -56,3 +56,51 @@ func ExampleNewLambda() {
 	// 201 {"tenant":"acme"} []
 	// 201 {"tenant":"acme"} [true]
 }
+
+// The same Lambda behind an HTTP API (payload format 2.0): the event is an
+// events.APIGatewayV2HTTPRequest with Version "2.0", and a Lambda
+// authorizer's context (simple responses' "context") arrives as
+// RequestContext.Authorizer.Lambda, where apigw.Tenant reads the tenant. An
+// HTTP API's answer carries its headers in headers.
+func ExampleNewLambda_httpAPI() {
+	mw, err := idempotency.New(idempotency.Config{Store: memory.New(), Tenant: apigw.Tenant})
+	if err != nil {
+		panic(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/notes", mw.Atomic("POST /v1/notes", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		call, ok := idempotency.Begin(w, r)
+		if !ok {
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"tenant":%q}`, call.Key().Tenant)
+	})))
+	l := apigw.NewLambda(mux)
+
+	event, _ := json.Marshal(events.APIGatewayV2HTTPRequest{
+		Version: "2.0", RouteKey: "POST /v1/notes", RawPath: "/v1/notes", Body: `{"text":"hello"}`,
+		Headers: map[string]string{"content-type": "application/json", "idempotency-key": "note-1"}, // lower case, as HTTP APIs send them
+		RequestContext: events.APIGatewayV2HTTPRequestContext{
+			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/v1/notes"},
+			Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+				Lambda: map[string]any{apigw.TenantKey: "acme"}, // set by your authorizer, never by the caller
+			},
+		},
+	})
+	for range 2 {
+		out, err := l.Invoke(context.Background(), event)
+		if err != nil {
+			panic(err)
+		}
+		var resp events.APIGatewayV2HTTPResponse
+		if err := json.Unmarshal(out, &resp); err != nil {
+			panic(err)
+		}
+		fmt.Printf("%d %s %q\n", resp.StatusCode, resp.Body, resp.Headers[idempotency.ReplayedHeader])
+	}
+	// Output:
+	// 201 {"tenant":"acme"} ""
+	// 201 {"tenant":"acme"} "true"
+}
