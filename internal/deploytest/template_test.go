@@ -30,7 +30,7 @@ func TestTransform(t *testing.T) {
 func TestParameters(t *testing.T) {
 	params := template(t).Section("Parameters")
 	want := map[string]string{ // name -> default
-		"StageName": "prod", "Architecture": "arm64", "LogLevel": "info",
+		"StageName": "prod", "Architecture": "arm64", "LogLevel": "info", "LogRetentionDays": "30",
 		"Retention": "24h", "Lease": "30s", "ProviderTimeout": "5s", "ProviderSettle": "30s", "WorkerRetryWindow": "6h",
 		"WorkerLookUpHorizon":     "24h",
 		"ReceiptAttempts":         strconv.Itoa(config.DefaultReceiptAttempts),
@@ -42,8 +42,12 @@ func TestParameters(t *testing.T) {
 	defaults := template(t).ParameterDefaults()
 	for name, def := range want {
 		p := mapOf(params[name])
-		if p["Type"] != "String" {
-			t.Errorf("%s Type = %v, want String", name, p["Type"])
+		typ := "String"
+		if name == "LogRetentionDays" { // CloudWatch's RetentionInDays is a number
+			typ = "Number"
+		}
+		if p["Type"] != typ {
+			t.Errorf("%s Type = %v, want %s", name, p["Type"], typ)
 		}
 		if got, ok := defaults[name]; !ok || got != def {
 			t.Errorf("%s Default = %q, want %q", name, got, def)
