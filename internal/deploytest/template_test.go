@@ -817,3 +817,26 @@ func TestRecoveryDLQAlarms(t *testing.T) {
 		}
 	}
 }
+
+// TestApiGatewayAccountNoted checks that the README's deploy section warns
+// about AWS::ApiGateway::Account, one setting per account and region that
+// every stack deploying one overwrites.
+func TestApiGatewayAccountNoted(t *testing.T) {
+	if len(template(t).ResourcesOfType("AWS::ApiGateway::Account")) == 0 {
+		t.Skip("the template sets no AWS::ApiGateway::Account")
+	}
+	readme, err := os.ReadFile(filepath.Join(root(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := regexp.MustCompile(`(?s)\n### AWS, with the SAM CLI\n(.*?)\n### `).FindSubmatch(readme)
+	if section == nil {
+		t.Fatal(`README.md has no "### AWS, with the SAM CLI" section`)
+	}
+	text := strings.Join(strings.Fields(string(section[1])), " ")
+	for _, want := range []string{"`AWS::ApiGateway::Account`", "one setting per account and region", "overwrites"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("README.md's deploy section does not say %q", want)
+		}
+	}
+}
