@@ -686,3 +686,64 @@ func TestReadmeEnvJSONNamesEveryResource(t *testing.T) {
 		}
 	}
 }
+
+// TestOneSourceARNPerSource checks that the samples of one source agree:
+// every record of every file from one table's stream (or one queue) names
+// the same eventSourceARN, as one stack's would (a stream's label is its
+// creation time, the same for every record of it, and none older).
+func TestOneSourceARNPerSource(t *testing.T) {
+	entries, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	arns := map[string]map[string][]string{} // source -> ARN -> files
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		data, err := os.ReadFile(e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ev struct {
+			Records []struct {
+				EventSourceARN string `json:"eventSourceARN"`
+				DynamoDB       struct {
+					ApproximateCreationDateTime float64
+				} `json:"dynamodb"`
+			}
+		}
+		if json.Unmarshal(data, &ev) != nil {
+			continue // not a batch of records
+		}
+		for _, r := range ev.Records {
+			if r.EventSourceARN == "" {
+				continue
+			}
+			// A stream's ARN is <table ARN>/stream/<label>; a queue's has no label.
+			source, label, stream := strings.Cut(r.EventSourceARN, "/stream/")
+			if stream {
+				created, err := time.Parse("2006-01-02T15:04:05.000", label)
+				if err != nil {
+					t.Errorf("%s: stream label %q: %v", e.Name(), label, err)
+				} else if at := time.Unix(int64(r.DynamoDB.ApproximateCreationDateTime), 0); at.Before(created) {
+					t.Errorf("%s: a record of %v, before its stream's creation, %v", e.Name(), at.UTC(), created)
+				}
+			}
+			if arns[source] == nil {
+				arns[source] = map[string][]string{}
+			}
+			if files := arns[source][r.EventSourceARN]; !slices.Contains(files, e.Name()) {
+				arns[source][r.EventSourceARN] = append(files, e.Name())
+			}
+		}
+	}
+	if len(arns) == 0 {
+		t.Fatal("no file has records with an eventSourceARN")
+	}
+	for _, source := range slices.Sorted(maps.Keys(arns)) {
+		if len(arns[source]) != 1 {
+			t.Errorf("the samples of %s name %d ARNs: %v", source, len(arns[source]), arns[source])
+		}
+	}
+}

@@ -1,9 +1,15 @@
 package deploytest
 
 import (
+	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // translate writes the SAM translation of a template (argv[1]) to argv[2]
@@ -52,5 +58,44 @@ func TestCfnLint(t *testing.T) {
 	}
 	if out, err := exec.CommandContext(t.Context(), lint, "--format", "parseable", translated).CombinedOutput(); err != nil {
 		t.Errorf("cfn-lint on the SAM translation of template.yaml: %v\n%s", err, out)
+	}
+}
+
+// TestDeployedTypesAsSAMTranslates holds samtemplate's DeployedTypes, from
+// which localstackServices derives LocalStack's SERVICES, to what the SAM
+// transform makes of template.yaml, where aws-sam-translator is installed
+// (with cfn-lint): the same resource types.
+func TestDeployedTypesAsSAMTranslates(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the SAM translator")
+	}
+	if out, err := exec.CommandContext(t.Context(), "python3", "-c", "import cfnlint, samtranslator").CombinedOutput(); err != nil {
+		t.Skipf("aws-sam-translator is not installed: %v\n%s", err, out)
+	}
+	translated := filepath.Join(t.TempDir(), "translated.json")
+	if out, err := exec.CommandContext(t.Context(), "python3", "-c", translate, filepath.Join(root(t), "template.yaml"), translated).CombinedOutput(); err != nil {
+		t.Fatalf("SAM translation of template.yaml: %v\n%s", err, out)
+	}
+	data, err := os.ReadFile(translated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Resources map[string]struct{ Type string }
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var sam []string
+	for _, r := range doc.Resources {
+		sam = append(sam, r.Type)
+	}
+	sort.Strings(sam)
+	types, err := template(t).DeployedTypes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(slices.Compact(sam), sortedKeys(types)); diff != "" {
+		t.Errorf("resource types mismatch (-SAM translation +DeployedTypes):\n%s", diff)
 	}
 }

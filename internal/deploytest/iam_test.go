@@ -420,3 +420,46 @@ func TestQueueGrantsFromCode(t *testing.T) {
 		}
 	}
 }
+
+// tableGrants are, for the roles whose code writes several tables, the
+// DynamoDB actions each table needs, read from the code: which table an
+// action is needed on dynamoNeeds cannot tell (TestLeastPrivilege).
+var tableGrants = map[string]map[string][]string{
+	// internal/reconciler's Resolvers. The store (idempotency/dynamo):
+	// Get (GetItem, a large body's chunks BatchGetItem), the resolution
+	// committed (TransactWriteItems: Put, Update, Delete items of the
+	// record and its chunks). The refunds resolver: Completion inserts the
+	// refund (dynamo.Insert: Put) and moves the hold on its payment
+	// (dynamo.Update), Release gives the hold back (dynamo.Update); the
+	// payment is never read nor put. The orders resolver: the order and its
+	// receipt job, upserted (dynamo.Update). The charges resolver writes no
+	// table of its own.
+	"ReconcilerFunction": {
+		"IdempotencyTable": {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+		"PaymentsTable":    {"dynamodb:UpdateItem"},
+		"OrdersTable":      {"dynamodb:UpdateItem"},
+		"OutboxTable":      {"dynamodb:UpdateItem"},
+		"RefundsTable":     {"dynamodb:PutItem"},
+	},
+}
+
+// TestTableGrants checks that the roles of tableGrants grant exactly its
+// actions on each table, no more.
+func TestTableGrants(t *testing.T) {
+	for _, id := range sortedKeys(tableGrants) {
+		fn, ok := template(t).Functions()[id]
+		if !ok {
+			t.Errorf("tableGrants names %s, which is not a function", id)
+			continue
+		}
+		got := map[string][]string{}
+		for res, actions := range functionGrants(t, id, fn) {
+			if template(t).Resources()[res].Type == "AWS::DynamoDB::Table" {
+				got[res] = actions
+			}
+		}
+		if diff := cmp.Diff(tableGrants[id], got); diff != "" {
+			t.Errorf("%s table grants mismatch (-needed +granted):\n%s", id, diff)
+		}
+	}
+}

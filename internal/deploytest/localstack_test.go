@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -20,7 +21,54 @@ import (
 // localstackPort is LocalStack's edge port, as the Makefile and README use it.
 const localstackPort = "4566"
 
-var localstackServices = []string{"apigateway", "cloudformation", "cloudwatch", "dynamodb", "dynamodbstreams", "iam", "kinesis", "kms", "lambda", "logs", "s3", "sqs", "sts"}
+// localstackDeployServices are the services the ready hook's deploy itself
+// uses, whatever the template holds: CloudFormation, S3 for the artifacts
+// bucket (and the template cloudformation deploy uploads), STS for the
+// AWS CLI's identity.
+var localstackDeployServices = []string{"cloudformation", "s3", "sts"}
+
+// localstackServiceOf maps the service part of a CloudFormation resource
+// type (AWS::<Service>::...) to the LocalStack service that provides it.
+var localstackServiceOf = map[string]string{
+	"ApiGateway": "apigateway", "CloudFormation": "cloudformation", "CloudWatch": "cloudwatch",
+	"DynamoDB": "dynamodb", "Events": "events", "IAM": "iam", "Kinesis": "kinesis", "KMS": "kms",
+	"Lambda": "lambda", "Logs": "logs", "S3": "s3", "Scheduler": "scheduler", "SNS": "sns",
+	"SQS": "sqs", "StepFunctions": "stepfunctions",
+}
+
+// localstackServices derives the LocalStack services a deploy of tpl needs
+// (STRICT_SERVICE_LOADING loads only those SERVICES lists): the deploy's
+// own, and the service of every resource type the stack is made of once
+// the SAM transform has expanded it (samtemplate's DeployedTypes: a
+// Schedule event's AWS::Events::Rule, an SQS or DynamoDB event's event
+// source mapping, ...); a table with a stream needs dynamodbstreams, and
+// Kinesis, which backs LocalStack's DynamoDB streams; one with
+// SSESpecification KMS, for its managed key.
+func localstackServices(tpl *samtemplate.Template) ([]string, error) {
+	types, err := tpl.DeployedTypes()
+	if err != nil {
+		return nil, err
+	}
+	services := slices.Clone(localstackDeployServices)
+	for typ := range types {
+		parts := strings.Split(typ, "::")
+		svc, ok := localstackServiceOf[parts[min(1, len(parts)-1)]]
+		if len(parts) != 3 || parts[0] != "AWS" || !ok {
+			return nil, fmt.Errorf("resource type %s (of %v): no LocalStack service known for it", typ, types[typ])
+		}
+		services = append(services, svc)
+	}
+	for _, table := range tpl.ResourcesOfType("AWS::DynamoDB::Table") {
+		if table.Properties["StreamSpecification"] != nil {
+			services = append(services, "dynamodbstreams", "kinesis")
+		}
+		if table.Properties["SSESpecification"] != nil {
+			services = append(services, "kms")
+		}
+	}
+	sort.Strings(services)
+	return slices.Compact(services), nil
+}
 
 // The scripts the Makefile's localstack-* targets run, and the ready hook.
 var localstackScripts = []string{"up.sh", "deploy.sh", "down.sh", "init/ready.d/10-deploy-once.sh"}
@@ -79,8 +127,12 @@ func TestLocalStackCompose(t *testing.T) {
 	}
 	services := strings.Split(env["SERVICES"], ",")
 	sort.Strings(services)
-	if diff := cmp.Diff(localstackServices, services); diff != "" {
-		t.Errorf("SERVICES mismatch (-want +got):\n%s", diff)
+	want, err := localstackServices(template(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, services); diff != "" {
+		t.Errorf("SERVICES mismatch (-derived from template.yaml +got):\n%s", diff)
 	}
 	mounts := map[string]string{}
 	for _, v := range ls.Volumes {

@@ -30,7 +30,7 @@ func TestTransform(t *testing.T) {
 func TestParameters(t *testing.T) {
 	params := template(t).Section("Parameters")
 	want := map[string]string{ // name -> default
-		"StageName": "prod", "Architecture": "arm64", "LogLevel": "info",
+		"StageName": "prod", "Architecture": "arm64", "LogLevel": "info", "LogRetentionDays": "30",
 		"Retention": "24h", "Lease": "30s", "ProviderTimeout": "5s", "ProviderSettle": "30s", "WorkerRetryWindow": "6h",
 		"WorkerLookUpHorizon":     "24h",
 		"ReceiptAttempts":         strconv.Itoa(config.DefaultReceiptAttempts),
@@ -42,8 +42,12 @@ func TestParameters(t *testing.T) {
 	defaults := template(t).ParameterDefaults()
 	for name, def := range want {
 		p := mapOf(params[name])
-		if p["Type"] != "String" {
-			t.Errorf("%s Type = %v, want String", name, p["Type"])
+		typ := "String"
+		if name == "LogRetentionDays" { // CloudWatch's RetentionInDays is a number
+			typ = "Number"
+		}
+		if p["Type"] != typ {
+			t.Errorf("%s Type = %v, want %s", name, p["Type"], typ)
 		}
 		if got, ok := defaults[name]; !ok || got != def {
 			t.Errorf("%s Default = %q, want %q", name, got, def)
@@ -810,6 +814,29 @@ func TestRecoveryDLQAlarms(t *testing.T) {
 			if !strings.Contains(desc, want) {
 				t.Errorf("%s AlarmDescription = %q, want it to say %q", alarm, desc, want)
 			}
+		}
+	}
+}
+
+// TestApiGatewayAccountNoted checks that the README's deploy section warns
+// about AWS::ApiGateway::Account, one setting per account and region that
+// every stack deploying one overwrites.
+func TestApiGatewayAccountNoted(t *testing.T) {
+	if len(template(t).ResourcesOfType("AWS::ApiGateway::Account")) == 0 {
+		t.Skip("the template sets no AWS::ApiGateway::Account")
+	}
+	readme, err := os.ReadFile(filepath.Join(root(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := regexp.MustCompile(`(?s)\n### AWS, with the SAM CLI\n(.*?)\n### `).FindSubmatch(readme)
+	if section == nil {
+		t.Fatal(`README.md has no "### AWS, with the SAM CLI" section`)
+	}
+	text := strings.Join(strings.Fields(string(section[1])), " ")
+	for _, want := range []string{"`AWS::ApiGateway::Account`", "one setting per account and region", "overwrites"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("README.md's deploy section does not say %q", want)
 		}
 	}
 }

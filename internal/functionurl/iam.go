@@ -146,7 +146,7 @@ func (a *IAM) verify(r *http.Request, body []byte) (refusal, bool) {
 	if ref, ok := a.checkTime(sig.date); !ok {
 		return ref, false
 	}
-	if creds.SessionToken != "" && r.Header.Get("X-Amz-Security-Token") != creds.SessionToken {
+	if creds.SessionToken != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Amz-Security-Token")), []byte(creds.SessionToken)) != 1 {
 		return errUnknownKey.because("wrong or missing X-Amz-Security-Token"), false
 	}
 	sum := sha256.Sum256(body)
