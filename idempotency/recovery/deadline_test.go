@@ -147,7 +147,7 @@ func TestReconcilerWaitBounded(t *testing.T) {
 		},
 		{
 			name: "less than ResolveTime left: deferred at once", settle: time.Minute,
-			resolveTime: 500 * time.Millisecond, deadline: 400 * time.Millisecond,
+			resolveTime: 1500 * time.Millisecond, deadline: time.Second,
 			failed: true, metrics: map[string]int{"reconcile_deferred": 1},
 		},
 		{
@@ -162,7 +162,10 @@ func TestReconcilerWaitBounded(t *testing.T) {
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			const slack = 150 * time.Millisecond
+			// Generous: make test runs this with -race beside other
+			// packages on two cores, and every case's wrong outcome is
+			// further off than this (or caught by its failures and record).
+			const slack = 350 * time.Millisecond
 			key := idempotency.NewKey("acme", fmt.Sprintf("wait-bounded-%d", i))
 			_, before, ev := w.unknown(t, key, time.Now())
 			h := newHarness(t, config{Store: w.store, Provider: w.provider, Settle: tt.settle, ResolveTime: tt.resolveTime})
@@ -178,7 +181,7 @@ func TestReconcilerWaitBounded(t *testing.T) {
 			start := time.Now()
 			failed := h.handle(ctx, t, ev)
 			took := time.Since(start)
-			if took < tt.wantWait-20*time.Millisecond || took > tt.wantWait+slack {
+			if took < tt.wantWait-100*time.Millisecond || took > tt.wantWait+slack {
 				t.Errorf("Handle() took %v, want %v (within %v)", took, tt.wantWait, slack)
 			}
 			if got := len(failed) > 0; got != tt.failed {
