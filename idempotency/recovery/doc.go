@@ -218,10 +218,14 @@
 //     keeps it; a Resolver's Advance to a later phase, which may call out,
 //     moves it; its UpdatedAt for a record written before stores kept it)
 //     plus ReconcilerConfig.Settle has passed. A record resolved
-//     earlier is resolved again once that time has come, waiting for it if
-//     the invocation's deadline allows and failing the record (to be retried)
-//     otherwise: an expected deferral, counted as reconcile_deferred and
-//     logged at WARN, not as a failure. Then the record is released with the
+//     earlier is resolved again once that time has come, waiting for it
+//     within the invocation. When the invocation's deadline does not leave
+//     ReconcilerConfig.ResolveTime after that time, the record waits until
+//     the deadline less ResolveTime (at once when less is left) and fails,
+//     to be retried and wait on in the next delivery: an expected deferral,
+//     counted as reconcile_deferred and logged at WARN, not as a failure
+//     (see ReconcilerConfig.Settle for how long a Settle the stream's
+//     retries cover). Then the record is released with the
 //     resolution's effects (undoing what the reservation held), so that a
 //     retry executes anew. Counts reconcile_resolved. Effects over the
 //     store's limits on one write can never be written: the record is

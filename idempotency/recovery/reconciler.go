@@ -49,7 +49,26 @@ type ReconcilerConfig struct {
 	// retries. A record without UnknownSince (written UNKNOWN before
 	// stores kept it, and not redriven since) is measured from its
 	// UpdatedAt.
+	//
+	// A record that finds nothing before then waits for it within its
+	// invocation: the whole wait when the invocation's deadline leaves
+	// ResolveTime after it, else until the deadline less ResolveTime, and
+	// then it fails (reconcile_deferred), to be delivered again and wait on.
+	// So a Settle resolves a key within one invocation when it is shorter
+	// than the invocation's timeout less ResolveTime (and less the time since
+	// the record went UNKNOWN), and within the stream's deliveries when it is
+	// shorter than about (retries + 1) x (timeout - ResolveTime). Past that,
+	// the event source mapping sends the record, and every later one of its
+	// batch, to its on-failure destination, and the key stays UNKNOWN until
+	// a redrive (a client's retry after UnknownRedrive, or the Checker's at
+	// the record's expiry) hands it to the Reconciler again.
 	Settle time.Duration
+	// ResolveTime is how long one resolution may take: a Resolver's call
+	// (bounded by the other system's timeout) plus the write that completes
+	// or releases the record. A wait for Settle leaves at least this much of
+	// the invocation; an invocation with less than this left fails the
+	// record at once. Not negative; DefaultResolveTime when zero.
+	ResolveTime time.Duration
 	// Retention is how long a completed record is kept
 	// (idempotency.DefaultRetention).
 	Retention time.Duration
@@ -69,13 +88,12 @@ type Reconciler struct {
 	cfg ReconcilerConfig
 }
 
-// resolveLeeway is the time an invocation must have left, after a wait, for
-// one more resolution.
-const resolveLeeway = 5 * time.Second
+// DefaultResolveTime is ReconcilerConfig.ResolveTime when it is zero.
+const DefaultResolveTime = 5 * time.Second
 
 // errUnsettled fails a record whose "nothing happened" cannot be trusted yet
-// and whose invocation has no time left to wait.
-var errUnsettled = errors.New("recovery: a request with the key may still be in flight and the invocation cannot wait")
+// and whose invocation has no time left to wait for it.
+var errUnsettled = errors.New("recovery: a request with the key may still be in flight and the invocation cannot wait until it has settled")
 
 // NewReconciler returns a Reconciler for cfg, filling in defaults. A Store or
 // a Resolver that is nil, or an interface holding a nil pointer or a nil
@@ -98,11 +116,17 @@ func NewReconciler(cfg ReconcilerConfig) (*Reconciler, error) {
 	if cfg.Settle <= 0 {
 		errs = append(errs, errors.New("recovery: ReconcilerConfig.Settle must be positive"))
 	}
+	if cfg.ResolveTime < 0 {
+		errs = append(errs, fmt.Errorf("recovery: ReconcilerConfig.ResolveTime %v must not be negative", cfg.ResolveTime))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	if cfg.Retention <= 0 {
 		cfg.Retention = idempotency.DefaultRetention
+	}
+	if cfg.ResolveTime == 0 {
+		cfg.ResolveTime = DefaultResolveTime
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -169,7 +193,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, log *slog.Logger, rec idempo
 		// Expected, not a fault: the provider has nothing yet and a request
 		// with the key may still reach it, so the record is retried later.
 		r.cfg.Metrics.Count(MetricDeferred)
-		log.Warn("reconciliation deferred: nothing happened so far, but a request with the key may still be in flight and the invocation cannot wait; the record will be retried", "err", err.Error())
+		log.Warn("reconciliation deferred: nothing happened so far, but a request with the key may still be in flight and the invocation cannot wait until it has settled; the record will be retried and wait on", "err", err.Error())
 		return err
 	case err != nil:
 		r.cfg.Metrics.Count(MetricFailed)
@@ -228,21 +252,32 @@ func (r *Reconciler) settledAt(rec idempotency.Record, start time.Time) time.Tim
 	return at.Add(r.cfg.Settle)
 }
 
-// waitUntil waits until t, provided ctx leaves time for one more resolution
-// after it; otherwise it returns errUnsettled at once.
+// waitUntil waits until t, when ctx leaves ResolveTime after it for one more
+// resolution. Otherwise it waits as long as ctx leaves ResolveTime after the
+// wait, so that the invocation's time is spent waiting rather than thrown
+// away and the stream's next delivery has that much less to wait, and then
+// returns errUnsettled; at once when ctx leaves less than ResolveTime.
 func (r *Reconciler) waitUntil(ctx context.Context, t time.Time) error {
-	d := t.Sub(r.cfg.Now())
-	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d+resolveLeeway {
-		return fmt.Errorf("%w (until %s)", errUnsettled, t.UTC().Format(time.RFC3339Nano))
+	d, settles := t.Sub(r.cfg.Now()), true
+	if deadline, ok := ctx.Deadline(); ok {
+		if left := time.Until(deadline) - r.cfg.ResolveTime; left < d {
+			d, settles = max(left, 0), false
+		}
 	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return fmt.Errorf("recovery: waiting for in-flight requests: %w", context.Cause(ctx))
-	case <-timer.C:
-		return nil
+	if d > 0 {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("recovery: waiting for in-flight requests: %w", context.Cause(ctx))
+		case <-timer.C:
+		}
 	}
+	if !settles {
+		return fmt.Errorf("%w (until %s; waited %v, leaving the invocation %v for a resolution)",
+			errUnsettled, t.UTC().Format(time.RFC3339Nano), d, r.cfg.ResolveTime)
+	}
+	return nil
 }
 
 // complete records the resolved response, with the resolution's effects.

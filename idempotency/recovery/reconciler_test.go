@@ -123,6 +123,10 @@ type config struct {
 	Rebuild   func(idempotency.Record, provider.Charge) (idempotency.Response, error)
 	Retention time.Duration
 	Now       func() time.Time
+	// Settle is ReconcilerConfig.Settle (providerTimeout when zero).
+	Settle time.Duration
+	// ResolveTime is ReconcilerConfig.ResolveTime (its default when zero).
+	ResolveTime time.Duration
 }
 
 // harness is a Reconciler with its metrics and logs.
@@ -141,14 +145,18 @@ func newHarness(t *testing.T, c config) harness {
 	if c.Retention == 0 {
 		c.Retention = retention
 	}
+	if c.Settle == 0 {
+		c.Settle = providerTimeout
+	}
 	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
-		Store:     c.Store,
-		Resolvers: idempotency.Resolvers{route: chargeResolver(c.Provider, c.Rebuild)},
-		Settle:    providerTimeout,
-		Retention: c.Retention,
-		Logger:    slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Metrics:   metrics.New(h.metrics, "once", map[string]string{"Service": "reconciler"}),
-		Now:       c.Now,
+		Store:       c.Store,
+		Resolvers:   idempotency.Resolvers{route: chargeResolver(c.Provider, c.Rebuild)},
+		Settle:      c.Settle,
+		ResolveTime: c.ResolveTime,
+		Retention:   c.Retention,
+		Logger:      slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics:     metrics.New(h.metrics, "once", map[string]string{"Service": "reconciler"}),
+		Now:         c.Now,
 	})
 	if err != nil {
 		t.Fatalf("recovery.NewReconciler: %v", err)
@@ -564,6 +572,14 @@ func TestNewReconciler(t *testing.T) {
 			Resolvers: idempotency.Resolvers{"POST /v1/x": idempotency.ResolverFunc(nil)},
 			Settle:    time.Second,
 		}, want: []string{"Store", `route "POST /v1/x" has a nil Resolver`}},
+		{name: "negative resolve time", cfg: recovery.ReconcilerConfig{
+			Store: memory.New(),
+			Resolvers: idempotency.Resolvers{"POST /v1/x": idempotency.ResolverFunc(func(context.Context, idempotency.Record) (idempotency.Resolution, error) {
+				return idempotency.Resolution{}, nil
+			})},
+			Settle:      time.Second,
+			ResolveTime: -time.Second,
+		}, want: []string{"ResolveTime", "-1s", "negative"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

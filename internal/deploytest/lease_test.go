@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,10 +12,6 @@ import (
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/samtemplate"
 )
-
-// lambdaDefaultTimeout is a function's timeout when neither it nor the
-// globals set one (AWS::Lambda::Function Timeout: 3 seconds).
-const lambdaDefaultTimeout = 3 * time.Second
 
 // TestLeaseOutlastsFunction checks that every function that runs the
 // idempotency engine (its code reaches idempotency.New) holds its
@@ -68,19 +63,10 @@ func leaseProblems(fns map[string]samtemplate.Function, engine map[string]bool, 
 			continue
 		}
 		fn := fns[id]
-		timeout := lambdaDefaultTimeout
-		if v, ok := fn.Properties["Timeout"]; ok {
-			s, err := samtemplate.String(v, vars)
-			if err != nil {
-				out = append(out, fmt.Sprintf("%s Timeout: %v", id, err))
-				continue
-			}
-			secs, err := strconv.ParseFloat(s, 64)
-			if err != nil {
-				out = append(out, fmt.Sprintf("%s Timeout %q: %v", id, s, err))
-				continue
-			}
-			timeout = time.Duration(secs * float64(time.Second))
+		timeout, err := functionTimeout(fn, vars)
+		if err != nil {
+			out = append(out, err.Error())
+			continue
 		}
 		lease, source := config.DefaultLease, "config.DefaultLease"
 		if v, ok := fn.Environment()[config.EnvLease]; ok {

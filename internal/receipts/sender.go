@@ -40,6 +40,10 @@ const (
 
 // Defaults of Config.
 const (
+	// DefaultClaimFor is Config.ClaimFor when unset. A live attempt's claim
+	// must outlast its invocation: internal/deploytest holds the Timeout of
+	// the functions that send receipts (ReceiptsFunction, ResenderFunction)
+	// to at most this.
 	DefaultClaimFor    = 30 * time.Second
 	DefaultKeepSent    = 7 * 24 * time.Hour
 	DefaultConcurrency = 10

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
@@ -17,6 +18,18 @@ import (
 	"github.com/oncehq/once/internal/refunds"
 )
 
+// WriteMargin is the time ResolveTime allows, beyond the provider's
+// timeout, for the write that completes or releases a record (and the
+// resolver's own table reads): the worker's budget allows the same.
+const WriteMargin = 2 * time.Second
+
+// ResolveTime is the reconciler's recovery.ReconcilerConfig.ResolveTime for
+// cfg: one provider look-up (cfg.ProviderTimeout) plus WriteMargin. A
+// record waiting for cfg.ProviderSettle leaves its invocation this much.
+func ResolveTime(cfg config.Config) time.Duration {
+	return cfg.ProviderTimeout + WriteMargin
+}
+
 // Handler returns the reconciler function's stream handler: the public
 // recovery.Reconciler on the idempotency table, through client, with the
 // resolvers of the API's External routes (Resolvers). Every External route
@@ -31,13 +44,14 @@ func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (stre
 		return nil, err
 	}
 	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
-		Store:     dynamo.New(client, cfg.Table("IdempotencyTable")),
-		Resolvers: resolvers,
-		Settle:    cfg.ProviderSettle,
-		Retention: cfg.Retention,
-		Logger:    opts.Logger,
-		Metrics:   opts.Emitter("reconciler"),
-		Now:       opts.Now,
+		Store:       dynamo.New(client, cfg.Table("IdempotencyTable")),
+		Resolvers:   resolvers,
+		Settle:      cfg.ProviderSettle,
+		ResolveTime: ResolveTime(cfg),
+		Retention:   cfg.Retention,
+		Logger:      opts.Logger,
+		Metrics:     opts.Emitter("reconciler"),
+		Now:         opts.Now,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reconciler: %w", err)

@@ -1,19 +1,31 @@
 package reconciler_test
 
 import (
+	"context"
+	"log/slog"
 	"maps"
+	"net/http/httptest"
 	"reflect"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/recovery"
+	"github.com/oncehq/once/idempotency/stream"
 	"github.com/oncehq/once/internal/api"
 	"github.com/oncehq/once/internal/app"
+	"github.com/oncehq/once/internal/charges"
 	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/dynamotest"
+	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/provider"
+	"github.com/oncehq/once/internal/provider/simulator"
 	"github.com/oncehq/once/internal/reconciler"
 )
 
@@ -67,5 +79,69 @@ func TestResolversAreTheAPIs(t *testing.T) {
 		if diff := cmp.Diff(w, g, same...); diff != "" {
 			t.Errorf("reconciler.Resolvers()[%q] mismatch (-the API's +the reconciler's):\n%s", route, diff)
 		}
+	}
+}
+
+// TestHandlerLeavesResolveTime runs the function's handler on an UNKNOWN
+// charge record that nothing settled yet (ONCE_PROVIDER_SETTLE a minute),
+// in an invocation shorter than the settle time: it waits until the
+// deadline less ResolveTime (ONCE_PROVIDER_TIMEOUT plus WriteMargin), not
+// less the library's default, and then defers the record.
+func TestHandlerLeavesResolveTime(t *testing.T) {
+	const providerTimeout = 200 * time.Millisecond
+	db := dynamotest.Client(t)
+	names := dynamotest.Tables(t, db)
+	srv := httptest.NewServer(simulator.New(simulator.Options{DB: db, Table: names.ByLogicalID["ProviderTable"]}))
+	t.Cleanup(srv.Close)
+	env := names.Env()
+	env[config.EnvProviderURL] = srv.URL
+	env[config.EnvProviderTimeout] = providerTimeout.String()
+	env[config.EnvProviderSettle] = "1m"
+	cfg, err := config.FromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolveTime := reconciler.ResolveTime(cfg)
+	if want := providerTimeout + reconciler.WriteMargin; resolveTime != want || resolveTime == recovery.DefaultResolveTime {
+		t.Fatalf("ResolveTime() = %v, want %v (ONCE_PROVIDER_TIMEOUT + WriteMargin, not the library's default)", resolveTime, want)
+	}
+
+	store := dynamo.New(db, cfg.Table("IdempotencyTable"))
+	key := idempotency.NewKey("acme", "handler-resolve-time")
+	now := time.Now()
+	res := idempotency.Record{
+		Key: key, Status: idempotency.StatusInProgress, Route: charges.Route, External: true,
+		LeaseToken: idempotency.NewToken(), ExpiresAt: now.Add(30 * time.Second),
+		Request: []byte(`{"amount":100,"currency":"usd","source":"tok_visa"}`), CreatedAt: now, UpdatedAt: now,
+	}
+	if err := store.Reserve(t.Context(), res, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.MarkUnknown(t.Context(), key, res.LeaseToken, idempotency.NewToken(), now.Add(time.Hour), now); err != nil {
+		t.Fatal(err)
+	}
+	img := stream.FromSDK(dynamotest.Item(t, db, cfg.Table("IdempotencyTable"), key.ID()))
+	var metrics lambdatest.Buffer
+	h, err := reconciler.Handler(cfg, db, app.Options{Logger: slog.New(slog.DiscardHandler), Metrics: &metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const left = 500 * time.Millisecond // the invocation's time beyond ResolveTime
+	ctx, cancel := context.WithTimeout(t.Context(), resolveTime+left)
+	defer cancel()
+	start := time.Now()
+	resp, err := h(ctx, events.DynamoDBEvent{Records: []events.DynamoDBEventRecord{
+		lambdatest.Record(events.DynamoDBOperationTypeModify, nil, img, nil, now),
+	}})
+	took := time.Since(start)
+	if err != nil || len(resp.BatchItemFailures) != 1 {
+		t.Fatalf("handler() = %+v, %v; want the record failed (deferred)", resp, err)
+	}
+	if took < left-50*time.Millisecond || took > left+300*time.Millisecond {
+		t.Errorf("handler() took %v, want about %v: to wait until the deadline less ResolveTime (%v)", took, left, resolveTime)
+	}
+	if diff := cmp.Diff(map[string]int{"reconcile_deferred": 1}, lambdatest.Counts(t, metrics.String(), "reconciler")); diff != "" {
+		t.Errorf("metrics mismatch (-want +got):\n%s", diff)
 	}
 }
