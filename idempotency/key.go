@@ -70,7 +70,11 @@ type Key struct {
 	Hash string
 }
 
-// NewKey scopes the raw key to tenant.
+// NewKey scopes the raw key to tenant. It does not check tenant: a tenant
+// outside the rule (ValidateTenant) makes a Key whose ID no store should
+// keep, and the Middleware never makes one. Check a tenant that did not
+// come through the Middleware (an operator's argument) with ValidateTenant
+// first.
 func NewKey(tenant, raw string) Key {
 	sum := sha256.Sum256([]byte(raw))
 	return Key{Tenant: tenant, Hash: hex.EncodeToString(sum[:])}
@@ -99,7 +103,10 @@ func (k Key) Forward(fingerprint string) string {
 	return "once_" + hex.EncodeToString(sum[:20])
 }
 
-// ParseID is the inverse of Key.ID.
+// ParseID is the inverse of Key.ID: the tenant is what precedes the last
+// '#'. It does not apply the tenant rule (ValidateTenant), so that a record
+// stored before the Middleware applied it, whose tenant may hold '#', can
+// still be read, shown and forgotten.
 func ParseID(id string) (Key, error) {
 	i := strings.LastIndexByte(id, '#')
 	if i <= 0 || i == len(id)-1 {

@@ -49,6 +49,11 @@ const (
 	// or a release's (the holds kept, never given back). The key ends, but
 	// the state it left needs an operator: alarm on it.
 	OutcomeEffectsDropped = "effects_dropped"
+	// OutcomeInvalidTenant: Config.Tenant returned a tenant outside the
+	// tenant rule (ValidateTenant): 403 tenant_invalid, nothing read or
+	// stored, logged at error (the deployment's tenant function needs
+	// fixing).
+	OutcomeInvalidTenant = "invalid_tenant"
 )
 
 // Defaults for Config.
@@ -103,13 +108,21 @@ type Config struct {
 	// Store persists records.
 	Store Store
 	// Tenant returns the caller's tenant, as established by the authorizer
-	// (never by anything the caller sends itself).
+	// (never by anything the caller sends itself). false, or an empty
+	// tenant, answers 401 (ErrNoTenant). A tenant must follow the tenant
+	// rule (ValidateTenant: 1 to MaxTenantLength bytes of printable ASCII,
+	// no space, no '#'): one that does not answers 403 (a *TenantError,
+	// matching ErrTenantInvalid) before anything is read or written, on
+	// every retry, with the outcome OutcomeInvalidTenant, which Logger gets
+	// at error (with at most the tenant's first 32 bytes, quoted). A
+	// function reading a claim that callers or an identity provider's
+	// users can shape (apigw.TenantFrom) should map it to such an id.
 	Tenant func(*http.Request) (string, bool)
 	// OnError writes the response for one of the package's errors
 	// (ErrKeyMissing, a *KeyError, ErrKeyReused, a *BodyTooLargeError,
-	// ErrBodyInvalid, ErrNumberPrecision, ErrNoTenant, ErrUnavailable, *InProgressError), for an
-	// effect's business rejection (the RejectedError's Err) or for an
-	// unexpected error. The default is problem.Write, which answers each as
+	// ErrBodyInvalid, ErrNumberPrecision, ErrNoTenant, a *TenantError,
+	// ErrUnavailable, *InProgressError), for an effect's business
+	// rejection (the RejectedError's Err) or for an unexpected error. The default is problem.Write, which answers each as
 	// its problem (application/problem+json).
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
 	// Retention is how long a completed record is kept (DefaultRetention),
@@ -404,6 +417,13 @@ func (m *Middleware) serve(mode Mode, route string, next http.Handler, w http.Re
 	tenant, ok := m.cfg.Tenant(r)
 	if !ok || tenant == "" {
 		m.fail(w, r, obs, OutcomeRejected, ErrNoTenant)
+		return Key{}
+	}
+	if err := ValidateTenant(tenant); err != nil {
+		// The deployment's tenant function is at fault: refused before
+		// anything is read or written, logged without the tenant whole.
+		obs.Err = err.Error()
+		m.fail(w, r, obs, OutcomeInvalidTenant, err)
 		return Key{}
 	}
 	obs.Tenant = tenant

@@ -35,6 +35,8 @@ func (m *Middleware) report(ctx context.Context, obs *Observation, status int, k
 // request's outcome is logged for an operator.
 func operatorLevel(obs *Observation, status int) (slog.Level, string, bool) {
 	switch {
+	case obs.Outcome == OutcomeInvalidTenant:
+		return slog.LevelError, "idempotency: Config.Tenant returned an invalid tenant: the deployment's tenant function needs fixing", true
 	case obs.Outcome == OutcomeEffectsDropped:
 		return slog.LevelError, "idempotency: an answer stored without its effects: the state it left needs an operator", true
 	case obs.Outcome == OutcomeStoreError && status < 500:

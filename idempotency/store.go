@@ -159,6 +159,16 @@ var (
 	// ErrNoTenant: the request carries no tenant (the authorizer did not run)
 	// (401).
 	ErrNoTenant = problem.New(http.StatusUnauthorized, "unauthorized", "Unauthorized", "The request carries no authenticated tenant.")
+	// ErrTenantInvalid: Config.Tenant returned a tenant outside the tenant
+	// rule (ValidateTenant) (403, logged; the Middleware returns a
+	// *TenantError that matches it). The authorizer accepted the caller,
+	// so 401 would be wrong; the tenant the deployment derives from the
+	// caller's credentials will be the same on every retry, so the answer
+	// is final (a 4xx clients do not retry) while the operator, who alone
+	// can fix the tenant function, gets the log line. Nothing is read or
+	// written.
+	ErrTenantInvalid = problem.New(http.StatusForbidden, "tenant_invalid", "Tenant invalid",
+		"The tenant your credentials map to is not one this API can serve ("+tenantRule+"). Retrying will not help: how this API assigns tenants needs fixing.").Logged()
 	// ErrResponseTooLarge: the handler's answer is too large for the store
 	// to keep (500, logged): it is never sent. Atomic and Leased requests
 	// commit nothing (a Leased reservation is released); an External

@@ -32,6 +32,10 @@ func Tenant(r *http.Request) (string, bool) { return tenantFrom(r, TenantKey) }
 // TenantFrom returns a Tenant that reads the authorizer context key key (a
 // Lambda authorizer's context, or a Cognito or JWT authorizer's claims are
 // under "claims" in payload 1.0: use a key your authorizer sets as a string).
+// The middleware refuses a tenant outside idempotency's tenant rule
+// (idempotency.ValidateTenant) with 403 tenant_invalid: a key whose value
+// may hold '#', spaces, non-ASCII or more than idempotency.MaxTenantLength
+// bytes (a name rather than an id) needs mapping to an id first.
 func TenantFrom(key string) func(*http.Request) (string, bool) {
 	return func(r *http.Request) (string, bool) { return tenantFrom(r, key) }
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/memory"
 )
 
 // echo answers with what the handler saw of the request.
@@ -729,5 +731,61 @@ func BenchmarkInvoke(b *testing.B) {
 		if _, err := l.Invoke(ctx, payload); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestInvalidTenantThroughEvents: a tenant outside idempotency's rule in the
+// authorizer context of a real event (a JWT claim read by TenantFrom, as a
+// deployment may) is refused by the middleware with 403 tenant_invalid,
+// never stored, whatever the payload version.
+func TestInvalidTenantThroughEvents(t *testing.T) {
+	headers := map[string]string{"Content-Type": "application/json", "Idempotency-Key": "k1"}
+	tests := []struct {
+		name, tenant string
+		event        func(authorizer map[string]any) any
+	}{
+		{"v1 hash", "acme#x", func(a map[string]any) any {
+			return v1Event(a, map[string][]string{"Content-Type": {"application/json"}, "Idempotency-Key": {"k1"}}, "{}")
+		}},
+		{"v2 3000 bytes", strings.Repeat("a", 3000), func(a map[string]any) any { return v2Event(a, headers, "{}") }},
+		{"v2 control character", "acme\x1b[31m", func(a map[string]any) any { return v2Event(a, headers, "{}") }},
+		{"v1 unicode", "acmé", func(a map[string]any) any {
+			return v1Event(a, map[string][]string{"Content-Type": {"application/json"}, "Idempotency-Key": {"k1"}}, "{}")
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := memory.New()
+			mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: TenantFrom("org")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := mw.Leased("POST /v1/payments", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if _, ok := idempotency.Begin(w, r); ok {
+					echo(w, r)
+				}
+			}))
+			payload, err := json.Marshal(tt.event(map[string]any{"org": tt.tenant}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := NewLambdaHandler(h)(t.Context(), payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var resp struct {
+				StatusCode int    `json:"statusCode"`
+				Body       string `json:"body"`
+			}
+			if err := json.Unmarshal(out, &resp); err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusForbidden || !strings.Contains(resp.Body, `"code":"tenant_invalid"`) {
+				t.Errorf("answer = %d %s, want 403 tenant_invalid", resp.StatusCode, resp.Body)
+			}
+			if _, err := store.Get(t.Context(), idempotency.NewKey(tt.tenant, "k1")); !errors.Is(err, idempotency.ErrNotFound) {
+				t.Errorf("record: err %v, want ErrNotFound", err)
+			}
+		})
 	}
 }

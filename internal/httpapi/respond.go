@@ -128,6 +128,10 @@ func ServeGet[T any](w http.ResponseWriter, r *http.Request, valid func(id strin
 		WriteError(w, r, idempotency.ErrNoTenant)
 		return
 	}
+	if err := idempotency.ValidateTenant(tenant); err != nil {
+		WriteError(w, r, err) // 403 tenant_invalid, as the middleware answers a POST
+		return
+	}
 	id := r.PathValue("id")
 	if !valid(id) {
 		WriteError(w, r, ErrNotFound)

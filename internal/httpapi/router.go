@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 	"net/http"
 	"time"
@@ -183,9 +184,14 @@ func (h *handler) observe(r *http.Request, info *requestInfo, status int, took t
 		status = http.StatusOK
 	}
 	obs := &info.obs
+	tenant := info.tenant
+	if tenant != "" && idempotency.ValidateTenant(tenant) != nil {
+		// Refused (403 tenant_invalid): the error says what it was, bounded.
+		tenant = ""
+	}
 	attrs := []slog.Attr{
 		slog.String("request_id", info.id),
-		slog.String("tenant", info.tenant),
+		slog.String("tenant", tenant),
 		slog.String("method", r.Method),
 		slog.String("route", info.pattern),
 		slog.Int("status", status),
@@ -213,7 +219,8 @@ func (h *handler) observe(r *http.Request, info *requestInfo, status int, took t
 		attrs = append(attrs, slog.String("crash", crash))
 	}
 	level := slog.LevelInfo
-	if status >= 500 {
+	if status >= 500 || obs.Outcome == idempotency.OutcomeInvalidTenant || errors.Is(info.err, idempotency.ErrTenantInvalid) {
+		// A 5xx, or a tenant the deployment's tenant function got wrong.
 		level = slog.LevelError
 	}
 	h.deps.Logger.LogAttrs(r.Context(), level, "request", attrs...)

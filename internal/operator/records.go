@@ -224,8 +224,11 @@ func sortByAge(recs []unknownRecord) {
 }
 
 // keyArg reads the record a command is about: its ID (tenant#key-hash) as
-// the one argument, or -tenant and -key (the raw key, hashed here and never
-// printed).
+// the one argument, or -tenant and -key: the Idempotency-Key header's value
+// as the client sent it, a bare token or a structured-field string
+// ("abc"), parsed as the API parses the header (idempotency.ParseKey) and
+// hashed here, never printed. A -key or -tenant the API would refuse
+// (idempotency.ValidateTenant) is a usage error: no record can have it.
 func keyArg(fs *flag.FlagSet, tenant, raw string) (idempotency.Key, error) {
 	switch {
 	case fs.NArg() == 1 && tenant == "" && raw == "":
@@ -235,7 +238,22 @@ func keyArg(fs *flag.FlagSet, tenant, raw string) (idempotency.Key, error) {
 		}
 		return k, nil
 	case fs.NArg() == 0 && tenant != "" && raw != "":
-		return idempotency.NewKey(tenant, raw), nil
+		if err := idempotency.ValidateTenant(tenant); err != nil {
+			reason := err.Error()
+			if te := (*idempotency.TenantError)(nil); errors.As(err, &te) {
+				reason = te.Reason
+			}
+			return idempotency.Key{}, usageError{fs, "-tenant: not a tenant the API accepts: " + reason}
+		}
+		key, err := idempotency.ParseKey([]string{raw})
+		if err != nil {
+			reason := err.Error()
+			if ke := (*idempotency.KeyError)(nil); errors.As(err, &ke) {
+				reason = ke.Reason
+			}
+			return idempotency.Key{}, usageError{fs, `-key: not an Idempotency-Key the API accepts (a token, or a structured-field string as "abc"): ` + reason}
+		}
+		return idempotency.NewKey(tenant, key), nil
 	}
 	return idempotency.Key{}, usageError{fs, "give a record ID, or -tenant and -key"}
 }
@@ -244,7 +262,7 @@ func keyArg(fs *flag.FlagSet, tenant, raw string) (idempotency.Key, error) {
 // command's arguments, parses them and reads the record they name (keyArg).
 func (t *Tool) recordArg(fs *flag.FlagSet) func(ctx context.Context, args []string) (idempotency.Key, idempotency.Record, error) {
 	tenant := fs.String("tenant", "", "the record's tenant, with -key")
-	raw := fs.String("key", "", "the raw Idempotency-Key, with -tenant (hashed, never printed)")
+	raw := fs.String("key", "", "the Idempotency-Key header's value as sent (abc or \"abc\"), with -tenant (hashed, never printed)")
 	return func(ctx context.Context, args []string) (idempotency.Key, idempotency.Record, error) {
 		if err := t.parse(fs, args, -1); err != nil {
 			return idempotency.Key{}, idempotency.Record{}, err

@@ -6,7 +6,9 @@ package tenant
 
 import "regexp"
 
-// Pattern is the rule for tenant ids, as a regular expression.
+// Pattern is the rule for tenant ids, as a regular expression. Every id it
+// allows passes idempotency.ValidateTenant, the public middleware's wider
+// rule.
 const Pattern = `^[a-z0-9][a-z0-9_-]{0,63}$`
 
 var id = regexp.MustCompile(Pattern)

@@ -3,6 +3,8 @@ package tenant
 import (
 	"strings"
 	"testing"
+
+	"github.com/oncehq/once/idempotency"
 )
 
 func TestValid(t *testing.T) {
@@ -12,6 +14,21 @@ func TestValid(t *testing.T) {
 	} {
 		if got := Valid(s); got != want {
 			t.Errorf("Valid(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// TestValidWithinPublicRule: every tenant the demo's authorizer issues
+// (Valid) passes the public middleware's tenant rule
+// (idempotency.ValidateTenant), which is wider.
+func TestValidWithinPublicRule(t *testing.T) {
+	for c := range 256 {
+		for _, s := range []string{string(rune(c)), "a" + string([]byte{byte(c)}), "a" + strings.Repeat(string([]byte{byte(c)}), 63)} {
+			if Valid(s) {
+				if err := idempotency.ValidateTenant(s); err != nil {
+					t.Errorf("Valid(%q), but ValidateTenant(%q) = %v", s, s, err)
+				}
+			}
 		}
 	}
 }

@@ -1,0 +1,83 @@
+package httpapi_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/memory"
+	"github.com/oncehq/once/internal/httpapi"
+	"github.com/oncehq/once/internal/lambdatest"
+	"github.com/oncehq/once/internal/metrics"
+)
+
+// TestInvalidTenant: a tenant outside idempotency's rule is refused 403
+// tenant_invalid on a POST (by the middleware, nothing stored) and on a
+// GET (ServeGet, nothing read), and the request's log line is at error
+// and never holds the tenant whole.
+func TestInvalidTenant(t *testing.T) {
+	store := memory.New()
+	mw, err := idempotency.New(idempotency.Config{Store: store, Tenant: testTenant, OnError: httpapi.WriteError})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := 0
+	logs := &lambdatest.Buffer{}
+	h := httpapi.NewHandler(httpapi.Deps{
+		Routes: []httpapi.Route{
+			{Pattern: "POST /v1/things", Handler: mw.Atomic("POST /v1/things", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if _, ok := idempotency.Begin(w, r); ok {
+					w.WriteHeader(http.StatusCreated)
+				}
+			}))},
+			{Pattern: "GET /v1/things/{id}", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				httpapi.ServeGet(w, r, func(string) bool { return true }, func(context.Context, string, string) (string, error) {
+					reads++
+					return "thing", nil
+				})
+			})},
+		},
+		Tenant:  testTenant,
+		Logger:  slog.New(slog.NewJSONHandler(logs, nil)),
+		Metrics: metrics.New(&lambdatest.Buffer{}, "once", nil),
+	})
+	long := strings.Repeat("a", 3000)
+	for _, tenant := range []string{"acme#x", long} {
+		for _, method := range []string{"POST", "GET"} {
+			r := httptest.NewRequest(method, "/v1/things", strings.NewReader(`{}`))
+			if method == "GET" {
+				r = httptest.NewRequest(method, "/v1/things/t1", nil)
+			}
+			r.Header.Set(tenantHeader, tenant)
+			r.Header.Set("Idempotency-Key", "k1")
+			r.Header.Set("Content-Type", "application/json")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if p := problemOf(t, w); w.Code != http.StatusForbidden || p["code"] != "tenant_invalid" {
+				t.Errorf("%s with tenant %.20q = %d %v, want 403 tenant_invalid", method, tenant, w.Code, p)
+			}
+		}
+		if _, err := store.Get(t.Context(), idempotency.NewKey(tenant, "k1")); err == nil {
+			t.Errorf("tenant %.20q: a record was stored", tenant)
+		}
+	}
+	if reads != 0 {
+		t.Errorf("ServeGet read %d times, want 0", reads)
+	}
+	lines := logs.Lines(t)
+	if len(lines) != 4 {
+		t.Fatalf("%d log lines, want 4:\n%s", len(lines), logs)
+	}
+	for i, l := range lines {
+		if l["level"] != "ERROR" || l["tenant"] != "" || !strings.Contains(l["error"].(string), "tenant is invalid") {
+			t.Errorf("line %d = %v, want ERROR, no tenant, the error saying why", i, l)
+		}
+	}
+	if strings.Contains(logs.String(), long) {
+		t.Errorf("the logs hold the %d-byte tenant whole", len(long))
+	}
+}
