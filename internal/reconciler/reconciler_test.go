@@ -13,6 +13,7 @@ import (
 	"github.com/oncehq/once/internal/api"
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/orders"
 	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/reconciler"
 )
@@ -26,6 +27,8 @@ func TestResolversAreTheAPIs(t *testing.T) {
 	env := map[string]string{
 		config.EnvProviderURL:     "http://127.0.0.1:9/provider",
 		config.EnvProviderTimeout: "7s",
+		// Not the default: the orders Resolver must get it as the route does.
+		config.EnvProviderKeyRetention: "30h",
 	}
 	cfg, err := config.FromEnv(func(k string) string { return env[k] })
 	if err != nil {
@@ -67,5 +70,15 @@ func TestResolversAreTheAPIs(t *testing.T) {
 		if diff := cmp.Diff(w, g, same...); diff != "" {
 			t.Errorf("reconciler.Resolvers()[%q] mismatch (-the API's +the reconciler's):\n%s", route, diff)
 		}
+	}
+}
+
+// TestProviderKeyMargin: the least ONCE_PROVIDER_KEY_RETENTION that config
+// accepts counts the margin the orders flow keeps under it; config declares
+// it without importing the orders domain, so the two are held equal here,
+// where both are linked.
+func TestProviderKeyMargin(t *testing.T) {
+	if config.ProviderKeyMargin != orders.KeyRetentionMargin {
+		t.Errorf("config.ProviderKeyMargin = %s, orders.KeyRetentionMargin = %s; want them equal", config.ProviderKeyMargin, orders.KeyRetentionMargin)
 	}
 }
