@@ -97,6 +97,12 @@ func newStack(t *testing.T) *stack {
 		// time: a window that still holds them (the worker charges
 		// nothing after it).
 		config.EnvWorkerRetryWindow: "876000h",
+		// The order of reconciler-unknown-order.json was created at a
+		// fixed time too: a provider that remembers its key that long (the
+		// simulator never forgets one), or the orders Resolver would leave
+		// it to an operator (orders.ErrKeyRetention, which internal/e2e's
+		// TestOrdersKeyRetention covers).
+		config.EnvProviderKeyRetention: "876000h",
 	})
 	cfg, err := config.FromEnv(func(k string) string { return env[k] })
 	if err != nil {

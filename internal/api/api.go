@@ -140,7 +140,10 @@ func routes(mw *idempotency.Middleware, d deps) []httpapi.Route {
 		Provider: refundsProvider,
 		Timeout:  timeout,
 	})...)
-	od := ordershttp.Deps{Store: d.store, Orders: ordersTable, Outbox: d.cfg.Table("OutboxTable"), Timeout: timeout, Now: d.now}
+	od := ordershttp.Deps{
+		Store: d.store, Orders: ordersTable, Outbox: d.cfg.Table("OutboxTable"),
+		Timeout: timeout, KeyRetention: d.cfg.ProviderKeyRetention, Now: d.now,
+	}
 	if d.provider != nil {
 		od.Provider = d.provider
 	}

@@ -14,18 +14,21 @@ import (
 // Environment variables read by FromEnv. The tables' variables follow a
 // rule instead (see Table).
 const (
-	EnvRetention        = "ONCE_RETENTION"
-	EnvLease            = "ONCE_LEASE"
-	EnvFaultInjection   = "ONCE_FAULT_INJECTION"
-	EnvProviderURL      = "ONCE_PROVIDER_URL"
-	EnvProviderTimeout  = "ONCE_PROVIDER_TIMEOUT"
-	EnvProviderSettle   = "ONCE_PROVIDER_SETTLE"
-	EnvProviderAuth     = "ONCE_PROVIDER_AUTH"
-	EnvMailURL          = "ONCE_MAIL_URL"
-	EnvMailAuth         = "ONCE_MAIL_AUTH"
-	EnvDynamoDBEndpoint = "DYNAMODB_ENDPOINT"
-	EnvRegion           = "AWS_REGION"
-	EnvLogLevel         = "LOG_LEVEL"
+	EnvRetention       = "ONCE_RETENTION"
+	EnvLease           = "ONCE_LEASE"
+	EnvFaultInjection  = "ONCE_FAULT_INJECTION"
+	EnvProviderURL     = "ONCE_PROVIDER_URL"
+	EnvProviderTimeout = "ONCE_PROVIDER_TIMEOUT"
+	EnvProviderSettle  = "ONCE_PROVIDER_SETTLE"
+	EnvProviderAuth    = "ONCE_PROVIDER_AUTH"
+	// EnvProviderKeyRetention is how long the payment provider remembers an
+	// idempotency key (see Config.ProviderKeyRetention).
+	EnvProviderKeyRetention = "ONCE_PROVIDER_KEY_RETENTION"
+	EnvMailURL              = "ONCE_MAIL_URL"
+	EnvMailAuth             = "ONCE_MAIL_AUTH"
+	EnvDynamoDBEndpoint     = "DYNAMODB_ENDPOINT"
+	EnvRegion               = "AWS_REGION"
+	EnvLogLevel             = "LOG_LEVEL"
 	// The recovery checks' delay queue and its dead-letter queue, the
 	// worker's retry queue and its dead-letter queue: a queue name (resolved
 	// with GetQueueUrl) or a queue URL (what template.yaml passes).
@@ -101,6 +104,20 @@ const (
 	// DefaultProviderSettle is how long after a call the provider may still
 	// apply it, its client gone (the simulator: 30 s at most).
 	DefaultProviderSettle = 30 * time.Second
+	// DefaultProviderKeyRetention is Stripe's: it prunes idempotency keys
+	// once they are at least 24 hours old.
+	DefaultProviderKeyRetention = 24 * time.Hour
+	// ProviderKeyMargin is the part of ONCE_PROVIDER_KEY_RETENTION that
+	// the orders flow leaves unused (orders.KeyRetentionMargin, the same
+	// hour: internal/reconciler's test holds the two equal). The least
+	// ONCE_PROVIDER_KEY_RETENTION is ONCE_LEASE + ONCE_PROVIDER_SETTLE +
+	// MinRetention (the reconciler's stream retries of a change, an hour) +
+	// this margin: what an order abandoned at its first point takes to be
+	// resumed with no operator (its lease run out, its recovery check, the
+	// reconciler retrying while the provider is down), with the margin
+	// still left; a shorter one would send orders that a normal resume
+	// finishes to an operator.
+	ProviderKeyMargin = time.Hour
 )
 
 // Defaults of the receipts' retries.
@@ -158,6 +175,12 @@ type Config struct {
 	// apply it, its client having given up: only a look-up after that which
 	// finds nothing proves that nothing happened (at least ProviderTimeout).
 	ProviderSettle time.Duration
+	// ProviderKeyRetention is how long the provider remembers an
+	// idempotency key, and answers a call repeated under it with what the
+	// first did: an order resumed later than that, less ProviderKeyMargin,
+	// is not charged again but left to an operator (orders.ErrKeyRetention).
+	// At least Lease + ProviderSettle + MinRetention + ProviderKeyMargin.
+	ProviderKeyRetention time.Duration
 	// ProviderAuth is how calls to the provider are authenticated:
 	// ProviderAuthNone or ProviderAuthIAM.
 	ProviderAuth string
@@ -268,6 +291,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		ProviderTimeout:  duration(EnvProviderTimeout, DefaultProviderTimeout),
 		ProviderSettle:   duration(EnvProviderSettle, 0),
 
+		ProviderKeyRetention: duration(EnvProviderKeyRetention, DefaultProviderKeyRetention),
+
 		CheckQueue:          queue(EnvCheckQueue, DefaultCheckQueue),
 		CheckDLQ:            queue(EnvCheckDLQ, DefaultCheckDLQ),
 		WorkerRetryQueue:    queue(EnvWorkerRetryQueue, DefaultWorkerRetryQueue),
@@ -295,6 +320,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			EnvProviderSettle+" ("+c.ProviderSettle.String()+", until which an UNKNOWN record's call may still land)"+
 			": a completed record expired sooner counts as absent, and a retry would run its request again; "+
 			"an UNKNOWN one written with a TTL attribute (before UNKNOWN records lost it) could be deleted by TTL while the reconciler works on it")
+	}
+	if floor := c.Lease + c.ProviderSettle + MinRetention + ProviderKeyMargin; c.Lease > 0 && c.ProviderSettle > 0 && c.ProviderKeyRetention > 0 && c.ProviderKeyRetention < floor {
+		bad(EnvProviderKeyRetention, c.ProviderKeyRetention.String(), "must be at least "+floor.String()+": "+EnvLease+" ("+c.Lease.String()+") + "+
+			EnvProviderSettle+" ("+c.ProviderSettle.String()+") + "+MinRetention.String()+" (the reconciler's retries) + "+ProviderKeyMargin.String()+
+			" (the margin the orders flow keeps under it), or orders that a normal resume finishes would be left to an operator, never charged")
 	}
 	switch h := c.WorkerLookUpHorizon; {
 	case h > 0 && h < MinWorkerLookUpHorizon:

@@ -19,6 +19,8 @@ func TestFromEnv(t *testing.T) {
 		ProviderSettle:  DefaultProviderSettle,
 		ProviderAuth:    ProviderAuthNone,
 
+		ProviderKeyRetention: DefaultProviderKeyRetention,
+
 		CheckQueue:          DefaultCheckQueue,
 		CheckDLQ:            DefaultCheckDLQ,
 		WorkerRetryQueue:    DefaultWorkerRetryQueue,
@@ -55,6 +57,8 @@ func TestFromEnv(t *testing.T) {
 				"ONCE_PROVIDER_TIMEOUT": "2500ms",
 				"ONCE_PROVIDER_AUTH":    "aws_iam",
 
+				"ONCE_PROVIDER_KEY_RETENTION": "48h",
+
 				"ONCE_CHECK_QUEUE":           "https://sqs.eu-west-1.amazonaws.com/123456789012/stack-CheckQueue-AbC",
 				"ONCE_CHECK_DLQ":             "stack-check-dlq",
 				"ONCE_WORKER_RETRY_QUEUE":    "http://127.0.0.1:9324/000000000000/retry",
@@ -79,6 +83,8 @@ func TestFromEnv(t *testing.T) {
 				ProviderTimeout:  2500 * time.Millisecond,
 				ProviderSettle:   DefaultProviderSettle,
 				ProviderAuth:     ProviderAuthIAM,
+
+				ProviderKeyRetention: 48 * time.Hour,
 
 				CheckQueue:          "https://sqs.eu-west-1.amazonaws.com/123456789012/stack-CheckQueue-AbC",
 				CheckDLQ:            "stack-check-dlq",
@@ -162,6 +168,22 @@ func TestFromEnv(t *testing.T) {
 			wantErr: []string{`ONCE_RETENTION="2h0m0s": must be at least 3h0m0s, the longest of 1h0m0s (the reconciler's retries of an UNKNOWN record), ONCE_LEASE (30s) and ONCE_PROVIDER_SETTLE (3h0m0s,`}},
 		{name: "retention of a long settle", env: map[string]string{"ONCE_RETENTION": "3h", "ONCE_PROVIDER_SETTLE": "3h"},
 			want: with(func(c *Config) { c.Retention, c.ProviderSettle = 3*time.Hour, 3*time.Hour })},
+		{name: "provider key retention not a duration", env: map[string]string{"ONCE_PROVIDER_KEY_RETENTION": "forever"},
+			wantErr: []string{`ONCE_PROVIDER_KEY_RETENTION="forever": not a Go duration`}},
+		{name: "provider key retention zero", env: map[string]string{"ONCE_PROVIDER_KEY_RETENTION": "0s"},
+			wantErr: []string{`ONCE_PROVIDER_KEY_RETENTION="0s": must be positive`}},
+		{name: "provider key retention under its floor", env: map[string]string{"ONCE_PROVIDER_KEY_RETENTION": "2h0m59s"},
+			wantErr: []string{`ONCE_PROVIDER_KEY_RETENTION="2h0m59s": must be at least 2h1m0s: ONCE_LEASE (30s) + ONCE_PROVIDER_SETTLE (30s) + 1h0m0s (the reconciler's retries) + 1h0m0s (the margin`}},
+		{name: "provider key retention at its floor", env: map[string]string{"ONCE_PROVIDER_KEY_RETENTION": "2h1m"},
+			want: with(func(c *Config) { c.ProviderKeyRetention = 2*time.Hour + time.Minute })},
+		{name: "provider key retention of Stripe under a long lease", env: map[string]string{"ONCE_LEASE": "23h", "ONCE_PROVIDER_TIMEOUT": "10s"},
+			wantErr: []string{`ONCE_PROVIDER_KEY_RETENTION="24h0m0s": must be at least 25h0m30s: ONCE_LEASE (23h0m0s) + ONCE_PROVIDER_SETTLE (30s)`}},
+		{name: "provider key retention under a long settle", env: map[string]string{"ONCE_PROVIDER_SETTLE": "22h30m", "ONCE_PROVIDER_KEY_RETENTION": "24h30m"},
+			wantErr: []string{`ONCE_PROVIDER_KEY_RETENTION="24h30m0s": must be at least 24h30m30s`}},
+		{name: "provider key retention over a long settle", env: map[string]string{"ONCE_PROVIDER_SETTLE": "22h30m", "ONCE_PROVIDER_KEY_RETENTION": "25h31m"},
+			want: with(func(c *Config) {
+				c.ProviderSettle, c.ProviderKeyRetention = 22*time.Hour+30*time.Minute, 25*time.Hour+31*time.Minute
+			})},
 		{name: "negative lease", env: map[string]string{"ONCE_LEASE": "-1s"}, wantErr: []string{"ONCE_LEASE"}},
 		{name: "bare number lease", env: map[string]string{"ONCE_LEASE": "30"}, wantErr: []string{"ONCE_LEASE"}},
 		{name: "bad fault injection", env: map[string]string{"ONCE_FAULT_INJECTION": "yes"}, wantErr: []string{"ONCE_FAULT_INJECTION"}},

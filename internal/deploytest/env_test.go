@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -226,11 +227,22 @@ var crossChecks = []struct {
 	// bad is a value of checked that FromEnv refuses against against's
 	// default, good a value of against that makes it valid.
 	bad, good string
+	// also is set with both (a third variable that bad needs anyway: a
+	// lease over the default retention is over the default key retention's
+	// floor too).
+	also map[string]string
 }{
 	{checked: config.EnvProviderTimeout, against: config.EnvLease, bad: config.DefaultLease.String(), good: (2 * config.DefaultLease).String()},
-	{checked: config.EnvLease, against: config.EnvRetention, bad: (config.DefaultRetention + time.Hour).String(), good: (2 * config.DefaultRetention).String()},
-	{checked: config.EnvProviderSettle, against: config.EnvRetention, bad: (config.DefaultRetention + time.Hour).String(), good: (2 * config.DefaultRetention).String()},
+	{checked: config.EnvLease, against: config.EnvRetention, bad: (config.DefaultRetention + time.Hour).String(), good: (2 * config.DefaultRetention).String(),
+		also: map[string]string{config.EnvProviderKeyRetention: (2 * config.DefaultRetention).String()}},
+	{checked: config.EnvProviderSettle, against: config.EnvRetention, bad: (config.DefaultRetention + time.Hour).String(), good: (2 * config.DefaultRetention).String(),
+		also: map[string]string{config.EnvProviderKeyRetention: (2 * config.DefaultRetention).String()}},
 	{checked: config.EnvProviderSettle, against: config.EnvProviderTimeout, bad: (config.DefaultProviderTimeout / 2).String(), good: (config.DefaultProviderTimeout / 4).String()},
+	// A key retention a minute under its floor with the defaults, valid
+	// with a lease (above the 5s timeout) or a settle (at it) shorter than
+	// theirs.
+	{checked: config.EnvProviderKeyRetention, against: config.EnvLease, bad: "2h0m59s", good: "6s"},
+	{checked: config.EnvProviderKeyRetention, against: config.EnvProviderSettle, bad: "2h0m59s", good: "5s"},
 }
 
 // addCheckedPartners adds to reads (variable -> why) the variables a
@@ -292,17 +304,47 @@ var (
 	partners   = map[[2]string]bool{}
 )
 
-// findsPartnerNeeded is needsPartner's search.
+// findsPartnerNeeded is needsPartner's search: over the values of the two
+// alone, then with a third variable of crossChecks set as well (a Lease of
+// 25h needs a Retention above the default, but is refused with it alone:
+// it needs a ProviderKeyRetention above the default as well).
 func findsPartnerNeeded(set, partner string) bool {
-	for _, a := range checkDurations {
-		alone := map[string]string{set: a}
-		if _, err := config.FromEnv(func(k string) string { return alone[k] }); err == nil {
-			continue
+	thirds := []string{""}
+	for _, c := range crossChecks {
+		for _, v := range []string{c.checked, c.against} {
+			if v != set && v != partner && !slices.Contains(thirds, v) {
+				thirds = append(thirds, v)
+			}
 		}
-		for _, b := range checkDurations {
-			both := map[string]string{set: a, partner: b}
-			if _, err := config.FromEnv(func(k string) string { return both[k] }); err == nil {
-				return true
+	}
+	for _, third := range thirds {
+		values := []string{""}
+		if third != "" {
+			values = checkDurations
+		}
+		for _, c := range values {
+			if third != "" {
+				// The third's value must be valid alone: the refusal is
+				// then set's, in its company.
+				if _, err := config.FromEnv(func(k string) string { return map[string]string{third: c}[k] }); err != nil {
+					continue
+				}
+			}
+			for _, a := range checkDurations {
+				alone := map[string]string{set: a}
+				if third != "" {
+					alone[third] = c
+				}
+				if _, err := config.FromEnv(func(k string) string { return alone[k] }); err == nil {
+					continue
+				}
+				for _, b := range checkDurations {
+					both := maps.Clone(alone)
+					both[partner] = b
+					if _, err := config.FromEnv(func(k string) string { return both[k] }); err == nil {
+						return true
+					}
+				}
 			}
 		}
 	}
@@ -319,12 +361,13 @@ func TestCheckedPartners(t *testing.T) {
 	}{
 		{reads: nil, want: nil},
 		{reads: []string{config.EnvRetention}, want: []string{config.EnvRetention}},
+		{reads: []string{config.EnvProviderKeyRetention}, want: []string{config.EnvProviderKeyRetention}},
 		{reads: []string{config.EnvLease},
-			want: []string{config.EnvLease, config.EnvProviderTimeout, config.EnvRetention}},
+			want: []string{config.EnvLease, config.EnvProviderKeyRetention, config.EnvProviderTimeout, config.EnvRetention}},
 		{reads: []string{config.EnvProviderTimeout},
-			want: []string{config.EnvLease, config.EnvProviderTimeout, config.EnvRetention}},
+			want: []string{config.EnvLease, config.EnvProviderKeyRetention, config.EnvProviderTimeout, config.EnvRetention}},
 		{reads: []string{config.EnvProviderSettle},
-			want: []string{config.EnvLease, config.EnvProviderSettle, config.EnvProviderTimeout, config.EnvRetention}},
+			want: []string{config.EnvLease, config.EnvProviderKeyRetention, config.EnvProviderSettle, config.EnvProviderTimeout, config.EnvRetention}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.reads, ","), func(t *testing.T) {
@@ -381,6 +424,11 @@ func TestCheckedPartners(t *testing.T) {
 		{config.EnvRetention, config.EnvProviderSettle, false},
 		{config.EnvProviderSettle, config.EnvProviderTimeout, true},
 		{config.EnvProviderTimeout, config.EnvProviderSettle, false},
+		{config.EnvLease, config.EnvProviderKeyRetention, true},
+		{config.EnvProviderKeyRetention, config.EnvLease, false},
+		{config.EnvProviderSettle, config.EnvProviderKeyRetention, true},
+		{config.EnvProviderKeyRetention, config.EnvProviderSettle, false},
+		{config.EnvRetention, config.EnvProviderKeyRetention, false},
 	} {
 		if got := needsPartner(tt.set, tt.partner); got != tt.want {
 			t.Errorf("needsPartner(%s, %s) = %v, want %v", tt.set, tt.partner, got, tt.want)
@@ -393,12 +441,19 @@ func TestCheckedPartners(t *testing.T) {
 // partner set.
 func TestCrossChecks(t *testing.T) {
 	for _, c := range crossChecks {
-		_, err := config.FromEnv(func(k string) string { return map[string]string{c.checked: c.bad}[k] })
-		if err == nil || !strings.Contains(err.Error(), c.checked) {
-			t.Errorf("FromEnv(%s=%s) = %v, want an error naming %s", c.checked, c.bad, err, c.checked)
+		bad := maps.Clone(c.also)
+		if bad == nil {
+			bad = map[string]string{}
 		}
-		if _, err := config.FromEnv(func(k string) string { return map[string]string{c.checked: c.bad, c.against: c.good}[k] }); err != nil {
-			t.Errorf("FromEnv(%s=%s, %s=%s) = %v, want it accepted", c.checked, c.bad, c.against, c.good, err)
+		bad[c.checked] = c.bad
+		_, err := config.FromEnv(func(k string) string { return bad[k] })
+		if err == nil || !strings.Contains(err.Error(), c.checked) {
+			t.Errorf("FromEnv(%v) = %v, want an error naming %s", bad, err, c.checked)
+		}
+		good := maps.Clone(bad)
+		good[c.against] = c.good
+		if _, err := config.FromEnv(func(k string) string { return good[k] }); err != nil {
+			t.Errorf("FromEnv(%v) = %v, want it accepted", good, err)
 		}
 	}
 }
@@ -432,10 +487,11 @@ func TestConfigAcceptsTemplate(t *testing.T) {
 		{"ProviderTimeout": "30s", "Lease": "45s"},
 		{"ProviderTimeout": "50s", "Lease": "2m", "ProviderSettle": "1m"},
 		{"Retention": config.MinRetention.String()},
-		{"Lease": "25h", "Retention": "48h"},              // a lease over the default retention
-		{"ProviderTimeout": "1s", "Lease": "4s"},          // a lease under the default provider timeout
-		{"ProviderTimeout": "1s", "ProviderSettle": "2s"}, // a settle under the default provider timeout
-		{"ProviderSettle": "25h", "Retention": "48h"},     // a settle over the default retention
+		{"Lease": "25h", "Retention": "48h", "ProviderKeyRetention": "48h"},          // a lease over the default retention (and key retention's floor)
+		{"ProviderTimeout": "1s", "Lease": "4s"},                                     // a lease under the default provider timeout
+		{"ProviderTimeout": "1s", "ProviderSettle": "2s"},                            // a settle under the default provider timeout
+		{"ProviderSettle": "25h", "Retention": "48h", "ProviderKeyRetention": "48h"}, // a settle over the default retention (and key retention's floor)
+		{"ProviderKeyRetention": "2h1m"},                                             // the least key retention with the defaults
 	}
 	for _, deploy := range []bool{true, false} {
 		for _, level := range levels {

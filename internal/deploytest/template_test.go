@@ -32,6 +32,7 @@ func TestParameters(t *testing.T) {
 	want := map[string]string{ // name -> default
 		"StageName": "prod", "Architecture": "arm64", "LogLevel": "info", "LogRetentionDays": "30",
 		"Retention": "24h", "Lease": "30s", "ProviderTimeout": "5s", "ProviderSettle": "30s", "WorkerRetryWindow": "6h",
+		"ProviderKeyRetention":    "24h",
 		"WorkerLookUpHorizon":     "24h",
 		"ReceiptAttempts":         strconv.Itoa(config.DefaultReceiptAttempts),
 		"DeployProviderSimulator": "true", "ProviderUrl": "", "MailUrl": "", "AlarmTopicArn": "", "DynamoDBEndpoint": "", "SQSEndpoint": "",

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -501,6 +502,156 @@ func TestOrdersResolver(t *testing.T) {
 			if o.RecoveryPoint != orders.PointFinished || o.Receipt != orders.ReceiptQueued {
 				t.Errorf("order at %q, receipt %q; want finished, queued", o.RecoveryPoint, o.Receipt)
 			}
+		})
+	}
+}
+
+// chargeCalls counts the simulator's POST /v1/charges requests by
+// Idempotency-Key: the calls made, whatever the simulator did with them (it
+// never forgets a key, so a repeated call would not show as a charge).
+type chargeCalls struct {
+	mu    sync.Mutex
+	byKey map[string]int
+}
+
+func (c *chargeCalls) option() stackOption {
+	c.byKey = map[string]int{}
+	return func(setup *stackSetup) {
+		setup.simWrap = func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPost && r.URL.Path == "/v1/charges" {
+					c.mu.Lock()
+					c.byKey[r.Header.Get("Idempotency-Key")]++
+					c.mu.Unlock()
+				}
+				next.ServeHTTP(w, r)
+			})
+		}
+	}
+}
+
+func (c *chargeCalls) of(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byKey[key]
+}
+
+// TestOrdersKeyRetention: an order resumed at order_created once the
+// provider may have forgotten its forwarded key (ONCE_PROVIDER_KEY_RETENTION,
+// 24h by default, less orders.KeyRetentionMargin, an hour, from the record's
+// creation) is not charged again, neither by a client's retry taking the
+// reservation over nor by the reconciler's Resolver: no call reaches the
+// provider, the retry is answered 500 order_needs_review and the record
+// stays for an operator (IN_PROGRESS under the retry's running lease, then
+// UNKNOWN, which the reconciler leaves as it is, counting
+// reconcile_unroutable). One younger than that resumes and charges once, as
+// before.
+func TestOrdersKeyRetention(t *testing.T) {
+	var calls chargeCalls
+	s := newStack(t, withConfig(func(c *config.Config) {
+		c.ProviderTimeout = chargeTimeout
+		c.FaultInjection = true
+	}), calls.option())
+	resolvers, err := reconciler.Resolvers(s.cfg, s.client, app.Options{Now: s.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
+		Store: dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"]), Resolvers: resolvers, Settle: chargeTimeout,
+		Metrics: metrics.New(s.metrics, "once", map[string]string{"Service": "reconciler"}), Now: s.clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"])
+	body := orderBody("tok_visa", "ada@example.com")
+	// Each case's order is abandoned at order_created, by a crash before
+	// its call, at the clock's time then; the clock only moves forward, so
+	// the cases run in order of their age.
+	tests := []struct {
+		name     string
+		age      time.Duration // from the crash to the resume
+		resolver bool          // resumed by the reconciler, else by a retry
+		refused  bool
+	}{
+		{"retry, younger", 22*time.Hour + 59*time.Minute, false, false},
+		{"resolver, younger", 22*time.Hour + 59*time.Minute, true, false},
+		{"retry, older", 23*time.Hour + time.Second, false, true},
+		{"resolver, older", 23*time.Hour + time.Second, true, true},
+		{"retry, days later", 72 * time.Hour, false, true},
+	}
+	start := s.clock.Now()
+	for _, tt := range tests {
+		key := "order-retention-" + strings.ReplaceAll(strings.ReplaceAll(tt.name, ",", ""), " ", "-")
+		wantCrash(t, s.order(t, "acme", key, body, map[string][]string{"Once-Fault": {"after-order-created"}}), "after-order-created")
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := "order-retention-" + strings.ReplaceAll(strings.ReplaceAll(tt.name, ",", ""), " ", "-")
+			fk := orderForwardKey(t, key, body)
+			s.clock.Advance(start.Add(tt.age).Sub(s.clock.Now()))
+			if !tt.resolver {
+				resp := s.order(t, "acme", key, body, nil)
+				rec, err := s.record(t, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !tt.refused {
+					if resp.status != http.StatusCreated || calls.of(fk) != 1 {
+						t.Errorf("retry %s after the crash = %d %s with %d provider call(s), want 201 and 1", tt.age, resp.status, resp.body, calls.of(fk))
+					}
+					s.effects(t, key, body, orders.StatusPaid, 1, 1)
+					return
+				}
+				wantProblem(t, resp, http.StatusInternalServerError, "order_needs_review", "")
+				if n := calls.of(fk); n != 0 {
+					t.Errorf("provider calls = %d, want 0: the provider may have forgotten the key", n)
+				}
+				if rec.Status != idempotency.StatusInProgress || rec.Point != orders.PointOrderCreated || !rec.ExpiresAt.After(s.clock.Now()) {
+					t.Errorf("record = %s at %q until %v, want IN_PROGRESS at order_created under the retry's running lease", rec.Status, rec.Point, rec.ExpiresAt)
+				}
+				wantProblem(t, s.order(t, "acme", key, body, nil), http.StatusConflict, "idempotency_request_in_progress", "30")
+				s.effects(t, key, body, orders.StatusCreated, 0, 0)
+				return
+			}
+			// The recovery check's hand-over: UNKNOWN under a new lease.
+			rec, err := s.record(t, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := store.MarkUnknown(t.Context(), rec.Key, rec.LeaseToken, idempotency.NewToken(), s.clock.Now().Add(s.cfg.Retention), s.clock.Now()); err != nil {
+				t.Fatal(err)
+			}
+			unknown, err := s.record(t, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := strings.Count(s.metrics.String(), `"reconcile_unroutable":1`)
+			if err := r.Reconcile(t.Context(), nil, unknown); err != nil {
+				t.Fatalf("Reconcile = %v", err)
+			}
+			after, err := s.record(t, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.refused {
+				if after.Status != idempotency.StatusCompleted || calls.of(fk) != 1 {
+					t.Errorf("reconciled record = %s with %d provider call(s), want COMPLETED and 1", after.Status, calls.of(fk))
+				}
+				s.effects(t, key, body, orders.StatusPaid, 1, 1)
+				return
+			}
+			if n := calls.of(fk); n != 0 {
+				t.Errorf("provider calls = %d, want 0: the provider may have forgotten the key", n)
+			}
+			if after.Status != idempotency.StatusUnknown || after.Point != orders.PointOrderCreated || after.LeaseToken != unknown.LeaseToken {
+				t.Errorf("record = %s at %q, want it left UNKNOWN at order_created for an operator", after.Status, after.Point)
+			}
+			if got := strings.Count(s.metrics.String(), `"reconcile_unroutable":1`); got != before+1 {
+				t.Errorf("reconcile_unroutable counted %d times, want once: metrics %s", got-before, s.metrics)
+			}
+			wantProblem(t, s.order(t, "acme", key, body, nil), http.StatusConflict, "idempotency_request_in_progress", "2")
+			s.effects(t, key, body, orders.StatusCreated, 0, 0)
 		})
 	}
 }

@@ -20,7 +20,10 @@
 // reconciler through the route's Resolver (idempotency.ResumeSteps), which
 // runs the same phase code (Flow.Run): a committed phase is never repeated,
 // and a phase run again repeats only its call out, under the same forward
-// key, which the provider answers with the charge it already made.
+// key, which the provider answers with the charge it already made. That
+// holds while the provider remembers the key (Flow.KeyRetention): a resume
+// later than that less KeyRetentionMargin calls nothing and returns
+// ErrKeyRetention, the outcome left unknown for an operator.
 //
 // It serves no HTTP: its endpoints are package ordershttp's, so that the
 // reconciler, which resumes orders, links neither the HTTP layer nor crash

@@ -55,7 +55,43 @@ type Flow struct {
 	// Timeout bounds one provider call (none but the client's own when
 	// zero; it must be shorter than the lease).
 	Timeout time.Duration
+	// KeyRetention is how long the provider remembers a forwarded key and
+	// answers a repeated call with the charge it made (Stripe: 24 hours);
+	// zero is for ever (the simulator). The phase charge_created is not run
+	// once the request is older than KeyRetention less KeyRetentionMargin
+	// (see ErrKeyRetention).
+	KeyRetention time.Duration
+	// Now is the time the request's age is measured at (time.Now when nil).
+	Now func() time.Time
 }
+
+// KeyRetentionMargin is how much of Flow.KeyRetention the phase
+// charge_created leaves unused (half of it when KeyRetention is shorter
+// than two margins). The age it measures is already an overestimate of the
+// key's (the first call came after the record was created), so the margin
+// covers what it does not: the call's own time on the way to the provider
+// (at most the call's timeout, seconds), the difference between this clock
+// and the provider's (seconds), and a provider whose retention is not to
+// the second (Stripe: keys are pruned "after they're at least 24 hours
+// old"). An hour is far more than those: what it costs is only that an
+// order resumed in the last hour of the retention goes to an operator
+// instead of being charged (config.ProviderKeyMargin is the same hour, in
+// the least ONCE_PROVIDER_KEY_RETENTION it accepts).
+const KeyRetentionMargin = time.Hour
+
+// ErrKeyRetention: the phase charge_created was to run again (a resumed
+// request) later than the provider remembers its forwarded key
+// (Flow.KeyRetention less KeyRetentionMargin): if the first call landed, a
+// call now could charge a second time, so none is made. Nothing can find
+// the outcome out: the handler declares it unknown (500 order_needs_review,
+// the record left to an operator), and the Resolver returns it wrapped in
+// idempotency.ErrUnresolvable (the record left UNKNOWN, counted
+// reconcile_unroutable).
+var ErrKeyRetention = fmt.Errorf("orders: the provider may have forgotten the order's forwarded key, and a call could charge twice: %w",
+	problem.New(http.StatusInternalServerError, "order_needs_review", "Order needs review",
+		"The order's charge was started longer ago than the payment provider remembers its idempotency key: "+
+			"it may have been charged, and calling the provider again could charge it twice, so it was not. "+
+			"The order is left to an operator; retries with the same Idempotency-Key get 409 until it is settled."))
 
 // ErrDrift: the provider answered with a charge that is not this request's
 // (another amount or currency under its forwarded key). Nothing the request
@@ -77,7 +113,8 @@ func (f Flow) Start(o Order) (point string, data map[string]string, hold idempot
 
 // Run goes through the phases after s.Point() and returns the answer and
 // the effects of the completion (the finished phase's transaction). Its
-// errors are the provider's (see Charger), ErrDrift, and Steps.Advance's (a
+// errors are the provider's (see Charger), ErrDrift, ErrKeyRetention (no
+// call made), and Steps.Advance's (a
 // *idempotency.ConflictError: the lease is lost). called, when set, is
 // called once the provider has answered, with how long the call took: the
 // handler notes the call for the request's log line there, and checks its
@@ -105,6 +142,9 @@ func (f Flow) Run(ctx context.Context, s *idempotency.Steps, req Request, called
 // point. done is set when the request ends without a charge (the provider
 // refused the request itself): its answer is final, with effects.
 func (f Flow) charge(ctx context.Context, s *idempotency.Steps, o Order, req Request, called func(time.Duration)) (idempotency.Response, []idempotency.Effect, bool, error) {
+	if err := f.keyRemembered(s, o); err != nil {
+		return idempotency.Response{}, nil, false, err
+	}
 	cctx := ctx
 	if f.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -141,6 +181,32 @@ func (f Flow) charge(ctx context.Context, s *idempotency.Steps, o Order, req Req
 	}
 	err = s.Advance(ctx, PointChargeCreated, data, charged(f.Orders, o, status, c.ID, data[dataFailure]))
 	return idempotency.Response{}, nil, false, err
+}
+
+// keyRemembered returns an error wrapping ErrKeyRetention when the request
+// of s and o is too old for its forwarded key to be still remembered
+// (Flow.KeyRetention). Its age is counted from the record's creation or,
+// earlier, the order's (o.Created, which the handler takes before it
+// reserves, in whole seconds): a record without a creation time (one
+// decoded from an image that lacks it) is measured by the order alone.
+func (f Flow) keyRemembered(s *idempotency.Steps, o Order) error {
+	if f.KeyRetention <= 0 {
+		return nil
+	}
+	since := time.Unix(o.Created, 0)
+	if created := s.Record().CreatedAt; !created.IsZero() && created.Before(since) {
+		since = created
+	}
+	now := time.Now
+	if f.Now != nil {
+		now = f.Now
+	}
+	limit := f.KeyRetention - min(KeyRetentionMargin, f.KeyRetention/2)
+	if age := now().Sub(since); age >= limit {
+		return fmt.Errorf("%w: the request is %s old, the provider keeps keys %s (less a margin: %s)",
+			ErrKeyRetention, age.Round(time.Second), f.KeyRetention, limit)
+	}
+	return nil
 }
 
 // finish is the phase finished: the answer to store and the effects stored
@@ -223,17 +289,23 @@ type Resolver struct {
 
 // NewResolver returns the Resolver that resumes requests on store (the
 // idempotency store the middleware writes) through f; now stamps the
-// phases (time.Now when nil).
+// phases, and measures the requests' age when f.Now is nil (time.Now when
+// nil).
 func NewResolver(store idempotency.Store, f Flow, now func() time.Time) *Resolver {
 	if now == nil {
 		now = time.Now
+	}
+	if f.Now == nil {
+		f.Now = now
 	}
 	return &Resolver{store: store, flow: f, now: now}
 }
 
 // Resolve resumes rec's request. A provider that cannot answer now is an
 // error (the reconciler retries); a record without a recovery point or
-// with a request that does not decode is ErrUnresolvable.
+// with a request that does not decode is ErrUnresolvable, and so is one
+// whose charge is too old to make again (ErrKeyRetention, wrapped too): the
+// reconciler leaves it UNKNOWN for an operator.
 func (r *Resolver) Resolve(ctx context.Context, rec idempotency.Record) (idempotency.Resolution, error) {
 	if r.flow.Provider == nil || r.store == nil {
 		return idempotency.Resolution{}, errors.New("orders: no provider or store to resume the order with")
@@ -247,6 +319,9 @@ func (r *Resolver) Resolve(ctx context.Context, rec idempotency.Record) (idempot
 	}
 	steps := idempotency.ResumeSteps(r.store, rec, r.now)
 	resp, effects, err := r.flow.Run(ctx, steps, req, nil)
+	if errors.Is(err, ErrKeyRetention) {
+		return idempotency.Resolution{}, fmt.Errorf("orders: %w: resume %s at %s: %w", idempotency.ErrUnresolvable, rec.Key.Short(), rec.Point, err)
+	}
 	if err != nil {
 		return idempotency.Resolution{}, fmt.Errorf("orders: resume %s at %s: %w", rec.Key.Short(), rec.Point, err)
 	}

@@ -91,6 +91,9 @@ func Resolvers(cfg config.Config, client *dynamodb.Client, opts app.Options) (id
 			Orders:   cfg.Table("OrdersTable"),
 			Outbox:   cfg.Table("OutboxTable"),
 			Timeout:  timeout,
+			// An order too old for the provider to remember its key is
+			// left UNKNOWN (orders.ErrKeyRetention), never charged again.
+			KeyRetention: cfg.ProviderKeyRetention,
 		}, opts.Now),
 	}, nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/lambdatest"
+	"github.com/oncehq/once/internal/orders"
 	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/provider/simulator"
 	"github.com/oncehq/once/internal/reconciler"
@@ -38,6 +39,8 @@ func TestResolversAreTheAPIs(t *testing.T) {
 	env := map[string]string{
 		config.EnvProviderURL:     "http://127.0.0.1:9/provider",
 		config.EnvProviderTimeout: "7s",
+		// Not the default: the orders Resolver must get it as the route does.
+		config.EnvProviderKeyRetention: "30h",
 	}
 	cfg, err := config.FromEnv(func(k string) string { return env[k] })
 	if err != nil {
@@ -143,5 +146,15 @@ func TestHandlerLeavesResolveTime(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]int{"reconcile_deferred": 1}, lambdatest.Counts(t, metrics.String(), "reconciler")); diff != "" {
 		t.Errorf("metrics mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestProviderKeyMargin: the least ONCE_PROVIDER_KEY_RETENTION that config
+// accepts counts the margin the orders flow keeps under it; config declares
+// it without importing the orders domain, so the two are held equal here,
+// where both are linked.
+func TestProviderKeyMargin(t *testing.T) {
+	if config.ProviderKeyMargin != orders.KeyRetentionMargin {
+		t.Errorf("config.ProviderKeyMargin = %s, orders.KeyRetentionMargin = %s; want them equal", config.ProviderKeyMargin, orders.KeyRetentionMargin)
 	}
 }

@@ -37,7 +37,11 @@ type Deps struct {
 	// Timeout bounds one provider call (none but the client's own when
 	// zero; it must be shorter than the lease).
 	Timeout time.Duration
-	// Now stamps new orders (time.Now when nil).
+	// KeyRetention is how long the provider remembers a forwarded key
+	// (orders.Flow.KeyRetention; zero: for ever).
+	KeyRetention time.Duration
+	// Now stamps new orders and measures the age of resumed ones (time.Now
+	// when nil).
 	Now func() time.Time
 }
 
@@ -47,7 +51,7 @@ func Routes(mw *idempotency.Middleware, d Deps) []httpapi.Route {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
-	f := orders.Flow{Provider: d.Provider, Orders: d.Orders, Outbox: d.Outbox, Timeout: d.Timeout}
+	f := orders.Flow{Provider: d.Provider, Orders: d.Orders, Outbox: d.Outbox, Timeout: d.Timeout, KeyRetention: d.KeyRetention, Now: d.Now}
 	h := handlers{flow: f, reader: d.Reader, now: d.Now}
 	return []httpapi.Route{
 		{Pattern: orders.RouteCreate, Handler: mw.External(orders.RouteCreate, http.HandlerFunc(h.create), orders.NewResolver(d.Store, f, d.Now))},
@@ -108,6 +112,15 @@ func (h handlers) create(w http.ResponseWriter, r *http.Request) {
 		// provider again under the same forwarded key.
 		call.Unknown()
 		httpapi.WriteError(w, r, fmt.Errorf("%w: %w", charges.ErrOutcomeUnknown, err))
+		return
+	case errors.Is(err, orders.ErrKeyRetention):
+		// A resumed request too old to call the provider again under its
+		// forwarded key: nothing was called, and nothing can tell whether
+		// the first call charged. Unknown, as a timeout is, but no resume
+		// will find out (each is refused the same way, the Resolver's
+		// included): the record waits for an operator.
+		call.Unknown()
+		httpapi.WriteError(w, r, err)
 		return
 	case err != nil:
 		// Provably not charged (503), the store failed (503), or something
