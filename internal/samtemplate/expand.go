@@ -65,8 +65,13 @@ func (t *Template) DeployedTypes() (map[string][]string, error) {
 			if _, ok := fn.Properties["Role"]; !ok {
 				add(id, "AWS::IAM::Role")
 			}
-			if _, ok := fn.Properties["FunctionUrlConfig"]; ok {
-				add(id, "AWS::Lambda::Url", "AWS::Lambda::Permission")
+			if url, ok := fn.Properties["FunctionUrlConfig"]; ok {
+				add(id, "AWS::Lambda::Url")
+				// SAM adds the public invoke permission only to a URL
+				// without IAM auth (AuthType NONE).
+				if m, _ := url.(map[string]any); m["AuthType"] == "NONE" {
+					add(id, "AWS::Lambda::Permission")
+				}
 			}
 			if _, ok := fn.Properties["AutoPublishAlias"]; ok {
 				add(id, "AWS::Lambda::Version", "AWS::Lambda::Alias")

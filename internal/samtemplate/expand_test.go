@@ -40,8 +40,21 @@ func TestDeployedTypes(t *testing.T) {
   T: {Type: AWS::DynamoDB::Table}`,
 		want: map[string][]string{
 			"AWS::Lambda::Function": {"Fn"}, "AWS::IAM::Role": {"Fn"}, "AWS::Lambda::Url": {"Fn"},
-			"AWS::Lambda::Permission": {"Fn"}, "AWS::Lambda::EventSourceMapping": {"Fn"},
+			"AWS::Lambda::EventSourceMapping": {"Fn"},
 			"AWS::SQS::Queue": {"Q"}, "AWS::DynamoDB::Table": {"T"},
+		},
+	}, {
+		name: "a public function URL: SAM adds its invoke permission",
+		resources: `
+  Fn:
+    Type: AWS::Serverless::Function
+    Properties:
+      Role: !GetAtt R.Arn
+      FunctionUrlConfig: {AuthType: NONE}
+  R: {Type: AWS::IAM::Role}`,
+		want: map[string][]string{
+			"AWS::Lambda::Function": {"Fn"}, "AWS::Lambda::Url": {"Fn"}, "AWS::Lambda::Permission": {"Fn"},
+			"AWS::IAM::Role": {"R"},
 		},
 	}, {
 		name: "an API with an authorizer, and an implicit API",
