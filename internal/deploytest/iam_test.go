@@ -431,13 +431,14 @@ var tableGrants = map[string]map[string][]string{
 	// record and its chunks). The refunds resolver: Completion inserts the
 	// refund (dynamo.Insert: Put) and moves the hold on its payment
 	// (dynamo.Update), Release gives the hold back (dynamo.Update); the
-	// payment is never read nor put. The orders resolver: the order and its
-	// receipt job, upserted (dynamo.Update). The charges resolver writes no
+	// payment is never read nor put. The orders resolver: the order read
+	// before its charge (orders.Table.Get: GetItem), the order and its
+	// receipt job upserted (dynamo.Update). The charges resolver writes no
 	// table of its own.
 	"ReconcilerFunction": {
 		"IdempotencyTable": {"dynamodb:BatchGetItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
 		"PaymentsTable":    {"dynamodb:UpdateItem"},
-		"OrdersTable":      {"dynamodb:UpdateItem"},
+		"OrdersTable":      {"dynamodb:GetItem", "dynamodb:UpdateItem"},
 		"OutboxTable":      {"dynamodb:UpdateItem"},
 		"RefundsTable":     {"dynamodb:PutItem"},
 	},

@@ -1,16 +1,19 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/idempotency"
@@ -135,8 +138,8 @@ func TestOrdersContract(t *testing.T) {
 			t.Fatalf("POST = %d %s, want 201", first.status, first.body)
 		}
 		ops, n := s.calls.take()
-		if n != 3 || ops["TransactWriteItems"] != 3 {
-			t.Errorf("first order made %d DynamoDB calls %v, want 3 TransactWriteItems (one per phase)", n, ops)
+		if n != 4 || ops["TransactWriteItems"] != 3 || ops["GetItem"] != 1 {
+			t.Errorf("first order made %d DynamoDB calls %v, want 3 TransactWriteItems (one per phase) and the GetItem of the order before its charge", n, ops)
 		}
 		id := orderID(t, "acme", key, body)
 		c, err := s.provider.Lookup(t.Context(), orderForwardKey(t, key, body))
@@ -247,16 +250,16 @@ func TestOrdersContract(t *testing.T) {
 		body := orderBody("tok_unavailable", "ada@example.com")
 		s.calls.take()
 		wantProblem(t, s.order(t, "acme", key, body, nil), http.StatusServiceUnavailable, "provider_unavailable", "1")
-		if ops, n := s.calls.take(); n != 2 || ops["TransactWriteItems"] != 1 || ops["UpdateItem"] != 1 {
-			t.Errorf("503 made %d DynamoDB calls %v, want 2 (the reservation with the order, the lease given up)", n, ops)
+		if ops, n := s.calls.take(); n != 3 || ops["TransactWriteItems"] != 1 || ops["GetItem"] != 1 || ops["UpdateItem"] != 1 {
+			t.Errorf("503 made %d DynamoDB calls %v, want 3 (the reservation with the order, its read, the lease given up)", n, ops)
 		}
 		rec, err := s.record(t, key)
 		if err != nil || rec.Status != idempotency.StatusInProgress || rec.Point != orders.PointOrderCreated || rec.ExpiresAt.After(s.clock.Now()) {
 			t.Errorf("record = %s at %q until %v, %v; want IN_PROGRESS at order_created, its lease given up", rec.Status, rec.Point, rec.ExpiresAt, err)
 		}
 		wantProblem(t, s.order(t, "acme", key, body, nil), http.StatusServiceUnavailable, "provider_unavailable", "1")
-		if ops, n := s.calls.take(); n != 3 {
-			t.Errorf("retry made %d DynamoDB calls %v, want 3 (reservation refused, lease taken over, given up)", n, ops)
+		if ops, n := s.calls.take(); n != 4 {
+			t.Errorf("retry made %d DynamoDB calls %v, want 4 (reservation refused, lease taken over, the order read, given up)", n, ops)
 		}
 		s.effects(t, key, body, orders.StatusCreated, 0, 0)
 	})
@@ -269,8 +272,8 @@ func TestOrdersContract(t *testing.T) {
 		body := orderBody("tok_timeout", "ada@example.com")
 		s.calls.take()
 		wantProblem(t, s.order(t, "acme", key, body, nil), http.StatusGatewayTimeout, "provider_outcome_unknown", "2")
-		if ops, n := s.calls.take(); n != 1 {
-			t.Errorf("504 made %d DynamoDB calls %v, want 1 (the reservation with the order)", n, ops)
+		if ops, n := s.calls.take(); n != 2 {
+			t.Errorf("504 made %d DynamoDB calls %v, want 2 (the reservation with the order, its read)", n, ops)
 		}
 		wantProblem(t, s.order(t, "acme", key, body, nil), http.StatusConflict, "idempotency_request_in_progress", "30")
 		s.clock.Advance(s.cfg.Lease + time.Second)
@@ -279,8 +282,8 @@ func TestOrdersContract(t *testing.T) {
 		if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
 			t.Fatalf("retry after the lease = %d %s, want the resumed 201", r.status, r.body)
 		}
-		if ops, n := s.calls.take(); n != 4 {
-			t.Errorf("resumed order made %d DynamoDB calls %v, want 4 (reservation refused, takeover, charge_created, finished)", n, ops)
+		if ops, n := s.calls.take(); n != 5 {
+			t.Errorf("resumed order made %d DynamoDB calls %v, want 5 (reservation refused, takeover, the order read, charge_created, finished)", n, ops)
 		}
 		s.effects(t, key, body, orders.StatusPaid, 1, 1)
 	})
@@ -319,10 +322,11 @@ func TestOrdersCrashPoints(t *testing.T) {
 		orderAt   orders.Status      // the order's status after the crash
 		resumeOps int                // DynamoDB calls of the retry after the lease
 	}{
-		{"after-order-created", orders.PointOrderCreated, idempotency.StatusInProgress, 1, 0, orders.StatusCreated, 4},
-		{"after-provider-call", orders.PointOrderCreated, idempotency.StatusInProgress, 1, 1, orders.StatusCreated, 4},
-		{"after-charge-created", orders.PointChargeCreated, idempotency.StatusInProgress, 2, 1, orders.StatusPaid, 3},
-		{"after-finished", orders.PointFinished, idempotency.StatusCompleted, 3, 1, orders.StatusPaid, 0}, // a replay from the warm instance's cache
+		// The phase charge_created reads the order first (a GetItem).
+		{"after-order-created", orders.PointOrderCreated, idempotency.StatusInProgress, 1, 0, orders.StatusCreated, 5},
+		{"after-provider-call", orders.PointOrderCreated, idempotency.StatusInProgress, 2, 1, orders.StatusCreated, 5},
+		{"after-charge-created", orders.PointChargeCreated, idempotency.StatusInProgress, 3, 1, orders.StatusPaid, 3},
+		{"after-finished", orders.PointFinished, idempotency.StatusCompleted, 4, 1, orders.StatusPaid, 0}, // a replay from the warm instance's cache
 	}
 	body := orderBody("tok_visa", "ada@example.com")
 	for _, tt := range tests {
@@ -654,4 +658,316 @@ func TestOrdersKeyRetention(t *testing.T) {
 			s.effects(t, key, body, orders.StatusCreated, 0, 0)
 		})
 	}
+}
+
+// forgetfulProvider wraps the simulator (which remembers a key for ever) in
+// a provider that forgets a forwarded key KeyRetention after it first saw
+// it, as Stripe does after 24 hours: a call under a forgotten key reaches
+// the simulator under a new key (a new generation), so it charges again. It
+// counts the calls by the key sent.
+type forgetfulProvider struct {
+	retention time.Duration
+	now       func() time.Time // set once the stack exists
+
+	mu    sync.Mutex
+	calls map[string]int
+	gen   map[string]int       // how often each key was forgotten
+	since map[string]time.Time // when its current generation was first seen
+}
+
+func (p *forgetfulProvider) option() stackOption {
+	p.calls, p.gen, p.since = map[string]int{}, map[string]int{}, map[string]time.Time{}
+	return func(setup *stackSetup) {
+		setup.simWrap = func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if key := r.Header.Get("Idempotency-Key"); r.Method == http.MethodPost && r.URL.Path == "/v1/charges" && key != "" {
+					p.mu.Lock()
+					p.calls[key]++
+					now := p.now()
+					if since, ok := p.since[key]; !ok || now.Sub(since) >= p.retention {
+						if ok {
+							p.gen[key]++
+						}
+						p.since[key] = now
+					}
+					if g := p.gen[key]; g > 0 {
+						r.Header.Set("Idempotency-Key", fmt.Sprintf("%s-forgotten-%d", key, g))
+					}
+					p.mu.Unlock()
+				}
+				next.ServeHTTP(w, r)
+			})
+		}
+	}
+}
+
+func (p *forgetfulProvider) of(key string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls[key]
+}
+
+// charges is the number of charges the simulator holds for key, its
+// forgotten generations included.
+func (p *forgetfulProvider) charges(t testing.TB, s *stack, key string) int {
+	t.Helper()
+	p.mu.Lock()
+	gens := p.gen[key]
+	p.mu.Unlock()
+	total := 0
+	for g := 0; g <= gens; g++ {
+		k := key
+		if g > 0 {
+			k = fmt.Sprintf("%s-forgotten-%d", key, g)
+		}
+		n, err := s.sim.Count(t.Context(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+	}
+	return total
+}
+
+// deleteRecord deletes acme's record of key, as if it had expired and been
+// removed, or an operator had deleted it.
+func (s *stack) deleteRecord(t testing.TB, key string) {
+	t.Helper()
+	if _, err := s.client.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{
+		TableName: aws.String(s.names.ByLogicalID["IdempotencyTable"]),
+		Key:       map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: idempotency.NewKey("acme", key).ID()}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.record(t, key); err == nil {
+		t.Fatalf("record of %s still there after its deletion", key)
+	}
+}
+
+// TestOrdersResentAfterExpiry: a request re-sent with the same key and body
+// once its record is gone (expired after ONCE_RETENTION, or deleted) names
+// the same order (its ID is derived from the key and the body), which may
+// already hold a charge: the re-send lands on that order and that charge,
+// calls the provider for nothing and answers what the first request
+// answered (201 with the same body, or 402), which is then replayed. An
+// order that holds no charge, older than the provider's key memory, is
+// refused by the key-retention guard (its age counted from the stored
+// order's creation, the first request's) rather than charged again; a young
+// one is charged under its forwarded key, which the provider still knows.
+// The provider here forgets keys after 24 hours, as Stripe does.
+func TestOrdersResentAfterExpiry(t *testing.T) {
+	p := &forgetfulProvider{retention: 24 * time.Hour}
+	s := newStack(t, withConfig(func(c *config.Config) {
+		c.ProviderTimeout = chargeTimeout
+		c.FaultInjection = true
+	}), p.option())
+	p.now = s.clock.Now
+	paid, declined := orderBody("tok_visa", "ada@example.com"), orderBody("tok_chargeDeclined", "ada@example.com")
+	start := s.clock.Now()
+
+	first := map[string]response{}
+	for _, c := range []struct{ key, body string }{{"resend-paid", paid}, {"resend-declined", declined}, {"resend-paid-young", paid}, {"resend-paid-resolved", paid}} {
+		first[c.key] = s.order(t, "acme", c.key, c.body, nil)
+	}
+	if first["resend-paid"].status != http.StatusCreated || first["resend-declined"].status != http.StatusPaymentRequired {
+		t.Fatalf("first answers = %d, %d; want 201, 402", first["resend-paid"].status, first["resend-declined"].status)
+	}
+	for _, key := range []string{"resend-unrecorded", "resend-unrecorded-young"} {
+		wantCrash(t, s.order(t, "acme", key, paid, map[string][]string{"Once-Fault": {"after-provider-call"}}), "after-provider-call")
+	}
+
+	// resend sends body under key again and checks its answer: the first
+	// one's (status and body) when want is set, with calls provider calls in
+	// all for the key, charges charges at the provider.
+	resend := func(t *testing.T, key, body string, want response, calls, charges int) response {
+		t.Helper()
+		fk := orderForwardKey(t, key, body)
+		r := s.order(t, "acme", key, body, nil)
+		if r.status != want.status || string(r.body) != string(want.body) {
+			t.Errorf("re-send = %d %s, want %d %s", r.status, r.body, want.status, want.body)
+		}
+		if got := p.of(fk); got != calls {
+			t.Errorf("provider calls = %d, want %d", got, calls)
+		}
+		if got := p.charges(t, s, fk); got != charges {
+			t.Errorf("provider charges = %d, want %d", got, charges)
+		}
+		return r
+	}
+
+	t.Run("young, paid", func(t *testing.T) {
+		s.clock.Advance(30 * time.Minute)
+		s.deleteRecord(t, "resend-paid-young")
+		r := resend(t, "resend-paid-young", paid, first["resend-paid-young"], 1, 1)
+		wantReplay(t, s.order(t, "acme", "resend-paid-young", paid, nil), r)
+		s.effects(t, "resend-paid-young", paid, orders.StatusPaid, 1, 1)
+	})
+	t.Run("young, charged but unrecorded", func(t *testing.T) {
+		// Its record gone, the order holds no charge: the provider still
+		// knows the key and answers the first call's charge.
+		s.deleteRecord(t, "resend-unrecorded-young")
+		fk := orderForwardKey(t, "resend-unrecorded-young", paid)
+		c, err := s.provider.Lookup(t.Context(), fk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := response{status: http.StatusCreated}
+		body := decode(t, first["resend-paid-young"])
+		body["id"], body["charge"] = orderID(t, "acme", "resend-unrecorded-young", paid), c.ID
+		want.body = marshal(t, body)
+		got := s.order(t, "acme", "resend-unrecorded-young", paid, nil)
+		if got.status != http.StatusCreated || !cmp.Equal(decode(t, got), decode(t, want)) {
+			t.Errorf("re-send = %d %s, want 201 %s (the order's creation, the first call's charge)", got.status, got.body, want.body)
+		}
+		if n := p.of(fk); n != 2 {
+			t.Errorf("provider calls = %d, want 2 (the first, and the re-send's under the same key)", n)
+		}
+		s.effects(t, "resend-unrecorded-young", paid, orders.StatusPaid, 1, 1)
+	})
+
+	s.clock.Advance(start.Add(49 * time.Hour).Sub(s.clock.Now()))
+	t.Run("paid, expired and forgotten", func(t *testing.T) {
+		// Its receipt was sent, and its job expired since (a week after):
+		// none is queued again.
+		id := orderID(t, "acme", "resend-paid", paid)
+		if _, err := s.client.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(s.names.ByLogicalID["OrdersTable"]),
+			Key:                       map[string]types.AttributeValue{orders.KeyAttr: &types.AttributeValueMemberS{Value: orders.PK("acme", id)}},
+			UpdateExpression:          aws.String("SET #receipt = :sent"),
+			ExpressionAttributeNames:  map[string]string{"#receipt": outbox.OrderReceipt},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":sent": &types.AttributeValueMemberS{Value: outbox.ReceiptSent}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.client.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{
+			TableName: aws.String(s.names.ByLogicalID["OutboxTable"]),
+			Key:       map[string]types.AttributeValue{outbox.KeyAttr: &types.AttributeValueMemberS{Value: outbox.JobPK("acme", orders.JobID(id))}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		r := resend(t, "resend-paid", paid, first["resend-paid"], 1, 1)
+		if r.header.Get("Location") != first["resend-paid"].header.Get("Location") {
+			t.Errorf("Location = %q, want %q", r.header.Get("Location"), first["resend-paid"].header.Get("Location"))
+		}
+		wantReplay(t, s.order(t, "acme", "resend-paid", paid, nil), r)
+		if o := s.effects(t, "resend-paid", paid, orders.StatusPaid, 1, 0); o.Receipt != orders.ReceiptSent || o.RecoveryPoint != orders.PointFinished {
+			t.Errorf("order receipt %q at %q, want sent, finished", o.Receipt, o.RecoveryPoint)
+		}
+		rec, err := s.record(t, "resend-paid")
+		if err != nil || rec.Status != idempotency.StatusCompleted {
+			t.Errorf("record = %s, %v; want COMPLETED", rec.Status, err)
+		}
+	})
+	t.Run("paid, expired and forgotten, resolved", func(t *testing.T) {
+		// The re-send crashes before its charge phase; the reconciler's
+		// Resolver resumes it: the same order, the same charge, the first
+		// answer.
+		const key = "resend-paid-resolved"
+		wantCrash(t, s.order(t, "acme", key, paid, map[string][]string{"Once-Fault": {"after-order-created"}}), "after-order-created")
+		resolvers, err := reconciler.Resolvers(s.cfg, s.client, app.Options{Now: s.clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		store := dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"])
+		r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
+			Store: store, Resolvers: resolvers, Settle: chargeTimeout,
+			Metrics: metrics.New(s.metrics, "once", map[string]string{"Service": "reconciler"}), Now: s.clock.Now,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := s.record(t, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.MarkUnknown(t.Context(), rec.Key, rec.LeaseToken, idempotency.NewToken(), s.clock.Now().Add(s.cfg.Retention), s.clock.Now()); err != nil {
+			t.Fatal(err)
+		}
+		unknown, err := s.record(t, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Reconcile(t.Context(), nil, unknown); err != nil {
+			t.Fatalf("Reconcile = %v", err)
+		}
+		done, err := s.record(t, key)
+		if err != nil || done.Status != idempotency.StatusCompleted || done.Response == nil || string(done.Response.Body) != string(first[key].body) {
+			t.Fatalf("record = %s %+v, %v; want COMPLETED with the first answer %s", done.Status, done.Response, err, first[key].body)
+		}
+		fk := orderForwardKey(t, key, paid)
+		if n, c := p.of(fk), p.charges(t, s, fk); n != 1 || c != 1 {
+			t.Errorf("provider calls = %d, charges = %d; want 1, 1", n, c)
+		}
+		s.effects(t, key, paid, orders.StatusPaid, 1, 1)
+	})
+	t.Run("declined, expired and forgotten", func(t *testing.T) {
+		r := resend(t, "resend-declined", declined, first["resend-declined"], 1, 1)
+		wantReplay(t, s.order(t, "acme", "resend-declined", declined, nil), r)
+		s.effects(t, "resend-declined", declined, orders.StatusFailed, 1, 0)
+	})
+	t.Run("charged but unrecorded, record gone, forgotten", func(t *testing.T) {
+		// The first call charged and crashed before recording it; the
+		// record is gone. The re-send's record is new, but the order is
+		// the first request's: 49 hours old, too old to call again.
+		s.deleteRecord(t, "resend-unrecorded")
+		fk := orderForwardKey(t, "resend-unrecorded", paid)
+		wantProblem(t, s.order(t, "acme", "resend-unrecorded", paid, nil), http.StatusInternalServerError, "order_needs_review", "")
+		if n := p.of(fk); n != 1 {
+			t.Errorf("provider calls = %d, want 1 (the first only)", n)
+		}
+		if n := p.charges(t, s, fk); n != 1 {
+			t.Errorf("provider charges = %d, want 1", n)
+		}
+		s.effects(t, "resend-unrecorded", paid, orders.StatusCreated, 1, 0)
+	})
+}
+
+// failGet is an HTTP client for the DynamoDB SDK that fails every GetItem
+// while on is set, as a DynamoDB outage would.
+type failGet struct {
+	on   *atomic.Bool
+	next interface {
+		Do(*http.Request) (*http.Response, error)
+	}
+}
+
+func (d failGet) Do(r *http.Request) (*http.Response, error) {
+	if d.on.Load() && strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".GetItem") {
+		return nil, errors.New("injected: connection reset")
+	}
+	return d.next.Do(r)
+}
+
+// TestOrdersReadFailure: the order cannot be read before its charge (the
+// store unavailable): 503 store_unavailable, no provider call, the lease
+// given up at order_created, so that a retry once the store answers
+// resumes there at once and charges once.
+func TestOrdersReadFailure(t *testing.T) {
+	var calls chargeCalls
+	var on atomic.Bool
+	s := newStack(t, withConfig(func(c *config.Config) { c.ProviderTimeout = chargeTimeout }), calls.option(), func(setup *stackSetup) {
+		setup.client = func(t testing.TB, base *dynamodb.Client) *dynamodb.Client {
+			return dynamodb.New(base.Options(), func(o *dynamodb.Options) {
+				o.HTTPClient = failGet{on: &on, next: o.HTTPClient}
+				o.RetryMaxAttempts = 2
+			})
+		}
+	})
+	const key = "order-read-failure"
+	body := orderBody("tok_visa", "ada@example.com")
+	fk := orderForwardKey(t, key, body)
+	on.Store(true)
+	wantProblem(t, s.order(t, "acme", key, body, nil), http.StatusServiceUnavailable, "store_unavailable", "1")
+	if n := calls.of(fk); n != 0 {
+		t.Errorf("provider calls = %d, want 0", n)
+	}
+	rec, err := s.record(t, key)
+	if err != nil || rec.Status != idempotency.StatusInProgress || rec.Point != orders.PointOrderCreated || rec.ExpiresAt.After(s.clock.Now()) {
+		t.Errorf("record = %s at %q until %v, %v; want IN_PROGRESS at order_created, its lease given up", rec.Status, rec.Point, rec.ExpiresAt, err)
+	}
+	on.Store(false)
+	if r := s.order(t, "acme", key, body, nil); r.status != http.StatusCreated || calls.of(fk) != 1 {
+		t.Errorf("retry = %d %s with %d provider call(s), want 201 and 1", r.status, r.body, calls.of(fk))
+	}
+	s.effects(t, key, body, orders.StatusPaid, 1, 1)
 }

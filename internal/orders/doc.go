@@ -7,9 +7,11 @@
 //
 //	order_created   the order item (status created) is written with the
 //	                reservation, in one transaction (BeginAt's holds);
-//	charge_created  the provider is charged under a key forwarded from the
-//	                request (Steps.ForwardKey), and its answer is recorded with
-//	                the order paid, or failed on a decline (Steps.Advance);
+//	charge_created  the order is read (Flow.Reader); unless it holds the
+//	                provider's answer already, the provider is charged under
+//	                a key forwarded from the request (Steps.ForwardKey), and
+//	                its answer is recorded with the order paid, or failed on
+//	                a decline (Steps.Advance);
 //	finished        one transaction stores the answer (201, or 402
 //	                card_declined), marks the order complete and, for a paid
 //	                order, writes its receipt job to the outbox table
@@ -34,8 +36,14 @@
 // fingerprint, and every write of the flow is an idempotent upsert: a
 // request that starts over at its first point (a retry that finds the
 // record deleted by TTL before the sweeper restored it, or the same request
-// after the key's retention) lands on the same order, the same charge and
-// the same receipt job.
+// after the key's retention) lands on the same order. The phase
+// charge_created reads it before it calls: an order that holds a charge
+// (paid, or declined) is not charged again, and the request answers what
+// the first one did (the same charge, the same creation time, the same
+// receipt job, which is not queued again once its receipt was sent); one
+// the provider rejected answers its 422 again; one that holds none is
+// charged only while the stored order, the first request's, is younger than
+// the provider's key retention (ErrKeyRetention otherwise).
 //
 // The receipt job (outbox.Job) is consumed by the receipts function
 // (internal/receipts) from the outbox table's stream, which deduplicates by

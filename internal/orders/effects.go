@@ -76,6 +76,23 @@ func charged(table string, o Order, status Status, charge, failureCode string) i
 	return u
 }
 
+// holds conditions a phase on the order holding charge already: what a
+// request that finds its order charged records instead of charged, which
+// would move a finished order's point back. It is an UpdateItem that writes
+// the charge the order holds (changing nothing), not a ConditionCheck, so
+// that the functions need no other grant than the UpdateItem their phases
+// already make.
+func holds(table string, o Order, charge string) idempotency.Effect {
+	return dynamo.Update{
+		Table:     table,
+		Key:       map[string]any{KeyAttr: o.PK},
+		Update:    "SET #charge = :charge",
+		Condition: "#charge = :charge",
+		Names:     map[string]string{"#charge": "charge"},
+		Values:    map[string]any{":charge": charge},
+	}
+}
+
 // finished marks the order complete: at the point finished and, when it is
 // paid, its receipt queued (unless the receipts function got there first).
 func finished(table string, o Order, paid bool) idempotency.Effect {

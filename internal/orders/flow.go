@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -41,7 +42,15 @@ const (
 	dataCharge  = "charge"  // the provider's charge (charge_created)
 	dataStatus  = "status"  // paid or failed (charge_created)
 	dataFailure = "failure" // the decline's code (charge_created)
+	dataReceipt = "receipt" // "sent" when the stored order's receipt was (charge_created, re-sent)
 )
+
+// Reader reads stored orders; *Table is one.
+type Reader interface {
+	// Get returns tenant's order id as it stands (a consistent read), or an
+	// error wrapping ErrNotFound or idempotency.ErrUnavailable.
+	Get(ctx context.Context, tenant, id string) (Order, error)
+}
 
 // Flow runs the phases of an order request: the handler (package
 // ordershttp) and the Resolver share it, so that a resumed request goes
@@ -49,6 +58,11 @@ const (
 type Flow struct {
 	// Provider charges orders.
 	Provider Charger
+	// Reader reads the order before the phase charge_created calls the
+	// provider: an order that already holds the provider's answer (a
+	// request re-sent once its record expired names the same order) is not
+	// charged again. Required: without it the phase fails, calling nothing.
+	Reader Reader
 	// Orders and Outbox are the tables of the orders and of their receipt
 	// jobs.
 	Orders, Outbox string
@@ -80,9 +94,10 @@ type Flow struct {
 const KeyRetentionMargin = time.Hour
 
 // ErrKeyRetention: the phase charge_created was to run again (a resumed
-// request) later than the provider remembers its forwarded key
-// (Flow.KeyRetention less KeyRetentionMargin): if the first call landed, a
-// call now could charge a second time, so none is made. Nothing can find
+// request, or the same request re-sent once its record expired, on an
+// order that holds no charge) later than the provider remembers its
+// forwarded key (Flow.KeyRetention less KeyRetentionMargin): if the first
+// call landed, a call now could charge a second time, so none is made. Nothing can find
 // the outcome out: the handler declares it unknown (500 order_needs_review,
 // the record left to an operator), and the Resolver returns it wrapped in
 // idempotency.ErrUnresolvable (the record left UNKNOWN, counted
@@ -91,7 +106,7 @@ var ErrKeyRetention = fmt.Errorf("orders: the provider may have forgotten the or
 	problem.New(http.StatusInternalServerError, "order_needs_review", "Order needs review",
 		"The order's charge was started longer ago than the payment provider remembers its idempotency key: "+
 			"it may have been charged, and calling the provider again could charge it twice, so it was not. "+
-			"The order is left to an operator; retries with the same Idempotency-Key get 409 until it is settled."))
+			"The order is left to an operator: retries with the same Idempotency-Key call nothing, and get 409 or this answer again until it is settled."))
 
 // ErrDrift: the provider answered with a charge that is not this request's
 // (another amount or currency under its forwarded key). Nothing the request
@@ -130,6 +145,10 @@ func (f Flow) Run(ctx context.Context, s *idempotency.Steps, req Request, called
 		if err != nil || done {
 			return answer, effects, err
 		}
+		// The phase may have recorded the stored order's creation.
+		if o, err = orderOf(s, req); err != nil {
+			return idempotency.Response{}, nil, err
+		}
 	case PointChargeCreated:
 	default:
 		return idempotency.Response{}, nil, fmt.Errorf("orders: %w: recovery point %q", idempotency.ErrUnresolvable, s.Point())
@@ -141,7 +160,54 @@ func (f Flow) Run(ctx context.Context, s *idempotency.Steps, req Request, called
 // phase's forwarded key, then its answer recorded on the order with the new
 // point. done is set when the request ends without a charge (the provider
 // refused the request itself): its answer is final, with effects.
+//
+// The order is read first. Its ID is derived from the key and the request,
+// so a request re-sent with both once its record expired (a new record, a
+// new execution) names an order that may already hold the provider's
+// answer, under a forwarded key the provider may have forgotten: then no
+// call is made, and the phase records the order's answer as if the provider
+// had given it (paid or declined with its charge; or, rejected, the final
+// rejection). An order holding none is charged, unless it is older than the
+// provider's key memory (keyRemembered, measured from the stored order's
+// creation, the first request's). The point records the stored order's
+// creation, so that the answer is the first request's.
 func (f Flow) charge(ctx context.Context, s *idempotency.Steps, o Order, req Request, called func(time.Duration)) (idempotency.Response, []idempotency.Effect, bool, error) {
+	if f.Reader == nil {
+		return idempotency.Response{}, nil, false, errors.New("orders: no reader to read the order with before its charge")
+	}
+	stored, err := f.Reader.Get(ctx, o.Tenant, o.ID)
+	if errors.Is(err, ErrNotFound) {
+		// Written with the reservation, and never deleted: nothing to
+		// record a charge on, so none is made.
+		return idempotency.Response{}, nil, false, fmt.Errorf("orders: %w: order %s is not stored: %w", idempotency.ErrUnresolvable, o.ID, err)
+	}
+	if err != nil {
+		return idempotency.Response{}, nil, false, fmt.Errorf("orders: read order %s before its charge: %w", o.ID, err)
+	}
+	created := map[string]string{}
+	if stored.Created > 0 && stored.Created < o.Created {
+		o.Created = stored.Created
+		created[dataCreated] = strconv.FormatInt(stored.Created, 10)
+	}
+	switch {
+	case stored.Charge != "" && (stored.Status == StatusPaid || stored.Status == StatusFailed):
+		data := map[string]string{dataCharge: stored.Charge, dataStatus: string(stored.Status)}
+		if stored.Status == StatusFailed {
+			data[dataFailure] = stored.FailureCode
+		}
+		if stored.Receipt == ReceiptSent {
+			// Its job may be gone (a sent job expires): queued again, it
+			// would be sent again.
+			data[dataReceipt] = string(ReceiptSent)
+		}
+		maps.Copy(data, created)
+		err := s.Advance(ctx, PointChargeCreated, data, holds(f.Orders, o, stored.Charge))
+		return idempotency.Response{}, nil, false, err
+	case stored.Status == StatusFailed:
+		// Rejected by the provider, finished: no charge exists, and the
+		// answer was final.
+		return problemResponse(charges.ErrProviderRejected), []idempotency.Effect{rejected(f.Orders, o, stored.FailureCode)}, true, nil
+	}
 	if err := f.keyRemembered(s, o); err != nil {
 		return idempotency.Response{}, nil, false, err
 	}
@@ -172,6 +238,7 @@ func (f Flow) charge(ctx context.Context, s *idempotency.Steps, o Order, req Req
 			ErrDrift, c.ID, c.Amount, c.Currency, req.Amount, req.Currency)
 	}
 	status, data := StatusPaid, map[string]string{dataCharge: c.ID, dataStatus: string(StatusPaid)}
+	maps.Copy(data, created)
 	switch c.Status {
 	case provider.StatusSucceeded:
 	case provider.StatusFailed:
@@ -186,8 +253,10 @@ func (f Flow) charge(ctx context.Context, s *idempotency.Steps, o Order, req Req
 // keyRemembered returns an error wrapping ErrKeyRetention when the request
 // of s and o is too old for its forwarded key to be still remembered
 // (Flow.KeyRetention). Its age is counted from the record's creation or,
-// earlier, the order's (o.Created, which the handler takes before it
-// reserves, in whole seconds): a record without a creation time (one
+// earlier, the order's (o.Created: the stored order's creation, the first
+// request's, when it is earlier than the record's data, which a request
+// re-sent after its record expired writes anew; taken before the first
+// reservation, in whole seconds): a record without a creation time (one
 // decoded from an image that lacks it) is measured by the order alone.
 func (f Flow) keyRemembered(s *idempotency.Steps, o Order) error {
 	if f.KeyRetention <= 0 {
@@ -210,20 +279,26 @@ func (f Flow) keyRemembered(s *idempotency.Steps, o Order) error {
 }
 
 // finish is the phase finished: the answer to store and the effects stored
-// with it (the order complete and, paid, its receipt job).
+// with it (the order complete and, paid, its receipt job, unless the charge
+// phase found the receipt sent already: the order re-sent after its record
+// expired, whose sent job may have expired too).
 func (f Flow) finish(s *idempotency.Steps, o Order) (idempotency.Response, []idempotency.Effect, error) {
 	data := s.Data()
 	switch Status(data[dataStatus]) {
 	case StatusPaid:
-		job, err := upsert(f.Outbox, NewReceiptJob(o, data[dataCharge]))
-		if err != nil {
-			return idempotency.Response{}, nil, err
-		}
 		resp, err := paidResponse(o, data[dataCharge])
 		if err != nil {
 			return idempotency.Response{}, nil, err
 		}
-		return resp, []idempotency.Effect{finished(f.Orders, o, true), job}, nil
+		effects := []idempotency.Effect{finished(f.Orders, o, true)}
+		if data[dataReceipt] != string(ReceiptSent) {
+			job, err := upsert(f.Outbox, NewReceiptJob(o, data[dataCharge]))
+			if err != nil {
+				return idempotency.Response{}, nil, err
+			}
+			effects = append(effects, job)
+		}
+		return resp, effects, nil
 	case StatusFailed:
 		return problemResponse(charges.ErrDeclined), []idempotency.Effect{finished(f.Orders, o, false)}, nil
 	}

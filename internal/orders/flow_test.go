@@ -22,10 +22,30 @@ func (c *countingCharger) Charge(context.Context, string, provider.ChargeRequest
 	return provider.Charge{}, fmt.Errorf("test: %w", provider.ErrNotCharged)
 }
 
+// storedOrders is a Reader of one stored order, or of err.
+type storedOrders struct {
+	order Order
+	err   error
+	reads int
+}
+
+func (r *storedOrders) Get(_ context.Context, tenant, id string) (Order, error) {
+	r.reads++
+	if r.err != nil {
+		return Order{}, r.err
+	}
+	if r.order.PK != PK(tenant, id) {
+		return Order{}, fmt.Errorf("test: %w", ErrNotFound)
+	}
+	return r.order, nil
+}
+
 // TestKeyRetention: the phase charge_created, resumed, calls the provider
 // only while the request is younger than Flow.KeyRetention less
-// KeyRetentionMargin, its age counted from the earlier of the record's and
-// the order's creation (the order's alone when the record has none);
+// KeyRetentionMargin, its age counted from the earliest of the record's
+// creation, the order's its data records and the stored order's (the first
+// request's, earlier when the request was re-sent after its record expired;
+// the record's data alone when the record has no creation time);
 // older, it calls nothing and returns ErrKeyRetention, which the Resolver
 // wraps in idempotency.ErrUnresolvable.
 func TestKeyRetention(t *testing.T) {
@@ -35,20 +55,23 @@ func TestKeyRetention(t *testing.T) {
 		name      string
 		retention time.Duration
 		recordAge time.Duration // -1: the record has no CreatedAt
-		orderAge  time.Duration
+		orderAge  time.Duration // the record data's
+		storedAge time.Duration // the stored order's (orderAge when zero)
 		refused   bool
 	}{
-		{"young", 24 * time.Hour, time.Minute, time.Minute, false},
-		{"just under the margin", 24 * time.Hour, 23*time.Hour - time.Second, 23*time.Hour - time.Second, false},
-		{"at the margin", 24 * time.Hour, 23 * time.Hour, 23 * time.Hour, true},
-		{"days old", 24 * time.Hour, 72 * time.Hour, 72 * time.Hour, true},
-		{"record younger than its order", 24 * time.Hour, time.Hour, 23 * time.Hour, true},
-		{"order younger than its record", 24 * time.Hour, 23 * time.Hour, time.Hour, true},
-		{"record without CreatedAt, old order", 24 * time.Hour, -1, 25 * time.Hour, true},
-		{"record without CreatedAt, young order", 24 * time.Hour, -1, time.Hour, false},
-		{"provider never forgets", 0, 1000 * time.Hour, 1000 * time.Hour, false},
-		{"short retention: half of it as the margin", time.Hour, 29 * time.Minute, 29 * time.Minute, false},
-		{"short retention, past half", time.Hour, 30 * time.Minute, 30 * time.Minute, true},
+		{"young", 24 * time.Hour, time.Minute, time.Minute, 0, false},
+		{"just under the margin", 24 * time.Hour, 23*time.Hour - time.Second, 23*time.Hour - time.Second, 0, false},
+		{"at the margin", 24 * time.Hour, 23 * time.Hour, 23 * time.Hour, 0, true},
+		{"days old", 24 * time.Hour, 72 * time.Hour, 72 * time.Hour, 0, true},
+		{"record younger than its order", 24 * time.Hour, time.Hour, 23 * time.Hour, 0, true},
+		{"order younger than its record", 24 * time.Hour, 23 * time.Hour, time.Hour, 0, true},
+		{"record without CreatedAt, old order", 24 * time.Hour, -1, 25 * time.Hour, 0, true},
+		{"record without CreatedAt, young order", 24 * time.Hour, -1, time.Hour, 0, false},
+		{"re-sent after its record expired: the stored order is the first request's", 24 * time.Hour, time.Minute, time.Minute, 49 * time.Hour, true},
+		{"re-sent young", 24 * time.Hour, time.Minute, time.Minute, 2 * time.Hour, false},
+		{"provider never forgets", 0, 1000 * time.Hour, 1000 * time.Hour, 0, false},
+		{"short retention: half of it as the margin", time.Hour, 29 * time.Minute, 29 * time.Minute, 0, false},
+		{"short retention, past half", time.Hour, 30 * time.Minute, 30 * time.Minute, 0, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,8 +84,13 @@ func TestKeyRetention(t *testing.T) {
 			if tt.recordAge >= 0 {
 				rec.CreatedAt = now.Add(-tt.recordAge)
 			}
+			storedAge := tt.storedAge
+			if storedAge == 0 {
+				storedAge = tt.orderAge
+			}
+			stored := &storedOrders{order: New("acme", "ord_abcdefghijklmnopqrstuvwx", req, now.Add(-storedAge))}
 			var c countingCharger
-			f := Flow{Provider: &c, Orders: "orders", Outbox: "outbox", KeyRetention: tt.retention, Now: func() time.Time { return now }}
+			f := Flow{Provider: &c, Reader: stored, Orders: "orders", Outbox: "outbox", KeyRetention: tt.retention, Now: func() time.Time { return now }}
 			_, _, err := f.Run(t.Context(), idempotency.ResumeSteps(memory.New(), rec, func() time.Time { return now }), req, nil)
 			if got := errors.Is(err, ErrKeyRetention); got != tt.refused || c.calls != map[bool]int{false: 1}[tt.refused] {
 				t.Errorf("Run() = %v after %d provider call(s); want ErrKeyRetention %v", err, c.calls, tt.refused)
@@ -70,11 +98,55 @@ func TestKeyRetention(t *testing.T) {
 
 			rec.Request = []byte(`{"amount": 4200, "currency": "eur", "customer": "cus_42", "source": "tok_visa", "email": "a@example.com"}`)
 			c.calls = 0
-			_, err = NewResolver(memory.New(), Flow{Provider: &c, KeyRetention: tt.retention}, func() time.Time { return now }).Resolve(t.Context(), rec)
+			_, err = NewResolver(memory.New(), Flow{Provider: &c, Reader: stored, KeyRetention: tt.retention}, func() time.Time { return now }).Resolve(t.Context(), rec)
 			unresolvable := errors.Is(err, idempotency.ErrUnresolvable) && errors.Is(err, ErrKeyRetention)
 			if unresolvable != tt.refused || c.calls != map[bool]int{false: 1}[tt.refused] {
 				t.Errorf("Resolve() = %v after %d provider call(s); want ErrUnresolvable wrapping ErrKeyRetention %v", err, c.calls, tt.refused)
 			}
 		})
+	}
+}
+
+// TestChargeReadsOrder: the phase charge_created calls the provider only
+// once it has read the order. A read that fails (the store unavailable) or
+// an order that is not stored calls nothing: the first is an error the
+// handler answers 503 and the Resolver's caller retries, the second is
+// ErrUnresolvable.
+func TestChargeReadsOrder(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	req := Request{Amount: 4200, Currency: "eur", Customer: "cus_42", Source: "tok_visa", Email: "a@example.com"}
+	rec := idempotency.Record{
+		Key: idempotency.NewKey("acme", "order-1"), Status: idempotency.StatusUnknown, Route: RouteCreate,
+		External: true, LeaseToken: idempotency.NewToken(), ExpiresAt: now.Add(time.Hour), CreatedAt: now,
+		Point: PointOrderCreated, UpdatedAt: now,
+		Request: []byte(`{"amount": 4200, "currency": "eur", "customer": "cus_42", "source": "tok_visa", "email": "a@example.com"}`),
+		Data:    map[string]string{dataOrder: "ord_abcdefghijklmnopqrstuvwx", dataCreated: strconv.FormatInt(now.Unix(), 10)},
+	}
+	tests := []struct {
+		name         string
+		reader       *storedOrders
+		want         error
+		unresolvable bool
+	}{
+		{"store unavailable", &storedOrders{err: fmt.Errorf("test: %w", idempotency.ErrUnavailable)}, idempotency.ErrUnavailable, false},
+		{"order not stored", &storedOrders{}, ErrNotFound, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c countingCharger
+			f := Flow{Provider: &c, Reader: tt.reader, Orders: "orders", Outbox: "outbox", KeyRetention: 24 * time.Hour, Now: func() time.Time { return now }}
+			_, _, err := f.Run(t.Context(), idempotency.ResumeSteps(memory.New(), rec, func() time.Time { return now }), req, nil)
+			if !errors.Is(err, tt.want) || errors.Is(err, idempotency.ErrUnresolvable) != tt.unresolvable || c.calls != 0 || tt.reader.reads != 1 {
+				t.Errorf("Run() = %v after %d read(s), %d provider call(s); want %v (unresolvable %v) after 1 read, 0 calls", err, tt.reader.reads, c.calls, tt.want, tt.unresolvable)
+			}
+			_, err = NewResolver(memory.New(), f, func() time.Time { return now }).Resolve(t.Context(), rec)
+			if !errors.Is(err, tt.want) || errors.Is(err, idempotency.ErrUnresolvable) != tt.unresolvable || c.calls != 0 {
+				t.Errorf("Resolve() = %v after %d provider call(s); want %v (unresolvable %v), 0 calls", err, c.calls, tt.want, tt.unresolvable)
+			}
+		})
+	}
+	var c countingCharger
+	if _, _, err := (Flow{Provider: &c}).Run(t.Context(), idempotency.ResumeSteps(memory.New(), rec, func() time.Time { return now }), req, nil); err == nil || c.calls != 0 {
+		t.Errorf("Run() without a Reader = %v after %d provider call(s), want an error and 0 calls", err, c.calls)
 	}
 }

@@ -88,9 +88,12 @@ func Resolvers(cfg config.Config, client *dynamodb.Client, opts app.Options) (id
 		}, refundsProvider),
 		orders.RouteCreate: orders.NewResolver(store, orders.Flow{
 			Provider: ordersProvider,
-			Orders:   cfg.Table("OrdersTable"),
-			Outbox:   cfg.Table("OutboxTable"),
-			Timeout:  timeout,
+			// The order is read before its charge: one that holds it
+			// already is not charged again.
+			Reader:  orders.NewTable(client, cfg.Table("OrdersTable")),
+			Orders:  cfg.Table("OrdersTable"),
+			Outbox:  cfg.Table("OutboxTable"),
+			Timeout: timeout,
 			// An order too old for the provider to remember its key is
 			// left UNKNOWN (orders.ErrKeyRetention), never charged again.
 			KeyRetention: cfg.ProviderKeyRetention,

@@ -32,7 +32,8 @@ type Deps struct {
 	// Orders and Outbox are the tables of the orders and of their receipt
 	// jobs.
 	Orders, Outbox string
-	// Reader reads orders for GET.
+	// Reader reads orders for GET, and for the phase charge_created before
+	// it calls the provider (orders.Flow.Reader).
 	Reader Reader
 	// Timeout bounds one provider call (none but the client's own when
 	// zero; it must be shorter than the lease).
@@ -52,6 +53,9 @@ func Routes(mw *idempotency.Middleware, d Deps) []httpapi.Route {
 		d.Now = time.Now
 	}
 	f := orders.Flow{Provider: d.Provider, Orders: d.Orders, Outbox: d.Outbox, Timeout: d.Timeout, KeyRetention: d.KeyRetention, Now: d.Now}
+	if d.Reader != nil { // a nil Reader would not be a nil orders.Reader
+		f.Reader = d.Reader
+	}
 	h := handlers{flow: f, reader: d.Reader, now: d.Now}
 	return []httpapi.Route{
 		{Pattern: orders.RouteCreate, Handler: mw.External(orders.RouteCreate, http.HandlerFunc(h.create), orders.NewResolver(d.Store, f, d.Now))},
