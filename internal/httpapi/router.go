@@ -186,7 +186,9 @@ func (h *handler) observe(r *http.Request, info *requestInfo, status int, took t
 	obs := &info.obs
 	tenant := info.tenant
 	if tenant != "" && idempotency.ValidateTenant(tenant) != nil {
-		// Refused (403 tenant_invalid): the error says what it was, bounded.
+		// Refused (403 tenant_invalid): never log any of it (it may be a
+		// name or an e-mail address); the error gives its length and a
+		// SHA-256 prefix.
 		tenant = ""
 	}
 	attrs := []slog.Attr{
