@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/memory"
 	"github.com/oncehq/once/internal/httpapi"
@@ -19,7 +21,8 @@ import (
 
 // TestInvalidTenant: a tenant outside idempotency's rule is refused 403
 // tenant_invalid on a POST (by the middleware, nothing stored) and on a
-// GET (ServeGet, nothing read), and the request's log line is at error
+// GET (ServeGet, nothing read), each counted as tenant_invalid (alarmed),
+// and the request's log line is at error
 // and holds none of the tenant: not a short one (a display name, an
 // e-mail address) whole, not a long one's first bytes.
 func TestInvalidTenant(t *testing.T) {
@@ -29,7 +32,7 @@ func TestInvalidTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	reads := 0
-	logs := &lambdatest.Buffer{}
+	logs, emf := &lambdatest.Buffer{}, &lambdatest.Buffer{}
 	h := httpapi.NewHandler(httpapi.Deps{
 		Routes: []httpapi.Route{
 			{Pattern: "POST /v1/things", Handler: mw.Atomic("POST /v1/things", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -46,7 +49,7 @@ func TestInvalidTenant(t *testing.T) {
 		},
 		Tenant:  testTenant,
 		Logger:  slog.New(slog.NewJSONHandler(logs, nil)),
-		Metrics: metrics.New(&lambdatest.Buffer{}, "once", nil),
+		Metrics: metrics.New(emf, "once", map[string]string{"Service": "api"}),
 	})
 	long := strings.Repeat("a", 3000)
 	tenants := []string{"Jane Doe#1", "jane.doe@example.com\n", "acme\u0085", long}
@@ -80,6 +83,9 @@ func TestInvalidTenant(t *testing.T) {
 		if l["level"] != "ERROR" || l["tenant"] != "" || !strings.Contains(l["error"].(string), "tenant is invalid") {
 			t.Errorf("line %d = %v, want ERROR, no tenant, the error saying why", i, l)
 		}
+	}
+	if diff := cmp.Diff(map[string]int{httpapi.MetricTenantInvalid: 2 * len(tenants)}, lambdatest.Counts(t, emf.String(), "api")); diff != "" {
+		t.Errorf("metrics mismatch (-want +got):\n%s", diff)
 	}
 	for _, tenant := range tenants {
 		j, _ := json.Marshal(tenant)
