@@ -110,13 +110,15 @@ type Config struct {
 	// Tenant returns the caller's tenant, as established by the authorizer
 	// (never by anything the caller sends itself). false, or an empty
 	// tenant, answers 401 (ErrNoTenant). A tenant must follow the tenant
-	// rule (ValidateTenant: 1 to MaxTenantLength bytes of printable ASCII,
-	// no space, no '#'): one that does not answers 403 (a *TenantError,
-	// matching ErrTenantInvalid) before anything is read or written, on
-	// every retry, with the outcome OutcomeInvalidTenant, which Logger gets
-	// at error (with at most the tenant's first 32 bytes, quoted). A
-	// function reading a claim that callers or an identity provider's
-	// users can shape (apigw.TenantFrom) should map it to such an id.
+	// rule (ValidateTenant: 1 to MaxTenantLength (1024) bytes of valid
+	// UTF-8, no control character, no '#'; spaces and any printable
+	// Unicode are fine, so an e-mail address, an org's display name or an
+	// assumed-role ARN serve as they are): one that does not answers 403
+	// (a *TenantError, matching ErrTenantInvalid) before anything is read
+	// or written, on every retry, with the outcome OutcomeInvalidTenant,
+	// which Logger gets at error with the tenant's length and a SHA-256
+	// prefix, never any of its bytes. A function reading a claim that may
+	// hold '#' or control characters should map it to an id that does not.
 	Tenant func(*http.Request) (string, bool)
 	// OnError writes the response for one of the package's errors
 	// (ErrKeyMissing, a *KeyError, ErrKeyReused, a *BodyTooLargeError,
@@ -421,7 +423,7 @@ func (m *Middleware) serve(mode Mode, route string, next http.Handler, w http.Re
 	}
 	if err := ValidateTenant(tenant); err != nil {
 		// The deployment's tenant function is at fault: refused before
-		// anything is read or written, logged without the tenant whole.
+		// anything is read or written, logged without any of its bytes.
 		obs.Err = err.Error()
 		m.fail(w, r, obs, OutcomeInvalidTenant, err)
 		return Key{}

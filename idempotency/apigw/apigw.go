@@ -33,9 +33,11 @@ func Tenant(r *http.Request) (string, bool) { return tenantFrom(r, TenantKey) }
 // Lambda authorizer's context, or a Cognito or JWT authorizer's claims are
 // under "claims" in payload 1.0: use a key your authorizer sets as a string).
 // The middleware refuses a tenant outside idempotency's tenant rule
-// (idempotency.ValidateTenant) with 403 tenant_invalid: a key whose value
-// may hold '#', spaces, non-ASCII or more than idempotency.MaxTenantLength
-// bytes (a name rather than an id) needs mapping to an id first.
+// (idempotency.ValidateTenant) with 403 tenant_invalid. The rule takes any
+// printable UTF-8 up to idempotency.MaxTenantLength (1024) bytes, spaces
+// and non-ASCII included, so a principal ARN, an e-mail address or an
+// org's name serve as they are; a key whose value may hold '#' or control
+// characters needs mapping to an id first.
 func TenantFrom(key string) func(*http.Request) (string, bool) {
 	return func(r *http.Request) (string, bool) { return tenantFrom(r, key) }
 }

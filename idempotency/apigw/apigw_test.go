@@ -737,21 +737,28 @@ func BenchmarkInvoke(b *testing.B) {
 // TestInvalidTenantThroughEvents: a tenant outside idempotency's rule in the
 // authorizer context of a real event (a JWT claim read by TenantFrom, as a
 // deployment may) is refused by the middleware with 403 tenant_invalid,
-// never stored, whatever the payload version.
+// never stored, whatever the payload version; one inside it (an ARN, a
+// name with spaces and non-ASCII) is served and stored under itself.
 func TestInvalidTenantThroughEvents(t *testing.T) {
 	headers := map[string]string{"Content-Type": "application/json", "Idempotency-Key": "k1"}
 	tests := []struct {
 		name, tenant string
 		event        func(authorizer map[string]any) any
+		status       int
 	}{
 		{"v1 hash", "acme#x", func(a map[string]any) any {
 			return v1Event(a, map[string][]string{"Content-Type": {"application/json"}, "Idempotency-Key": {"k1"}}, "{}")
-		}},
-		{"v2 3000 bytes", strings.Repeat("a", 3000), func(a map[string]any) any { return v2Event(a, headers, "{}") }},
-		{"v2 control character", "acme\x1b[31m", func(a map[string]any) any { return v2Event(a, headers, "{}") }},
-		{"v1 unicode", "acmé", func(a map[string]any) any {
+		}, http.StatusForbidden},
+		{"v2 3000 bytes", strings.Repeat("a", 3000), func(a map[string]any) any { return v2Event(a, headers, "{}") }, http.StatusForbidden},
+		{"v2 control character", "acme\x1b[31m", func(a map[string]any) any { return v2Event(a, headers, "{}") }, http.StatusForbidden},
+		{"v1 C1 control character", "acme\u0085", func(a map[string]any) any {
 			return v1Event(a, map[string][]string{"Content-Type": {"application/json"}, "Idempotency-Key": {"k1"}}, "{}")
-		}},
+		}, http.StatusForbidden},
+		{"v1 unicode and spaces", "Société Générale – 東京", func(a map[string]any) any {
+			return v1Event(a, map[string][]string{"Content-Type": {"application/json"}, "Idempotency-Key": {"k1"}}, "{}")
+		}, http.StatusCreated},
+		{"v2 assumed-role ARN", "arn:aws:sts::123456789012:assumed-role/" + strings.Repeat("r", 64) + "/" + strings.Repeat("s", 64),
+			func(a map[string]any) any { return v2Event(a, headers, "{}") }, http.StatusCreated},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -779,6 +786,15 @@ func TestInvalidTenantThroughEvents(t *testing.T) {
 			}
 			if err := json.Unmarshal(out, &resp); err != nil {
 				t.Fatal(err)
+			}
+			if tt.status == http.StatusCreated {
+				if resp.StatusCode != http.StatusCreated {
+					t.Errorf("answer = %d %s, want 201", resp.StatusCode, resp.Body)
+				}
+				if rec, err := store.Get(t.Context(), idempotency.NewKey(tt.tenant, "k1")); err != nil || rec.Status != idempotency.StatusCompleted {
+					t.Errorf("record: %s, err %v; want COMPLETED", rec.Status, err)
+				}
+				return
 			}
 			if resp.StatusCode != http.StatusForbidden || !strings.Contains(resp.Body, `"code":"tenant_invalid"`) {
 				t.Errorf("answer = %d %s, want 403 tenant_invalid", resp.StatusCode, resp.Body)

@@ -396,7 +396,7 @@ func alarmMetric(p map[string]any) map[string]any {
 // function's errors and throttles, on every stream-triggered function's
 // IteratorAge (maxIteratorAgeMS), on reconcile_failed,
 // reconcile_unroutable, reconcile_effects_dropped, zombie_unrestored,
-// reserve_effects_dropped, the auditor's abandoned_records and
+// reserve_effects_dropped, the api's tenant_invalid, the auditor's abandoned_records and
 // audit_incomplete, the retrier's worker_read_failed,
 // worker_lookup_failed and worker_settle_failed, and the stream worker's
 // worker_settle_failed (each a metric its function's code emits), and on the age of every work queue's oldest
@@ -485,7 +485,7 @@ func TestAlarms(t *testing.T) {
 	}
 	want = append(want, "once reconcile_failed Service=reconciler", "once reconcile_unroutable Service=reconciler",
 		"once reconcile_effects_dropped Service=reconciler", "once zombie_unrestored Service=sweeper",
-		"once reserve_effects_dropped Service=api", "once worker_read_failed Service=retrier",
+		"once reserve_effects_dropped Service=api", "once tenant_invalid Service=api", "once worker_read_failed Service=retrier",
 		"once worker_lookup_failed Service=retrier", "once worker_settle_failed Service=retrier",
 		"once worker_settle_failed Service=worker",
 		"once abandoned_records Service=auditor", "once audit_incomplete Service=auditor",

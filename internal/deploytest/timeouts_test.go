@@ -102,7 +102,8 @@ func claimProblems(fns map[string]samtemplate.Function, senders map[string]bool,
 // defaults, the reconciler resolves a record that found nothing at the
 // provider within one invocation: ReconcilerFunction's Timeout exceeds
 // ONCE_PROVIDER_SETTLE plus its ResolveTime (reconciler.ResolveTime:
-// ONCE_PROVIDER_TIMEOUT plus a write). A longer settle is carried over the
+// ONCE_PROVIDER_TIMEOUT plus WriteMargin, the store client's worst case for
+// the write). A longer settle is carried over the
 // mapping's retries, each delivery waiting until its deadline less
 // ResolveTime; past about (MaximumRetryAttempts + 1) x (Timeout -
 // ResolveTime) the records go to the on-failure queue and the key stays

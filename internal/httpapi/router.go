@@ -186,7 +186,9 @@ func (h *handler) observe(r *http.Request, info *requestInfo, status int, took t
 	obs := &info.obs
 	tenant := info.tenant
 	if tenant != "" && idempotency.ValidateTenant(tenant) != nil {
-		// Refused (403 tenant_invalid): the error says what it was, bounded.
+		// Refused (403 tenant_invalid): never log any of it (it may be a
+		// name or an e-mail address); the error gives its length and a
+		// SHA-256 prefix.
 		tenant = ""
 	}
 	attrs := []slog.Attr{
@@ -224,10 +226,20 @@ func (h *handler) observe(r *http.Request, info *requestInfo, status int, took t
 		level = slog.LevelError
 	}
 	h.deps.Logger.LogAttrs(r.Context(), level, "request", attrs...)
-	if name := outcomeMetrics[obs.Outcome]; name != "" && obs.Route != "" {
-		h.deps.Metrics.Count(name)
+	switch {
+	case obs.Outcome == idempotency.OutcomeInvalidTenant || errors.Is(info.err, idempotency.ErrTenantInvalid):
+		// A POST the middleware refused, or a GET ServeGet refused.
+		h.deps.Metrics.Count(MetricTenantInvalid)
+	case outcomeMetrics[obs.Outcome] != "" && obs.Route != "":
+		h.deps.Metrics.Count(outcomeMetrics[obs.Outcome])
 	}
 }
+
+// MetricTenantInvalid counts the requests refused 403 tenant_invalid (a
+// tenant outside idempotency's tenant rule, from the deployment's tenant
+// function), POST and GET alike. Alarmed (template.yaml's
+// TenantInvalidAlarm): the tenant function needs fixing.
+const MetricTenantInvalid = "tenant_invalid"
 
 // outcomeMetrics names the counter of each idempotency outcome.
 var outcomeMetrics = map[string]string{

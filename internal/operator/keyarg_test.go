@@ -39,6 +39,18 @@ func TestKeyArgAsTheHeader(t *testing.T) {
 			}
 		})
 	}
+	// Tenants the widened rule accepts: show -tenant finds their record.
+	longest := strings.Repeat("é", idempotency.MaxTenantLength/2)
+	for _, tenant := range []string{"Acme Corp", "Société Générale – 東京", "arn:aws:sts::123456789012:assumed-role/" + strings.Repeat("r", 64) + "/s", longest} {
+		rec := e.record(t, tenant, "abc", idempotency.StatusUnknown, time.Minute)
+		t.Run("tenant "+tenant[:min(len(tenant), 20)], func(t *testing.T) {
+			code, out, errOut := e.run(t, "show", "-tenant", tenant, "-key", "abc")
+			var v struct{ Record string }
+			if err := json.Unmarshal([]byte(out), &v); code != 0 || err != nil || v.Record != rec.Key.ID() {
+				t.Errorf("show -tenant %.20q = exit %d, record %.40q (%v, %.300q), want 0 and %.40q", tenant, code, v.Record, err, errOut, rec.Key.ID())
+			}
+		})
+	}
 	for _, cmd := range []string{"show", "reannounce", "forget"} {
 		for _, tt := range []struct{ name, tenant, key, want string }{
 			{"unterminated sf-string", "acme", `"abc`, "-key"},
@@ -49,7 +61,9 @@ func TestKeyArgAsTheHeader(t *testing.T) {
 			{"too long key", "acme", strings.Repeat("k", idempotency.MaxKeyLength+1), "-key"},
 			{"tenant with hash", "acme#x", "abc", "-tenant"},
 			{"tenant with newline", "ac\nme", "abc", "-tenant"},
-			{"unicode tenant", "acmé", "abc", "-tenant"},
+			{"tenant with C1 control", "acme\u0085", "abc", "-tenant"},
+			{"tenant not UTF-8", "acme\xff", "abc", "-tenant"},
+			{"tenant one byte too long", longest + "a", "abc", "-tenant"},
 			{"too long tenant", strings.Repeat("a", 3000), "abc", "-tenant"},
 		} {
 			t.Run(cmd+"/"+tt.name, func(t *testing.T) {

@@ -13,19 +13,29 @@ import (
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/charges"
 	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/dynamoclient"
 	"github.com/oncehq/once/internal/orders"
 	"github.com/oncehq/once/internal/provider"
 	"github.com/oncehq/once/internal/refunds"
 )
 
 // WriteMargin is the time ResolveTime allows, beyond the provider's
-// timeout, for the write that completes or releases a record (and the
-// resolver's own table reads): the worker's budget allows the same.
-const WriteMargin = 2 * time.Second
+// timeout, for the write that completes or releases a record: the longest
+// one call of the reconciler's DynamoDB client (app.DynamoDB, dynamoclient's
+// defaults) can take to fail, every attempt running out its timeout, with
+// the longest backoff between them (dynamoclient.CallBound: 3 x 2 s +
+// 2 x 200 ms = 6.4 s). The resolvers' own table reads take milliseconds
+// when DynamoDB answers; when it does not, the write fails too and the
+// record is delivered again (reconcile_failed).
+const WriteMargin = time.Duration(dynamoclient.DefaultMaxAttempts)*dynamoclient.DefaultTimeout +
+	time.Duration(dynamoclient.DefaultMaxAttempts-1)*dynamoclient.DefaultMaxBackoff
 
 // ResolveTime is the reconciler's recovery.ReconcilerConfig.ResolveTime for
 // cfg: one provider look-up (cfg.ProviderTimeout) plus WriteMargin. A
-// record waiting for cfg.ProviderSettle leaves its invocation this much.
+// record waiting for cfg.ProviderSettle leaves its invocation this much, so
+// ResolveTime must stay well under the function's Timeout (60 s in
+// template.yaml): at or above it, every delivery of a record waiting for
+// the settle defers at once (reconcile_deferred), with no time to wait.
 func ResolveTime(cfg config.Config) time.Duration {
 	return cfg.ProviderTimeout + WriteMargin
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/charges"
 	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/dynamoclient"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/orders"
@@ -156,5 +157,15 @@ func TestHandlerLeavesResolveTime(t *testing.T) {
 func TestProviderKeyMargin(t *testing.T) {
 	if config.ProviderKeyMargin != orders.KeyRetentionMargin {
 		t.Errorf("config.ProviderKeyMargin = %s, orders.KeyRetentionMargin = %s; want them equal", config.ProviderKeyMargin, orders.KeyRetentionMargin)
+	}
+}
+
+// TestWriteMarginCoversTheClient: WriteMargin is the reconciler's store
+// client's worst case for one call (dynamoclient.CallBound with the
+// options app.DynamoDB builds it with), so the write after a look-up that
+// used all of ONCE_PROVIDER_TIMEOUT still fits in the invocation.
+func TestWriteMarginCoversTheClient(t *testing.T) {
+	if bound := dynamoclient.CallBound(dynamoclient.Options{}); reconciler.WriteMargin < bound {
+		t.Errorf("WriteMargin = %v, want at least dynamoclient.CallBound = %v", reconciler.WriteMargin, bound)
 	}
 }
