@@ -31,8 +31,8 @@ const maxDeliveries = 11
 // milliseconds and leaves both keys UNKNOWN.
 func TestReconcilerSettleLongerThanInvocation(t *testing.T) {
 	const (
-		settle      = 2500 * time.Millisecond
-		invocation  = time.Second // the function's timeout, shorter than settle
+		settle     = 2500 * time.Millisecond
+		invocation = time.Second // the function's timeout, shorter than settle
 		// Left after the settle time falls late in a delivery's wait: the
 		// look-up and the release must fit in it under make test's load.
 		resolveTime = 400 * time.Millisecond

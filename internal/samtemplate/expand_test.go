@@ -41,7 +41,7 @@ func TestDeployedTypes(t *testing.T) {
 		want: map[string][]string{
 			"AWS::Lambda::Function": {"Fn"}, "AWS::IAM::Role": {"Fn"}, "AWS::Lambda::Url": {"Fn"},
 			"AWS::Lambda::EventSourceMapping": {"Fn"},
-			"AWS::SQS::Queue": {"Q"}, "AWS::DynamoDB::Table": {"T"},
+			"AWS::SQS::Queue":                 {"Q"}, "AWS::DynamoDB::Table": {"T"},
 		},
 	}, {
 		name: "a public function URL: SAM adds its invoke permission",
