@@ -233,6 +233,12 @@ func (f Flow) charge(ctx context.Context, s *idempotency.Steps, o Order, req Req
 	default:
 		return idempotency.Response{}, nil, false, err
 	}
+	if c.ID == "" {
+		// Nothing to record the order's charge by: an order failed with no
+		// charge reads as one the provider rejected (a re-send would answer
+		// 422, not this decline's 402).
+		return idempotency.Response{}, nil, false, fmt.Errorf("%w: the provider's %s charge has no ID", ErrDrift, c.Status)
+	}
 	if c.Amount != req.Amount || !strings.EqualFold(c.Currency, req.Currency) {
 		return idempotency.Response{}, nil, false, fmt.Errorf("%w: charge %s is of %d %s, the order of %d %s",
 			ErrDrift, c.ID, c.Amount, c.Currency, req.Amount, req.Currency)

@@ -150,3 +150,47 @@ func TestChargeReadsOrder(t *testing.T) {
 		t.Errorf("Run() without a Reader = %v after %d provider call(s), want an error and 0 calls", err, c.calls)
 	}
 }
+
+// answerCharger answers every call with its charge and error.
+type answerCharger struct {
+	charge provider.Charge
+	err    error
+}
+
+func (c answerCharger) Charge(context.Context, string, provider.ChargeRequest) (provider.Charge, error) {
+	return c.charge, c.err
+}
+
+// TestChargeWithoutID: a provider answer whose charge has no ID, declined
+// or not, is ErrDrift (the outcome left to reconciliation), never recorded
+// on the order: an order failed with no charge reads as one the provider
+// rejected, so a re-send of a decline recorded so would answer 422, not its
+// 402.
+func TestChargeWithoutID(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	req := Request{Amount: 4200, Currency: "eur", Customer: "cus_42", Source: "tok_visa", Email: "a@example.com"}
+	o := New("acme", "ord_abcdefghijklmnopqrstuvwx", req, now)
+	rec := idempotency.Record{
+		Key: idempotency.NewKey("acme", "order-1"), Status: idempotency.StatusUnknown, Route: RouteCreate,
+		External: true, LeaseToken: idempotency.NewToken(), ExpiresAt: now.Add(time.Hour), CreatedAt: now,
+		Point: PointOrderCreated, UpdatedAt: now,
+		Data: map[string]string{dataOrder: o.ID, dataCreated: strconv.FormatInt(now.Unix(), 10)},
+	}
+	charge := provider.Charge{Amount: req.Amount, Currency: req.Currency}
+	tests := []struct {
+		name    string
+		charger answerCharger
+	}{
+		{"succeeded", answerCharger{charge: provider.Charge{Amount: req.Amount, Currency: req.Currency, Status: provider.StatusSucceeded}}},
+		{"declined", answerCharger{err: &provider.DeclinedError{Charge: provider.Charge{Amount: charge.Amount, Currency: charge.Currency, Status: provider.StatusFailed, FailureCode: "card_declined"}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := Flow{Provider: tt.charger, Reader: &storedOrders{order: o}, Orders: "orders", Outbox: "outbox", Now: func() time.Time { return now }}
+			_, _, err := f.Run(t.Context(), idempotency.ResumeSteps(memory.New(), rec, func() time.Time { return now }), req, nil)
+			if !errors.Is(err, ErrDrift) {
+				t.Errorf("Run() = %v, want ErrDrift", err)
+			}
+		})
+	}
+}
