@@ -218,8 +218,9 @@ func scenarioConfig(seed uint64) runConfig {
 //  2. its lease runs out; R retries v0, which hands the reservation to the
 //     reconciler (409); the reconciler finds no charge and releases the key;
 //  3. B sends v1 (tok_slow, charged, then 504) and reserves the key;
-//  4. Z's completion is let through. Fenced, it fails (Z gets 409, the
-//     reconciler completes v1 with its charge); unfenced, it overwrites B's
+//  4. Z's completion, which Z gave up on at its CompletionTimeout but which
+//     is on the wire, is let through. Fenced, it fails (the reconciler
+//     completes v1 with its charge); unfenced, it overwrites B's
 //     reservation: the key stores v0's answer while v1's charge exists.
 //
 // The unplanted run of the same schedule must pass, so that the failure is
@@ -253,6 +254,10 @@ func unfencedCompletion(t *testing.T, planted bool) *result {
 	}
 	p := c.twoCharges(t, "zombie-"+c.run, tokUnknown, tokSlow)
 	completion := c.gatePut(p, idempotency.StatusCompleted, 10*time.Second)
+	// Z gives its completion up after CompletionTimeout (half the lease
+	// here), long before the gate opens; sent, it lands anyway, as a write on
+	// the wire does.
+	completion.applyLate = true
 	r := func(i uint64) *mrand.Rand { return mrand.New(mrand.NewPCG(c.cfg.seed, i)) }
 
 	zombie := make(chan *op, 1)
