@@ -456,17 +456,7 @@ func TestOrdersConcurrentDuplicates(t *testing.T) {
 // stream image twice (a redelivery) changes nothing.
 func TestOrdersResolver(t *testing.T) {
 	s := newOrderStack(t)
-	resolvers, err := reconciler.Resolvers(s.cfg, s.client, app.Options{Now: s.clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
-		Store: dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"]), Resolvers: resolvers, Settle: chargeTimeout,
-		Metrics: metrics.New(s.metrics, "once", map[string]string{"Service": "reconciler"}), Now: s.clock.Now,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := s.ordersReconciler(t)
 	store := dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"])
 	body := orderBody("tok_visa", "ada@example.com")
 	for _, fault := range []string{"after-order-created", "after-provider-call", "after-charge-created"} {
@@ -510,36 +500,6 @@ func TestOrdersResolver(t *testing.T) {
 	}
 }
 
-// chargeCalls counts the simulator's POST /v1/charges requests by
-// Idempotency-Key: the calls made, whatever the simulator did with them (it
-// never forgets a key, so a repeated call would not show as a charge).
-type chargeCalls struct {
-	mu    sync.Mutex
-	byKey map[string]int
-}
-
-func (c *chargeCalls) option() stackOption {
-	c.byKey = map[string]int{}
-	return func(setup *stackSetup) {
-		setup.simWrap = func(next http.Handler) http.Handler {
-			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Method == http.MethodPost && r.URL.Path == "/v1/charges" {
-					c.mu.Lock()
-					c.byKey[r.Header.Get("Idempotency-Key")]++
-					c.mu.Unlock()
-				}
-				next.ServeHTTP(w, r)
-			})
-		}
-	}
-}
-
-func (c *chargeCalls) of(key string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.byKey[key]
-}
-
 // TestOrdersKeyRetention: an order resumed at order_created once the
 // provider may have forgotten its forwarded key (ONCE_PROVIDER_KEY_RETENTION,
 // 24h by default, less orders.KeyRetentionMargin, an hour, from the record's
@@ -551,22 +511,12 @@ func (c *chargeCalls) of(key string) int {
 // reconcile_unroutable). One younger than that resumes and charges once, as
 // before.
 func TestOrdersKeyRetention(t *testing.T) {
-	var calls chargeCalls
+	calls := providerCalls{path: "/v1/charges"}
 	s := newStack(t, withConfig(func(c *config.Config) {
 		c.ProviderTimeout = chargeTimeout
 		c.FaultInjection = true
 	}), calls.option())
-	resolvers, err := reconciler.Resolvers(s.cfg, s.client, app.Options{Now: s.clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
-		Store: dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"]), Resolvers: resolvers, Settle: chargeTimeout,
-		Metrics: metrics.New(s.metrics, "once", map[string]string{"Service": "reconciler"}), Now: s.clock.Now,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := s.ordersReconciler(t)
 	store := dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"])
 	body := orderBody("tok_visa", "ada@example.com")
 	// Each case's order is abandoned at order_created, by a crash before
@@ -864,18 +814,8 @@ func TestOrdersResentAfterExpiry(t *testing.T) {
 		// answer.
 		const key = "resend-paid-resolved"
 		wantCrash(t, s.order(t, "acme", key, paid, map[string][]string{"Once-Fault": {"after-order-created"}}), "after-order-created")
-		resolvers, err := reconciler.Resolvers(s.cfg, s.client, app.Options{Now: s.clock.Now})
-		if err != nil {
-			t.Fatal(err)
-		}
 		store := dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"])
-		r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
-			Store: store, Resolvers: resolvers, Settle: chargeTimeout,
-			Metrics: metrics.New(s.metrics, "once", map[string]string{"Service": "reconciler"}), Now: s.clock.Now,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := s.ordersReconciler(t)
 		rec, err := s.record(t, key)
 		if err != nil {
 			t.Fatal(err)
@@ -943,7 +883,7 @@ func (d failGet) Do(r *http.Request) (*http.Response, error) {
 // given up at order_created, so that a retry once the store answers
 // resumes there at once and charges once.
 func TestOrdersReadFailure(t *testing.T) {
-	var calls chargeCalls
+	calls := providerCalls{path: "/v1/charges"}
 	var on atomic.Bool
 	s := newStack(t, withConfig(func(c *config.Config) { c.ProviderTimeout = chargeTimeout }), calls.option(), func(setup *stackSetup) {
 		setup.client = func(t testing.TB, base *dynamodb.Client) *dynamodb.Client {
@@ -970,4 +910,23 @@ func TestOrdersReadFailure(t *testing.T) {
 		t.Errorf("retry = %d %s with %d provider call(s), want 201 and 1", r.status, r.body, calls.of(fk))
 	}
 	s.effects(t, key, body, orders.StatusPaid, 1, 1)
+}
+
+// ordersReconciler is the reconciler function's Reconciler on s, with the
+// API's resolvers (reconciler.Resolvers), s's clock and a Settle of
+// chargeTimeout, counting into s.metrics.
+func (s *stack) ordersReconciler(t *testing.T) *recovery.Reconciler {
+	t.Helper()
+	resolvers, err := reconciler.Resolvers(s.cfg, s.client, app.Options{Now: s.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
+		Store: dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"]), Resolvers: resolvers, Settle: chargeTimeout,
+		Metrics: metrics.New(s.metrics, "once", map[string]string{"Service": "reconciler"}), Now: s.clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

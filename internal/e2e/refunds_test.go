@@ -494,19 +494,22 @@ func TestRefundsContract(t *testing.T) {
 	})
 }
 
-// refundCalls counts the simulator's POST /v1/refunds requests by
-// Idempotency-Key: the calls the api made, whatever the simulator did.
-type refundCalls struct {
+// providerCalls counts the simulator's POST requests to path by
+// Idempotency-Key: the calls made, whatever the simulator did with them (it
+// never forgets a key, so a repeated call would not show as a second
+// charge or refund).
+type providerCalls struct {
+	path  string
 	mu    sync.Mutex
 	byKey map[string]int
 }
 
-func (c *refundCalls) option() stackOption {
+func (c *providerCalls) option() stackOption {
 	c.byKey = map[string]int{}
 	return func(setup *stackSetup) {
 		setup.simWrap = func(next http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Method == http.MethodPost && r.URL.Path == "/v1/refunds" {
+				if r.Method == http.MethodPost && r.URL.Path == c.path {
 					c.mu.Lock()
 					c.byKey[r.Header.Get("Idempotency-Key")]++
 					c.mu.Unlock()
@@ -517,7 +520,7 @@ func (c *refundCalls) option() stackOption {
 	}
 }
 
-func (c *refundCalls) of(key string) int {
+func (c *providerCalls) of(key string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.byKey[key]
@@ -552,7 +555,7 @@ func (s *stack) retryRefund(t testing.TB, tenant, key, body string) response {
 // (and the reconciliation they lead to), one refund at the provider per key,
 // called once, the payment's amount_refunded right, nothing left held.
 func TestRefundsFaultInjection(t *testing.T) {
-	var calls refundCalls
+	calls := providerCalls{path: "/v1/refunds"}
 	s := newRefundStack(t, calls.option())
 	for _, point := range []string{"after-reserve", "after-provider-call", "after-complete"} {
 		for _, amount := range []int64{300, 0} {
@@ -591,7 +594,7 @@ func TestRefundsFaultInjection(t *testing.T) {
 // the payment, the provider is called at most once per key, and the other
 // tenant takes nothing.
 func TestRefundsConcurrent(t *testing.T) {
-	var calls refundCalls
+	calls := providerCalls{path: "/v1/refunds"}
 	s := newRefundStack(t, calls.option())
 	p := s.payment(t, "acme", 1000, "tok_refundSlow", "") // each refund takes 300ms at the provider
 	const keys, dups, amount = 10, 3, 150
@@ -673,7 +676,7 @@ func TestRefundsConcurrent(t *testing.T) {
 // provider answers it with the same refund. Either way: one refund, counted
 // once, nothing held.
 func TestRefundReleasedWhileRunning(t *testing.T) {
-	var calls refundCalls
+	calls := providerCalls{path: "/v1/refunds"}
 	s := newRefundStack(t, calls.option())
 	p := s.payment(t, "acme", 1000, "tok_refundSlow", "") // the provider answers after 300ms
 	const key = "refund-released"
