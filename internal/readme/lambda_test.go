@@ -52,15 +52,7 @@ func goCmd(t *testing.T, dir string, args ...string) {
 }
 
 func TestUseOnceInYourOwnLambda(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme := string(raw)
+	root, readme := readRepoREADME(t)
 	mainGo, templateYAML := block(t, readme, "readme:main.go"), block(t, readme, "readme:template.yaml")
 
 	// A fresh module, then `go get github.com/oncehq/once` and nothing else.
@@ -336,4 +328,18 @@ func recoveryCheck(t *testing.T, bin string, env []string, table string) {
 	if visible, inFlight, delayed := sqstest.Counts(t, sq, queueURL); visible != "0" || inFlight != "0" || delayed != "1" {
 		t.Errorf("check queue: %s visible, %s in flight, %s delayed; want the running one's check sent on, delayed", visible, inFlight, delayed)
 	}
+}
+
+// readRepoREADME returns the repository's root and its README's text.
+func readRepoREADME(t *testing.T) (root, readme string) {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root, string(raw)
 }

@@ -17,15 +17,7 @@ import (
 // idempotency table's schema: the hash key pk, a string, and TTL on
 // expires_at, the names the dynamo store writes.
 func TestUseOnceSnippets(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme := string(raw)
+	root, readme := readRepoREADME(t)
 
 	dir := t.TempDir()
 	gomod := "module example.com/shop\n\ngo 1.26\n\nreplace github.com/oncehq/once => " + root + "\n"
