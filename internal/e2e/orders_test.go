@@ -465,17 +465,7 @@ func TestOrdersResolver(t *testing.T) {
 			wantCrash(t, s.order(t, "acme", key, body, map[string][]string{"Once-Fault": {fault}}), fault)
 			// What the sweeper does once TTL has deleted the abandoned
 			// reservation: the record is back, UNKNOWN, under a new lease.
-			rec, err := s.record(t, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := store.MarkUnknown(t.Context(), rec.Key, rec.LeaseToken, idempotency.NewToken(), s.clock.Now().Add(time.Hour), s.clock.Now()); err != nil {
-				t.Fatal(err)
-			}
-			unknown, err := s.record(t, key)
-			if err != nil {
-				t.Fatal(err)
-			}
+			unknown := s.handOver(t, store, key, time.Hour)
 			for range 2 { // the second is a redelivery of the same image
 				if err := r.Reconcile(t.Context(), nil, unknown); err != nil {
 					t.Fatalf("Reconcile = %v", err)
@@ -569,17 +559,7 @@ func TestOrdersKeyRetention(t *testing.T) {
 				return
 			}
 			// The recovery check's hand-over: UNKNOWN under a new lease.
-			rec, err := s.record(t, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := store.MarkUnknown(t.Context(), rec.Key, rec.LeaseToken, idempotency.NewToken(), s.clock.Now().Add(s.cfg.Retention), s.clock.Now()); err != nil {
-				t.Fatal(err)
-			}
-			unknown, err := s.record(t, key)
-			if err != nil {
-				t.Fatal(err)
-			}
+			unknown := s.handOver(t, store, key, s.cfg.Retention)
 			before := strings.Count(s.metrics.String(), `"reconcile_unroutable":1`)
 			if err := r.Reconcile(t.Context(), nil, unknown); err != nil {
 				t.Fatalf("Reconcile = %v", err)
@@ -816,17 +796,7 @@ func TestOrdersResentAfterExpiry(t *testing.T) {
 		wantCrash(t, s.order(t, "acme", key, paid, map[string][]string{"Once-Fault": {"after-order-created"}}), "after-order-created")
 		store := dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"])
 		r := s.ordersReconciler(t)
-		rec, err := s.record(t, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := store.MarkUnknown(t.Context(), rec.Key, rec.LeaseToken, idempotency.NewToken(), s.clock.Now().Add(s.cfg.Retention), s.clock.Now()); err != nil {
-			t.Fatal(err)
-		}
-		unknown, err := s.record(t, key)
-		if err != nil {
-			t.Fatal(err)
-		}
+		unknown := s.handOver(t, store, key, s.cfg.Retention)
 		if err := r.Reconcile(t.Context(), nil, unknown); err != nil {
 			t.Fatalf("Reconcile = %v", err)
 		}
@@ -929,4 +899,24 @@ func (s *stack) ordersReconciler(t *testing.T) *recovery.Reconciler {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// handOver moves key's abandoned reservation to UNKNOWN under a new lease,
+// expiring expiry from s's clock, as the recovery check (or the sweeper's
+// restore) does, and returns the record as the reconciler's stream image
+// would carry it.
+func (s *stack) handOver(t *testing.T, store *dynamo.Store, key string, expiry time.Duration) idempotency.Record {
+	t.Helper()
+	rec, err := s.record(t, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.MarkUnknown(t.Context(), rec.Key, rec.LeaseToken, idempotency.NewToken(), s.clock.Now().Add(expiry), s.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	unknown, err := s.record(t, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return unknown
 }
