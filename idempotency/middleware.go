@@ -111,9 +111,10 @@ type Config struct {
 	// (never by anything the caller sends itself). false, or an empty
 	// tenant, answers 401 (ErrNoTenant). A tenant must follow the tenant
 	// rule (ValidateTenant: 1 to MaxTenantLength (1024) bytes of valid
-	// UTF-8, no control character, no '#'; spaces and any printable
-	// Unicode are fine, so an e-mail address, an org's display name or an
-	// assumed-role ARN serve as they are): one that does not answers 403
+	// UTF-8, no control character, no bidirectional control, no '#';
+	// spaces and any printable Unicode are fine, so an e-mail address, an
+	// org's display name or an assumed-role ARN serve as they are): one
+	// that does not answers 403
 	// (a *TenantError, matching ErrTenantInvalid) before anything is read
 	// or written, on every retry, with the outcome OutcomeInvalidTenant,
 	// which Logger gets at error with the tenant's length and a SHA-256

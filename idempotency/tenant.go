@@ -23,13 +23,17 @@ const MaxTenantLength = 1024
 
 // ValidateTenant applies the tenant rule: a tenant is 1 to MaxTenantLength
 // bytes of valid UTF-8 holding no control character (C0, DEL or C1:
-// U+0000-U+001F, U+007F-U+009F) and no '#'. Anything else is allowed:
+// U+0000-U+001F, U+007F-U+009F), no bidirectional control (Unicode's
+// Bidi_Control: U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069) and
+// no '#'. Anything else is allowed:
 // spaces, punctuation, any printable Unicode ("Ünïcode Org", an ARN, an
 // e-mail address). '#' separates the tenant from the key hash in Key.ID,
 // and from the suffixes a store adds to it (the DynamoDB store's chunk and
 // restore-mark items), so a tenant holding it could name another tenant's
 // items; control characters and invalid UTF-8 corrupt log lines and
-// terminals; the length keeps every key a store derives from it under
+// terminals, and a bidirectional control reorders the text displayed after
+// it (a tenant ending in U+202E shows the key or fields that follow it
+// reversed, in a log viewer or a console); the length keeps every key a store derives from it under
 // DynamoDB's 2048-byte partition key (MaxTenantLength). It returns nil for
 // a valid tenant, else a *TenantError, which matches ErrTenantInvalid. The
 // Middleware applies it to what Config.Tenant returns before anything is
@@ -49,6 +53,8 @@ func ValidateTenant(tenant string) error {
 			return newTenantError(tenant, fmt.Sprintf("byte %d is '#'", i+1))
 		case unicode.IsControl(c):
 			return newTenantError(tenant, fmt.Sprintf("byte %d starts a control character (%U)", i+1, c))
+		case unicode.Is(unicode.Bidi_Control, c):
+			return newTenantError(tenant, fmt.Sprintf("byte %d starts a bidirectional control (%U)", i+1, c))
 		}
 	}
 	return nil
@@ -63,7 +69,7 @@ func validRuneAt(s string, i int) bool {
 
 // tenantRule says what a valid tenant is, for problem details (1024 is
 // MaxTenantLength).
-const tenantRule = "a tenant is 1 to 1024 bytes of UTF-8 text, with no control characters and no '#'"
+const tenantRule = "a tenant is 1 to 1024 bytes of UTF-8 text, with no control characters, no bidirectional controls and no '#'"
 
 // TenantError reports a tenant outside the tenant rule (ValidateTenant). It
 // matches ErrTenantInvalid. Neither it nor its text, for the operator's log
