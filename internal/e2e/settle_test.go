@@ -1,0 +1,212 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/recovery"
+	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/operator"
+	"github.com/oncehq/once/internal/orders"
+)
+
+// oncectl runs oncectl's command args against s's tables, as configured by
+// cfg (s.cfg, or a variation of it), at s's clock.
+func (s *stack) oncectl(t testing.TB, cfg config.Config, args ...string) (code int, out, errOut string) {
+	t.Helper()
+	var o, eo bytes.Buffer
+	code = operator.New(cfg, s.client, nil, &o, &eo).WithClock(s.clock.Now).Run(t.Context(), args)
+	return code, o.String(), eo.String()
+}
+
+// needsReview leaves each of acme's keys an order of body needing review:
+// its request crashed before its charge, and is handed to the reconciler
+// as UNKNOWN once it is older than the provider remembers keys (the
+// default ONCE_PROVIDER_KEY_RETENTION less its margin), which leaves it
+// UNKNOWN at order_created without a call (reconcile_unroutable). It
+// returns the records as the reconciler left them.
+func (s *stack) needsReview(t *testing.T, r *recovery.Reconciler, body string, keys ...string) map[string]idempotency.Record {
+	t.Helper()
+	for _, key := range keys {
+		wantCrash(t, s.order(t, "acme", key, body, map[string][]string{"Once-Fault": {"after-order-created"}}), "after-order-created")
+	}
+	s.clock.Advance(23*time.Hour + time.Second)
+	store := dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"])
+	recs := map[string]idempotency.Record{}
+	for _, key := range keys {
+		unknown := s.handOver(t, store, key, s.cfg.Retention)
+		if err := r.Reconcile(t.Context(), nil, unknown); err != nil {
+			t.Fatalf("Reconcile = %v", err)
+		}
+		rec, err := s.record(t, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Status != idempotency.StatusUnknown || rec.Point != orders.PointOrderCreated || rec.LeaseToken != unknown.LeaseToken {
+			t.Fatalf("record %s = %s at %q, want left UNKNOWN at order_created for an operator", key, rec.Status, rec.Point)
+		}
+		recs[key] = rec
+	}
+	return recs
+}
+
+// items returns the items of acme's key's record and of its order of
+// body, decoded, as they stand.
+func (s *stack) items(t testing.TB, key, body string) map[string]any {
+	t.Helper()
+	get := func(table, pk string) any {
+		out, err := s.client.GetItem(t.Context(), &dynamodb.GetItemInput{
+			TableName: aws.String(s.names.ByLogicalID[table]), ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: pk}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := attributevalue.UnmarshalMap(out.Item, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	return map[string]any{
+		"record": get("IdempotencyTable", idempotency.NewKey("acme", key).ID()),
+		"order":  get("OrdersTable", orders.PK("acme", orderID(t, "acme", key, body))),
+	}
+}
+
+// settleResult is the part of settle-order's -json output the tests read.
+type settleResult struct {
+	LeaseToken    string `json:"lease_token"`
+	Order         string `json:"order"`
+	Plan          string `json:"plan"`
+	DryRun        bool   `json:"dry_run"`
+	Settled       bool   `json:"settled"`
+	ProviderCalls int    `json:"provider_calls"`
+	StatusAfter   string `json:"status_after"`
+	AnswerStatus  int    `json:"answer_status"`
+}
+
+func decodeSettle(t testing.TB, out string) settleResult {
+	t.Helper()
+	var r settleResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("settle-order -json printed %q: %v", out, err)
+	}
+	return r
+}
+
+// TestSettleOrder: an order left UNKNOWN by the key-retention guard is
+// settled by oncectl settle-order with what the operator found at the
+// provider: a dry run first, which writes nothing, then -confirm with the
+// lease token shown. charged and declined answer the operator's charge
+// without calling the provider; not-charged charges once, under the
+// order's forwarded key. The record ends COMPLETED with the answer the
+// request would have stored, the order paid (receipt queued) or failed,
+// and a client's retry of the key, through the api, replays that answer
+// byte for byte.
+func TestSettleOrder(t *testing.T) {
+	calls := providerCalls{path: "/v1/charges"}
+	s := newStack(t, withConfig(func(c *config.Config) {
+		c.ProviderTimeout = chargeTimeout
+		c.FaultInjection = true
+	}), calls.option())
+	r := s.ordersReconciler(t)
+	body := orderBody("tok_visa", "ada@example.com")
+	tests := []struct {
+		name       string
+		args       []string
+		answer     int
+		status     orders.Status
+		charge     string // "": the provider's
+		failure    string
+		calls, job int
+	}{
+		{"charged", []string{"-charged", "ch_found_by_hand"}, http.StatusCreated, orders.StatusPaid, "ch_found_by_hand", "", 0, 1},
+		{"declined", []string{"-declined", "ch_declined_by_hand", "-failure-code", "card_declined"}, http.StatusPaymentRequired, orders.StatusFailed, "ch_declined_by_hand", "card_declined", 0, 0},
+		{"not-charged", []string{"-not-charged"}, http.StatusCreated, orders.StatusPaid, "", "", 1, 1},
+	}
+	var keys []string
+	for _, tt := range tests {
+		keys = append(keys, "order-settle-"+tt.name)
+	}
+	recs := s.needsReview(t, r, body, keys...)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := "order-settle-" + tt.name
+			fk := orderForwardKey(t, key, body)
+			rec := recs[key]
+			args := append([]string{"settle-order", "-json", "-tenant", "acme", "-key", key}, tt.args...)
+
+			before := s.items(t, key, body)
+			code, out, errOut := s.oncectl(t, s.cfg, args...)
+			dry := decodeSettle(t, out)
+			if code != 1 || !dry.DryRun || dry.Settled || dry.LeaseToken != rec.LeaseToken || dry.Plan == "" || !strings.Contains(errOut, "-confirm "+rec.LeaseToken) {
+				t.Errorf("dry run = %d %q %q, want 1, the plan, and how to confirm", code, out, errOut)
+			}
+			if diff := cmp.Diff(before, s.items(t, key, body)); diff != "" {
+				t.Errorf("the dry run wrote (-before +after):\n%s", diff)
+			}
+
+			code, out, errOut = s.oncectl(t, s.cfg, append(args, "-confirm", rec.LeaseToken)...)
+			got := decodeSettle(t, out)
+			if code != 0 || !got.Settled || got.StatusAfter != string(idempotency.StatusCompleted) || got.AnswerStatus != tt.answer || got.ProviderCalls != tt.calls {
+				t.Fatalf("settle-order -confirm = %d %q %q, want 0, settled, COMPLETED with %d after %d provider call(s)", code, out, errOut, tt.answer, tt.calls)
+			}
+			for _, secret := range []string{key, "ada@example.com", "tok_visa"} {
+				if strings.Contains(errOut, secret) || strings.Contains(out, secret) {
+					t.Errorf("settle-order printed %q (a raw key or the body): %q %q", secret, out, errOut)
+				}
+			}
+			if n := calls.of(fk); n != tt.calls {
+				t.Errorf("provider calls under the order's key = %d, want %d", n, tt.calls)
+			}
+			done, err := s.record(t, key)
+			if err != nil || done.Status != idempotency.StatusCompleted || done.Response == nil || done.Response.Status != tt.answer || done.Point != orders.PointFinished {
+				t.Fatalf("record = %s at %q %+v, %v; want COMPLETED at finished with %d", done.Status, done.Point, done.Response, err, tt.answer)
+			}
+			o := s.effects(t, key, body, tt.status, tt.calls, tt.job)
+			wantCharge := tt.charge
+			if wantCharge == "" {
+				wantCharge = done.Data["charge"]
+			}
+			if o.Charge == "" || o.Charge != wantCharge || done.Data["charge"] != wantCharge || o.FailureCode != tt.failure || o.RecoveryPoint != orders.PointFinished {
+				t.Errorf("order charge %q failure %q at %q, record's charge %q; want %q %q at finished", o.Charge, o.FailureCode, o.RecoveryPoint, done.Data["charge"], wantCharge, tt.failure)
+			}
+			if tt.status == orders.StatusPaid {
+				if o.Receipt != orders.ReceiptQueued || !strings.Contains(string(done.Response.Body), `"charge":"`+wantCharge+`"`) {
+					t.Errorf("order receipt %q, answer %s; want queued, with charge %s", o.Receipt, done.Response.Body, wantCharge)
+				}
+			} else if !strings.Contains(string(done.Response.Body), "card_declined") {
+				t.Errorf("answer %s, want the decline's problem", done.Response.Body)
+			}
+
+			replay := s.order(t, "acme", key, body, nil)
+			if replay.status != tt.answer || !bytes.Equal(replay.body, done.Response.Body) {
+				t.Errorf("retry = %d %s, want the settled %d %s", replay.status, replay.body, tt.answer, done.Response.Body)
+			}
+			if n := calls.of(fk); n != tt.calls {
+				t.Errorf("provider calls after the retry = %d, want %d", n, tt.calls)
+			}
+			// Settled twice: refused, nothing written.
+			after := s.items(t, key, body)
+			if code, out, errOut := s.oncectl(t, s.cfg, append(args, "-confirm", rec.LeaseToken)...); code != 1 || !strings.Contains(errOut, "COMPLETED") {
+				t.Errorf("settle-order again = %d %q %q, want 1, refused: COMPLETED", code, out, errOut)
+			}
+			if diff := cmp.Diff(after, s.items(t, key, body)); diff != "" {
+				t.Errorf("settling again wrote (-before +after):\n%s", diff)
+			}
+		})
+	}
+}
