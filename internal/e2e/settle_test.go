@@ -216,7 +216,9 @@ func TestSettleOrder(t *testing.T) {
 // record and the order as they were), a record that is not UNKNOWN (live
 // IN_PROGRESS, or COMPLETED), one of another route, an unknown key, flags
 // that conflict or are missing (a usage error, 2), a -confirm with another
-// lease token than the record's, an order that holds another answer than
+// lease token than the record's, one past order_created (the provider's
+// answer recorded, for the reconciler to finish), an order that holds
+// another answer than
 // the one given, and -not-charged without the provider's settings. An
 // order that already holds the very charge given is settled with it,
 // without the provider.
@@ -232,6 +234,10 @@ func TestSettleOrderRefusals(t *testing.T) {
 	rec := recs["order-refuse"]
 	// A live request: crashed now, its lease still running.
 	wantCrash(t, s.order(t, "acme", "order-live", body, map[string][]string{"Once-Fault": {"after-order-created"}}), "after-order-created")
+	// One whose charge is recorded (charge_created), handed to the
+	// reconciler.
+	wantCrash(t, s.order(t, "acme", "order-charged", body, map[string][]string{"Once-Fault": {"after-charge-created"}}), "after-charge-created")
+	charged := s.handOver(t, dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"]), "order-charged", s.cfg.Retention)
 	// A finished one.
 	if resp := s.order(t, "acme", "order-done", body, nil); resp.status != http.StatusCreated {
 		t.Fatalf("POST = %d %s, want 201", resp.status, resp.body)
@@ -267,6 +273,7 @@ func TestSettleOrderRefusals(t *testing.T) {
 		{"no provider settings", "order-refuse", noProvider, []string{"-not-charged", "-confirm", rec.LeaseToken}, 1, config.EnvProviderURL + " is not set"},
 		{"unknown key", "order-nobody", s.cfg, []string{"-charged", "ch_1", "-confirm", rec.LeaseToken}, 1, "no record"},
 		{"live request", "order-live", s.cfg, []string{"-charged", "ch_1", "-confirm", rec.LeaseToken}, 1, "IN_PROGRESS and its lease runs until"},
+		{"past order_created", "order-charged", s.cfg, []string{"-charged", "ch_1", "-confirm", charged.LeaseToken}, 1, "past order_created: the provider's answer is recorded"},
 		{"completed", "order-done", s.cfg, []string{"-charged", "ch_1", "-confirm", rec.LeaseToken}, 1, "COMPLETED"},
 		{"another route", "charge-1", s.cfg, []string{"-charged", "ch_1", "-confirm", other.LeaseToken}, 1, "not of POST /v1/orders"},
 		{"order holds another charge", "order-holds", s.cfg, []string{"-charged", "ch_other", "-confirm", recs["order-holds"].LeaseToken}, 1, "holds another answer"},

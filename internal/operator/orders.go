@@ -213,7 +213,7 @@ func (t *Tool) settleable(ctx context.Context, rec idempotency.Record, outcome, 
 	if err != nil {
 		return orders.Order{}, fmt.Sprintf("its recorded request does not decode (%v)", err), nil
 	}
-	id := rec.Data["order"]
+	id, recCharge, recStatus := orders.Recorded(rec)
 	if !orders.ValidID(id) {
 		return orders.Order{}, fmt.Sprintf("its first phase recorded no order (%q)", id), nil
 	}
@@ -226,7 +226,7 @@ func (t *Tool) settleable(ctx context.Context, rec idempotency.Record, outcome, 
 	}
 	if rec.Point != orders.PointOrderCreated {
 		return stored, fmt.Sprintf("it is at %s, past order_created: the provider's answer is recorded (charge %q, %s), and the reconciler "+
-			"completes it from there without the provider; `oncectl reannounce` hands it to the reconciler again", rec.Point, rec.Data["charge"], rec.Data["status"]), nil
+			"completes it from there without the provider; `oncectl reannounce` hands it to the reconciler again", rec.Point, recCharge, recStatus), nil
 	}
 	switch {
 	case stored.Status == orders.StatusFailed && stored.Charge == "":
