@@ -101,7 +101,10 @@ func (t *Tool) settleOrder(ctx context.Context, args []string) error {
 			"reconciler would, without the key-retention guard. Without -confirm it only shows what it would do;\n"+
 			"-confirm takes the lease token shown, and the record is completed only if it is still UNKNOWN under it.\n"+
 			"A retry of the key then replays the answer stored. A record that is not UNKNOWN, not of POST /v1/orders,\n"+
-			"past order_created, or whose order holds another answer than the one given, is refused.")
+			"past order_created, or whose order holds another answer than the one given, is refused.\n"+
+			"Exit code: 0 when this run completed the record; 1 for a dry run, a refusal, a record changed meanwhile\n"+
+			"(another settle or the reconciler got there first) or a failure (the record is left UNKNOWN: look at it\n"+
+			"again, and run it again); 2 on a usage error.")
 	read := t.recordArg(fs)
 	charged := fs.String("charged", "", "the provider's succeeded charge under the order's forwarded key")
 	declined := fs.String("declined", "", "the provider's failed charge under the order's forwarded key (with -failure-code)")
