@@ -5,7 +5,9 @@
 // (a delete fenced on what it showed), sends dead letters back to their queue, hands pending
 // payments to the worker's retrier, shows a payment's refund holds, lists the stale holds of every
 // payment, and settles a stale one
-// (a transaction fenced on the hold and on its key having no live record). It is configured like the functions, from the
+// (a transaction fenced on the hold and on its key having no live record), and
+// completes an order left for review with the charge an operator found at the
+// provider (the order's own phases, completed as the reconciler does, fenced). It is configured like the functions, from the
 // environment, and works against AWS, LocalStack and the devstack alike. See
 // internal/operator, and `oncectl help`.
 package main

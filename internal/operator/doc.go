@@ -157,6 +157,29 @@
 //     hold as read before, when it cannot be). A write that failed
 //     otherwise may have been made: it prints settled_unknown, no settled.
 //     The settlement is logged as one JSON line on stderr.
+//   - settle-order completes an order request (POST /v1/orders) left
+//     UNKNOWN at order_created, typically one the key-retention guard
+//     refused to charge again (orders.ErrKeyRetention, 500
+//     order_needs_review), with what the operator found at the provider
+//     under the phase's forwarded key, which its dry run prints: -charged
+//     CHARGE (paid, 201, receipt queued), -declined CHARGE -failure-code
+//     CODE (failed, 402), or -not-charged (charged now through the provider
+//     the api uses, config.EnvProviderURL and the rest, under that key).
+//     It runs the request's own phases, orders.Flow through the orders
+//     Resolver, with a Charger that answers the operator's charge of the
+//     recorded amount and currency (or is the provider), the key-retention
+//     guard off, and completes the record with
+//     recovery.Reconciler.Reconcile: the order's writes with the answer in
+//     one transaction fenced on the lease. Without -confirm naming the
+//     lease token shown it writes nothing. With it, it first claims the
+//     record (a fenced MarkUnknown to a new lease token, as reannounce's),
+//     so that of settles racing one another or the reconciler, one
+//     completes it and the others stop before calling the provider. It
+//     refuses a record that is not UNKNOWN, of another route, or past
+//     order_created, and an order that holds another answer than the one
+//     given. It prints the record, the order, the plan and the outcome
+//     (-json: one object), and logs the settlement as one JSON line on
+//     stderr.
 //
 // It is configured like the functions, by config.FromEnv: DYNAMODB_ENDPOINT
 // and SQS_ENDPOINT (unset: AWS), AWS_REGION, the table and queue variables.
@@ -167,5 +190,10 @@
 // refunded; a TransactWriteItems is authorized item by item, as these
 // actions), and sqs:GetQueueUrl, ReceiveMessage, ChangeMessageVisibility,
 // DeleteMessage on the dead-letter queues and SendMessage on their source queues (the
-// worker's retry queue among them).
+// worker's retry queue among them). settle-order needs, in addition,
+// dynamodb:PutItem on the idempotency table, GetItem and UpdateItem on the
+// orders table and UpdateItem on the outbox table (its phases and its
+// completion are TransactWriteItems of them, authorized item by item),
+// and, with ONCE_PROVIDER_AUTH=aws_iam and -not-charged, the right to
+// invoke the provider's function URL.
 package operator

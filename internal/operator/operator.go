@@ -62,15 +62,25 @@ func New(cfg config.Config, db DynamoDB, q SQS, out, errOut io.Writer) *Tool {
 	}
 }
 
+// WithClock makes t read the time from now instead of time.Now (a test's
+// clock, moved forward), and returns t.
+func (t *Tool) WithClock(now func() time.Time) *Tool {
+	t.now = now
+	return t
+}
+
 // usage is the tool's help.
 const usage = `oncectl: the operator's view of a once deployment.
 
 Configured like the functions, from the environment: DYNAMODB_ENDPOINT and
 SQS_ENDPOINT (unset: AWS), AWS_REGION, ONCE_IDEMPOTENCY_TABLE,
-ONCE_PAYMENTS_TABLE, ONCE_REFUNDS_TABLE, ONCE_CHECK_QUEUE, ONCE_CHECK_DLQ,
+ONCE_PAYMENTS_TABLE, ONCE_REFUNDS_TABLE, ONCE_ORDERS_TABLE,
+ONCE_OUTBOX_TABLE, ONCE_CHECK_QUEUE, ONCE_CHECK_DLQ,
 ONCE_WORKER_RETRY_QUEUE, ONCE_WORKER_RETRY_DLQ, ONCE_WORKER_RETRY_WINDOW,
 ONCE_RECEIPT_RETRY_QUEUE, ONCE_RECEIPT_RETRY_DLQ, ONCE_RETENTION (queue
-names or URLs; AWS credentials as the AWS SDK finds them).
+names or URLs; AWS credentials as the AWS SDK finds them); settle-order
+-not-charged calls the payment provider as the api does (ONCE_PROVIDER_URL,
+ONCE_PROVIDER_AUTH, ONCE_PROVIDER_TIMEOUT).
 
 Commands:
   unknown [-tenant T] [-limit N] [-json]       list the UNKNOWN records
@@ -90,6 +100,10 @@ Commands:
                                                list the stale holds of every payment, and what to run next
   settle-hold (release | refunded -provider-refund ID) -hold HASH [-no-record] [-confirm AMOUNT]
       (PAYMENT | -tenant T -payment P)         settle a stale hold as the provider says (fenced)
+  settle-order (-charged CHARGE | -declined CHARGE -failure-code CODE | -not-charged)
+      [-confirm LEASE] [-json] (RECORD | -tenant T -key K)
+                                               complete an UNKNOWN order (order_needs_review) as the provider says,
+                                               through the order's own phases (fenced)
 
 RECORD is a record's ID, tenant#key-hash, as unknown lists them. QUEUE is
 check, worker-retry or receipt-retry. PAYMENT is tenant#pay_id, as pending
@@ -107,7 +121,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, out, er
 		return 0
 	}
 	cfg, err := config.FromEnv(getenv)
-	if err := errors.Join(err, config.CheckTables(getenv, "IdempotencyTable", "PaymentsTable", "RefundsTable")); err != nil {
+	if err := errors.Join(err, config.CheckTables(getenv, "IdempotencyTable", "PaymentsTable", "RefundsTable", "OrdersTable", "OutboxTable")); err != nil {
 		fmt.Fprintln(errOut, "oncectl:", err)
 		return 2
 	}
@@ -137,6 +151,7 @@ func (t *Tool) Run(ctx context.Context, args []string) int {
 		"requeue-payment": t.requeuePayment,
 		"holds":           t.holds,
 		"settle-hold":     t.settleHold,
+		"settle-order":    t.settleOrder,
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {

@@ -408,3 +408,12 @@ func (r *Resolver) Resolve(ctx context.Context, rec idempotency.Record) (idempot
 	}
 	return idempotency.Resolution{Response: &resp, Effects: effects, Steps: steps, FinalPoint: PointFinished}, nil
 }
+
+// Recorded returns what the phases of the order request rec recorded: the
+// order's ID (order_created) and, once charge_created is committed, the
+// provider's charge and the order's status then (paid or failed); empty
+// where a phase recorded nothing. oncectl settle-order reads a record
+// by it.
+func Recorded(rec idempotency.Record) (order, charge string, status Status) {
+	return rec.Data[dataOrder], rec.Data[dataCharge], Status(rec.Data[dataStatus])
+}

@@ -1,0 +1,432 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/dynamo"
+	"github.com/oncehq/once/idempotency/recovery"
+	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/operator"
+	"github.com/oncehq/once/internal/orders"
+)
+
+// oncectl runs oncectl's command args against s's tables, as configured by
+// cfg (s.cfg, or a variation of it), at s's clock.
+func (s *stack) oncectl(t testing.TB, cfg config.Config, args ...string) (code int, out, errOut string) {
+	t.Helper()
+	var o, eo bytes.Buffer
+	code = operator.New(cfg, s.client, nil, &o, &eo).WithClock(s.clock.Now).Run(t.Context(), args)
+	return code, o.String(), eo.String()
+}
+
+// needsReview leaves each of acme's keys an order of body needing review:
+// its request crashed before its charge, and is handed to the reconciler
+// as UNKNOWN once it is older than the provider remembers keys (the
+// default ONCE_PROVIDER_KEY_RETENTION less its margin), which leaves it
+// UNKNOWN at order_created without a call (reconcile_unroutable). It
+// returns the records as the reconciler left them.
+func (s *stack) needsReview(t *testing.T, r *recovery.Reconciler, body string, keys ...string) map[string]idempotency.Record {
+	t.Helper()
+	for _, key := range keys {
+		wantCrash(t, s.order(t, "acme", key, body, map[string][]string{"Once-Fault": {"after-order-created"}}), "after-order-created")
+	}
+	s.clock.Advance(23*time.Hour + time.Second)
+	store := dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"])
+	recs := map[string]idempotency.Record{}
+	for _, key := range keys {
+		unknown := s.handOver(t, store, key, s.cfg.Retention)
+		if err := r.Reconcile(t.Context(), nil, unknown); err != nil {
+			t.Fatalf("Reconcile = %v", err)
+		}
+		rec, err := s.record(t, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Status != idempotency.StatusUnknown || rec.Point != orders.PointOrderCreated || rec.LeaseToken != unknown.LeaseToken {
+			t.Fatalf("record %s = %s at %q, want left UNKNOWN at order_created for an operator", key, rec.Status, rec.Point)
+		}
+		recs[key] = rec
+	}
+	return recs
+}
+
+// items returns the items of acme's key's record and of its order of
+// body, decoded, as they stand.
+func (s *stack) items(t testing.TB, key, body string) map[string]any {
+	t.Helper()
+	get := func(table, pk string) any {
+		out, err := s.client.GetItem(t.Context(), &dynamodb.GetItemInput{
+			TableName: aws.String(s.names.ByLogicalID[table]), ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: pk}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := attributevalue.UnmarshalMap(out.Item, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	return map[string]any{
+		"record": get("IdempotencyTable", idempotency.NewKey("acme", key).ID()),
+		"order":  get("OrdersTable", orders.PK("acme", orderID(t, "acme", key, body))),
+	}
+}
+
+// settleResult is the part of settle-order's -json output the tests read.
+type settleResult struct {
+	LeaseToken    string `json:"lease_token"`
+	Order         string `json:"order"`
+	Plan          string `json:"plan"`
+	DryRun        bool   `json:"dry_run"`
+	Settled       bool   `json:"settled"`
+	ProviderCalls int    `json:"provider_calls"`
+	StatusAfter   string `json:"status_after"`
+	AnswerStatus  int    `json:"answer_status"`
+}
+
+func decodeSettle(t testing.TB, out string) settleResult {
+	t.Helper()
+	var r settleResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("settle-order -json printed %q: %v", out, err)
+	}
+	return r
+}
+
+// TestSettleOrder: an order left UNKNOWN by the key-retention guard is
+// settled by oncectl settle-order with what the operator found at the
+// provider: a dry run first, which writes nothing, then -confirm with the
+// lease token shown. charged and declined answer the operator's charge
+// without calling the provider; not-charged charges once, under the
+// order's forwarded key. The record ends COMPLETED with the answer the
+// request would have stored, the order paid (receipt queued) or failed,
+// and a client's retry of the key, through the api, replays that answer
+// byte for byte.
+func TestSettleOrder(t *testing.T) {
+	calls := providerCalls{path: "/v1/charges"}
+	s := newStack(t, withConfig(func(c *config.Config) {
+		c.ProviderTimeout = chargeTimeout
+		c.FaultInjection = true
+	}), calls.option())
+	r := s.ordersReconciler(t)
+	body := orderBody("tok_visa", "ada@example.com")
+	tests := []struct {
+		name       string
+		args       []string
+		answer     int
+		status     orders.Status
+		charge     string // "": the provider's
+		failure    string
+		calls, job int
+	}{
+		{"charged", []string{"-charged", "ch_found_by_hand"}, http.StatusCreated, orders.StatusPaid, "ch_found_by_hand", "", 0, 1},
+		{"declined", []string{"-declined", "ch_declined_by_hand", "-failure-code", "card_declined"}, http.StatusPaymentRequired, orders.StatusFailed, "ch_declined_by_hand", "card_declined", 0, 0},
+		{"not-charged", []string{"-not-charged"}, http.StatusCreated, orders.StatusPaid, "", "", 1, 1},
+	}
+	var keys []string
+	for _, tt := range tests {
+		keys = append(keys, "order-settle-"+tt.name)
+	}
+	recs := s.needsReview(t, r, body, keys...)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := "order-settle-" + tt.name
+			fk := orderForwardKey(t, key, body)
+			rec := recs[key]
+			args := append([]string{"settle-order", "-json", "-tenant", "acme", "-key", key}, tt.args...)
+
+			before := s.items(t, key, body)
+			code, out, errOut := s.oncectl(t, s.cfg, args...)
+			dry := decodeSettle(t, out)
+			if code != 1 || !dry.DryRun || dry.Settled || dry.LeaseToken != rec.LeaseToken || dry.Plan == "" || !strings.Contains(errOut, "-confirm "+rec.LeaseToken) {
+				t.Errorf("dry run = %d %q %q, want 1, the plan, and how to confirm", code, out, errOut)
+			}
+			if diff := cmp.Diff(before, s.items(t, key, body)); diff != "" {
+				t.Errorf("the dry run wrote (-before +after):\n%s", diff)
+			}
+
+			code, out, errOut = s.oncectl(t, s.cfg, append(args, "-confirm", rec.LeaseToken)...)
+			got := decodeSettle(t, out)
+			if code != 0 || !got.Settled || got.StatusAfter != string(idempotency.StatusCompleted) || got.AnswerStatus != tt.answer || got.ProviderCalls != tt.calls {
+				t.Fatalf("settle-order -confirm = %d %q %q, want 0, settled, COMPLETED with %d after %d provider call(s)", code, out, errOut, tt.answer, tt.calls)
+			}
+			for _, secret := range []string{key, "ada@example.com", "tok_visa"} {
+				if strings.Contains(errOut, secret) || strings.Contains(out, secret) {
+					t.Errorf("settle-order printed %q (a raw key or the body): %q %q", secret, out, errOut)
+				}
+			}
+			if n := calls.of(fk); n != tt.calls {
+				t.Errorf("provider calls under the order's key = %d, want %d", n, tt.calls)
+			}
+			done, err := s.record(t, key)
+			if err != nil || done.Status != idempotency.StatusCompleted || done.Response == nil || done.Response.Status != tt.answer || done.Point != orders.PointFinished {
+				t.Fatalf("record = %s at %q %+v, %v; want COMPLETED at finished with %d", done.Status, done.Point, done.Response, err, tt.answer)
+			}
+			o := s.effects(t, key, body, tt.status, tt.calls, tt.job)
+			wantCharge := tt.charge
+			if wantCharge == "" {
+				wantCharge = done.Data["charge"]
+			}
+			if o.Charge == "" || o.Charge != wantCharge || done.Data["charge"] != wantCharge || o.FailureCode != tt.failure || o.RecoveryPoint != orders.PointFinished {
+				t.Errorf("order charge %q failure %q at %q, record's charge %q; want %q %q at finished", o.Charge, o.FailureCode, o.RecoveryPoint, done.Data["charge"], wantCharge, tt.failure)
+			}
+			if tt.status == orders.StatusPaid {
+				if o.Receipt != orders.ReceiptQueued || !strings.Contains(string(done.Response.Body), `"charge":"`+wantCharge+`"`) {
+					t.Errorf("order receipt %q, answer %s; want queued, with charge %s", o.Receipt, done.Response.Body, wantCharge)
+				}
+			} else if !strings.Contains(string(done.Response.Body), "card_declined") {
+				t.Errorf("answer %s, want the decline's problem", done.Response.Body)
+			}
+
+			replay := s.order(t, "acme", key, body, nil)
+			if replay.status != tt.answer || !bytes.Equal(replay.body, done.Response.Body) {
+				t.Errorf("retry = %d %s, want the settled %d %s", replay.status, replay.body, tt.answer, done.Response.Body)
+			}
+			if n := calls.of(fk); n != tt.calls {
+				t.Errorf("provider calls after the retry = %d, want %d", n, tt.calls)
+			}
+			// Settled twice: refused, nothing written.
+			after := s.items(t, key, body)
+			if code, out, errOut := s.oncectl(t, s.cfg, append(args, "-confirm", rec.LeaseToken)...); code != 1 || !strings.Contains(errOut, "COMPLETED") {
+				t.Errorf("settle-order again = %d %q %q, want 1, refused: COMPLETED", code, out, errOut)
+			}
+			if diff := cmp.Diff(after, s.items(t, key, body)); diff != "" {
+				t.Errorf("settling again wrote (-before +after):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestSettleOrderRefusals: settle-order refuses, writing nothing (the
+// record and the order as they were), a record that is not UNKNOWN (live
+// IN_PROGRESS, or COMPLETED), one of another route, an unknown key, flags
+// that conflict or are missing (a usage error, 2), a -confirm with another
+// lease token than the record's, one past order_created (the provider's
+// answer recorded, for the reconciler to finish), an order that holds
+// another answer than
+// the one given, and -not-charged without the provider's settings. An
+// order that already holds the very charge given is settled with it,
+// without the provider.
+func TestSettleOrderRefusals(t *testing.T) {
+	calls := providerCalls{path: "/v1/charges"}
+	s := newStack(t, withConfig(func(c *config.Config) {
+		c.ProviderTimeout = chargeTimeout
+		c.FaultInjection = true
+	}), calls.option())
+	r := s.ordersReconciler(t)
+	body := orderBody("tok_visa", "ada@example.com")
+	recs := s.needsReview(t, r, body, "order-refuse", "order-holds")
+	rec := recs["order-refuse"]
+	// A live request: crashed now, its lease still running.
+	wantCrash(t, s.order(t, "acme", "order-live", body, map[string][]string{"Once-Fault": {"after-order-created"}}), "after-order-created")
+	// One whose charge is recorded (charge_created), handed to the
+	// reconciler.
+	wantCrash(t, s.order(t, "acme", "order-charged", body, map[string][]string{"Once-Fault": {"after-charge-created"}}), "after-charge-created")
+	charged := s.handOver(t, dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"]), "order-charged", s.cfg.Retention)
+	// A finished one.
+	if resp := s.order(t, "acme", "order-done", body, nil); resp.status != http.StatusCreated {
+		t.Fatalf("POST = %d %s, want 201", resp.status, resp.body)
+	}
+	// An UNKNOWN record of another route.
+	now := s.clock.Now()
+	other := idempotency.Record{
+		Key: idempotency.NewKey("acme", "charge-1"), Status: idempotency.StatusUnknown, Route: "POST /v1/charges",
+		Fingerprint: "f", External: true, LeaseToken: idempotency.NewToken(), ExpiresAt: now.Add(time.Hour), CreatedAt: now, UpdatedAt: now,
+	}
+	if err := dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"]).Reserve(t.Context(), other, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	noProvider := s.cfg
+	noProvider.ProviderURL = ""
+
+	tests := []struct {
+		name string
+		key  string
+		cfg  config.Config
+		args []string
+		code int
+		says string
+	}{
+		{"no outcome", "order-refuse", s.cfg, nil, 2, "give one of"},
+		{"two outcomes", "order-refuse", s.cfg, []string{"-charged", "ch_1", "-not-charged"}, 2, "give one of"},
+		{"charged and declined", "order-refuse", s.cfg, []string{"-charged", "ch_1", "-declined", "ch_2", "-failure-code", "card_declined"}, 2, "give one of"},
+		{"declined without failure code", "order-refuse", s.cfg, []string{"-declined", "ch_1"}, 2, "-failure-code"},
+		{"failure code without declined", "order-refuse", s.cfg, []string{"-charged", "ch_1", "-failure-code", "card_declined"}, 2, "-failure-code goes with -declined"},
+		{"bad charge ID", "order-refuse", s.cfg, []string{"-charged", "ch 1"}, 2, "not a provider's charge ID"},
+		{"bad failure code", "order-refuse", s.cfg, []string{"-declined", "ch_1", "-failure-code", "Card Declined"}, 2, "not a failure code"},
+		{"wrong lease token", "order-refuse", s.cfg, []string{"-charged", "ch_1", "-confirm", idempotency.NewToken()}, 1, "changed since it was shown"},
+		{"no provider settings", "order-refuse", noProvider, []string{"-not-charged", "-confirm", rec.LeaseToken}, 1, config.EnvProviderURL + " is not set"},
+		{"unknown key", "order-nobody", s.cfg, []string{"-charged", "ch_1", "-confirm", rec.LeaseToken}, 1, "no record"},
+		{"live request", "order-live", s.cfg, []string{"-charged", "ch_1", "-confirm", rec.LeaseToken}, 1, "IN_PROGRESS and its lease runs until"},
+		{"past order_created", "order-charged", s.cfg, []string{"-charged", "ch_1", "-confirm", charged.LeaseToken}, 1, "past order_created: the provider's answer is recorded"},
+		{"completed", "order-done", s.cfg, []string{"-charged", "ch_1", "-confirm", rec.LeaseToken}, 1, "COMPLETED"},
+		{"another route", "charge-1", s.cfg, []string{"-charged", "ch_1", "-confirm", other.LeaseToken}, 1, "not of POST /v1/orders"},
+		{"order holds another charge", "order-holds", s.cfg, []string{"-charged", "ch_other", "-confirm", recs["order-holds"].LeaseToken}, 1, "holds another answer"},
+		{"order holds a charge, not-charged", "order-holds", s.cfg, []string{"-not-charged", "-confirm", recs["order-holds"].LeaseToken}, 1, "-not-charged says none exists"},
+		{"order holds a charge, declined", "order-holds", s.cfg, []string{"-declined", "ch_held", "-failure-code", "card_declined", "-confirm", recs["order-holds"].LeaseToken}, 1, "holds another answer"},
+	}
+	// The order of order-holds holds a charge already, as when its request
+	// was re-sent after its record expired and charged then.
+	if _, err := s.client.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.names.ByLogicalID["OrdersTable"]),
+		Key:                       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: orders.PK("acme", orderID(t, "acme", "order-holds", body))}},
+		UpdateExpression:          aws.String("SET #status = :paid, #charge = :charge"),
+		ExpressionAttributeNames:  map[string]string{"#status": "status", "#charge": "charge"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":paid": &types.AttributeValueMemberS{Value: "paid"}, ":charge": &types.AttributeValueMemberS{Value: "ch_held"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"settle-order", "-tenant", "acme", "-key", tt.key}, tt.args...)
+			before := s.items(t, tt.key, body)
+			code, out, errOut := s.oncectl(t, tt.cfg, args...)
+			if code != tt.code || !strings.Contains(errOut, tt.says) {
+				t.Errorf("settle-order %v = %d %q %q, want %d saying %q", tt.args, code, out, errOut, tt.code, tt.says)
+			}
+			if diff := cmp.Diff(before, s.items(t, tt.key, body)); diff != "" {
+				t.Errorf("a refused settle-order wrote (-before +after):\n%s", diff)
+			}
+		})
+	}
+	if n := calls.of(orderForwardKey(t, "order-refuse", body)) + calls.of(orderForwardKey(t, "order-holds", body)); n != 0 {
+		t.Errorf("provider calls = %d, want 0", n)
+	}
+
+	// The charge the order holds, given: settled with it, no call.
+	key := "order-holds"
+	code, out, errOut := s.oncectl(t, s.cfg, "settle-order", "-json", "-tenant", "acme", "-key", key, "-charged", "ch_held", "-confirm", recs[key].LeaseToken)
+	if got := decodeSettle(t, out); code != 0 || !got.Settled || got.AnswerStatus != http.StatusCreated || got.ProviderCalls != 0 {
+		t.Fatalf("settle-order -charged ch_held = %d %q %q, want settled, 201, no provider call", code, out, errOut)
+	}
+	o := s.effects(t, key, body, orders.StatusPaid, 0, 1)
+	done, err := s.record(t, key)
+	if err != nil || o.Charge != "ch_held" || done.Data["charge"] != "ch_held" || !strings.Contains(string(done.Response.Body), `"charge":"ch_held"`) {
+		t.Errorf("order charge %q, record %v %s, %v; want ch_held throughout", o.Charge, done.Data, done.Response.Body, err)
+	}
+	if replay := s.order(t, "acme", key, body, nil); replay.status != http.StatusCreated || !bytes.Equal(replay.body, done.Response.Body) {
+		t.Errorf("retry = %d %s, want the settled 201 %s", replay.status, replay.body, done.Response.Body)
+	}
+}
+
+// TestSettleOrderRace: settle-orders of one record at once, or racing the
+// reconciler, complete it exactly once. Eight -not-charged of an order
+// needing review: one claims the record and charges it, once; the others
+// stop, changed meanwhile, before any call. Four -charged of a young order
+// (its key still remembered) against two of the reconciler's resolutions of
+// the same image, which charge it through the provider: one of them
+// completes it (the reconciler delivered the image of a claim finishing
+// a record a settle advanced), with one answer on the record, the order
+// and its one receipt job.
+func TestSettleOrderRace(t *testing.T) {
+	calls := providerCalls{path: "/v1/charges"}
+	s := newStack(t, withConfig(func(c *config.Config) {
+		c.ProviderTimeout = chargeTimeout
+		c.FaultInjection = true
+	}), calls.option())
+	r := s.ordersReconciler(t)
+	body := orderBody("tok_visa", "ada@example.com")
+	const settlers = 8
+
+	t.Run("settlers", func(t *testing.T) {
+		key := "order-race"
+		rec := s.needsReview(t, r, body, key)[key]
+		codes := make([]int, settlers)
+		var wg sync.WaitGroup
+		for i := range settlers {
+			wg.Go(func() {
+				codes[i], _, _ = s.oncectl(t, s.cfg, "settle-order", "-tenant", "acme", "-key", key, "-not-charged", "-confirm", rec.LeaseToken)
+			})
+		}
+		wg.Wait()
+		won := 0
+		for _, c := range codes {
+			if c == 0 {
+				won++
+			}
+		}
+		if won != 1 {
+			t.Errorf("settle-order exit codes %v, want exactly one 0", codes)
+		}
+		if n := calls.of(orderForwardKey(t, key, body)); n != 1 {
+			t.Errorf("provider calls = %d, want 1", n)
+		}
+		done, err := s.record(t, key)
+		if err != nil || done.Status != idempotency.StatusCompleted || done.Response.Status != http.StatusCreated {
+			t.Fatalf("record = %s %+v, %v; want COMPLETED 201", done.Status, done.Response, err)
+		}
+		s.effects(t, key, body, orders.StatusPaid, 1, 1)
+		if replay := s.order(t, "acme", key, body, nil); replay.status != http.StatusCreated || !bytes.Equal(replay.body, done.Response.Body) {
+			t.Errorf("retry = %d %s, want the settled 201 %s", replay.status, replay.body, done.Response.Body)
+		}
+	})
+
+	t.Run("settlers and the reconciler", func(t *testing.T) {
+		key := "order-race-young"
+		wantCrash(t, s.order(t, "acme", key, body, map[string][]string{"Once-Fault": {"after-order-created"}}), "after-order-created")
+		store := dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"])
+		unknown := s.handOver(t, store, key, s.cfg.Retention)
+		resolved := func() int { return strings.Count(s.metrics.String(), `"reconcile_resolved":1`) }
+		before := resolved()
+		codes := make([]int, settlers/2)
+		var wg sync.WaitGroup
+		for i := range codes {
+			wg.Go(func() {
+				codes[i], _, _ = s.oncectl(t, s.cfg, "settle-order", "-tenant", "acme", "-key", key, "-charged", "ch_found_by_hand", "-confirm", unknown.LeaseToken)
+			})
+		}
+		for range 2 {
+			wg.Go(func() {
+				if err := r.Reconcile(t.Context(), nil, unknown); err != nil {
+					t.Errorf("Reconcile = %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		// The claim's and the phases' writes are stream MODIFYs of an
+		// UNKNOWN record: the reconciler gets the last image, and
+		// finishes a record a settle advanced and lost (its lease claimed
+		// by another).
+		if rec, err := s.record(t, key); err == nil && rec.Status == idempotency.StatusUnknown {
+			if err := r.Reconcile(t.Context(), nil, rec); err != nil {
+				t.Fatalf("Reconcile (the last image) = %v", err)
+			}
+		}
+		won := 0
+		for _, c := range codes {
+			if c == 0 {
+				won++
+			}
+		}
+		if got := won + resolved() - before; got != 1 {
+			t.Errorf("completions = %d (settle-order exit codes %v, the reconciler's %d), want 1", got, codes, resolved()-before)
+		}
+		done, err := s.record(t, key)
+		if err != nil || done.Status != idempotency.StatusCompleted || done.Response.Status != http.StatusCreated {
+			t.Fatalf("record = %s %+v, %v; want COMPLETED 201", done.Status, done.Response, err)
+		}
+		charged, err := s.sim.Count(t.Context(), orderForwardKey(t, key, body))
+		if err != nil || charged > 1 {
+			t.Errorf("provider charges = %d, %v; want at most 1", charged, err)
+		}
+		o := s.effects(t, key, body, orders.StatusPaid, charged, 1)
+		if o.Charge != done.Data["charge"] || !strings.Contains(string(done.Response.Body), `"charge":"`+o.Charge+`"`) {
+			t.Errorf("order charge %q, record's %q, answer %s: want one charge throughout", o.Charge, done.Data["charge"], done.Response.Body)
+		}
+	})
+}

@@ -1,0 +1,467 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/recovery"
+	"github.com/oncehq/once/internal/config"
+	"github.com/oncehq/once/internal/orders"
+	"github.com/oncehq/once/internal/provider"
+)
+
+// The outcomes settle-order takes: what the operator found at the provider
+// under the order's forwarded key.
+const (
+	outcomeCharged    = "charged"
+	outcomeDeclined   = "declined"
+	outcomeNotCharged = "not_charged"
+)
+
+// providerID is the shape settle-order accepts for a provider's charge ID
+// and a decline's failure code: what the provider's answers carry, no
+// spaces or quotes.
+var (
+	providerID  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
+	failureCode = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
+)
+
+// settleOrderView is what settle-order prints: the record and its order as
+// read, the outcome the operator gave and what it leads to, and, once
+// acted, the record and order as they are then.
+type settleOrderView struct {
+	Record     string `json:"record"`
+	Tenant     string `json:"tenant"`
+	Route      string `json:"route"`
+	Status     string `json:"status"`
+	Point      string `json:"recovery_point"`
+	LeaseToken string `json:"lease_token"`
+	ForwardKey string `json:"forward_key"`
+	Order      string `json:"order"`
+	// OrderStatus and OrderCharge are the stored order's, as read before.
+	OrderStatus string `json:"order_status"`
+	OrderCharge string `json:"order_charge,omitempty"`
+	Amount      int64  `json:"amount"`
+	Currency    string `json:"currency"`
+	// Outcome is charged, declined or not_charged; Charge and FailureCode
+	// the operator's.
+	Outcome     string `json:"outcome"`
+	Charge      string `json:"charge,omitempty"`
+	FailureCode string `json:"failure_code,omitempty"`
+	// Plan says what -confirm does.
+	Plan string `json:"plan"`
+	// DryRun: nothing was written (no -confirm).
+	DryRun bool `json:"dry_run"`
+	// Settled: this run completed the record.
+	Settled bool `json:"settled"`
+	// ProviderCalls is how many calls this run made to the provider (only
+	// not_charged makes one).
+	ProviderCalls int `json:"provider_calls"`
+	// After the run: the record's status and stored answer's status, and
+	// the order's status, charge and receipt.
+	StatusAfter       string `json:"status_after,omitempty"`
+	AnswerStatus      int    `json:"answer_status,omitempty"`
+	OrderStatusAfter  string `json:"order_status_after,omitempty"`
+	OrderChargeAfter  string `json:"order_charge_after,omitempty"`
+	OrderReceiptAfter string `json:"order_receipt_after,omitempty"`
+}
+
+// settleOrder completes an order request left UNKNOWN at order_created
+// (typically by the key-retention guard, orders.ErrKeyRetention) with what
+// the operator found at the provider, through the code the live request
+// and the reconciler run: orders.Flow, resumed by the orders Resolver, with
+// a Charger that answers the operator's charge (charged, declined) or is
+// the provider itself (not-charged), and the key-retention guard off; the
+// record completed by recovery.Reconciler.Reconcile, a conditional write
+// fenced on the lease token read, with the order's effects in the same
+// transaction. Without -confirm it prints what it would do and writes
+// nothing.
+func (t *Tool) settleOrder(ctx context.Context, args []string) error {
+	fs := t.flags("settle-order", "(-charged CHARGE | -declined CHARGE -failure-code CODE | -not-charged) [-confirm LEASE-TOKEN] [-json] (RECORD | -tenant T -key KEY)",
+		"Complete an order request (POST /v1/orders) left UNKNOWN at order_created, the order needing review\n"+
+			"(order_needs_review: it is older than the provider remembers its forwarded key, ONCE_PROVIDER_KEY_RETENTION),\n"+
+			"with what you found at the provider under the order's forwarded key (forward_key, as shown):\n"+
+			"  -charged CHARGE      a succeeded charge: the order is paid with it, the record completed with the\n"+
+			"                       201 the request would have answered, and the order's receipt queued;\n"+
+			"  -declined CHARGE -failure-code CODE\n"+
+			"                       a failed charge: the order failed, the record completed with the 402 decline;\n"+
+			"  -not-charged         no charge exists: the order is charged now, once, through the provider the api\n"+
+			"                       uses (ONCE_PROVIDER_URL, ONCE_PROVIDER_AUTH, ONCE_PROVIDER_TIMEOUT), under the\n"+
+			"                       order's own forwarded key, and completed with the provider's answer.\n"+
+			"The amount and currency are the recorded request's. It runs the request's own phases, as the\n"+
+			"reconciler would, without the key-retention guard. Without -confirm it only shows what it would do;\n"+
+			"-confirm takes the lease token shown, and the record is completed only if it is still UNKNOWN under it.\n"+
+			"A retry of the key then replays the answer stored. A record that is not UNKNOWN, not of POST /v1/orders,\n"+
+			"past order_created, or whose order holds another answer than the one given, is refused.\n"+
+			"Exit code: 0 when this run completed the record; 1 for a dry run, a refusal, a record changed meanwhile\n"+
+			"(another settle or the reconciler got there first) or a failure (the record is left UNKNOWN: look at it\n"+
+			"again, and run it again); 2 on a usage error.")
+	read := t.recordArg(fs)
+	charged := fs.String("charged", "", "the provider's succeeded charge under the order's forwarded key")
+	declined := fs.String("declined", "", "the provider's failed charge under the order's forwarded key (with -failure-code)")
+	code := fs.String("failure-code", "", "with -declined: the failed charge's failure code (card_declined)")
+	notCharged := fs.Bool("not-charged", false, "no charge exists under the order's forwarded key: charge it now through the provider")
+	confirm := fs.String("confirm", "", "the record's lease token, as shown: settle it")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if err := t.parse(fs, args, -1); err != nil {
+		return err
+	}
+	outcome, charge := "", ""
+	switch {
+	case *charged != "" && *declined == "" && !*notCharged:
+		outcome, charge = outcomeCharged, *charged
+	case *declined != "" && *charged == "" && !*notCharged:
+		outcome, charge = outcomeDeclined, *declined
+	case *notCharged && *charged == "" && *declined == "":
+		outcome = outcomeNotCharged
+	default:
+		return usageError{fs, "give one of -charged CHARGE, -declined CHARGE -failure-code CODE, -not-charged"}
+	}
+	switch {
+	case charge != "" && !providerID.MatchString(charge):
+		return usageError{fs, fmt.Sprintf("-%s: %q is not a provider's charge ID (letters, digits, _ and -)", outcome, charge)}
+	case outcome == outcomeDeclined && *code == "":
+		return usageError{fs, "-declined wants -failure-code: the failed charge's failure code"}
+	case outcome == outcomeDeclined && !failureCode.MatchString(*code):
+		return usageError{fs, fmt.Sprintf("-failure-code: %q is not a failure code (lower-case letters, digits and _)", *code)}
+	case outcome != outcomeDeclined && *code != "":
+		return usageError{fs, "-failure-code goes with -declined only"}
+	}
+	var charger orders.Charger
+	if outcome == outcomeNotCharged {
+		p, err := t.provider()
+		if err != nil {
+			return err
+		}
+		charger = p
+	} else {
+		charger = operatorCharge{outcome: outcome, id: charge, failureCode: *code}
+	}
+	key, rec, err := read(ctx, args)
+	if err != nil {
+		return err
+	}
+	v := settleOrderView{
+		Record: key.ID(), Tenant: key.Tenant, Route: rec.Route, Status: string(rec.Status), Point: rec.Point,
+		LeaseToken: rec.LeaseToken, Outcome: outcome, Charge: charge, FailureCode: *code, DryRun: true,
+	}
+	if rec.External {
+		v.ForwardKey = idempotency.ResumeSteps(nil, rec, nil).ForwardKey(orders.PointChargeCreated)
+	}
+	o, refusal, err := t.settleable(ctx, rec, outcome, charge, *code)
+	if err != nil {
+		return err
+	}
+	if o.ID != "" {
+		v.Order, v.OrderStatus, v.OrderCharge, v.Amount, v.Currency = o.ID, string(o.Status), o.Charge, o.Amount, o.Currency
+		v.Plan = settlePlan(o, outcome, charge, *code)
+	}
+	switch {
+	case refusal != "":
+		err = fmt.Errorf("%s is not settled: %s", key.ID(), refusal)
+	case *confirm == "":
+		err = fmt.Errorf("%s is not settled (dry run): confirm with -confirm %s", key.ID(), rec.LeaseToken)
+	case *confirm != rec.LeaseToken:
+		err = fmt.Errorf("%s is not settled: it is under lease token %s now, not %s: it changed since it was shown; look at it again",
+			key.ID(), rec.LeaseToken, *confirm)
+	default:
+		v.DryRun = false
+		err = t.settle(ctx, rec, charger, &v)
+	}
+	if werr := t.printSettle(v, *asJSON); werr != nil {
+		return errors.Join(err, werr)
+	}
+	if err != nil {
+		return err
+	}
+	slog.New(slog.NewJSONHandler(t.errOut, nil)).Info("order settled by an operator",
+		"record", key.ID(), "tenant", key.Tenant, "route", rec.Route, "order", v.Order, "outcome", outcome,
+		"charge", charge, "failure_code", *code, "provider_calls", v.ProviderCalls,
+		"status", v.StatusAfter, "answer_status", v.AnswerStatus, "order_status", v.OrderStatusAfter, "order_charge", v.OrderChargeAfter)
+	return nil
+}
+
+// settleable reads rec's order and says why rec may not be settled as
+// outcome ("" when it may): it must be an UNKNOWN record of POST /v1/orders
+// at order_created, whose recorded request decodes and whose order is
+// stored, and the order must not hold another answer than outcome's (one
+// that holds an answer is settled with it by the request's phases, without
+// the provider: the same answer given is fine). The order is returned when
+// it could be read.
+func (t *Tool) settleable(ctx context.Context, rec idempotency.Record, outcome, charge, code string) (orders.Order, string, error) {
+	switch {
+	case rec.Route != orders.RouteCreate:
+		return orders.Order{}, fmt.Sprintf("it is a record of %s, not of %s", rec.Route, orders.RouteCreate), nil
+	case rec.Status == idempotency.StatusCompleted:
+		return orders.Order{}, "it is COMPLETED: its retries replay its answer (`oncectl show -bodies`)", nil
+	case rec.Status == idempotency.StatusInProgress && !rec.Expired(t.now()):
+		return orders.Order{}, fmt.Sprintf("it is IN_PROGRESS and its lease runs until %s: its request may still be running; once the lease has run out "+
+			"the recovery check hands it to the reconciler as UNKNOWN (or `oncectl reannounce` does): settle it then", rec.ExpiresAt.UTC().Format(time.RFC3339)), nil
+	case rec.Status == idempotency.StatusInProgress:
+		return orders.Order{}, "it is IN_PROGRESS and its lease has run out: its recovery check hands it to the reconciler as UNKNOWN " +
+			"(`oncectl reannounce` does it now); settle it once it is UNKNOWN and the reconciler has left it so", nil
+	case rec.Status != idempotency.StatusUnknown:
+		return orders.Order{}, fmt.Sprintf("it is %s, not UNKNOWN", rec.Status), nil
+	}
+	req, err := orders.Decode(rec.Request)
+	if err != nil {
+		return orders.Order{}, fmt.Sprintf("its recorded request does not decode (%v)", err), nil
+	}
+	id, recCharge, recStatus := orders.Recorded(rec)
+	if !orders.ValidID(id) {
+		return orders.Order{}, fmt.Sprintf("its first phase recorded no order (%q)", id), nil
+	}
+	stored, err := orders.NewTable(t.db, t.cfg.Table("OrdersTable")).Get(ctx, rec.Key.Tenant, id)
+	if errors.Is(err, orders.ErrNotFound) {
+		return orders.Order{ID: id, Amount: req.Amount, Currency: req.Currency}, fmt.Sprintf("its order %s is not stored: nothing to settle", id), nil
+	}
+	if err != nil {
+		return orders.Order{}, "", fmt.Errorf("read order %s: %w", id, err)
+	}
+	if rec.Point != orders.PointOrderCreated {
+		return stored, fmt.Sprintf("it is at %s, past order_created: the provider's answer is recorded (charge %q, %s), and the reconciler "+
+			"completes it from there without the provider; `oncectl reannounce` hands it to the reconciler again", rec.Point, recCharge, recStatus), nil
+	}
+	switch {
+	case stored.Status == orders.StatusFailed && stored.Charge == "":
+		return stored, fmt.Sprintf("its order records the provider's rejection (%s): the reconciler completes it with that answer; `oncectl reannounce`", stored.FailureCode), nil
+	case stored.Charge == "":
+		return stored, "", nil
+	case outcome == outcomeNotCharged:
+		return stored, fmt.Sprintf("its order holds charge %s (%s), but -not-charged says none exists: check the provider again", stored.Charge, stored.Status), nil
+	case stored.Charge != charge || (outcome == outcomeCharged) != (stored.Status == orders.StatusPaid) || (outcome == outcomeDeclined && stored.FailureCode != code):
+		return stored, fmt.Sprintf("its order holds another answer, charge %s %s (failure code %q): check the provider again", stored.Charge, stored.Status, stored.FailureCode), nil
+	}
+	return stored, "", nil
+}
+
+// settlePlan says what settling o as outcome does.
+func settlePlan(o orders.Order, outcome, charge, code string) string {
+	amount := fmt.Sprintf("%d %s", o.Amount, strings.ToUpper(o.Currency))
+	switch outcome {
+	case outcomeCharged:
+		return fmt.Sprintf("complete the record with 201 and order %s paid with charge %s (%s), its receipt queued", o.ID, charge, amount)
+	case outcomeDeclined:
+		return fmt.Sprintf("complete the record with 402 card_declined and order %s failed with charge %s (%s, %s)", o.ID, charge, amount, code)
+	}
+	return fmt.Sprintf("charge order %s (%s) through the provider under its forwarded key, once, and complete the record with the provider's answer "+
+		"(201 paid, receipt queued; 402 declined; 422 rejected)", o.ID, amount)
+}
+
+// settle claims rec, resumes it through the orders Resolver with charger,
+// the key-retention guard off, and completes it with the Reconciler; then
+// reads the record and the order again into v. An error when this run did
+// not complete the record.
+//
+// The claim is a fenced MarkUnknown of rec under its lease token read, to a
+// new one, as reannounce's: of several settle-orders of one record, one
+// claims it and the others stop before any call to the provider; the
+// reconciler, or a settle that read the record before, finds its lease
+// gone at its first write. The record is read again after the claim, and
+// refused (settleable) if it moved on before it.
+func (t *Tool) settle(ctx context.Context, rec idempotency.Record, charger orders.Charger, v *settleOrderView) error {
+	now := t.now()
+	expires := now.Add(t.cfg.Retention)
+	if rec.ExpiresAt.After(expires) { // extended, never shortened, as reannounce does
+		expires = rec.ExpiresAt
+	}
+	claim := idempotency.NewToken()
+	if err := t.store.MarkUnknown(ctx, rec.Key, rec.LeaseToken, claim, expires, now); err != nil {
+		var conflict *idempotency.ConflictError
+		if errors.As(err, &conflict) {
+			return fmt.Errorf("%s is not settled: it changed meanwhile (%v); look at it again", rec.Key.ID(), err)
+		}
+		return fmt.Errorf("%s is not settled: claim it: %w", rec.Key.ID(), err)
+	}
+	key := rec.Key
+	rec, err := t.store.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("%s is not settled: read it after claiming it: %w", key.ID(), err)
+	}
+	if rec.LeaseToken != claim {
+		return fmt.Errorf("%s is not settled: it changed meanwhile, after it was claimed (now %s); look at it again", rec.Key.ID(), rec.Status)
+	}
+	if _, refusal, err := t.settleable(ctx, rec, v.Outcome, v.Charge, v.FailureCode); err != nil || refusal != "" {
+		return errors.Join(err, fmt.Errorf("%s is not settled: it changed meanwhile: %s", rec.Key.ID(), refusal))
+	}
+	_, real := charger.(*provider.Client)
+	counted := &countingCharger{next: charger}
+	resolver := orders.NewResolver(t.store, orders.Flow{
+		Provider: counted,
+		Reader:   orders.NewTable(t.db, t.cfg.Table("OrdersTable")),
+		Orders:   t.cfg.Table("OrdersTable"),
+		Outbox:   t.cfg.Table("OutboxTable"),
+		Timeout:  t.cfg.ProviderTimeout,
+		// The operator's answer replaces the provider's memory of the key.
+		KeyRetention: 0,
+	}, t.now)
+	var metrics resultCounter
+	log := slog.New(slog.NewJSONHandler(t.errOut, nil)).With("record", rec.Key.ID(), "tenant", rec.Key.Tenant, "route", rec.Route, "by", "oncectl settle-order")
+	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
+		Store: t.store, Resolvers: idempotency.Resolvers{orders.RouteCreate: resolver},
+		Settle: t.cfg.ProviderSettle, Retention: t.cfg.Retention, Logger: log, Metrics: &metrics, Now: t.now,
+	})
+	if err != nil {
+		return err
+	}
+	rerr := r.Reconcile(ctx, log, rec)
+	if real {
+		v.ProviderCalls = counted.n()
+	}
+	after, gerr := t.store.Get(ctx, rec.Key)
+	if gerr == nil {
+		v.StatusAfter = string(after.Status)
+		if after.Response != nil {
+			v.AnswerStatus = after.Response.Status
+		}
+	}
+	if o, oerr := orders.NewTable(t.db, t.cfg.Table("OrdersTable")).Get(ctx, rec.Key.Tenant, v.Order); oerr == nil {
+		v.OrderStatusAfter, v.OrderChargeAfter, v.OrderReceiptAfter = string(o.Status), o.Charge, string(o.Receipt)
+	}
+	switch {
+	case rerr != nil:
+		return fmt.Errorf("%s is not settled: %w (see the log above); look at it with `oncectl show`, and run it again", rec.Key.ID(), rerr)
+	case metrics.has(recovery.MetricUnroutable):
+		return fmt.Errorf("%s is not settled: the order's phases could not resume it (see the log above)", rec.Key.ID())
+	case !metrics.has(recovery.MetricResolved):
+		// Superseded: the lease was gone, someone else finished it.
+		return fmt.Errorf("%s is not settled by this run: it changed meanwhile (now %s), another settle-order or the reconciler finished it; look at it with `oncectl show`",
+			rec.Key.ID(), v.StatusAfter)
+	case gerr != nil:
+		return fmt.Errorf("%s was settled, but reading it again failed: %w", rec.Key.ID(), gerr)
+	}
+	v.Settled = true
+	return nil
+}
+
+// printSettle prints v as one JSON object, or as text.
+func (t *Tool) printSettle(v settleOrderView, asJSON bool) error {
+	if asJSON {
+		return t.writeJSON(v)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "record %s (%s %s at %s, lease token %s)\n", v.Record, v.Route, v.Status, v.Point, v.LeaseToken)
+	if v.Order != "" {
+		fmt.Fprintf(&b, "order %s: %s", v.Order, v.OrderStatus)
+		if v.OrderCharge != "" {
+			fmt.Fprintf(&b, ", charge %s", v.OrderCharge)
+		}
+		fmt.Fprintf(&b, " (%d %s)\n", v.Amount, strings.ToUpper(v.Currency))
+	}
+	if v.ForwardKey != "" {
+		fmt.Fprintf(&b, "forwarded key %s\n", v.ForwardKey)
+	}
+	fmt.Fprintf(&b, "outcome %s", v.Outcome)
+	if v.Charge != "" {
+		fmt.Fprintf(&b, " %s", v.Charge)
+	}
+	if v.FailureCode != "" {
+		fmt.Fprintf(&b, " (%s)", v.FailureCode)
+	}
+	b.WriteString("\n")
+	if v.Plan != "" {
+		verb := "would"
+		if !v.DryRun {
+			verb = "to"
+		}
+		fmt.Fprintf(&b, "%s %s\n", verb, v.Plan)
+	}
+	if !v.DryRun {
+		fmt.Fprintf(&b, "settled %v: record %s, answer %d; order %s, charge %s, receipt %s; %d provider call(s)\n",
+			v.Settled, v.StatusAfter, v.AnswerStatus, v.OrderStatusAfter, v.OrderChargeAfter, v.OrderReceiptAfter, v.ProviderCalls)
+	}
+	_, err := fmt.Fprint(t.out, b.String())
+	return err
+}
+
+// provider returns the client of the payment provider the api uses, from
+// the same variables (config.EnvProviderURL and the rest), signed with the
+// DynamoDB client's credentials when ONCE_PROVIDER_AUTH says so; an error
+// when ONCE_PROVIDER_URL is not set.
+func (t *Tool) provider() (*provider.Client, error) {
+	var o dynamodb.Options
+	if c, ok := t.db.(*dynamodb.Client); ok {
+		o = c.Options()
+	}
+	p, err := provider.FromConfig(t.cfg, o.Credentials, o.Region)
+	if err != nil {
+		return nil, err
+	}
+	if p == nil {
+		return nil, fmt.Errorf("-not-charged charges through the payment provider, and %s is not set: "+
+			"set it (with %s and %s) as the api function has them", config.EnvProviderURL, config.EnvProviderAuth, config.EnvProviderTimeout)
+	}
+	return p, nil
+}
+
+// operatorCharge is the Charger of an order settled with the charge the
+// operator found at the provider: it answers that charge, of the request's
+// amount and currency, succeeded (charged) or as the provider's decline
+// (declined), and calls nothing.
+type operatorCharge struct {
+	outcome, id, failureCode string
+}
+
+// Charge returns the operator's charge, as the provider would have.
+func (c operatorCharge) Charge(_ context.Context, _ string, req provider.ChargeRequest) (provider.Charge, error) {
+	ch := provider.Charge{ID: c.id, Status: provider.StatusSucceeded, Amount: req.Amount, Currency: req.Currency}
+	if c.outcome == outcomeDeclined {
+		ch.Status, ch.FailureCode = provider.StatusFailed, c.failureCode
+		return provider.Charge{}, &provider.DeclinedError{Code: c.failureCode, Message: "declined, as an operator found at the provider", Charge: ch}
+	}
+	return ch, nil
+}
+
+// countingCharger counts the calls that reach next (the provider's, when
+// it is the provider).
+type countingCharger struct {
+	next  orders.Charger
+	mu    sync.Mutex
+	calls int
+}
+
+func (c *countingCharger) Charge(ctx context.Context, key string, req provider.ChargeRequest) (provider.Charge, error) {
+	c.mu.Lock()
+	c.calls++
+	c.mu.Unlock()
+	return c.next.Charge(ctx, key, req)
+}
+
+func (c *countingCharger) n() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls
+}
+
+// resultCounter records the Reconciler's counts: what became of the record.
+type resultCounter struct {
+	mu    sync.Mutex
+	names map[string]int
+}
+
+// Count records names.
+func (c *resultCounter) Count(names ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.names == nil {
+		c.names = map[string]int{}
+	}
+	for _, n := range names {
+		c.names[n]++
+	}
+}
+
+func (c *resultCounter) has(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.names[name] > 0
+}
