@@ -64,10 +64,12 @@ type ReconcilerConfig struct {
 	// the record's expiry) hands it to the Reconciler again.
 	Settle time.Duration
 	// ResolveTime is how long one resolution may take: a Resolver's call
-	// (bounded by the other system's timeout) plus the write that completes
-	// or releases the record. A wait for Settle leaves at least this much of
-	// the invocation; an invocation with less than this left fails the
-	// record at once. Not negative; DefaultResolveTime when zero.
+	// (bounded by the other system's timeout), the store calls it makes
+	// around it (a read before the call, a phase committed after it:
+	// idempotency.Steps.Advance), and the write that completes or releases
+	// the record, each at its worst. A wait for Settle leaves at least this
+	// much of the invocation; an invocation with less than this left fails
+	// the record at once. Not negative; DefaultResolveTime when zero.
 	ResolveTime time.Duration
 	// Retention is how long a completed record is kept
 	// (idempotency.DefaultRetention).

@@ -102,10 +102,11 @@ func claimProblems(fns map[string]samtemplate.Function, senders map[string]bool,
 // defaults, the reconciler resolves a record that found nothing at the
 // provider within one invocation: ReconcilerFunction's Timeout exceeds
 // ONCE_PROVIDER_SETTLE plus its ResolveTime (reconciler.ResolveTime:
-// ONCE_PROVIDER_TIMEOUT plus WriteMargin, the store client's worst case for
-// the write). A longer settle is carried over the
-// mapping's retries, each delivery waiting until its deadline less
-// ResolveTime; past about (MaximumRetryAttempts + 1) x (Timeout -
+// ONCE_PROVIDER_TIMEOUT plus the store client's worst case for each of the
+// DynamoDB calls of a resolution, an order's read before its charge
+// included: 30 s + 5 s + 3 x 6.4 s = 54.2 s with the defaults). A longer
+// settle is carried over the mapping's retries, each delivery waiting
+// until its deadline less ResolveTime; past about (MaximumRetryAttempts + 1) x (Timeout -
 // ResolveTime) the records go to the on-failure queue and the key stays
 // UNKNOWN until a redrive.
 func TestReconcilerSettleFitsInvocation(t *testing.T) {
@@ -171,7 +172,8 @@ func settleProblem(fn samtemplate.Function, vars map[string]string) string {
 			retries = n
 		}
 	}
-	return fmt.Sprintf("%s: %s %v plus its ResolveTime %v (%s + reconciler.WriteMargin) is not under its Timeout %v: "+
+	return fmt.Sprintf("%s: %s %v plus its ResolveTime %v (%s + reconciler.ResolveStoreCalls x reconciler.StoreCallBound: "+
+		"a provider call, and the DynamoDB calls of an order's resolution, its read before the charge included) is not under its Timeout %v: "+
 		"a record that finds nothing at the provider is not resolved within one invocation but deferred over the stream's retries "+
 		"(about %v in all with MaximumRetryAttempts %d), past which it goes to the on-failure queue and its key stays UNKNOWN until a redrive; "+
 		"raise the Timeout or lower the settle", fn.LogicalID, config.EnvProviderSettle, settle, resolve, config.EnvProviderTimeout, timeout,

@@ -43,7 +43,10 @@
 // receipt job, which is not queued again once its receipt was sent); one
 // the provider rejected answers its 422 again; one that holds none is
 // charged only while the stored order, the first request's, is younger than
-// the provider's key retention (ErrKeyRetention otherwise).
+// the provider's key retention (ErrKeyRetention otherwise). The read counts
+// against the request's deadline: once it is done, a request left less
+// than the call's Flow.Timeout calls nothing (ErrNoTimeForCall, a 503 whose
+// retry resumes at once), rather than a call its invocation could cut off.
 //
 // The receipt job (outbox.Job) is consumed by the receipts function
 // (internal/receipts) from the outbox table's stream, which deduplicates by

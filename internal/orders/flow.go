@@ -67,7 +67,9 @@ type Flow struct {
 	// jobs.
 	Orders, Outbox string
 	// Timeout bounds one provider call (none but the client's own when
-	// zero; it must be shorter than the lease).
+	// zero; it must be shorter than the lease). Once the order is read, a
+	// request whose deadline leaves the call less than Timeout calls
+	// nothing (ErrNoTimeForCall).
 	Timeout time.Duration
 	// KeyRetention is how long the provider remembers a forwarded key and
 	// answers a repeated call with the charge it made (Stripe: 24 hours);
@@ -108,6 +110,19 @@ var ErrKeyRetention = fmt.Errorf("orders: the provider may have forgotten the or
 			"it may have been charged, and calling the provider again could charge it twice, so it was not. "+
 			"The order is left to an operator: retries with the same Idempotency-Key call nothing, and get 409 or this answer again until it is settled."))
 
+// ErrNoTimeForCall: once the phase charge_created has read its order, the
+// request's deadline (the function's invocation, live; the reconciler's,
+// resumed) leaves the provider call less than Flow.Timeout: a slow read,
+// or a slow reservation before it, took the time. A call made then could
+// be cut off by the deadline, its outcome unknown and, live, the function
+// stopped before it records that (the record waits for its lease to run
+// out and the recovery check). Nothing is called: the phase fails as a
+// store that did not answer in time does (it wraps
+// idempotency.ErrUnavailable), so the handler answers 503
+// store_unavailable with the lease given up at order_created, and a retry
+// resumes there at once; the reconciler's delivery fails, to be retried.
+var ErrNoTimeForCall = fmt.Errorf("orders: once the order is read, the request has less time left than the provider call may take: %w", idempotency.ErrUnavailable)
+
 // ErrDrift: the provider answered with a charge that is not this request's
 // (another amount or currency under its forwarded key). Nothing the request
 // can answer for: the outcome is left to reconciliation, whose failure on
@@ -128,8 +143,8 @@ func (f Flow) Start(o Order) (point string, data map[string]string, hold idempot
 
 // Run goes through the phases after s.Point() and returns the answer and
 // the effects of the completion (the finished phase's transaction). Its
-// errors are the provider's (see Charger), ErrDrift, ErrKeyRetention (no
-// call made), and Steps.Advance's (a
+// errors are the provider's (see Charger), ErrDrift, ErrKeyRetention and
+// ErrNoTimeForCall (no call made), the order's read's, and Steps.Advance's (a
 // *idempotency.ConflictError: the lease is lost). called, when set, is
 // called once the provider has answered, with how long the call took: the
 // handler notes the call for the request's log line there, and checks its
@@ -211,6 +226,10 @@ func (f Flow) charge(ctx context.Context, s *idempotency.Steps, o Order, req Req
 	if err := f.keyRemembered(s, o); err != nil {
 		return idempotency.Response{}, nil, false, err
 	}
+	// Checked after the read, which counts against the same deadline.
+	if err := f.timeForCall(ctx); err != nil {
+		return idempotency.Response{}, nil, false, err
+	}
 	cctx := ctx
 	if f.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -254,6 +273,20 @@ func (f Flow) charge(ctx context.Context, s *idempotency.Steps, o Order, req Req
 	}
 	err = s.Advance(ctx, PointChargeCreated, data, charged(f.Orders, o, status, c.ID, data[dataFailure]))
 	return idempotency.Response{}, nil, false, err
+}
+
+// timeForCall returns an error wrapping ErrNoTimeForCall when ctx's
+// deadline leaves less than f.Timeout for the provider call. Without a
+// deadline or a Timeout there is nothing to compare.
+func (f Flow) timeForCall(ctx context.Context) error {
+	deadline, ok := ctx.Deadline()
+	if !ok || f.Timeout <= 0 {
+		return nil
+	}
+	if left := time.Until(deadline); left < f.Timeout {
+		return fmt.Errorf("%w (%v left, the call may take %v)", ErrNoTimeForCall, left.Round(time.Millisecond), f.Timeout)
+	}
+	return nil
 }
 
 // keyRemembered returns an error wrapping ErrKeyRetention when the request

@@ -194,3 +194,79 @@ func TestChargeWithoutID(t *testing.T) {
 		})
 	}
 }
+
+// slowOrders is a Reader that takes delay to read.
+type slowOrders struct {
+	storedOrders
+	delay time.Duration
+}
+
+func (r *slowOrders) Get(ctx context.Context, tenant, id string) (Order, error) {
+	time.Sleep(r.delay)
+	return r.storedOrders.Get(ctx, tenant, id)
+}
+
+// TestChargeNeedsTimeForCall: the phase charge_created, live or resumed,
+// calls the provider only when the request's deadline leaves the call its
+// Flow.Timeout once the order is read: a read that took the time calls
+// nothing and returns ErrNoTimeForCall, which is idempotency.ErrUnavailable
+// (503, the lease given up; the reconciler retries), never ErrUnresolvable.
+func TestChargeNeedsTimeForCall(t *testing.T) {
+	now := time.Now()
+	req := Request{Amount: 4200, Currency: "eur", Customer: "cus_42", Source: "tok_visa", Email: "a@example.com"}
+	o := New("acme", "ord_abcdefghijklmnopqrstuvwx", req, now)
+	rec := idempotency.Record{
+		Key: idempotency.NewKey("acme", "order-1"), Status: idempotency.StatusUnknown, Route: RouteCreate,
+		External: true, LeaseToken: idempotency.NewToken(), ExpiresAt: now.Add(time.Hour), CreatedAt: now,
+		Point: PointOrderCreated, UpdatedAt: now,
+		Request: []byte(`{"amount": 4200, "currency": "eur", "customer": "cus_42", "source": "tok_visa", "email": "a@example.com"}`),
+		Data:    map[string]string{dataOrder: o.ID, dataCreated: strconv.FormatInt(now.Unix(), 10)},
+	}
+	const timeout = time.Second
+	tests := []struct {
+		name     string
+		deadline time.Duration // from the start; 0: none
+		read     time.Duration
+		timeout  time.Duration
+		called   bool
+	}{
+		{name: "no deadline", read: 0, timeout: timeout, called: true},
+		{name: "time enough after a fast read", deadline: 3 * timeout, timeout: timeout, called: true},
+		{name: "time taken by a slow read", deadline: 3 * timeout, read: 5 * timeout / 2, timeout: timeout},
+		{name: "less than the call from the start", deadline: timeout / 2, timeout: timeout},
+		{name: "no Timeout to compare", deadline: timeout / 2, called: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			run := func(name string, f func(ctx context.Context, fl Flow) error) {
+				ctx := t.Context()
+				if tt.deadline > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tt.deadline)
+					defer cancel()
+				}
+				var c countingCharger
+				fl := Flow{Provider: &c, Reader: &slowOrders{storedOrders: storedOrders{order: o}, delay: tt.read},
+					Orders: "orders", Outbox: "outbox", Timeout: tt.timeout}
+				err := f(ctx, fl)
+				if tt.called {
+					if c.calls != 1 || errors.Is(err, ErrNoTimeForCall) {
+						t.Errorf("%s() = %v after %d provider call(s); want 1 call", name, err, c.calls)
+					}
+					return
+				}
+				if c.calls != 0 || !errors.Is(err, ErrNoTimeForCall) || !errors.Is(err, idempotency.ErrUnavailable) || errors.Is(err, idempotency.ErrUnresolvable) {
+					t.Errorf("%s() = %v after %d provider call(s); want ErrNoTimeForCall (ErrUnavailable, not ErrUnresolvable) and no call", name, err, c.calls)
+				}
+			}
+			run("Run", func(ctx context.Context, fl Flow) error {
+				_, _, err := fl.Run(ctx, idempotency.ResumeSteps(memory.New(), rec, nil), req, nil)
+				return err
+			})
+			run("Resolve", func(ctx context.Context, fl Flow) error {
+				_, err := NewResolver(memory.New(), fl, nil).Resolve(ctx, rec)
+				return err
+			})
+		})
+	}
+}

@@ -19,25 +19,34 @@ import (
 	"github.com/oncehq/once/internal/refunds"
 )
 
-// WriteMargin is the time ResolveTime allows, beyond the provider's
-// timeout, for the write that completes or releases a record: the longest
-// one call of the reconciler's DynamoDB client (app.DynamoDB, dynamoclient's
-// defaults) can take to fail, every attempt running out its timeout, with
-// the longest backoff between them (dynamoclient.CallBound: 3 x 2 s +
-// 2 x 200 ms = 6.4 s). The resolvers' own table reads take milliseconds
-// when DynamoDB answers; when it does not, the write fails too and the
-// record is delivered again (reconcile_failed).
-const WriteMargin = time.Duration(dynamoclient.DefaultMaxAttempts)*dynamoclient.DefaultTimeout +
+// StoreCallBound is the longest one call of the reconciler's DynamoDB
+// client (app.DynamoDB, dynamoclient's defaults) can take to fail, every
+// attempt running out its timeout, with the longest backoff between them:
+// dynamoclient.CallBound, 3 x 2 s + 2 x 200 ms = 6.4 s (its test holds the
+// two equal). A call that succeeds ends sooner.
+const StoreCallBound = time.Duration(dynamoclient.DefaultMaxAttempts)*dynamoclient.DefaultTimeout +
 	time.Duration(dynamoclient.DefaultMaxAttempts-1)*dynamoclient.DefaultMaxBackoff
 
+// ResolveStoreCalls is the most DynamoDB calls one resolution makes, one
+// after another, besides its provider call: an order resumed at
+// order_created (orders.Resolver) reads the order before its charge
+// (orders.Flow.Reader), commits the phase charge_created after it
+// (idempotency.Steps.Advance), and the reconciler then completes the
+// record. A charge's or a refund's look-up is followed by one, the write
+// that completes or releases the record. (A write refused as too large,
+// which the reconciler follows with a smaller one, is refused at once.)
+const ResolveStoreCalls = 3
+
 // ResolveTime is the reconciler's recovery.ReconcilerConfig.ResolveTime for
-// cfg: one provider look-up (cfg.ProviderTimeout) plus WriteMargin. A
+// cfg, the longest one resolution takes: one provider call
+// (cfg.ProviderTimeout) and ResolveStoreCalls DynamoDB calls of at most
+// StoreCallBound each (5 s + 3 x 6.4 s = 24.2 s with the defaults). A
 // record waiting for cfg.ProviderSettle leaves its invocation this much, so
 // ResolveTime must stay well under the function's Timeout (60 s in
 // template.yaml): at or above it, every delivery of a record waiting for
 // the settle defers at once (reconcile_deferred), with no time to wait.
 func ResolveTime(cfg config.Config) time.Duration {
-	return cfg.ProviderTimeout + WriteMargin
+	return cfg.ProviderTimeout + ResolveStoreCalls*StoreCallBound
 }
 
 // Handler returns the reconciler function's stream handler: the public

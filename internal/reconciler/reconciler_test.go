@@ -4,9 +4,13 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,8 +93,9 @@ func TestResolversAreTheAPIs(t *testing.T) {
 // TestHandlerLeavesResolveTime runs the function's handler on an UNKNOWN
 // charge record that nothing settled yet (ONCE_PROVIDER_SETTLE a minute),
 // in an invocation shorter than the settle time: it waits until the
-// deadline less ResolveTime (ONCE_PROVIDER_TIMEOUT plus WriteMargin), not
-// less the library's default, and then defers the record.
+// deadline less ResolveTime (ONCE_PROVIDER_TIMEOUT plus ResolveStoreCalls
+// x StoreCallBound), not less the library's default, and then defers the
+// record.
 func TestHandlerLeavesResolveTime(t *testing.T) {
 	const providerTimeout = 200 * time.Millisecond
 	db := dynamotest.Client(t)
@@ -106,8 +111,8 @@ func TestHandlerLeavesResolveTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	resolveTime := reconciler.ResolveTime(cfg)
-	if want := providerTimeout + reconciler.WriteMargin; resolveTime != want || resolveTime == recovery.DefaultResolveTime {
-		t.Fatalf("ResolveTime() = %v, want %v (ONCE_PROVIDER_TIMEOUT + WriteMargin, not the library's default)", resolveTime, want)
+	if want := providerTimeout + reconciler.ResolveStoreCalls*reconciler.StoreCallBound; resolveTime != want || resolveTime == recovery.DefaultResolveTime {
+		t.Fatalf("ResolveTime() = %v, want %v (ONCE_PROVIDER_TIMEOUT + ResolveStoreCalls x StoreCallBound, not the library's default)", resolveTime, want)
 	}
 
 	store := dynamo.New(db, cfg.Table("IdempotencyTable"))
@@ -160,12 +165,122 @@ func TestProviderKeyMargin(t *testing.T) {
 	}
 }
 
-// TestWriteMarginCoversTheClient: WriteMargin is the reconciler's store
+// TestStoreCallBoundIsTheClients: StoreCallBound is the reconciler's store
 // client's worst case for one call (dynamoclient.CallBound with the
-// options app.DynamoDB builds it with), so the write after a look-up that
-// used all of ONCE_PROVIDER_TIMEOUT still fits in the invocation.
-func TestWriteMarginCoversTheClient(t *testing.T) {
-	if bound := dynamoclient.CallBound(dynamoclient.Options{}); reconciler.WriteMargin < bound {
-		t.Errorf("WriteMargin = %v, want at least dynamoclient.CallBound = %v", reconciler.WriteMargin, bound)
+// options app.DynamoDB builds it with), so the calls of a resolution that
+// used all of ONCE_PROVIDER_TIMEOUT still fit in the invocation.
+func TestStoreCallBoundIsTheClients(t *testing.T) {
+	if bound := dynamoclient.CallBound(dynamoclient.Options{}); reconciler.StoreCallBound != bound {
+		t.Errorf("StoreCallBound = %v, want dynamoclient.CallBound = %v", reconciler.StoreCallBound, bound)
+	}
+}
+
+// countingDoer is a DynamoDB client's HTTP client that notes the operation
+// of every request it sends.
+type countingDoer struct {
+	next interface {
+		Do(*http.Request) (*http.Response, error)
+	}
+	mu  *sync.Mutex
+	ops *[]string
+}
+
+func (d countingDoer) Do(r *http.Request) (*http.Response, error) {
+	d.mu.Lock()
+	*d.ops = append(*d.ops, strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "DynamoDB_20120810."))
+	d.mu.Unlock()
+	return d.next.Do(r)
+}
+
+// TestResolveTimeCoversAnOrder resolves an order abandoned at order_created
+// through the function's handler, against DynamoDB Local and the provider
+// simulator, counting the calls the resolution makes: ResolveTime, which a
+// record waiting for the settle leaves its invocation, must cover each of
+// them at its worst, the provider's ONCE_PROVIDER_TIMEOUT and each
+// DynamoDB call's dynamoclient.CallBound (the consistent read of the order
+// before its charge included), or a resolution can run past the
+// invocation's deadline.
+func TestResolveTimeCoversAnOrder(t *testing.T) {
+	db := dynamotest.Client(t)
+	names := dynamotest.Tables(t, db)
+	var providerCalls atomic.Int64
+	sim := simulator.New(simulator.Options{DB: db, Table: names.ByLogicalID["ProviderTable"]})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		providerCalls.Add(1)
+		sim.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	env := names.Env()
+	env[config.EnvProviderURL] = srv.URL
+	cfg, err := config.FromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// An order reserved at order_created (its write with the reservation,
+	// as the handler's Begin makes it), then handed on UNKNOWN.
+	store := dynamo.New(db, cfg.Table("IdempotencyTable"))
+	key := idempotency.NewKey("acme", "resolve-time-order")
+	now := time.Now()
+	body := []byte(`{"amount":4200,"currency":"usd","customer":"cus_42","source":"tok_visa","email":"a@example.com"}`)
+	req, err := orders.Decode(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := orders.New(key.Tenant, orders.ID(key, "fingerprint"), req, now)
+	point, data, hold, err := orders.Flow{Orders: cfg.Table("OrdersTable")}.Start(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := idempotency.Record{
+		Key: key, Status: idempotency.StatusInProgress, Route: orders.RouteCreate, External: true, Fingerprint: "fingerprint",
+		LeaseToken: idempotency.NewToken(), ExpiresAt: now.Add(30 * time.Second),
+		Request: body, Point: point, Data: data, CreatedAt: now, UpdatedAt: now,
+	}
+	if err := store.Reserve(t.Context(), res, []idempotency.Effect{hold}, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.MarkUnknown(t.Context(), key, res.LeaseToken, idempotency.NewToken(), now.Add(time.Hour), now); err != nil {
+		t.Fatal(err)
+	}
+	img := stream.FromSDK(dynamotest.Item(t, db, cfg.Table("IdempotencyTable"), key.ID()))
+
+	var mu sync.Mutex
+	var ops []string
+	counted := dynamodb.New(db.Options(), func(o *dynamodb.Options) {
+		o.HTTPClient = countingDoer{next: o.HTTPClient, mu: &mu, ops: &ops}
+	})
+	var metrics lambdatest.Buffer
+	h, err := reconciler.Handler(cfg, counted, app.Options{Logger: slog.New(slog.DiscardHandler), Metrics: &metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	ops = nil // only the resolution's calls
+	mu.Unlock()
+	resp, err := h(t.Context(), events.DynamoDBEvent{Records: []events.DynamoDBEventRecord{
+		lambdatest.Record(events.DynamoDBOperationTypeModify, nil, img, nil, now),
+	}})
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("handler() = %+v, %v; want the order resolved", resp, err)
+	}
+	if diff := cmp.Diff(map[string]int{"reconcile_resolved": 1}, lambdatest.Counts(t, metrics.String(), "reconciler")); diff != "" {
+		t.Fatalf("metrics mismatch (-want +got):\n%s", diff)
+	}
+	got, err := store.Get(t.Context(), key)
+	if err != nil || got.Status != idempotency.StatusCompleted || got.Point != orders.PointFinished {
+		t.Fatalf("the record after the resolution: %s at %q, %v; want %s at %q", got.Status, got.Point, err, idempotency.StatusCompleted, orders.PointFinished)
+	}
+
+	mu.Lock()
+	calls := slices.Clone(ops)
+	mu.Unlock()
+	if providerCalls.Load() != 1 || len(calls) == 0 || calls[0] != "GetItem" {
+		t.Fatalf("the resolution made %d provider call(s) and the DynamoDB calls %v; want 1, the first a GetItem (the order's read before its charge)", providerCalls.Load(), calls)
+	}
+	worst := time.Duration(providerCalls.Load())*cfg.ProviderTimeout + time.Duration(len(calls))*dynamoclient.CallBound(dynamoclient.Options{})
+	if rt := reconciler.ResolveTime(cfg); rt < worst {
+		t.Errorf("ResolveTime() = %v, want at least %v: the order's resolution made %d provider call(s) (%v each at most) and the DynamoDB calls %v (%v each at most)",
+			rt, worst, providerCalls.Load(), cfg.ProviderTimeout, calls, dynamoclient.CallBound(dynamoclient.Options{}))
 	}
 }
