@@ -161,12 +161,14 @@ func (t *Tool) Run(ctx context.Context, args []string) int {
 	err := cmd(ctx, args[1:])
 	var ue usageError
 	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
 	case errors.As(err, &ue):
 		fmt.Fprintf(t.errOut, "oncectl %s: %s\n", ue.fs.Name(), ue.msg)
 		ue.fs.Usage()
 		return 2
-	case errors.Is(err, flag.ErrHelp):
-		return 0
+	case errors.As(err, new(flagError)):
+		return 2 // the flag set printed the error and the usage
 	case err != nil:
 		fmt.Fprintf(t.errOut, "oncectl %s: %v\n", args[0], err)
 		return 1
@@ -199,7 +201,7 @@ func (t *Tool) parse(fs *flag.FlagSet, args []string, n int) error {
 	var rest []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return err
+			return parseError(err)
 		}
 		if fs.NArg() == 0 {
 			break
@@ -208,10 +210,25 @@ func (t *Tool) parse(fs *flag.FlagSet, args []string, n int) error {
 		args = fs.Args()[1:]
 	}
 	if err := fs.Parse(append([]string{"--"}, rest...)); err != nil {
-		return err
+		return parseError(err)
 	}
 	if n >= 0 && fs.NArg() != n {
 		return usageError{fs, fmt.Sprintf("want %d argument(s), got %d: %s", n, fs.NArg(), strings.Join(fs.Args(), " "))}
 	}
 	return nil
+}
+
+// flagError is a flag the command's flag set could not parse (a usage
+// error): the flag set printed it, with the usage.
+type flagError struct{ err error }
+
+func (e flagError) Error() string { return e.err.Error() }
+
+// parseError is fs.Parse's error err as a flagError; -h and -help stay
+// flag.ErrHelp.
+func parseError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return flagError{err}
 }

@@ -720,3 +720,37 @@ func TestDeadLettersScanOutlastingItsHold(t *testing.T) {
 		t.Errorf("dead letters left after redrive -all = %d, want none", len(left))
 	}
 }
+
+// TestFlagErrors: a flag a command does not know, or one missing its
+// value, is a usage error of every command (exit 2, the error and the
+// command's usage printed once); -h is its help (exit 0). Nothing is read:
+// no tables, no queues.
+func TestFlagErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"unknown", "-bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"show", "-tenant"}, 2, "flag needs an argument: -tenant"},
+		{[]string{"reannounce", "acme#x", "-bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"forget", "-confirm"}, 2, "flag needs an argument: -confirm"},
+		{[]string{"dlq", "list", "-limit", "many"}, 2, "invalid value"},
+		{[]string{"pending", "-older-than", "soon"}, 2, "invalid value"},
+		{[]string{"requeue-payment", "-bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"holds", "-bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"settle-hold", "-hold"}, 2, "flag needs an argument: -hold"},
+		{[]string{"settle-order", "-bogus", "acme#x"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"settle-order", "-charged", "ch_1", "-confirm"}, 2, "flag needs an argument: -confirm"},
+		{[]string{"settle-order", "-h"}, 0, "usage: oncectl settle-order"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := operator.New(config.Config{}, nil, nil, &out, &errOut).Run(t.Context(), tt.args)
+			if code != tt.code || !strings.Contains(errOut.String(), tt.says) || strings.Count(errOut.String(), "usage: oncectl") != 1 {
+				t.Errorf("oncectl %v = exit %d %q, want %d saying %q and the usage once", tt.args, code, errOut.String(), tt.code, tt.says)
+			}
+		})
+	}
+}
