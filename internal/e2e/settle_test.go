@@ -327,24 +327,31 @@ func TestSettleOrderRefusals(t *testing.T) {
 // TestSettleOrderRace: settle-orders of one record at once, or racing the
 // reconciler, complete it exactly once. Eight -not-charged of an order
 // needing review: one claims the record and charges it, once; the others
-// stop, changed meanwhile, before any call. Four -charged of a young order
-// (its key still remembered) against two of the reconciler's resolutions of
-// the same image, which charge it through the provider: one of them
-// completes it (the reconciler delivered the image of a claim finishing
-// a record a settle advanced), with one answer on the record, the order
-// and its one receipt job.
+// stop, changed meanwhile, before any call. Four -charged against two of
+// the reconciler's resolutions of the same image (which leave an order this
+// old to an operator, calling nothing): one settle completes it. Each ends
+// with one answer throughout: the record's, the order's, its one receipt
+// job's and the provider's charge under the forwarded key.
 func TestSettleOrderRace(t *testing.T) {
 	calls := providerCalls{path: "/v1/charges"}
-	s := newStack(t, withConfig(func(c *config.Config) {
-		c.ProviderTimeout = chargeTimeout
-		c.FaultInjection = true
-	}), calls.option())
+	s := settleStack(t, calls.option())
 	r := s.ordersReconciler(t)
 	body := orderBody("tok_visa", "ada@example.com")
 	const settlers = 8
+	// won counts the exit codes 0.
+	won := func(codes []int) int {
+		n := 0
+		for _, c := range codes {
+			if c == 0 {
+				n++
+			}
+		}
+		return n
+	}
 
 	t.Run("settlers", func(t *testing.T) {
 		key := "order-race"
+		fk := orderForwardKey(t, key, body)
 		rec := s.needsReview(t, r, body, key)[key]
 		codes := make([]int, settlers)
 		var wg sync.WaitGroup
@@ -354,79 +361,172 @@ func TestSettleOrderRace(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		won := 0
-		for _, c := range codes {
-			if c == 0 {
-				won++
-			}
-		}
-		if won != 1 {
+		if won(codes) != 1 {
 			t.Errorf("settle-order exit codes %v, want exactly one 0", codes)
 		}
-		if n := calls.of(orderForwardKey(t, key, body)); n != 1 {
+		if n := calls.of(fk); n != 1 {
 			t.Errorf("provider calls = %d, want 1", n)
 		}
 		done, err := s.record(t, key)
 		if err != nil || done.Status != idempotency.StatusCompleted || done.Response.Status != http.StatusCreated {
 			t.Fatalf("record = %s %+v, %v; want COMPLETED 201", done.Status, done.Response, err)
 		}
-		s.effects(t, key, body, orders.StatusPaid, 1, 1)
+		ch, err := s.provider.Lookup(t.Context(), fk)
+		if err != nil {
+			t.Fatalf("Lookup = %v", err)
+		}
+		o := s.effects(t, key, body, orders.StatusPaid, 1, 1)
+		if o.Charge != ch.ID || done.Data["charge"] != ch.ID || !strings.Contains(string(done.Response.Body), `"charge":"`+ch.ID+`"`) {
+			t.Errorf("order charge %q, record's %q, answer %s; want the provider's %q throughout", o.Charge, done.Data["charge"], done.Response.Body, ch.ID)
+		}
 		if replay := s.order(t, "acme", key, body, nil); replay.status != http.StatusCreated || !bytes.Equal(replay.body, done.Response.Body) {
 			t.Errorf("retry = %d %s, want the settled 201 %s", replay.status, replay.body, done.Response.Body)
 		}
 	})
 
 	t.Run("settlers and the reconciler", func(t *testing.T) {
-		key := "order-race-young"
-		wantCrash(t, s.order(t, "acme", key, body, map[string][]string{"Once-Fault": {"after-order-created"}}), "after-order-created")
-		store := dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"])
-		unknown := s.handOver(t, store, key, s.cfg.Retention)
-		resolved := func() int { return strings.Count(s.metrics.String(), `"reconcile_resolved":1`) }
-		before := resolved()
+		key := "order-race-reconciler"
+		fk := orderForwardKey(t, key, body)
+		rec := s.needsReview(t, r, body, key)[key]
 		codes := make([]int, settlers/2)
 		var wg sync.WaitGroup
 		for i := range codes {
 			wg.Go(func() {
-				codes[i], _, _ = s.oncectl(t, s.cfg, "settle-order", "-tenant", "acme", "-key", key, "-charged", "ch_found_by_hand", "-confirm", unknown.LeaseToken)
+				codes[i], _, _ = s.oncectl(t, s.cfg, "settle-order", "-tenant", "acme", "-key", key, "-charged", "ch_found_by_hand", "-confirm", rec.LeaseToken)
 			})
 		}
 		for range 2 {
 			wg.Go(func() {
-				if err := r.Reconcile(t.Context(), nil, unknown); err != nil {
+				if err := r.Reconcile(t.Context(), nil, rec); err != nil {
 					t.Errorf("Reconcile = %v", err)
 				}
 			})
 		}
 		wg.Wait()
-		// The claim's and the phases' writes are stream MODIFYs of an
-		// UNKNOWN record: the reconciler gets the last image, and
-		// finishes a record a settle advanced and lost (its lease claimed
-		// by another).
-		if rec, err := s.record(t, key); err == nil && rec.Status == idempotency.StatusUnknown {
-			if err := r.Reconcile(t.Context(), nil, rec); err != nil {
-				t.Fatalf("Reconcile (the last image) = %v", err)
-			}
-		}
-		won := 0
-		for _, c := range codes {
-			if c == 0 {
-				won++
-			}
-		}
-		if got := won + resolved() - before; got != 1 {
-			t.Errorf("completions = %d (settle-order exit codes %v, the reconciler's %d), want 1", got, codes, resolved()-before)
+		if won(codes) != 1 {
+			t.Errorf("settle-order exit codes %v, want exactly one 0", codes)
 		}
 		done, err := s.record(t, key)
 		if err != nil || done.Status != idempotency.StatusCompleted || done.Response.Status != http.StatusCreated {
 			t.Fatalf("record = %s %+v, %v; want COMPLETED 201", done.Status, done.Response, err)
 		}
-		charged, err := s.sim.Count(t.Context(), orderForwardKey(t, key, body))
-		if err != nil || charged > 1 {
-			t.Errorf("provider charges = %d, %v; want at most 1", charged, err)
+		if n := calls.of(fk); n != 0 {
+			t.Errorf("provider calls = %d, want 0", n)
 		}
-		o := s.effects(t, key, body, orders.StatusPaid, charged, 1)
-		if o.Charge != done.Data["charge"] || !strings.Contains(string(done.Response.Body), `"charge":"`+o.Charge+`"`) {
-			t.Errorf("order charge %q, record's %q, answer %s: want one charge throughout", o.Charge, done.Data["charge"], done.Response.Body)
+		o := s.effects(t, key, body, orders.StatusPaid, 0, 1)
+		if o.Charge != "ch_found_by_hand" || done.Data["charge"] != o.Charge || !strings.Contains(string(done.Response.Body), `"charge":"`+o.Charge+`"`) {
+			t.Errorf("order charge %q, record's %q, answer %s: want ch_found_by_hand throughout", o.Charge, done.Data["charge"], done.Response.Body)
 		}
 	})
+}
+
+// simHook lets a test step into the simulator's charges (POST /v1/charges):
+// hook, when set, runs before the simulator, and answers instead of it when
+// it returns true.
+type simHook struct {
+	mu   sync.Mutex
+	hook func(w http.ResponseWriter, r *http.Request, next http.Handler) bool
+}
+
+func (h *simHook) option() stackOption {
+	return func(setup *stackSetup) {
+		setup.simWrap = func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				h.mu.Lock()
+				f := h.hook
+				h.mu.Unlock()
+				if f != nil && r.Method == http.MethodPost && r.URL.Path == "/v1/charges" && f(w, r, next) {
+					return
+				}
+				next.ServeHTTP(w, r)
+			})
+		}
+	}
+}
+
+func (h *simHook) set(f func(w http.ResponseWriter, r *http.Request, next http.Handler) bool) {
+	h.mu.Lock()
+	h.hook = f
+	h.mu.Unlock()
+}
+
+func settleStack(t *testing.T, opts ...stackOption) *stack {
+	t.Helper()
+	return newStack(t, append([]stackOption{withConfig(func(c *config.Config) {
+		c.ProviderTimeout = chargeTimeout
+		c.FaultInjection = true
+	})}, opts...)...)
+}
+
+// TestSettleOrderYoung: an order whose forwarded key the provider still
+// remembers is refused, whatever the outcome given, writing nothing: the
+// reconciler settles it itself. Run while the reconciler's provider call
+// is in flight (the race that completed the order with the operator's
+// charge while the provider made another), the settle is refused and the
+// reconciler completes the order with the provider's one charge. With
+// ONCE_PROVIDER_KEY_RETENTION 0 (kept for ever), even an old order is
+// refused.
+func TestSettleOrderYoung(t *testing.T) {
+	h := &simHook{}
+	s := settleStack(t, h.option())
+	r := s.ordersReconciler(t)
+	body := orderBody("tok_visa", "ada@example.com")
+	key := "order-young"
+	wantCrash(t, s.order(t, "acme", key, body, map[string][]string{"Once-Fault": {"after-order-created"}}), "after-order-created")
+	unknown := s.handOver(t, dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"]), key, s.cfg.Retention)
+	for _, args := range [][]string{
+		{"-charged", "ch_operator"},
+		{"-declined", "ch_operator", "-failure-code", "card_declined"},
+		{"-not-charged"},
+	} {
+		before := s.items(t, key, body)
+		code, out, errOut := s.oncectl(t, s.cfg, append([]string{"settle-order", "-tenant", "acme", "-key", key, "-confirm", unknown.LeaseToken}, args...)...)
+		if code != 1 || !strings.Contains(errOut, "still remembers its forwarded key") || !strings.Contains(errOut, "oncectl reannounce") {
+			t.Errorf("settle-order %v of a young order = %d %q %q, want 1, refused: the reconciler settles it", args, code, out, errOut)
+		}
+		if diff := cmp.Diff(before, s.items(t, key, body)); diff != "" {
+			t.Errorf("a refused settle-order wrote (-before +after):\n%s", diff)
+		}
+	}
+
+	var code int
+	var errOut string
+	var once sync.Once
+	h.set(func(w http.ResponseWriter, req *http.Request, next http.Handler) bool {
+		once.Do(func() {
+			code, _, errOut = s.oncectl(t, s.cfg, "settle-order", "-tenant", "acme", "-key", key, "-charged", "ch_operator", "-confirm", unknown.LeaseToken)
+		})
+		return false
+	})
+	if err := r.Reconcile(t.Context(), nil, unknown); err != nil {
+		t.Fatalf("Reconcile = %v", err)
+	}
+	if code != 1 || !strings.Contains(errOut, "still remembers its forwarded key") {
+		t.Errorf("settle-order during the reconciler's call = %d %q, want 1, refused", code, errOut)
+	}
+	done, err := s.record(t, key)
+	if err != nil || done.Status != idempotency.StatusCompleted {
+		t.Fatalf("record = %s, %v; want COMPLETED by the reconciler", done.Status, err)
+	}
+	ch, err := s.provider.Lookup(t.Context(), orderForwardKey(t, key, body))
+	if err != nil {
+		t.Fatalf("Lookup = %v", err)
+	}
+	o := s.effects(t, key, body, orders.StatusPaid, 1, 1)
+	if o.Charge != ch.ID || done.Data["charge"] != ch.ID || !strings.Contains(string(done.Response.Body), `"charge":"`+ch.ID+`"`) {
+		t.Errorf("order charge %q, record's %q, answer %s; want the provider's %q throughout", o.Charge, done.Data["charge"], done.Response.Body, ch.ID)
+	}
+
+	// Kept for ever: an old order is refused too.
+	old := "order-young-forever"
+	rec := s.needsReview(t, r, body, old)[old]
+	forever := s.cfg
+	forever.ProviderKeyRetention = 0
+	before := s.items(t, old, body)
+	if code, out, errOut := s.oncectl(t, forever, "settle-order", "-tenant", "acme", "-key", old, "-charged", "ch_1", "-confirm", rec.LeaseToken); code != 1 || !strings.Contains(errOut, "for ever") {
+		t.Errorf("settle-order with %s 0 = %d %q %q, want 1, refused: kept for ever", config.EnvProviderKeyRetention, code, out, errOut)
+	}
+	if diff := cmp.Diff(before, s.items(t, old, body)); diff != "" {
+		t.Errorf("a refused settle-order wrote (-before +after):\n%s", diff)
+	}
 }

@@ -57,6 +57,9 @@ type settleOrderView struct {
 	Outcome     string `json:"outcome"`
 	Charge      string `json:"charge,omitempty"`
 	FailureCode string `json:"failure_code,omitempty"`
+	// Provider is what the provider holds under the forwarded key, as
+	// looked up (ONCE_PROVIDER_URL set), or that it was not looked up.
+	Provider string `json:"provider"`
 	// Plan says what -confirm does.
 	Plan string `json:"plan"`
 	// DryRun: nothing was written (no -confirm).
@@ -69,9 +72,11 @@ type settleOrderView struct {
 	// After the run: the record's status and stored answer's status, and
 	// the order's status, charge and receipt.
 	StatusAfter       string `json:"status_after,omitempty"`
+	PointAfter        string `json:"recovery_point_after,omitempty"`
 	AnswerStatus      int    `json:"answer_status,omitempty"`
 	OrderStatusAfter  string `json:"order_status_after,omitempty"`
 	OrderChargeAfter  string `json:"order_charge_after,omitempty"`
+	OrderFailureAfter string `json:"order_failure_code_after,omitempty"`
 	OrderReceiptAfter string `json:"order_receipt_after,omitempty"`
 }
 
@@ -136,15 +141,18 @@ func (t *Tool) settleOrder(ctx context.Context, args []string) error {
 	case outcome != outcomeDeclined && *code != "":
 		return usageError{fs, "-failure-code goes with -declined only"}
 	}
-	var charger orders.Charger
-	if outcome == outcomeNotCharged {
-		p, err := t.provider()
-		if err != nil {
+	// The provider, when configured: -not-charged charges through it, and
+	// every outcome is checked against what it holds under the key.
+	var p *provider.Client
+	if outcome == outcomeNotCharged || t.cfg.ProviderURL != "" {
+		var err error
+		if p, err = t.provider(); err != nil {
 			return err
 		}
+	}
+	var charger orders.Charger = operatorCharge{outcome: outcome, id: charge, failureCode: *code}
+	if outcome == outcomeNotCharged {
 		charger = p
-	} else {
-		charger = operatorCharge{outcome: outcome, id: charge, failureCode: *code}
 	}
 	key, rec, err := read(ctx, args)
 	if err != nil {
@@ -157,7 +165,7 @@ func (t *Tool) settleOrder(ctx context.Context, args []string) error {
 	if rec.External {
 		v.ForwardKey = idempotency.ResumeSteps(nil, rec, nil).ForwardKey(orders.PointChargeCreated)
 	}
-	o, refusal, err := t.settleable(ctx, rec, outcome, charge, *code)
+	o, refusal, err := t.check(ctx, p, rec, &v)
 	if err != nil {
 		return err
 	}
@@ -175,7 +183,7 @@ func (t *Tool) settleOrder(ctx context.Context, args []string) error {
 			key.ID(), rec.LeaseToken, *confirm)
 	default:
 		v.DryRun = false
-		err = t.settle(ctx, rec, charger, &v)
+		err = t.settle(ctx, p, rec, charger, &v)
 	}
 	if werr := t.printSettle(v, *asJSON); werr != nil {
 		return errors.Join(err, werr)
@@ -231,6 +239,15 @@ func (t *Tool) settleable(ctx context.Context, rec idempotency.Record, outcome, 
 		return stored, fmt.Sprintf("it is at %s, past order_created: the provider's answer is recorded (charge %q, %s), and the reconciler "+
 			"completes it from there without the provider; `oncectl reannounce` hands it to the reconciler again", rec.Point, recCharge, recStatus), nil
 	}
+	if age, limit, remembered := orders.RecordKeyRemembered(rec, stored, t.cfg.ProviderKeyRetention, t.now()); remembered {
+		keeps := fmt.Sprintf("for ever (%s is 0)", config.EnvProviderKeyRetention)
+		if limit > 0 {
+			keeps = fmt.Sprintf("%s less a margin: %s (%s)", t.cfg.ProviderKeyRetention, limit, config.EnvProviderKeyRetention)
+		}
+		return stored, fmt.Sprintf("its request is %s old, and the provider still remembers its forwarded key, kept %s: "+
+			"the reconciler settles it itself, calling the provider under that key, which answers with any charge it made; "+
+			"`oncectl reannounce` hands it to the reconciler now", age.Round(time.Second), keeps), nil
+	}
 	switch {
 	case stored.Status == orders.StatusFailed && stored.Charge == "":
 		return stored, fmt.Sprintf("its order records the provider's rejection (%s): the reconciler completes it with that answer; `oncectl reannounce`", stored.FailureCode), nil
@@ -242,6 +259,62 @@ func (t *Tool) settleable(ctx context.Context, rec idempotency.Record, outcome, 
 		return stored, fmt.Sprintf("its order holds another answer, charge %s %s (failure code %q): check the provider again", stored.Charge, stored.Status, stored.FailureCode), nil
 	}
 	return stored, "", nil
+}
+
+// check reads rec's order and says why rec may not be settled as v's
+// outcome ("" when it may): settleable's refusals, then, with p (the
+// provider configured), what the provider holds under the order's
+// forwarded key (v.Provider says it).
+func (t *Tool) check(ctx context.Context, p *provider.Client, rec idempotency.Record, v *settleOrderView) (orders.Order, string, error) {
+	o, refusal, err := t.settleable(ctx, rec, v.Outcome, v.Charge, v.FailureCode)
+	if err != nil || refusal != "" {
+		return o, refusal, err
+	}
+	if p == nil {
+		v.Provider = fmt.Sprintf("not looked up (%s is not set): settled on your word", config.EnvProviderURL)
+		return o, "", nil
+	}
+	return o, t.atProvider(ctx, p, o, v), nil
+}
+
+// atProvider looks the order's forwarded key up at the provider and says
+// why v's outcome may not be settled with what it holds ("" when it may):
+// a charge that is not the one given, any charge with -not-charged, or a
+// lookup that failed.
+func (t *Tool) atProvider(ctx context.Context, p *provider.Client, o orders.Order, v *settleOrderView) string {
+	if v.ForwardKey == "" {
+		return "its record has no forwarded key to look up at the provider"
+	}
+	ch, err := p.Lookup(ctx, v.ForwardKey)
+	switch {
+	case errors.Is(err, provider.ErrNoCharge):
+		v.Provider = "no charge under the forwarded key"
+		if v.Outcome != outcomeNotCharged {
+			v.Provider += ": settled on your word"
+		}
+		return ""
+	case err != nil:
+		v.Provider = "lookup failed"
+		return fmt.Sprintf("looking its forwarded key up at the provider failed (%v): look again later", err)
+	}
+	found := fmt.Sprintf("charge %s %s of %d %s", ch.ID, ch.Status, ch.Amount, strings.ToUpper(ch.Currency))
+	use := "-charged " + ch.ID
+	if ch.Status == provider.StatusFailed {
+		found += fmt.Sprintf(" (failure code %s)", ch.FailureCode)
+		use = fmt.Sprintf("-declined %s -failure-code %s", ch.ID, ch.FailureCode)
+	}
+	v.Provider = found + " under the forwarded key"
+	switch {
+	case ch.Amount != o.Amount || !strings.EqualFold(ch.Currency, o.Currency):
+		return fmt.Sprintf("the provider holds %s under its forwarded key, not of the order's %d %s: look at it at the provider",
+			found, o.Amount, strings.ToUpper(o.Currency))
+	case v.Outcome == outcomeNotCharged:
+		return fmt.Sprintf("a charge exists: the provider holds %s under its forwarded key: use %s", found, use)
+	case ch.ID != v.Charge || (v.Outcome == outcomeCharged) != (ch.Status == provider.StatusSucceeded) ||
+		(v.Outcome == outcomeDeclined && ch.FailureCode != v.FailureCode):
+		return fmt.Sprintf("the provider holds another answer under its forwarded key, %s: use %s", found, use)
+	}
+	return ""
 }
 
 // settlePlan says what settling o as outcome does.
@@ -260,15 +333,19 @@ func settlePlan(o orders.Order, outcome, charge, code string) string {
 // settle claims rec, resumes it through the orders Resolver with charger,
 // the key-retention guard off, and completes it with the Reconciler; then
 // reads the record and the order again into v. An error when this run did
-// not complete the record.
+// not complete the record as v's outcome says.
 //
 // The claim is a fenced MarkUnknown of rec under its lease token read, to a
-// new one, as reannounce's: of several settle-orders of one record, one
-// claims it and the others stop before any call to the provider; the
-// reconciler, or a settle that read the record before, finds its lease
-// gone at its first write. The record is read again after the claim, and
-// refused (settleable) if it moved on before it.
-func (t *Tool) settle(ctx context.Context, rec idempotency.Record, charger orders.Charger, v *settleOrderView) error {
+// new one, as reannounce's: of several settle-orders of one record read
+// under one token, one claims it; the reconciler, or a settle that claimed
+// before, finds its lease gone at its next write. A settle that read the
+// record under a token a settle claimed it with may claim it again after
+// that one recorded its charge (charge_created): the record is read again
+// after the claim, and one at charge_created is finished with the charge
+// recorded (finishRecorded), calling nothing; one that moved on otherwise
+// is refused (check). A run whose completion finds its lease gone reports
+// the record as it is then (superseded).
+func (t *Tool) settle(ctx context.Context, p *provider.Client, rec idempotency.Record, charger orders.Charger, v *settleOrderView) error {
 	now := t.now()
 	expires := now.Add(t.cfg.Retention)
 	if rec.ExpiresAt.After(expires) { // extended, never shortened, as reannounce does
@@ -284,19 +361,45 @@ func (t *Tool) settle(ctx context.Context, rec idempotency.Record, charger order
 	}
 	key := rec.Key
 	rec, err := t.store.Get(ctx, key)
-	if err != nil {
+	switch {
+	case err != nil:
 		return fmt.Errorf("%s is not settled: read it after claiming it: %w", key.ID(), err)
+	case rec.LeaseToken != claim:
+		return t.superseded(ctx, key, v, "after it was claimed")
+	case rec.Status == idempotency.StatusUnknown && rec.Point == orders.PointChargeCreated:
+		return t.finishRecorded(ctx, rec, v)
 	}
-	if rec.LeaseToken != claim {
-		return fmt.Errorf("%s is not settled: it changed meanwhile, after it was claimed (now %s); look at it again", rec.Key.ID(), rec.Status)
+	switch _, refusal, err := t.check(ctx, p, rec, v); {
+	case err != nil:
+		return fmt.Errorf("%s is not settled: check it again after claiming it: %w", key.ID(), err)
+	case refusal != "":
+		return fmt.Errorf("%s is not settled: after it was claimed: %s", key.ID(), refusal)
 	}
-	if _, refusal, err := t.settleable(ctx, rec, v.Outcome, v.Charge, v.FailureCode); err != nil || refusal != "" {
-		return errors.Join(err, fmt.Errorf("%s is not settled: it changed meanwhile: %s", rec.Key.ID(), refusal))
-	}
-	_, real := charger.(*provider.Client)
 	counted := &countingCharger{next: charger}
+	resolved, rerr := t.reconcile(ctx, rec, counted)
+	if _, real := charger.(*provider.Client); real {
+		v.ProviderCalls = counted.n()
+	}
+	if rerr != nil {
+		t.readAfter(ctx, key, v)
+		return rerr
+	}
+	if !resolved {
+		return t.superseded(ctx, key, v, "while it was settled")
+	}
+	if _, err := t.readAfter(ctx, key, v); err != nil {
+		return fmt.Errorf("%s was settled, but reading it again failed: %w", key.ID(), err)
+	}
+	v.Settled = true
+	return nil
+}
+
+// reconcile resumes rec through the orders Resolver with charger and the
+// key-retention guard off, and completes it with the Reconciler. resolved:
+// this run completed it; false without an error when its lease was gone.
+func (t *Tool) reconcile(ctx context.Context, rec idempotency.Record, charger orders.Charger) (resolved bool, err error) {
 	resolver := orders.NewResolver(t.store, orders.Flow{
-		Provider: counted,
+		Provider: charger,
 		Reader:   orders.NewTable(t.db, t.cfg.Table("OrdersTable")),
 		Orders:   t.cfg.Table("OrdersTable"),
 		Outbox:   t.cfg.Table("OutboxTable"),
@@ -311,36 +414,87 @@ func (t *Tool) settle(ctx context.Context, rec idempotency.Record, charger order
 		Settle: t.cfg.ProviderSettle, Retention: t.cfg.Retention, Logger: log, Metrics: &metrics, Now: t.now,
 	})
 	if err != nil {
+		return false, err
+	}
+	switch err := r.Reconcile(ctx, log, rec); {
+	case err != nil:
+		return false, fmt.Errorf("%s is not settled: %w (see the log above); look at it with `oncectl show`, and run it again", rec.Key.ID(), err)
+	case metrics.has(recovery.MetricUnroutable):
+		return false, fmt.Errorf("%s is not settled: the order's phases could not resume it (see the log above)", rec.Key.ID())
+	}
+	return metrics.has(recovery.MetricResolved), nil
+}
+
+// finishRecorded completes rec, UNKNOWN at charge_created, with the
+// provider's answer its phases recorded (another settle's, or a request's):
+// the phases call nothing from there, and the recorded charge stands
+// whatever the operator gave. An error when this run did not complete it,
+// or when the charge recorded is not the operator's.
+func (t *Tool) finishRecorded(ctx context.Context, rec idempotency.Record, v *settleOrderView) error {
+	_, charge, status := orders.Recorded(rec)
+	resolved, err := t.reconcile(ctx, rec, noCall{})
+	if err != nil {
+		t.readAfter(ctx, rec.Key, v)
 		return err
 	}
-	rerr := r.Reconcile(ctx, log, rec)
-	if real {
-		v.ProviderCalls = counted.n()
+	after, gerr := t.readAfter(ctx, rec.Key, v)
+	if !resolved {
+		if gerr != nil {
+			return fmt.Errorf("%s is not settled by this run: its charge %s (%s) was recorded by another run, and its completion found it changed; reading it again failed: %w",
+				rec.Key.ID(), charge, status, gerr)
+		}
+		return fmt.Errorf("%s is not settled by this run: its charge %s (%s) was recorded by another run, which it is now %s with; look at it with `oncectl show`",
+			rec.Key.ID(), charge, status, after.Status)
 	}
-	after, gerr := t.store.Get(ctx, rec.Key)
-	if gerr == nil {
-		v.StatusAfter = string(after.Status)
+	v.Settled = true
+	same := v.Outcome == outcomeNotCharged || (charge == v.Charge &&
+		(v.Outcome == outcomeCharged) == (status == orders.StatusPaid) &&
+		(v.Outcome != outcomeDeclined || v.OrderFailureAfter == v.FailureCode))
+	if !same {
+		return fmt.Errorf("%s was completed by this run, but with the charge another run recorded before it, %s (%s), not the one given: look at it at the provider",
+			rec.Key.ID(), charge, status)
+	}
+	return nil
+}
+
+// superseded is the error of a run that found its lease gone (when): it
+// reads the record again into v and says what it is now, finishing it when
+// it is UNKNOWN at charge_created (finishRecorded).
+func (t *Tool) superseded(ctx context.Context, key idempotency.Key, v *settleOrderView, when string) error {
+	rec, err := t.readAfter(ctx, key, v)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s is not settled: it changed %s, and reading it again failed: %w", key.ID(), when, err)
+	case rec.Status == idempotency.StatusUnknown && rec.Point == orders.PointChargeCreated:
+		return t.finishRecorded(ctx, rec, v)
+	case rec.Status == idempotency.StatusCompleted:
+		_, charge, status := orders.Recorded(rec)
+		return fmt.Errorf("%s is not settled by this run: it changed %s, and another run completed it (answer %d, charge %q %s); look at it with `oncectl show`",
+			key.ID(), when, v.AnswerStatus, charge, status)
+	case v.ProviderCalls > 0:
+		return fmt.Errorf("%s is not settled: it changed %s, and is %s at %s: the provider call this run made may have charged under its forwarded key %s; "+
+			"run settle-order again: under the same key, -not-charged is safe (it looks the key up first, and names a charge it finds)",
+			key.ID(), when, rec.Status, rec.Point, v.ForwardKey)
+	}
+	return fmt.Errorf("%s is not settled: it changed %s, and is %s at %s; look at it again", key.ID(), when, rec.Status, rec.Point)
+}
+
+// readAfter reads the record of key and its order into v, and returns the
+// record.
+func (t *Tool) readAfter(ctx context.Context, key idempotency.Key, v *settleOrderView) (idempotency.Record, error) {
+	after, err := t.store.Get(ctx, key)
+	if err == nil {
+		v.StatusAfter, v.PointAfter = string(after.Status), after.Point
 		if after.Response != nil {
 			v.AnswerStatus = after.Response.Status
 		}
 	}
-	if o, oerr := orders.NewTable(t.db, t.cfg.Table("OrdersTable")).Get(ctx, rec.Key.Tenant, v.Order); oerr == nil {
-		v.OrderStatusAfter, v.OrderChargeAfter, v.OrderReceiptAfter = string(o.Status), o.Charge, string(o.Receipt)
+	if v.Order != "" {
+		if o, oerr := orders.NewTable(t.db, t.cfg.Table("OrdersTable")).Get(ctx, key.Tenant, v.Order); oerr == nil {
+			v.OrderStatusAfter, v.OrderChargeAfter, v.OrderFailureAfter, v.OrderReceiptAfter = string(o.Status), o.Charge, o.FailureCode, string(o.Receipt)
+		}
 	}
-	switch {
-	case rerr != nil:
-		return fmt.Errorf("%s is not settled: %w (see the log above); look at it with `oncectl show`, and run it again", rec.Key.ID(), rerr)
-	case metrics.has(recovery.MetricUnroutable):
-		return fmt.Errorf("%s is not settled: the order's phases could not resume it (see the log above)", rec.Key.ID())
-	case !metrics.has(recovery.MetricResolved):
-		// Superseded: the lease was gone, someone else finished it.
-		return fmt.Errorf("%s is not settled by this run: it changed meanwhile (now %s), another settle-order or the reconciler finished it; look at it with `oncectl show`",
-			rec.Key.ID(), v.StatusAfter)
-	case gerr != nil:
-		return fmt.Errorf("%s was settled, but reading it again failed: %w", rec.Key.ID(), gerr)
-	}
-	v.Settled = true
-	return nil
+	return after, err
 }
 
 // printSettle prints v as one JSON object, or as text.
@@ -375,9 +529,30 @@ func (t *Tool) printSettle(v settleOrderView, asJSON bool) error {
 		}
 		fmt.Fprintf(&b, "%s %s\n", verb, v.Plan)
 	}
+	if v.Provider != "" {
+		fmt.Fprintf(&b, "provider: %s\n", v.Provider)
+	}
 	if !v.DryRun {
-		fmt.Fprintf(&b, "settled %v: record %s, answer %d; order %s, charge %s, receipt %s; %d provider call(s)\n",
-			v.Settled, v.StatusAfter, v.AnswerStatus, v.OrderStatusAfter, v.OrderChargeAfter, v.OrderReceiptAfter, v.ProviderCalls)
+		fmt.Fprintf(&b, "settled %v", v.Settled)
+		if v.StatusAfter != "" {
+			fmt.Fprintf(&b, ": record %s at %s", v.StatusAfter, v.PointAfter)
+			if v.AnswerStatus != 0 {
+				fmt.Fprintf(&b, ", answer %d", v.AnswerStatus)
+			}
+		}
+		if v.OrderStatusAfter != "" {
+			fmt.Fprintf(&b, "; order %s", v.OrderStatusAfter)
+			if v.OrderChargeAfter != "" {
+				fmt.Fprintf(&b, ", charge %s", v.OrderChargeAfter)
+			}
+			if v.OrderFailureAfter != "" {
+				fmt.Fprintf(&b, " (%s)", v.OrderFailureAfter)
+			}
+			if v.OrderReceiptAfter != "" {
+				fmt.Fprintf(&b, ", receipt %s", v.OrderReceiptAfter)
+			}
+		}
+		fmt.Fprintf(&b, "; %d provider call(s)\n", v.ProviderCalls)
 	}
 	_, err := fmt.Fprint(t.out, b.String())
 	return err
@@ -419,6 +594,15 @@ func (c operatorCharge) Charge(_ context.Context, _ string, req provider.ChargeR
 		return provider.Charge{}, &provider.DeclinedError{Code: c.failureCode, Message: "declined, as an operator found at the provider", Charge: ch}
 	}
 	return ch, nil
+}
+
+// noCall is the Charger of a record finished from charge_created, whose
+// phases call no provider: it fails, calling nothing.
+type noCall struct{}
+
+// Charge fails: nothing is called.
+func (noCall) Charge(context.Context, string, provider.ChargeRequest) (provider.Charge, error) {
+	return provider.Charge{}, errors.New("operator: no provider call is made past order_created")
 }
 
 // countingCharger counts the calls that reach next (the provider's, when

@@ -301,20 +301,41 @@ func (f Flow) keyRemembered(s *idempotency.Steps, o Order) error {
 	if f.KeyRetention <= 0 {
 		return nil
 	}
-	since := time.Unix(o.Created, 0)
-	if created := s.Record().CreatedAt; !created.IsZero() && created.Before(since) {
-		since = created
-	}
 	now := time.Now
 	if f.Now != nil {
 		now = f.Now
 	}
-	limit := f.KeyRetention - min(KeyRetentionMargin, f.KeyRetention/2)
-	if age := now().Sub(since); age >= limit {
+	if age, limit, ok := KeyRemembered(f.KeyRetention, s.Record().CreatedAt, o.Created, now()); !ok {
 		return fmt.Errorf("%w: the request is %s old, the provider keeps keys %s (less a margin: %s)",
 			ErrKeyRetention, age.Round(time.Second), f.KeyRetention, limit)
 	}
 	return nil
+}
+
+// KeyRemembered says whether the provider, keeping keys for retention
+// (zero: for ever), still remembers the forwarded key of an order request
+// whose record was created at recordCreated (zero when unknown) and whose
+// order at orderCreated (unix seconds: the earliest of the record's data
+// and the stored order's): its age, counted from the earlier of the two, is
+// below retention less KeyRetentionMargin (half of retention when it is
+// shorter than two margins). It returns the age and that limit (zero for
+// ever). The phase charge_created calls the provider only while it does
+// (ErrKeyRetention); oncectl settle-order settles an order only once it no
+// longer does.
+func KeyRemembered(retention time.Duration, recordCreated time.Time, orderCreated int64, now time.Time) (age, limit time.Duration, ok bool) {
+	since := recordCreated
+	if orderCreated > 0 && (since.IsZero() || time.Unix(orderCreated, 0).Before(since)) {
+		since = time.Unix(orderCreated, 0)
+	}
+	if since.IsZero() { // no creation known: as young as can be
+		since = now
+	}
+	age = now.Sub(since)
+	if retention <= 0 {
+		return age, 0, true
+	}
+	limit = retention - min(KeyRetentionMargin, retention/2)
+	return age, limit, age < limit
 }
 
 // finish is the phase finished: the answer to store and the effects stored
@@ -449,4 +470,16 @@ func (r *Resolver) Resolve(ctx context.Context, rec idempotency.Record) (idempot
 // by it.
 func Recorded(rec idempotency.Record) (order, charge string, status Status) {
 	return rec.Data[dataOrder], rec.Data[dataCharge], Status(rec.Data[dataStatus])
+}
+
+// RecordKeyRemembered is KeyRemembered for the order request rec, whose
+// order is stored (the stored order's creation counts when it is earlier
+// than the one rec's first phase recorded), measured as the phase
+// charge_created measures it. oncectl settle-order reads a record by it.
+func RecordKeyRemembered(rec idempotency.Record, stored Order, retention time.Duration, now time.Time) (age, limit time.Duration, ok bool) {
+	created, err := strconv.ParseInt(rec.Data[dataCreated], 10, 64)
+	if err != nil || created <= 0 || (stored.Created > 0 && stored.Created < created) {
+		created = stored.Created
+	}
+	return KeyRemembered(retention, rec.CreatedAt, created, now)
 }
