@@ -3,7 +3,9 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +23,7 @@ import (
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/operator"
 	"github.com/oncehq/once/internal/orders"
+	"github.com/oncehq/once/internal/provider"
 )
 
 // oncectl runs oncectl's command args against s's tables, as configured by
@@ -529,4 +532,192 @@ func TestSettleOrderYoung(t *testing.T) {
 	if diff := cmp.Diff(before, s.items(t, old, body)); diff != "" {
 		t.Errorf("a refused settle-order wrote (-before +after):\n%s", diff)
 	}
+}
+
+// TestSettleOrderAtProvider: with ONCE_PROVIDER_URL set, settle-order
+// looks the order's forwarded key up at the provider before it settles,
+// in the dry run and after its claim: a charge that is not the one given,
+// or any charge with -not-charged, is refused naming it, as is a lookup
+// that fails; the very charge found is settled with, calling nothing.
+// Without ONCE_PROVIDER_URL, -charged is settled on the operator's word,
+// and says so.
+func TestSettleOrderAtProvider(t *testing.T) {
+	calls := providerCalls{path: "/v1/charges"}
+	s := settleStack(t, calls.option())
+	r := s.ordersReconciler(t)
+	body := orderBody("tok_visa", "ada@example.com")
+	recs := s.needsReview(t, r, body, "order-at-provider", "order-declined-at-provider", "order-word")
+	charge := func(key, source string) provider.Charge {
+		c, err := s.provider.Charge(t.Context(), orderForwardKey(t, key, body), provider.ChargeRequest{Amount: 4200, Currency: "eur", Source: source, Customer: "cus_42"})
+		var declined *provider.DeclinedError
+		if errors.As(err, &declined) {
+			return declined.Charge
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	// The first request's call landed, and no one recorded it.
+	paid, failed := charge("order-at-provider", "tok_visa"), charge("order-declined-at-provider", "tok_chargeDeclined")
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close()
+	unreachable := s.cfg
+	unreachable.ProviderURL = down.URL
+
+	tests := []struct {
+		name string
+		key  string
+		cfg  config.Config
+		args []string
+		says []string
+	}{
+		{"another charge", "order-at-provider", s.cfg, []string{"-charged", "ch_other"}, []string{"holds another answer", "charge " + paid.ID + " succeeded", "use -charged " + paid.ID}},
+		{"declined, but it succeeded", "order-at-provider", s.cfg, []string{"-declined", paid.ID, "-failure-code", "card_declined"}, []string{"holds another answer", "use -charged " + paid.ID}},
+		{"not charged, but it is", "order-at-provider", s.cfg, []string{"-not-charged"}, []string{"a charge exists", "use -charged " + paid.ID}},
+		{"charged, but it was declined", "order-declined-at-provider", s.cfg, []string{"-charged", failed.ID}, []string{"holds another answer", "use -declined " + failed.ID + " -failure-code card_declined"}},
+		{"another failure code", "order-declined-at-provider", s.cfg, []string{"-declined", failed.ID, "-failure-code", "expired_card"}, []string{"holds another answer"}},
+		{"lookup fails", "order-at-provider", unreachable, []string{"-charged", paid.ID}, []string{"looking its forwarded key up at the provider failed", "look again later"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := s.items(t, tt.key, body)
+			for _, confirm := range [][]string{nil, {"-confirm", recs[tt.key].LeaseToken}} {
+				args := append(append([]string{"settle-order", "-tenant", "acme", "-key", tt.key}, tt.args...), confirm...)
+				code, out, errOut := s.oncectl(t, tt.cfg, args...)
+				for _, want := range tt.says {
+					if code != 1 || !strings.Contains(errOut, want) {
+						t.Errorf("settle-order %v = %d %q %q, want 1 saying %q", args[5:], code, out, errOut, want)
+					}
+				}
+			}
+			if diff := cmp.Diff(before, s.items(t, tt.key, body)); diff != "" {
+				t.Errorf("a refused settle-order wrote (-before +after):\n%s", diff)
+			}
+		})
+	}
+
+	// A refusal, as JSON: the view, not settled, what the provider holds.
+	code, out, errOut := s.oncectl(t, s.cfg, "settle-order", "-json", "-tenant", "acme", "-key", "order-at-provider", "-not-charged", "-confirm", recs["order-at-provider"].LeaseToken)
+	var refused struct {
+		settleResult
+		Provider string `json:"provider"`
+	}
+	if err := json.Unmarshal([]byte(out), &refused); err != nil || code != 1 || refused.Settled || !refused.DryRun ||
+		refused.LeaseToken != recs["order-at-provider"].LeaseToken || !strings.Contains(refused.Provider, paid.ID) || !strings.Contains(errOut, "a charge exists") {
+		t.Errorf("settle-order -json refused = %d %q %q (%v), want 1, one JSON object, not settled, naming %s", code, out, errOut, err, paid.ID)
+	}
+
+	for _, tt := range []struct {
+		key     string
+		args    []string
+		status  orders.Status
+		answer  int
+		charged int
+	}{
+		{"order-at-provider", []string{"-charged", paid.ID}, orders.StatusPaid, http.StatusCreated, 1},
+		{"order-declined-at-provider", []string{"-declined", failed.ID, "-failure-code", "card_declined"}, orders.StatusFailed, http.StatusPaymentRequired, 1},
+	} {
+		args := append([]string{"settle-order", "-json", "-tenant", "acme", "-key", tt.key, "-confirm", recs[tt.key].LeaseToken}, tt.args...)
+		code, out, errOut := s.oncectl(t, s.cfg, args...)
+		if got := decodeSettle(t, out); code != 0 || !got.Settled || got.AnswerStatus != tt.answer || got.ProviderCalls != 0 {
+			t.Errorf("settle-order %v = %d %q %q, want 0, settled with %d, no call", tt.args, code, out, errOut, tt.answer)
+		}
+		if n := calls.of(orderForwardKey(t, tt.key, body)); n != 1 {
+			t.Errorf("charges made under %s's key = %d, want the one planted", tt.key, n)
+		}
+		if o := s.effects(t, tt.key, body, tt.status, tt.charged, map[orders.Status]int{orders.StatusPaid: 1}[tt.status]); o.Charge != tt.args[1] {
+			t.Errorf("order charge = %q, want %q", o.Charge, tt.args[1])
+		}
+	}
+
+	// Without the provider: on the operator's word.
+	word := s.cfg
+	word.ProviderURL = ""
+	code, out, errOut = s.oncectl(t, word, "settle-order", "-tenant", "acme", "-key", "order-word", "-charged", "ch_word")
+	if code != 1 || !strings.Contains(out, config.EnvProviderURL+" is not set): settled on your word") {
+		t.Errorf("dry run without the provider = %d %q %q, want it to say the charge is taken on your word", code, out, errOut)
+	}
+	if code, out, errOut := s.oncectl(t, word, "settle-order", "-tenant", "acme", "-key", "order-word", "-charged", "ch_word", "-confirm", recs["order-word"].LeaseToken); code != 0 {
+		t.Errorf("settle-order without the provider = %d %q %q, want 0", code, out, errOut)
+	}
+	if o := s.effects(t, "order-word", body, orders.StatusPaid, 0, 1); o.Charge != "ch_word" {
+		t.Errorf("order charge = %q, want ch_word", o.Charge)
+	}
+}
+
+// TestSettleOrderNotCharged: -not-charged makes the order's one call to
+// the provider and stores whatever it answers: a decline (402, the order
+// failed with its charge), a rejection (422, the order failed without
+// one). A call that times out leaves the record UNKNOWN at order_created,
+// saying a charge may exist; run again, -not-charged is refused naming
+// the charge the provider made, and -charged with it settles the order:
+// one charge throughout.
+func TestSettleOrderNotCharged(t *testing.T) {
+	calls := providerCalls{path: "/v1/charges"}
+	s := settleStack(t, calls.option())
+	r := s.ordersReconciler(t)
+	for _, tt := range []struct {
+		source  string
+		answer  int
+		code    string
+		charged int
+	}{
+		{"tok_chargeDeclined", http.StatusPaymentRequired, "card_declined", 1},
+		{"tok_mastercard", http.StatusUnprocessableEntity, "provider_rejected", 0},
+	} {
+		t.Run(tt.code, func(t *testing.T) {
+			body := orderBody(tt.source, "ada@example.com")
+			key := "order-not-charged-" + tt.code
+			rec := s.needsReview(t, r, body, key)[key]
+			code, out, errOut := s.oncectl(t, s.cfg, "settle-order", "-json", "-tenant", "acme", "-key", key, "-not-charged", "-confirm", rec.LeaseToken)
+			if got := decodeSettle(t, out); code != 0 || !got.Settled || got.AnswerStatus != tt.answer || got.ProviderCalls != 1 {
+				t.Fatalf("settle-order -not-charged = %d %q %q, want 0, settled with %d after 1 call", code, out, errOut, tt.answer)
+			}
+			done, err := s.record(t, key)
+			if err != nil || done.Status != idempotency.StatusCompleted || done.Response.Status != tt.answer || !strings.Contains(string(done.Response.Body), tt.code) {
+				t.Fatalf("record = %s %+v, %v; want COMPLETED with %d %s", done.Status, done.Response, err, tt.answer, tt.code)
+			}
+			o := s.effects(t, key, body, orders.StatusFailed, tt.charged, 0)
+			if o.FailureCode != tt.code || (o.Charge != "") != (tt.charged == 1) {
+				t.Errorf("order = %s charge %q failure %q, want failed %s", o.Status, o.Charge, o.FailureCode, tt.code)
+			}
+			if replay := s.order(t, "acme", key, body, nil); replay.status != tt.answer || !bytes.Equal(replay.body, done.Response.Body) {
+				t.Errorf("retry = %d %s, want the settled %d %s", replay.status, replay.body, tt.answer, done.Response.Body)
+			}
+		})
+	}
+
+	t.Run("timeout", func(t *testing.T) {
+		body := orderBody("tok_timeout", "ada@example.com")
+		key := "order-not-charged-timeout"
+		fk := orderForwardKey(t, key, body)
+		rec := s.needsReview(t, r, body, key)[key]
+		code, out, errOut := s.oncectl(t, s.cfg, "settle-order", "-json", "-tenant", "acme", "-key", key, "-not-charged", "-confirm", rec.LeaseToken)
+		if got := decodeSettle(t, out); code != 1 || got.Settled || got.ProviderCalls != 1 || !strings.Contains(errOut, "may have charged under its forwarded key "+fk) {
+			t.Fatalf("settle-order -not-charged, timed out = %d %q %q, want 1, not settled, after 1 call, saying a charge may exist", code, out, errOut)
+		}
+		left, err := s.record(t, key)
+		if err != nil || left.Status != idempotency.StatusUnknown || left.Point != orders.PointOrderCreated {
+			t.Fatalf("record = %s at %q, %v; want UNKNOWN at order_created", left.Status, left.Point, err)
+		}
+		ch, err := s.provider.Lookup(t.Context(), fk)
+		if err != nil {
+			t.Fatalf("Lookup = %v", err)
+		}
+		code, out, errOut = s.oncectl(t, s.cfg, "settle-order", "-tenant", "acme", "-key", key, "-not-charged", "-confirm", left.LeaseToken)
+		if code != 1 || !strings.Contains(errOut, "a charge exists") || !strings.Contains(errOut, "use -charged "+ch.ID) {
+			t.Errorf("settle-order -not-charged again = %d %q %q, want 1 naming %s", code, out, errOut, ch.ID)
+		}
+		code, out, errOut = s.oncectl(t, s.cfg, "settle-order", "-tenant", "acme", "-key", key, "-charged", ch.ID, "-confirm", left.LeaseToken)
+		if code != 0 {
+			t.Fatalf("settle-order -charged %s = %d %q %q, want 0", ch.ID, code, out, errOut)
+		}
+		if n := calls.of(fk); n != 1 {
+			t.Errorf("provider calls = %d, want 1", n)
+		}
+		if o := s.effects(t, key, body, orders.StatusPaid, 1, 1); o.Charge != ch.ID {
+			t.Errorf("order charge = %q, want the provider's %s", o.Charge, ch.ID)
+		}
+	})
 }

@@ -382,6 +382,10 @@ func (t *Tool) settle(ctx context.Context, p *provider.Client, rec idempotency.R
 	}
 	if rerr != nil {
 		t.readAfter(ctx, key, v)
+		if v.ProviderCalls > 0 {
+			return fmt.Errorf("%w; the provider call may have charged under its forwarded key %s: under the same key, -not-charged is safe to run again "+
+				"(it looks the key up first, and names a charge it finds)", rerr, v.ForwardKey)
+		}
 		return rerr
 	}
 	if !resolved {
