@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -720,4 +721,100 @@ func TestSettleOrderNotCharged(t *testing.T) {
 			t.Errorf("order charge = %q, want the provider's %s", o.Charge, ch.ID)
 		}
 	})
+}
+
+// gateDB lets a test step in around one settle-order's DynamoDB writes:
+// beforeTWI and afterTWI around its first TransactWriteItems (its phases'
+// charge_created, with the order's charge), beforeClaim before its claim
+// (the first UpdateItem that marks the record UNKNOWN).
+type gateDB struct {
+	*dynamodb.Client
+	beforeTWI, afterTWI, beforeClaim func()
+	twi, claim                       sync.Once
+}
+
+func (d *gateDB) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	first := false
+	d.twi.Do(func() { first = true })
+	if first && d.beforeTWI != nil {
+		d.beforeTWI()
+	}
+	out, err := d.Client.TransactWriteItems(ctx, in, opts...)
+	if first && d.afterTWI != nil {
+		d.afterTWI()
+	}
+	return out, err
+}
+
+func (d *gateDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if d.beforeClaim != nil && strings.Contains(aws.ToString(in.UpdateExpression), "#unknown_since") {
+		d.claim.Do(d.beforeClaim)
+	}
+	return d.Client.UpdateItem(ctx, in, opts...)
+}
+
+// TestSettleOrderSecondClaim: settle B reads the record under the lease
+// token settle A claimed it with, and claims it again once A has recorded
+// its charge (charge_created): A's completion finds its lease gone. B
+// finishes the record with the charge A recorded, calling nothing (exit 0
+// when it is B's own outcome, 1 naming it when not), and A reports the
+// record completed by another run: never both stopped with the record
+// left UNKNOWN at charge_created, the order paid but not finished.
+func TestSettleOrderSecondClaim(t *testing.T) {
+	calls := providerCalls{path: "/v1/charges"}
+	s := settleStack(t, calls.option())
+	r := s.ordersReconciler(t)
+	body := orderBody("tok_visa", "ada@example.com")
+	for _, tt := range []struct {
+		name  string
+		b     []string
+		codeB int
+		saysB string
+	}{
+		{"same outcome", []string{"-charged", "ch_a"}, 0, "settled true"},
+		{"another outcome", []string{"-charged", "ch_b"}, 1, "with the charge another run recorded before it, ch_a"},
+		{"not charged", []string{"-not-charged"}, 0, "settled true"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			key := "order-second-claim-" + strings.ReplaceAll(tt.name, " ", "-")
+			rec := s.needsReview(t, r, body, key)[key]
+			var codeB int
+			var outB, errB bytes.Buffer
+			atClaim, claimGo, bDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+			a := &gateDB{Client: s.client}
+			a.beforeTWI = func() { // A claimed, about to record its charge: B reads now
+				go func() {
+					defer close(bDone)
+					cur, err := s.record(t, key)
+					if err != nil {
+						t.Error(err)
+					}
+					b := &gateDB{Client: s.client, beforeClaim: func() { close(atClaim); <-claimGo }}
+					codeB = operator.New(s.cfg, b, nil, &outB, &errB).WithClock(s.clock.Now).Run(context.Background(),
+						append([]string{"settle-order", "-tenant", "acme", "-key", key, "-confirm", cur.LeaseToken}, tt.b...))
+				}()
+				<-atClaim
+			}
+			a.afterTWI = func() { close(claimGo); <-bDone }
+			var outA, errA bytes.Buffer
+			codeA := operator.New(s.cfg, a, nil, &outA, &errA).WithClock(s.clock.Now).Run(t.Context(),
+				[]string{"settle-order", "-tenant", "acme", "-key", key, "-charged", "ch_a", "-confirm", rec.LeaseToken})
+			if codeA != 1 || !strings.Contains(errA.String(), "another run completed it") {
+				t.Errorf("settle A = %d %q %q, want 1: another run completed it", codeA, outA.String(), errA.String())
+			}
+			if codeB != tt.codeB || !strings.Contains(outB.String()+errB.String(), tt.saysB) {
+				t.Errorf("settle B = %d %q %q, want %d saying %q", codeB, outB.String(), errB.String(), tt.codeB, tt.saysB)
+			}
+			done, err := s.record(t, key)
+			if err != nil || done.Status != idempotency.StatusCompleted || done.Response.Status != http.StatusCreated || done.Data["charge"] != "ch_a" {
+				t.Fatalf("record = %s at %q %+v, %v; want COMPLETED 201 with ch_a", done.Status, done.Point, done.Response, err)
+			}
+			if o := s.effects(t, key, body, orders.StatusPaid, 0, 1); o.Charge != "ch_a" || o.RecoveryPoint != orders.PointFinished {
+				t.Errorf("order charge %q at %q, want ch_a, finished", o.Charge, o.RecoveryPoint)
+			}
+			if n := calls.of(orderForwardKey(t, key, body)); n != 0 {
+				t.Errorf("provider calls = %d, want 0", n)
+			}
+		})
+	}
 }

@@ -270,3 +270,43 @@ func TestChargeNeedsTimeForCall(t *testing.T) {
 		})
 	}
 }
+
+// TestRecordKeyRemembered: an order request's forwarded key is remembered
+// while its age, from the earliest of the record's creation, the first
+// phase's recorded order creation and the stored order's, is below the
+// retention less its margin; kept for ever (0), always; with no creation
+// known, it counts as new.
+func TestRecordKeyRemembered(t *testing.T) {
+	now := time.Unix(2_000_000_000, 0)
+	rec := func(created time.Time, data int64) idempotency.Record {
+		r := idempotency.Record{CreatedAt: created, Data: map[string]string{}}
+		if data > 0 {
+			r.Data[dataCreated] = strconv.FormatInt(data, 10)
+		}
+		return r
+	}
+	ago := func(d time.Duration) time.Time { return now.Add(-d) }
+	tests := []struct {
+		name      string
+		rec       idempotency.Record
+		stored    int64
+		retention time.Duration
+		want      bool
+	}{
+		{"young", rec(ago(time.Hour), ago(time.Hour).Unix()), 0, 24 * time.Hour, true},
+		{"at the limit", rec(ago(23*time.Hour), ago(23*time.Hour).Unix()), 0, 24 * time.Hour, false},
+		{"old by its record", rec(ago(23*time.Hour), ago(time.Hour).Unix()), 0, 24 * time.Hour, false},
+		{"old by its recorded order", rec(ago(time.Hour), ago(23*time.Hour).Unix()), 0, 24 * time.Hour, false},
+		{"old by its stored order", rec(ago(time.Hour), ago(time.Hour).Unix()), ago(30 * time.Hour).Unix(), 24 * time.Hour, false},
+		{"short retention: half of it", rec(ago(31*time.Minute), ago(31*time.Minute).Unix()), 0, time.Hour, false},
+		{"kept for ever", rec(ago(1000*time.Hour), ago(1000*time.Hour).Unix()), 0, 0, true},
+		{"no creation known", rec(time.Time{}, 0), 0, 24 * time.Hour, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, _, got := RecordKeyRemembered(tt.rec, Order{Created: tt.stored}, tt.retention, now); got != tt.want {
+				t.Errorf("RecordKeyRemembered = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
