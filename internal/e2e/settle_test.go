@@ -799,8 +799,8 @@ func TestSettleOrderSecondClaim(t *testing.T) {
 			var outA, errA bytes.Buffer
 			codeA := operator.New(s.cfg, a, nil, &outA, &errA).WithClock(s.clock.Now).Run(t.Context(),
 				[]string{"settle-order", "-tenant", "acme", "-key", key, "-charged", "ch_a", "-confirm", rec.LeaseToken})
-			if codeA != 1 || !strings.Contains(errA.String(), "another run completed it") {
-				t.Errorf("settle A = %d %q %q, want 1: another run completed it", codeA, outA.String(), errA.String())
+			if codeA != 1 || !strings.Contains(errA.String(), "completed it, answer 201, charge \"ch_a\" paid: the outcome given") {
+				t.Errorf("settle A = %d %q %q, want 1: another run completed it with ch_a, the outcome given", codeA, outA.String(), errA.String())
 			}
 			if codeB != tt.codeB || !strings.Contains(outB.String()+errB.String(), tt.saysB) {
 				t.Errorf("settle B = %d %q %q, want %d saying %q", codeB, outB.String(), errB.String(), tt.codeB, tt.saysB)

@@ -171,15 +171,30 @@
 //     guard off, and completes the record with
 //     recovery.Reconciler.Reconcile: the order's writes with the answer in
 //     one transaction fenced on the lease. Without -confirm naming the
-//     lease token shown it writes nothing. With it, it first claims the
-//     record (a fenced MarkUnknown to a new lease token, as reannounce's),
-//     so that of settles racing one another or the reconciler, one
-//     completes it and the others stop before calling the provider. It
-//     refuses a record that is not UNKNOWN, of another route, or past
-//     order_created, and an order that holds another answer than the one
-//     given. It prints the record, the order, the plan and the outcome
-//     (-json: one object), and logs the settlement as one JSON line on
-//     stderr.
+//     lease token shown it writes nothing. It settles only an order older
+//     than the provider remembers its forwarded key, measured as the guard
+//     measures it (orders.RecordKeyRemembered, ONCE_PROVIDER_KEY_RETENTION;
+//     0, for ever: none): a younger one the reconciler settles itself. With
+//     ONCE_PROVIDER_URL set it looks the key up at the provider first (in
+//     the dry run, and again after its claim), and refuses an outcome the
+//     charge found contradicts, -not-charged with any charge, and a lookup
+//     that failed; without it, -charged and -declined stand on the
+//     operator's word. With -confirm, it first claims the record (a fenced
+//     MarkUnknown from the token shown to a new one, as reannounce's): of
+//     settles given one token, one claims it and the others stop before
+//     calling anything. A settle given a token an earlier settle claimed
+//     with may claim it again while that one runs: a record it finds at
+//     charge_created it finishes with the charge recorded, calling
+//     nothing (exit 1, naming it, if that is not its outcome), and the
+//     earlier one, its lease gone, reports the record as it is then. Each
+//     claim reaches the reconciler as a stream MODIFY, refused again
+//     (reconcile_unroutable: ReconcileUnroutableAlarm pages, and clears
+//     after 5 minutes). It refuses a record that is not UNKNOWN, of
+//     another route, or past order_created, and an order that holds
+//     another answer than the one given. It prints the record, the order,
+//     what the provider holds, the plan and the outcome
+//     (-json: one object, refusals too), and logs the settlement as one
+//     JSON line on stderr.
 //
 // It is configured like the functions, by config.FromEnv: DYNAMODB_ENDPOINT
 // and SQS_ENDPOINT (unset: AWS), AWS_REGION, the table and queue variables.
@@ -194,6 +209,6 @@
 // dynamodb:PutItem on the idempotency table, GetItem and UpdateItem on the
 // orders table and UpdateItem on the outbox table (its phases and its
 // completion are TransactWriteItems of them, authorized item by item),
-// and, with ONCE_PROVIDER_AUTH=aws_iam and -not-charged, the right to
-// invoke the provider's function URL.
+// and, with ONCE_PROVIDER_AUTH=aws_iam, the right to invoke the provider's
+// function URL (its lookup, and -not-charged's charge).
 package operator

@@ -79,8 +79,9 @@ ONCE_OUTBOX_TABLE, ONCE_CHECK_QUEUE, ONCE_CHECK_DLQ,
 ONCE_WORKER_RETRY_QUEUE, ONCE_WORKER_RETRY_DLQ, ONCE_WORKER_RETRY_WINDOW,
 ONCE_RECEIPT_RETRY_QUEUE, ONCE_RECEIPT_RETRY_DLQ, ONCE_RETENTION (queue
 names or URLs; AWS credentials as the AWS SDK finds them); settle-order
--not-charged calls the payment provider as the api does (ONCE_PROVIDER_URL,
-ONCE_PROVIDER_AUTH, ONCE_PROVIDER_TIMEOUT).
+reads ONCE_PROVIDER_KEY_RETENTION, and calls the payment provider as the api
+does (ONCE_PROVIDER_URL, ONCE_PROVIDER_AUTH, ONCE_PROVIDER_TIMEOUT): to look
+the order's key up and, -not-charged, to charge it.
 
 Commands:
   unknown [-tenant T] [-limit N] [-json]       list the UNKNOWN records

@@ -103,13 +103,22 @@ func (t *Tool) settleOrder(ctx context.Context, args []string) error {
 			"                       uses (ONCE_PROVIDER_URL, ONCE_PROVIDER_AUTH, ONCE_PROVIDER_TIMEOUT), under the\n"+
 			"                       order's own forwarded key, and completed with the provider's answer.\n"+
 			"The amount and currency are the recorded request's. It runs the request's own phases, as the\n"+
-			"reconciler would, without the key-retention guard. Without -confirm it only shows what it would do;\n"+
-			"-confirm takes the lease token shown, and the record is completed only if it is still UNKNOWN under it.\n"+
+			"reconciler would, without the key-retention guard. An order younger than the provider remembers its\n"+
+			"forwarded key (ONCE_PROVIDER_KEY_RETENTION less its margin; 0: for ever) is refused: the reconciler\n"+
+			"settles it itself (`oncectl reannounce`). With ONCE_PROVIDER_URL set, the forwarded key is looked up at\n"+
+			"the provider first: a charge found that is not the one given, any charge with -not-charged, or a\n"+
+			"failed lookup is refused; without it, -charged and -declined are taken on your word.\n"+
+			"Without -confirm it only shows what it would do; -confirm takes the lease token shown: the record is\n"+
+			"claimed (moved to a new lease token) and completed only if it was still UNKNOWN under it. A record a\n"+
+			"concurrent settle has already charged (charge_created) is finished with the charge recorded.\n"+
+			"The claim reaches the reconciler, which refuses the order again: expect ReconcileUnroutableAlarm to\n"+
+			"page once per settle, clearing after 5 minutes.\n"+
 			"A retry of the key then replays the answer stored. A record that is not UNKNOWN, not of POST /v1/orders,\n"+
 			"past order_created, or whose order holds another answer than the one given, is refused.\n"+
-			"Exit code: 0 when this run completed the record; 1 for a dry run, a refusal, a record changed meanwhile\n"+
-			"(another settle or the reconciler got there first) or a failure (the record is left UNKNOWN: look at it\n"+
-			"again, and run it again); 2 on a usage error.")
+			"Exit code: 0 when this run completed the record with the outcome given; 1 for a dry run, a refusal,\n"+
+			"a record completed meanwhile by another run (the reconciler, or another settle: its answer is shown),\n"+
+			"one completed with a charge recorded before that is not the one given (named), or a failure (the record\n"+
+			"is left UNKNOWN: look at it again, and run it again); 2 on a usage error.")
 	read := t.recordArg(fs)
 	charged := fs.String("charged", "", "the provider's succeeded charge under the order's forwarded key")
 	declined := fs.String("declined", "", "the provider's failed charge under the order's forwarded key (with -failure-code)")
@@ -451,14 +460,20 @@ func (t *Tool) finishRecorded(ctx context.Context, rec idempotency.Record, v *se
 			rec.Key.ID(), charge, status, after.Status)
 	}
 	v.Settled = true
-	same := v.Outcome == outcomeNotCharged || (charge == v.Charge &&
-		(v.Outcome == outcomeCharged) == (status == orders.StatusPaid) &&
-		(v.Outcome != outcomeDeclined || v.OrderFailureAfter == v.FailureCode))
-	if !same {
+	if !v.sameAnswer(charge, status) {
 		return fmt.Errorf("%s was completed by this run, but with the charge another run recorded before it, %s (%s), not the one given: look at it at the provider",
 			rec.Key.ID(), charge, status)
 	}
 	return nil
+}
+
+// sameAnswer says whether a charge recorded with status (and, failed, the
+// order's failure code read after) is v's outcome: any answer is
+// -not-charged's, the provider's.
+func (v *settleOrderView) sameAnswer(charge string, status orders.Status) bool {
+	return v.Outcome == outcomeNotCharged || (charge == v.Charge &&
+		(v.Outcome == outcomeCharged) == (status == orders.StatusPaid) &&
+		(v.Outcome != outcomeDeclined || v.OrderFailureAfter == v.FailureCode))
 }
 
 // superseded is the error of a run that found its lease gone (when): it
@@ -473,8 +488,12 @@ func (t *Tool) superseded(ctx context.Context, key idempotency.Key, v *settleOrd
 		return t.finishRecorded(ctx, rec, v)
 	case rec.Status == idempotency.StatusCompleted:
 		_, charge, status := orders.Recorded(rec)
-		return fmt.Errorf("%s is not settled by this run: it changed %s, and another run completed it (answer %d, charge %q %s); look at it with `oncectl show`",
-			key.ID(), when, v.AnswerStatus, charge, status)
+		as := "not the outcome given: look at it with `oncectl show`, and at the provider"
+		if v.sameAnswer(charge, status) {
+			as = "the outcome given: nothing more to do"
+		}
+		return fmt.Errorf("%s is not settled by this run: it changed %s, and another run (the reconciler, or another settle-order) completed it, "+
+			"answer %d, charge %q %s: %s", key.ID(), when, v.AnswerStatus, charge, status, as)
 	case v.ProviderCalls > 0:
 		return fmt.Errorf("%s is not settled: it changed %s, and is %s at %s: the provider call this run made may have charged under its forwarded key %s; "+
 			"run settle-order again: under the same key, -not-charged is safe (it looks the key up first, and names a charge it finds)",
