@@ -818,3 +818,87 @@ func TestSettleOrderSecondClaim(t *testing.T) {
 		})
 	}
 }
+
+// TestSettleOrderRedrive: a client's retry redrives the record (a fenced
+// MarkUnknown to a new lease token, idempotency.DefaultUnknownRedrive)
+// while -not-charged runs. Redriven after the provider's answer is
+// recorded (charge_created), the settle finds its lease gone at its
+// completion, reads the record again and finishes it with the charge
+// recorded: exit 0. Redriven while the provider call is in flight, its
+// charge_created is refused: the record stays UNKNOWN at order_created,
+// the settle says a charge may exist under the forwarded key, and, run
+// again, -not-charged is refused naming it and -charged with it settles
+// the order: one charge throughout.
+func TestSettleOrderRedrive(t *testing.T) {
+	h := &simHook{}
+	s := settleStack(t, h.option())
+	r := s.ordersReconciler(t)
+	store := dynamo.New(s.client, s.names.ByLogicalID["IdempotencyTable"])
+	body := orderBody("tok_visa", "ada@example.com")
+	redrive := func(t *testing.T, key string) {
+		cur, err := s.record(t, key)
+		if err == nil {
+			err = store.MarkUnknown(context.Background(), cur.Key, cur.LeaseToken, idempotency.NewToken(), s.clock.Now().Add(s.cfg.Retention), s.clock.Now())
+		}
+		if err != nil {
+			t.Errorf("redrive: %v", err)
+		}
+	}
+
+	t.Run("after charge_created", func(t *testing.T) {
+		key := "order-redrive-recorded"
+		rec := s.needsReview(t, r, body, key)[key]
+		db := &gateDB{Client: s.client, afterTWI: func() { redrive(t, key) }}
+		var out, errOut bytes.Buffer
+		code := operator.New(s.cfg, db, nil, &out, &errOut).WithClock(s.clock.Now).Run(t.Context(),
+			[]string{"settle-order", "-json", "-tenant", "acme", "-key", key, "-not-charged", "-confirm", rec.LeaseToken})
+		if got := decodeSettle(t, out.String()); code != 0 || !got.Settled || got.AnswerStatus != http.StatusCreated || got.ProviderCalls != 1 {
+			t.Errorf("settle-order = %d %q %q, want 0: settled from the charge recorded", code, out.String(), errOut.String())
+		}
+		ch, err := s.provider.Lookup(t.Context(), orderForwardKey(t, key, body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done, err := s.record(t, key)
+		if err != nil || done.Status != idempotency.StatusCompleted || done.Data["charge"] != ch.ID {
+			t.Fatalf("record = %s %v, %v; want COMPLETED with %s", done.Status, done.Data, err, ch.ID)
+		}
+		if o := s.effects(t, key, body, orders.StatusPaid, 1, 1); o.Charge != ch.ID {
+			t.Errorf("order charge = %q, want %q", o.Charge, ch.ID)
+		}
+	})
+
+	t.Run("during the provider call", func(t *testing.T) {
+		key := "order-redrive-in-flight"
+		fk := orderForwardKey(t, key, body)
+		rec := s.needsReview(t, r, body, key)[key]
+		var once sync.Once
+		h.set(func(w http.ResponseWriter, req *http.Request, next http.Handler) bool {
+			next.ServeHTTP(w, req) // charged
+			once.Do(func() { redrive(t, key) })
+			return true
+		})
+		code, out, errOut := s.oncectl(t, s.cfg, "settle-order", "-tenant", "acme", "-key", key, "-not-charged", "-confirm", rec.LeaseToken)
+		h.set(nil)
+		if code != 1 || !strings.Contains(errOut, "may have charged under its forwarded key "+fk) || !strings.Contains(errOut, "-not-charged is safe") {
+			t.Errorf("settle-order = %d %q %q, want 1 saying a charge may exist under %s", code, out, errOut, fk)
+		}
+		left, err := s.record(t, key)
+		if err != nil || left.Status != idempotency.StatusUnknown || left.Point != orders.PointOrderCreated {
+			t.Fatalf("record = %s at %q, %v; want UNKNOWN at order_created", left.Status, left.Point, err)
+		}
+		ch, err := s.provider.Lookup(t.Context(), fk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, out, errOut := s.oncectl(t, s.cfg, "settle-order", "-tenant", "acme", "-key", key, "-not-charged", "-confirm", left.LeaseToken); code != 1 || !strings.Contains(errOut, "use -charged "+ch.ID) {
+			t.Errorf("settle-order -not-charged again = %d %q %q, want 1 naming %s", code, out, errOut, ch.ID)
+		}
+		if code, out, errOut := s.oncectl(t, s.cfg, "settle-order", "-tenant", "acme", "-key", key, "-charged", ch.ID, "-confirm", left.LeaseToken); code != 0 {
+			t.Fatalf("settle-order -charged %s = %d %q %q, want 0", ch.ID, code, out, errOut)
+		}
+		if o := s.effects(t, key, body, orders.StatusPaid, 1, 1); o.Charge != ch.ID {
+			t.Errorf("order charge = %q, want %q", o.Charge, ch.ID)
+		}
+	})
+}
