@@ -298,5 +298,6 @@ var notes = []string{
 		"a key's answers differ when two of its final answers (2xx, 4xx but 409) are not the same bytes.",
 	"Cold start: each function's bootstrap, built as `make build` builds it but for this machine's architecture, started alone under a minimal Lambda Runtime API " +
 		"with only its configuration in its environment, against the devstack: the time from exec to its first answer (init: to its first poll for an event); " +
-		"with a few starts, p99 is the slowest.",
+		"with a few starts, p99 is the slowest. Each first answer must be the function's success, or the run fails: a 2xx proxy response (api, provider), " +
+		"an Allow (authorizer), no batch item failure (the stream and queue functions); the receipts job its event is of is put in the outbox before each start.",
 }

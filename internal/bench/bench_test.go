@@ -239,3 +239,52 @@ func TestRunSmall(t *testing.T) {
 		}
 	}
 }
+
+// TestRunStoredOnly runs the stored part alone (-only stored): it measures
+// each endpoint's record beside its business item itself, without the
+// handler part, as well as the answers' records.
+func TestRunStoredOnly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a bench run: seconds against DynamoDB Local")
+	}
+	rep, err := Run(t.Context(), Options{
+		DynamoDB:     dynamotest.Endpoint(t),
+		TemplatePath: dynamotest.TemplatePath(t),
+		Settings: Settings{Samples: 1, Rounds: 1, Clients: 1, Duration: time.Millisecond,
+			StormKeys: 1, StormDuplicates: 1, StormWave: 1, ColdStarts: 1},
+		Provider: inProcessProvider,
+		Only:     []string{"stored"},
+	})
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	stored := map[string]Row{}
+	for _, r := range rep.Rows {
+		if r.Group != storedGroup {
+			t.Errorf("row %s / %s, want only stored sizes", r.Group, r.Case)
+		}
+		stored[r.Case] = r
+	}
+	want := []string{"JSON answer of 100 KiB", "random bytes answer of 100 KiB", "JSON answer of 1 MiB", "random bytes answer of 1 MiB"}
+	for _, e := range endpoints {
+		want = append(want, e.name+": business item", e.name+": record of a first request")
+	}
+	for _, c := range want {
+		r, ok := stored[c]
+		if !ok {
+			t.Errorf("no row %q", c)
+			continue
+		}
+		if r.Figures[FigBytes] <= 0 {
+			t.Errorf("stored %q: %v, want its bytes", c, r.Figures)
+		}
+	}
+	for _, e := range endpoints {
+		if r := stored[e.name+": record of a first request"]; len(r.Ratios) == 0 {
+			t.Errorf("%s: record without its ratio to the business item", e.name)
+		}
+	}
+	if len(stored) != len(want) {
+		t.Errorf("%d stored rows, want %d", len(stored), len(want))
+	}
+}

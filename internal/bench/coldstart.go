@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/oncehq/once/idempotency/stream"
+	"github.com/oncehq/once/internal/app"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/devstack"
 	"github.com/oncehq/once/internal/dynamoclient"
@@ -30,28 +37,100 @@ const coldGroup = "cold start"
 // that returns its event (internal/bench/minimal).
 const Minimal = "minimal"
 
-// coldEvents is the event (a file of events/) each function's first
-// invocation gets: a function without one is an error, so that a new
-// function is measured too.
-var coldEvents = map[string]string{
-	"api":        "api-create-payment.json",
-	"auditor":    "auditor-scheduled.json",
-	"authorizer": "authorizer-valid-key.json",
-	"checker":    "checker-due-check.json",
-	"provider":   "provider-function-url-charge.json",
-	"receipts":   "receipts-receipt-job.json",
-	"reconciler": "reconciler-unknown.json",
-	"resender":   "resender-retry.json",
-	"retrier":    "retrier-retry.json",
-	"sweeper":    "sweeper-new-reservation.json",
-	"worker":     "worker-pending-payment.json",
+// coldEvents is each function's first invocation in the cold starts: a
+// function without one is an error, so that a new function is measured
+// too (TestColdEventsCoverFunctions holds it to functions/).
+var coldEvents = map[string]coldCase{
+	"api":        {event: "api-create-payment.json", ok: proxyOK},
+	"auditor":    {event: "auditor-scheduled.json", ok: anyAnswer},
+	"authorizer": {event: "authorizer-valid-key.json", ok: allowed},
+	"checker":    {event: "checker-due-check.json", ok: noBatchFailures},
+	"provider":   {event: "provider-function-url-charge.json", ok: proxyOK},
+	"receipts":   {event: "receipts-receipt-job.json", seed: "OutboxTable", ok: noBatchFailures},
+	"reconciler": {event: "reconciler-unknown.json", ok: noBatchFailures},
+	"resender":   {event: "resender-retry.json", ok: noBatchFailures},
+	"retrier":    {event: "retrier-retry.json", ok: noBatchFailures},
+	"sweeper":    {event: "sweeper-new-reservation.json", ok: noBatchFailures},
+	"worker":     {event: "worker-pending-payment.json", ok: noBatchFailures},
+}
+
+// coldCase is a function's first invocation: its event (a file of
+// events/), the table (logical ID) that a stream event's new images are
+// put in before each start (the items the records are of: none when
+// empty), and what a successful answer is.
+type coldCase struct {
+	event string
+	seed  string
+	ok    func(answer []byte) error
+}
+
+// anyAnswer accepts any answer: a function whose answer says nothing
+// (the auditor's is null, the minimal function's its event).
+func anyAnswer([]byte) error { return nil }
+
+// proxyOK accepts an API Gateway proxy (or function URL) response of a
+// 2xx status.
+func proxyOK(answer []byte) error {
+	var r struct {
+		StatusCode *int `json:"statusCode"`
+	}
+	if err := json.Unmarshal(answer, &r); err != nil || r.StatusCode == nil {
+		return errors.New("not a proxy response")
+	}
+	if *r.StatusCode < 200 || *r.StatusCode > 299 {
+		return fmt.Errorf("status %d", *r.StatusCode)
+	}
+	return nil
+}
+
+// allowed accepts a REQUEST authorizer's response whose policy allows
+// every statement.
+func allowed(answer []byte) error {
+	var r struct {
+		PolicyDocument struct {
+			Statement []struct{ Effect string }
+		} `json:"policyDocument"`
+	}
+	if err := json.Unmarshal(answer, &r); err != nil || len(r.PolicyDocument.Statement) == 0 {
+		return errors.New("not an authorizer's policy")
+	}
+	for _, st := range r.PolicyDocument.Statement {
+		if st.Effect != "Allow" {
+			return fmt.Errorf("effect %s", st.Effect)
+		}
+	}
+	return nil
+}
+
+// noBatchFailures accepts a stream or queue handler's response
+// (events.DynamoDBEventResponse, events.SQSEventResponse) that fails no
+// record.
+func noBatchFailures(answer []byte) error {
+	var r map[string]json.RawMessage
+	if err := json.Unmarshal(answer, &r); err != nil {
+		return errors.New("not a batch response")
+	}
+	raw, ok := r["batchItemFailures"]
+	if !ok {
+		return errors.New("not a batch response")
+	}
+	var failures []json.RawMessage
+	if err := json.Unmarshal(raw, &failures); err != nil {
+		return errors.New("not a batch response")
+	}
+	if len(failures) > 0 {
+		return fmt.Errorf("%d batch item failures", len(failures))
+	}
+	return nil
 }
 
 // coldStarts starts each built function, ColdStarts times, as Lambda
 // starts a new execution environment: its bootstrap, alone in a process,
 // configured as on the devstack, under a Runtime API that hands it one
 // event. It measures the time from the process's start to its first poll
-// (init) and to its first answer, beside the minimal function's.
+// (init) and to its first answer, beside the minimal function's. A start
+// whose first invocation does not succeed (an init or function error, or
+// an answer its coldCase does not accept) fails the run.
 func coldStarts(ctx context.Context, opts Options, cfg config.Config, tableEnv []string, stack *devstack.Stack, rep *Report) error {
 	if runtime.GOOS != "linux" {
 		rep.Notes = append(rep.Notes, "Cold starts: not measured: the functions are built for Linux.")
@@ -79,28 +158,38 @@ func coldStarts(ctx context.Context, opts Options, cfg config.Config, tableEnv [
 		config.EnvWorkerRetryDLQ+"="+cfg.WorkerRetryDLQ,
 		config.EnvReceiptRetryQueue+"="+cfg.ReceiptRetryQueue,
 		config.EnvReceiptRetryDLQ+"="+cfg.ReceiptRetryDLQ,
+		config.EnvProviderAuth+"="+cfg.ProviderAuth,
+		config.EnvMailAuth+"="+cfg.MailAuth,
 		config.EnvRegion+"="+dynamoclient.LocalRegion,
 		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE=512",
 		"TZ=:UTC",
 	)
 	eventsDir := filepath.Join(filepath.Dir(opts.TemplatePath), "events")
 	opts.progress("cold starts: %d functions and the minimal one, %d starts each", len(fns), opts.Settings.ColdStarts)
-	base, err := coldStart(ctx, opts, Minimal, []byte(`{"ping":true}`), env)
+	client, err := app.DynamoDB(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	base, err := coldStart(ctx, opts, Minimal, []byte(`{"ping":true}`), env, anyAnswer, nil)
 	if err != nil {
 		return err
 	}
 	base.Baseline = true
 	rows := []Row{base}
 	for _, fn := range fns {
-		file, ok := coldEvents[fn]
+		c, ok := coldEvents[fn]
 		if !ok {
 			return fmt.Errorf("bench: no event for the cold start of %s (add one to coldEvents)", fn)
 		}
-		ev, err := os.ReadFile(filepath.Join(eventsDir, file))
+		ev, err := os.ReadFile(filepath.Join(eventsDir, c.event))
 		if err != nil {
 			return err
 		}
-		row, err := coldStart(ctx, opts, fn, ev, env)
+		var seed func() error
+		if c.seed != "" {
+			seed = func() error { return seedImages(ctx, client, cfg.Table(c.seed), ev) }
+		}
+		row, err := coldStart(ctx, opts, fn, ev, env, c.ok, seed)
 		if err != nil {
 			return err
 		}
@@ -111,8 +200,28 @@ func coldStarts(ctx context.Context, opts Options, cfg config.Config, tableEnv [
 	return nil
 }
 
-// coldStart starts fn's bootstrap ColdStarts times, each time handing it ev.
-func coldStart(ctx context.Context, opts Options, fn string, ev []byte, env []string) (Row, error) {
+// seedImages puts the new image of each record of the stream event ev in
+// table: the items a stream handler reads back.
+func seedImages(ctx context.Context, client *dynamodb.Client, table string, ev []byte) error {
+	var e events.DynamoDBEvent
+	if err := json.Unmarshal(ev, &e); err != nil {
+		return fmt.Errorf("bench: seed %s: %w", table, err)
+	}
+	for _, r := range e.Records {
+		if len(r.Change.NewImage) == 0 {
+			continue
+		}
+		if _, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: stream.ToSDK(r.Change.NewImage)}); err != nil {
+			return fmt.Errorf("bench: seed %s: %w", table, err)
+		}
+	}
+	return nil
+}
+
+// coldStart starts fn's bootstrap ColdStarts times, each time handing it
+// ev (after seed, when not nil), and fails unless each first answer is
+// one that ok accepts.
+func coldStart(ctx context.Context, opts Options, fn string, ev []byte, env []string, ok func([]byte) error, seed func() error) (Row, error) {
 	bootstrap := filepath.Join(opts.Functions, fn, "bootstrap")
 	st, err := os.Stat(bootstrap)
 	if err != nil {
@@ -121,7 +230,12 @@ func coldStart(ctx context.Context, opts Options, fn string, ev []byte, env []st
 	var first, init []time.Duration
 	answers := map[string]int{}
 	for range opts.Settings.ColdStarts {
-		res, err := startOnce(ctx, bootstrap, ev, env)
+		if seed != nil {
+			if err := seed(); err != nil {
+				return Row{}, err
+			}
+		}
+		res, err := startOnce(ctx, bootstrap, ev, env, ok)
 		if err != nil {
 			return Row{}, fmt.Errorf("bench: cold start of %s: %w", fn, err)
 		}
@@ -147,8 +261,9 @@ type started struct {
 }
 
 // startOnce runs bootstrap, with only env as its environment, under a new
-// runtimeAPI until it has answered ev, then kills it.
-func startOnce(ctx context.Context, bootstrap string, ev []byte, env []string) (started, error) {
+// runtimeAPI until it has answered ev, then kills it. An answer other than
+// a response that ok accepts is an error.
+func startOnce(ctx context.Context, bootstrap string, ev []byte, env []string, ok func([]byte) error) (started, error) {
 	rt, err := newRuntimeAPI(ev)
 	if err != nil {
 		return started{}, err
@@ -174,6 +289,12 @@ func startOnce(ctx context.Context, bootstrap string, ev []byte, env []string) (
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	if rt.outcome != outcomeResponse {
+		return started{}, fmt.Errorf("first invocation: %s", rt.outcome)
+	}
+	if err := ok(rt.body); err != nil {
+		return started{}, fmt.Errorf("first invocation answered %.200q: %w", rt.body, err)
+	}
 	return started{init: rt.polled.Sub(t0), first: rt.at.Sub(t0), outcome: rt.outcome}, nil
 }
 
@@ -193,10 +314,15 @@ type runtimeAPI struct {
 	polled  time.Time // first poll
 	at      time.Time // answer
 	outcome string
+	body    []byte // the response's
 	done    chan struct{}
 }
 
 const requestID = "cold-start-1"
+
+// outcomeResponse is the outcome of an invocation the function answered
+// (POST .../response), whatever its answer.
+const outcomeResponse = "response"
 
 func newRuntimeAPI(ev []byte) (*runtimeAPI, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -208,7 +334,7 @@ func newRuntimeAPI(ev []byte) (*runtimeAPI, error) {
 	mux.HandleFunc("GET /2018-06-01/runtime/invocation/next", rt.next)
 	mux.HandleFunc("POST /2018-06-01/runtime/invocation/{id}/{kind}", rt.result)
 	mux.HandleFunc("POST /2018-06-01/runtime/init/error", func(w http.ResponseWriter, r *http.Request) {
-		rt.answer("init error")
+		rt.answer("init error", nil)
 		w.WriteHeader(http.StatusAccepted)
 	})
 	rt.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -249,9 +375,9 @@ func (rt *runtimeAPI) result(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	switch r.PathValue("kind") {
 	case "response":
-		rt.answer("response")
+		rt.answer(outcomeResponse, body)
 	case "error":
-		rt.answer("error " + errorType(body))
+		rt.answer("error "+errorType(body), nil)
 	default:
 		http.NotFound(w, r)
 		return
@@ -260,13 +386,13 @@ func (rt *runtimeAPI) result(w http.ResponseWriter, r *http.Request) {
 }
 
 // answer records the invocation's end, once.
-func (rt *runtimeAPI) answer(outcome string) {
+func (rt *runtimeAPI) answer(outcome string, body []byte) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.outcome != "" {
 		return
 	}
-	rt.at, rt.outcome = time.Now(), outcome
+	rt.at, rt.outcome, rt.body = time.Now(), outcome, body
 	close(rt.answered)
 }
 

@@ -26,6 +26,9 @@
 // cold start.
 //
 // It is a tool, not a test: `make test` runs it only at a tiny size
-// (TestRunSmall: every part but the cold starts, against DynamoDB Local),
-// to hold its table to what it promises, never to judge a figure.
+// (TestRunSmall: the handlers, stored sizes, throughput and storms, against
+// DynamoDB Local; TestColdStarts: the cold starts of the minimal function
+// and the api, built as `make bench` builds them; TestColdEventsCoverFunctions:
+// an event for every function), to hold its table to what it promises,
+// never to judge a figure.
 package bench

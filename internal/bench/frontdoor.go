@@ -19,6 +19,7 @@ import (
 	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/apigw"
 	"github.com/oncehq/once/internal/app"
+	"github.com/oncehq/once/internal/auth"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/devstack"
 	"github.com/oncehq/once/internal/httpapi"
@@ -359,7 +360,9 @@ func startStack(ctx context.Context, opts Options, tables map[string]string, pre
 		devstack.EnvPort:         "0",
 		devstack.EnvProviderPort: "0",
 		devstack.EnvSQSPort:      "0",
-		devstack.EnvDevAPIKeys:   tenant + ":" + apiKey,
+		// The devstack's own keys too: events/ (the authorizer's cold
+		// start) use them.
+		devstack.EnvDevAPIKeys: tenant + ":" + apiKey + "," + auth.DefaultDevAPIKeys,
 	}
 	for id, env := range tables {
 		vars[env] = prefix + id

@@ -25,9 +25,27 @@ const storedGroup = "stored bytes"
 // record beside its business item, and the records of 100 KB and 1 MB
 // answers, JSON (which the store compresses) and random bytes (which it
 // cannot), stored through the middleware on an Atomic route: the record
-// item and its chunk items, and the write's capacity.
+// item and its chunk items, and the write's capacity. Without the handler
+// part (-only stored), it sends each endpoint's first request itself.
 func storedSizes(ctx context.Context, h *handlers, rep *Report) error {
-	for _, r := range h.runs {
+	runs := h.runs
+	if len(runs) == 0 {
+		for _, e := range endpoints {
+			r, err := h.newRun(ctx, e)
+			if err != nil {
+				return err
+			}
+			firsts, err := r.first(ctx, 1)
+			if err != nil {
+				return fmt.Errorf("%s: %w", e.name, err)
+			}
+			if err := r.baselineItems(ctx, firsts[0]); err != nil {
+				return fmt.Errorf("%s: %w", e.name, err)
+			}
+			runs = append(runs, r)
+		}
+	}
+	for _, r := range runs {
 		base := Row{Group: storedGroup, Case: r.e.name + ": business item", N: 1, Baseline: true,
 			Figures: map[string]float64{FigBytes: float64(ItemSize(r.business)), FigItems: 1}}
 		rec := Row{Group: storedGroup, Case: r.e.name + ": record of a first request", N: 1,
