@@ -27,6 +27,7 @@ import (
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/devstack"
 	"github.com/oncehq/once/internal/dynamoclient"
+	"github.com/oncehq/once/internal/samtemplate"
 )
 
 // coldGroup is the group of the cold starts.
@@ -170,7 +171,11 @@ func coldStarts(ctx context.Context, opts Options, cfg config.Config, tableEnv [
 	if err != nil {
 		return err
 	}
-	base, err := coldStart(ctx, opts, Minimal, []byte(`{"ping":true}`), env, anyAnswer, nil)
+	timeouts, err := functionTimeouts(opts.TemplatePath)
+	if err != nil {
+		return err
+	}
+	base, err := coldStart(ctx, opts, Minimal, []byte(`{"ping":true}`), env, anyAnswer, nil, defaultColdTimeout)
 	if err != nil {
 		return err
 	}
@@ -189,7 +194,11 @@ func coldStarts(ctx context.Context, opts Options, cfg config.Config, tableEnv [
 		if c.seed != "" {
 			seed = func() error { return seedImages(ctx, client, cfg.Table(c.seed), ev) }
 		}
-		row, err := coldStart(ctx, opts, fn, ev, env, c.ok, seed)
+		timeout, ok := timeouts[fn]
+		if !ok {
+			return fmt.Errorf("bench: template.yaml has no Timeout for function %s", fn)
+		}
+		row, err := coldStart(ctx, opts, fn, ev, env, c.ok, seed, timeout)
 		if err != nil {
 			return err
 		}
@@ -220,8 +229,9 @@ func seedImages(ctx context.Context, client *dynamodb.Client, table string, ev [
 
 // coldStart starts fn's bootstrap ColdStarts times, each time handing it
 // ev (after seed, when not nil), and fails unless each first answer is
-// one that ok accepts.
-func coldStart(ctx context.Context, opts Options, fn string, ev []byte, env []string, ok func([]byte) error, seed func() error) (Row, error) {
+// one that ok accepts. timeout is the function's (its invocation's
+// deadline).
+func coldStart(ctx context.Context, opts Options, fn string, ev []byte, env []string, ok func([]byte) error, seed func() error, timeout time.Duration) (Row, error) {
 	bootstrap := filepath.Join(opts.Functions, fn, "bootstrap")
 	st, err := os.Stat(bootstrap)
 	if err != nil {
@@ -235,7 +245,7 @@ func coldStart(ctx context.Context, opts Options, fn string, ev []byte, env []st
 				return Row{}, err
 			}
 		}
-		res, err := startOnce(ctx, bootstrap, ev, env, ok)
+		res, err := startOnce(ctx, bootstrap, ev, env, ok, timeout)
 		if err != nil {
 			return Row{}, fmt.Errorf("bench: cold start of %s: %w", fn, err)
 		}
@@ -261,10 +271,13 @@ type started struct {
 }
 
 // startOnce runs bootstrap, with only env as its environment, under a new
-// runtimeAPI until it has answered ev, then kills it. An answer other than
-// a response that ok accepts is an error.
-func startOnce(ctx context.Context, bootstrap string, ev []byte, env []string, ok func([]byte) error) (started, error) {
-	rt, err := newRuntimeAPI(ev)
+// runtimeAPI until it has answered ev, then kills it. The invocation's
+// deadline is timeout after it is handed out, as Lambda's is the
+// function's timeout after the invocation starts. An answer other than a
+// response that ok accepts, or none by the deadline (and a margin), is an
+// error.
+func startOnce(ctx context.Context, bootstrap string, ev []byte, env []string, ok func([]byte) error, timeout time.Duration) (started, error) {
+	rt, err := newRuntimeAPI(ev, timeout)
 	if err != nil {
 		return started{}, err
 	}
@@ -284,8 +297,8 @@ func startOnce(ctx context.Context, bootstrap string, ev []byte, env []string, o
 	case <-rt.answered:
 	case <-ctx.Done():
 		return started{}, ctx.Err()
-	case <-time.After(time.Minute):
-		return started{}, errors.New("no answer within a minute")
+	case <-time.After(timeout + coldAnswerMargin):
+		return started{}, fmt.Errorf("no answer within %s (the function's timeout) and %s", timeout, coldAnswerMargin)
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -307,6 +320,7 @@ type runtimeAPI struct {
 	srv      *http.Server
 	addr     string
 	event    []byte
+	timeout  time.Duration // the invocation's deadline, after it is handed out
 	answered chan struct{}
 
 	mu      sync.Mutex
@@ -320,16 +334,55 @@ type runtimeAPI struct {
 
 const requestID = "cold-start-1"
 
+// defaultColdTimeout is the minimal function's timeout (the template has
+// none for it), and coldAnswerMargin how long past its timeout a function's
+// answer is waited for before the start fails.
+const (
+	defaultColdTimeout = time.Minute
+	coldAnswerMargin   = 10 * time.Second
+)
+
+// functionTimeouts returns each function's Timeout in the template at path
+// (Globals applied), by folder name (api, auditor, ...): the deadline its
+// cold start's invocation gets, as Lambda gives it. A function that reads
+// its deadline (the auditor stops a scan it has no time left for) then
+// does the work of a real first invocation.
+func functionTimeouts(path string) (map[string]time.Duration, error) {
+	t, err := samtemplate.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]time.Duration{}
+	for id, f := range t.Functions() {
+		var secs float64
+		switch v := f.Properties["Timeout"].(type) {
+		case int:
+			secs = float64(v)
+		case int64:
+			secs = float64(v)
+		case float64:
+			secs = v
+		default:
+			return nil, fmt.Errorf("bench: function %s: Timeout %v (%T) is not a number of seconds", id, v, v)
+		}
+		if secs <= 0 {
+			return nil, fmt.Errorf("bench: function %s: Timeout %v is not positive", id, secs)
+		}
+		out[samtemplate.FunctionFolder(id)] = time.Duration(secs * float64(time.Second))
+	}
+	return out, nil
+}
+
 // outcomeResponse is the outcome of an invocation the function answered
 // (POST .../response), whatever its answer.
 const outcomeResponse = "response"
 
-func newRuntimeAPI(ev []byte) (*runtimeAPI, error) {
+func newRuntimeAPI(ev []byte, timeout time.Duration) (*runtimeAPI, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	rt := &runtimeAPI{addr: ln.Addr().String(), event: ev, answered: make(chan struct{}), done: make(chan struct{})}
+	rt := &runtimeAPI{addr: ln.Addr().String(), event: ev, timeout: timeout, answered: make(chan struct{}), done: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /2018-06-01/runtime/invocation/next", rt.next)
 	mux.HandleFunc("POST /2018-06-01/runtime/invocation/{id}/{kind}", rt.result)
@@ -364,7 +417,7 @@ func (rt *runtimeAPI) next(w http.ResponseWriter, r *http.Request) {
 	}
 	h := w.Header()
 	h.Set("Lambda-Runtime-Aws-Request-Id", requestID)
-	h.Set("Lambda-Runtime-Deadline-Ms", strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10))
+	h.Set("Lambda-Runtime-Deadline-Ms", strconv.FormatInt(time.Now().Add(rt.timeout).UnixMilli(), 10))
 	h.Set("Lambda-Runtime-Invoked-Function-Arn", "arn:aws:lambda:us-east-1:000000000000:function:bench")
 	h.Set("Lambda-Runtime-Trace-Id", "Root=1-00000000-000000000000000000000000;Sampled=0")
 	h.Set("Content-Type", "application/json")

@@ -1,17 +1,20 @@
 package bench
 
 import (
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/oncehq/once/internal/audit"
 	"github.com/oncehq/once/internal/dynamotest"
 )
 
@@ -123,7 +126,7 @@ func TestStartOnceChecksTheAnswer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.event, func(t *testing.T) {
-			res, err := startOnce(t.Context(), bootstrap, []byte(tt.event), nil, proxyOK)
+			res, err := startOnce(t.Context(), bootstrap, []byte(tt.event), nil, proxyOK, defaultColdTimeout)
 			if tt.wantErr == "" {
 				if err != nil || res.outcome != outcomeResponse || res.first <= 0 || res.init <= 0 {
 					t.Fatalf("startOnce(%s) = %+v, %v, want a response, timed", tt.event, res, err)
@@ -181,5 +184,51 @@ func TestColdStarts(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"minimal aws-lambda-go function", "api"}, got); diff != "" {
 		t.Errorf("cold-start rows (-want +got):\n%s", diff)
+	}
+}
+
+// TestFunctionTimeouts: every function's cold start gets the template's
+// Timeout as its invocation's deadline, and the auditor's leaves it the
+// time it needs to audit (more than audit.Margin: with the minute the
+// Runtime API used to give, its first invocation stopped before reading
+// anything).
+func TestFunctionTimeouts(t *testing.T) {
+	timeouts, err := functionTimeouts(dynamotest.TemplatePath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for fn := range coldEvents {
+		if timeouts[fn] <= 0 {
+			t.Errorf("functionTimeouts()[%q] = %v, want the template's Timeout", fn, timeouts[fn])
+		}
+	}
+	if got := timeouts["auditor"]; got <= audit.Margin {
+		t.Errorf("the auditor's cold start gets %v, want more than audit.Margin (%v)", got, audit.Margin)
+	}
+}
+
+// TestRuntimeDeadline: the invocation handed out carries the deadline of
+// the timeout given, from when it is handed out.
+func TestRuntimeDeadline(t *testing.T) {
+	for _, timeout := range []time.Duration{10 * time.Second, 5 * time.Minute} {
+		rt, err := newRuntimeAPI([]byte(`{}`), timeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		resp, err := http.Get("http://" + rt.addr + "/2018-06-01/runtime/invocation/next")
+		if err != nil {
+			rt.close()
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		rt.close()
+		ms, err := strconv.ParseInt(resp.Header.Get("Lambda-Runtime-Deadline-Ms"), 10, 64)
+		if err != nil {
+			t.Fatalf("Lambda-Runtime-Deadline-Ms = %q: %v", resp.Header.Get("Lambda-Runtime-Deadline-Ms"), err)
+		}
+		if d := time.UnixMilli(ms).Sub(start); d < timeout-time.Second || d > timeout+5*time.Second {
+			t.Errorf("timeout %v: deadline %v after the poll, want about %v", timeout, d, timeout)
+		}
 	}
 }
