@@ -103,3 +103,34 @@ func FuzzParseKey(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseID checks that ParseID is the inverse of Key.ID: the ID of a key
+// of any tenant the rule accepts (ValidateTenant) parses back to that key,
+// and every ID ParseID accepts is a non-empty tenant and a hash without '#'
+// whose ID is the input itself.
+func FuzzParseID(f *testing.F) {
+	hash := NewKey("acme", "abc").Hash
+	for _, s := range []string{
+		"acme#" + hash, "a#b#" + hash, "Acme Corp#x", "Société Générale – 東京", "acme", "#" + hash, "acme#", "#", "##", "",
+		"arn:aws:sts::123456789012:assumed-role/r/s", "\x00#\xff", strings.Repeat("t", MaxTenantLength+1),
+	} {
+		f.Add(s, "abc")
+	}
+	f.Fuzz(func(t *testing.T, s, raw string) {
+		if k, err := ParseID(s); err == nil {
+			if k.Tenant == "" || k.Hash == "" || strings.Contains(k.Hash, "#") || k.ID() != s {
+				t.Fatalf("ParseID(%q) = %+v, ID %q; want a tenant and a hash whose ID is the input", s, k, k.ID())
+			}
+		} else if k != (Key{}) {
+			t.Fatalf("ParseID(%q) = %+v, %v; want no key with the error", s, k, err)
+		}
+		// s as a tenant.
+		if ValidateTenant(s) != nil {
+			return
+		}
+		k := NewKey(s, raw)
+		if got, err := ParseID(k.ID()); err != nil || got != k {
+			t.Fatalf("ParseID(%q) = %+v, %v; want %+v", k.ID(), got, err, k)
+		}
+	})
+}

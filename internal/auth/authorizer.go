@@ -89,7 +89,10 @@ func policy(principal, effect, resource string, ctx map[string]any) events.APIGa
 // StageResource returns the execute-api ARN covering every method and path of
 // the stage that methodArn belongs to:
 // arn:aws:execute-api:us-east-1:123456789012:abc123/prod/POST/v1/payments
-// gives arn:aws:execute-api:us-east-1:123456789012:abc123/prod/*/*.
+// gives arn:aws:execute-api:us-east-1:123456789012:abc123/prod/*/*. The
+// partition, region, account, api id and stage must each be non-empty and
+// free of IAM wildcards (* and ?), blanks and control characters: the
+// policy's wildcards are its own, never ones a malformed ARN brings in.
 func StageResource(methodArn string) (string, error) {
 	parts := strings.SplitN(methodArn, ":", 6)
 	if len(parts) != 6 || parts[0] != "arn" || parts[2] != "execute-api" {
@@ -99,7 +102,26 @@ func StageResource(methodArn string) (string, error) {
 	if len(path) < 2 || path[0] == "" || path[1] == "" {
 		return "", fmt.Errorf("auth: method ARN %q has no api id and stage", methodArn)
 	}
+	for _, p := range []string{parts[1], parts[3], parts[4], path[0], path[1]} {
+		if !arnPart(p) {
+			return "", fmt.Errorf("auth: method ARN %q has an empty partition, region or account, or a wildcard, blank or control character before its method", methodArn)
+		}
+	}
 	return strings.Join(parts[:5], ":") + ":" + path[0] + "/" + path[1] + "/*/*", nil
+}
+
+// arnPart reports whether p is a non-empty part of an ARN of printable
+// ASCII without IAM wildcards (* and ?).
+func arnPart(p string) bool {
+	if p == "" {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c <= ' ' || c >= 0x7f || c == '*' || c == '?' {
+			return false
+		}
+	}
+	return true
 }
 
 // BearerKey extracts the key from an Authorization header value of the form
@@ -119,34 +141,36 @@ func BearerKey(authorization string) (string, bool) {
 
 // header returns the value of the named header, whatever its case: API
 // Gateway passes header names as the client sent them. Two spellings of the
-// name with different values (Authorization and authorization, say) are
-// ambiguous, and which one API Gateway's identity source read is not
-// known: the header counts as absent (401), never as whichever map order
-// gives first.
+// name with different values (Authorization and authorization, say), or the
+// header repeated with different values (API Gateway keeps the last in
+// Headers, every one in MultiValueHeaders), are ambiguous, and which one
+// API Gateway's identity source (and the authorizer cache keyed by it) read
+// is not known: the header counts as absent (401), never as whichever map
+// order or repetition gives first or last.
 func header(req events.APIGatewayCustomAuthorizerRequestTypeRequest, name string) string {
 	var value string
 	found := false
+	same := func(v string) bool {
+		if found && v != value {
+			return false
+		}
+		value, found = v, true
+		return true
+	}
 	for k, v := range req.Headers {
+		if strings.EqualFold(k, name) && !same(v) {
+			return ""
+		}
+	}
+	for k, vs := range req.MultiValueHeaders {
 		if !strings.EqualFold(k, name) {
 			continue
 		}
-		if found && v != value {
-			return ""
+		for _, v := range vs {
+			if !same(v) {
+				return ""
+			}
 		}
-		value, found = v, true
-	}
-	if found {
-		return value
-	}
-	for k, vs := range req.MultiValueHeaders {
-		if !strings.EqualFold(k, name) || len(vs) == 0 {
-			continue
-		}
-		v := vs[len(vs)-1]
-		if found && v != value {
-			return ""
-		}
-		value, found = v, true
 	}
 	return value
 }

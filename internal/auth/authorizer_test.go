@@ -167,6 +167,15 @@ func TestStageResource(t *testing.T) {
 		{"arn:aws-cn:execute-api:cn-north-1:1:x1/s/GET/", "arn:aws-cn:execute-api:cn-north-1:1:x1/s/*/*"},
 		{"arn:aws:execute-api:us-east-1:1:x1/s", "arn:aws:execute-api:us-east-1:1:x1/s/*/*"},
 		{"arn:aws:execute-api:us-east-1:1:x1", ""},
+		{"arn::execute-api:us-east-1:1:x1/s/GET/", ""},
+		{"arn:aws:execute-api::1:x1/s/GET/", ""},
+		{"arn:aws:execute-api:us-east-1::x1/s/GET/", ""},
+		{"arn:aws:execute-api:us-east-1:1:*/s/GET/", ""},
+		{"arn:aws:execute-api:us-east-1:1:x1/*/GET/", ""},
+		{"arn:aws:execute-api:us-east-1:*:x1/s/GET/", ""},
+		{"arn:aws:execute-api:us-east-?:1:x1/s/GET/", ""},
+		{"arn:aws:execute-api:us-east-1:1:x1/s t/GET/", ""},
+		{"arn:aws:execute-api:us-east-1:1:x1/s\n/GET/", ""},
 		{"arn:aws:lambda:us-east-1:1:function:f", ""},
 		{"", ""},
 	}
@@ -182,4 +191,53 @@ func TestStageResource(t *testing.T) {
 			t.Errorf("StageResource(%q) = %q, %v, want %q", tt.in, got, err, tt.want)
 		}
 	}
+}
+
+// TestAuthorizerRepeatedHeader: an Authorization header sent twice with
+// different keys is ambiguous (which one the identity source, and the
+// authorizer cache keyed by it, read is not known): 401, whichever value
+// Headers holds.
+func TestAuthorizerRepeatedHeader(t *testing.T) {
+	tests := []struct {
+		name    string
+		single  string
+		multi   []string
+		wantErr error
+	}{
+		{name: "same key twice", single: "Bearer sk_test_acme", multi: []string{"Bearer sk_test_acme", "Bearer sk_test_acme"}},
+		{name: "two keys, last in Headers", single: "Bearer sk_test_globex", multi: []string{"Bearer sk_test_acme", "Bearer sk_test_globex"}, wantErr: auth.ErrUnauthorized},
+		{name: "two keys, first in Headers", single: "Bearer sk_test_acme", multi: []string{"Bearer sk_test_acme", "Bearer sk_test_globex"}, wantErr: auth.ErrUnauthorized},
+		{name: "two keys, no Headers", multi: []string{"Bearer sk_test_acme", "Bearer sk_test_globex"}, wantErr: auth.ErrUnauthorized},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := auth.NewAuthorizer(staticKeys{"sk_test_acme": "acme", "sk_test_globex": "globex"}, nil)
+			req := request(nil)
+			if tt.single != "" {
+				req.Headers = map[string]string{"Authorization": tt.single}
+			}
+			req.MultiValueHeaders = map[string][]string{"Authorization": tt.multi}
+			got, err := a.Handle(t.Context(), req)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("Handle(%q, %q) = %+v, %v; want %v", tt.single, tt.multi, got, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got.Context[auth.ContextTenant] != "acme" {
+				t.Fatalf("Handle(%q, %q) = %+v, %v; want an Allow for acme", tt.single, tt.multi, got, err)
+			}
+		})
+	}
+}
+
+// staticKeys is a Lookuper of fixed keys, for tests that are not about the
+// keys table.
+type staticKeys map[string]string
+
+func (s staticKeys) Lookup(_ context.Context, key string) (string, error) {
+	if tenant, ok := s[key]; ok {
+		return tenant, nil
+	}
+	return "", auth.ErrUnknownKey
 }

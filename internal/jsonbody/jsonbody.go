@@ -196,6 +196,11 @@ func (s *scan) value(path string, depth int) error {
 				return syntaxError(err)
 			}
 			key, _ := tok.(string)
+			if top && key == "" {
+				// No parameter has an empty name, and a problem naming
+				// the field "" would read as one about the whole body.
+				return problem.Invalid("", "the body has a member with an empty name")
+			}
 			p := key
 			if path != "" {
 				p = path + "." + key

@@ -27,6 +27,8 @@ func TestObject(t *testing.T) {
 		{"invalid UTF-8", "{\"a\":\"\xff\"}", "", true, nil},
 		{"missing required", `{"b":1}`, "a", true, nil},
 		{"too deep", `{"a":` + nest(MaxDepth+1) + `}`, "", true, nil},
+		{"member with an empty name", `{"a":1,"":2}`, "", true, nil},
+		{"nested member with an empty name", `{"a":{"":1}}`, "", false, []string{"a"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -233,7 +233,7 @@ func keyArg(fs *flag.FlagSet, tenant, raw string) (idempotency.Key, error) {
 	switch {
 	case fs.NArg() == 1 && tenant == "" && raw == "":
 		k, err := idempotency.ParseID(fs.Arg(0))
-		if err != nil || len(k.Hash) != 64 {
+		if err != nil || !keyHash.MatchString(k.Hash) {
 			return idempotency.Key{}, usageError{fs, fmt.Sprintf("%q is not a record ID (tenant#key-hash, as `oncectl unknown` lists them)", fs.Arg(0))}
 		}
 		return k, nil

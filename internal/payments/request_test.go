@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/internal/jsonbody/jsonbodytest"
 )
 
 func TestDecode(t *testing.T) {
@@ -268,4 +269,82 @@ func FuzzDecodePayment(f *testing.F) {
 			t.Fatalf("round trip of %q through %s mismatch (-first +second):\n%s", body, out, diff)
 		}
 	})
+}
+
+// FuzzDecodeWithSource checks the decoding of a charge (charges.Decode):
+// DecodeWithSource never panics and refuses a body only with a
+// *problem.FieldError answered as 400 and naming the field; it accepts
+// exactly the bodies that Decode accepts and that name a source, and
+// decodes them as Decode does; every request it accepts can be
+// fingerprinted, decodes as its canonical form does and round-trips
+// through its JSON encoding.
+func FuzzDecodeWithSource(f *testing.F) {
+	for _, seed := range []string{
+		`{"amount":2500,"currency":"eur","customer":"cus_42","source":"tok_visa"}`,
+		`{"amount":1,"currency":"USD","customer":"c","description":"d","metadata":{"a":"b"},"source":"tok_chargeDeclined"}`,
+		`{"amount":2500,"currency":"eur","customer":"cus_42"}`,
+		`{"amount":2500,"currency":"eur","customer":"cus_42","source":null}`,
+		`{"amount":2500,"currency":"eur","customer":"cus_42","source":""}`,
+		`{"amount":2500,"currency":"eur","customer":"cus_42","source":"tok visa"}`,
+		`{"amount":2500,"currency":"eur","customer":"cus_42","source":"tok_visa","source":"tok_visa"}`,
+		`{"amount":2500,"currency":"eur","customer":"cus_42","source":1}`,
+		`{"source":"tok_visa"}`, `[]`, `null`, `{`, "", "\xff",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := DecodeWithSource(body)
+		plain, plainErr := Decode(body)
+		if err != nil {
+			jsonbodytest.CheckRefusal(t, body, err, []string{"amount", "currency", "customer", "description", "metadata", "source"})
+			var ferr *problem.FieldError
+			errors.As(err, &ferr)
+			if plainErr == nil && (ferr.Field != "source" || named(body, "source")) {
+				t.Fatalf("DecodeWithSource(%q) error = %v, but Decode accepts it as %+v and it names no source", body, err, plain)
+			}
+			return
+		}
+		if plainErr != nil {
+			t.Fatalf("DecodeWithSource(%q) = %+v, but Decode refuses it: %v", body, req, plainErr)
+		}
+		if diff := cmp.Diff(plain, req); diff != "" {
+			t.Fatalf("Decode and DecodeWithSource of %q mismatch (-Decode +DecodeWithSource):\n%s", body, diff)
+		}
+		if req.Source == "" || !named(body, "source") {
+			t.Fatalf("DecodeWithSource(%q) = %+v, accepted a request that names no source", body, req)
+		}
+		canonical, err := idempotency.Canonical(body)
+		if err != nil {
+			t.Fatalf("DecodeWithSource(%q) accepted a body the idempotency fingerprint refuses: %v", body, err)
+		}
+		fromCanonical, err := DecodeWithSource(canonical)
+		if err != nil {
+			t.Fatalf("DecodeWithSource(%s) of the canonical form of %q error = %v", canonical, body, err)
+		}
+		if diff := cmp.Diff(req, fromCanonical); diff != "" {
+			t.Fatalf("DecodeWithSource of %q and of its canonical form %s mismatch (-body +canonical):\n%s", body, canonical, diff)
+		}
+		out, err := json.Marshal(req)
+		if err != nil {
+			t.Fatalf("json.Marshal(%+v) error = %v", req, err)
+		}
+		again, err := DecodeWithSource(out)
+		if err != nil {
+			t.Fatalf("DecodeWithSource(%s) of a re-encoded valid request (from %q) error = %v", out, body, err)
+		}
+		if diff := cmp.Diff(req, again); diff != "" {
+			t.Fatalf("round trip of %q through %s mismatch (-first +second):\n%s", body, out, diff)
+		}
+	})
+}
+
+// named reports whether body, a JSON object, names the member name with a
+// value other than null.
+func named(body []byte, name string) bool {
+	var members map[string]json.RawMessage
+	if json.Unmarshal(body, &members) != nil {
+		return false
+	}
+	raw, ok := members[name]
+	return ok && string(raw) != "null"
 }
