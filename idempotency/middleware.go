@@ -186,6 +186,19 @@ type Config struct {
 	// Hook, if set, is called at each fault point (PointAfterReserve,
 	// PointAfterComplete); a crash injector panics there.
 	Hook func(ctx context.Context, point string)
+	// Deliverable, if set, is asked before an answer is stored whether the
+	// transport serving the Middleware can deliver it, on the first answer
+	// and on every replay: an error (which the Middleware makes match
+	// ErrResponseTooLarge when it does not) refuses it as one over the
+	// store's limits is refused, 500 response_too_large, before anything
+	// is committed (Atomic and Leased: nothing committed, a Leased
+	// reservation released; External, which has called out: that problem
+	// stored as the final answer, with the effects). The default (nil)
+	// puts no limit beyond the store's. A Middleware served by a Lambda
+	// function sets apigw.Deliverable (once.Middleware does): Lambda
+	// returns at most 6 MB, and an answer the store keeps (3.5 MB once
+	// compressed) can be larger. It must not modify the Response.
+	Deliverable func(Response) error
 	// Cache, if set, keeps the COMPLETED records this Middleware sees, so that
 	// replays and mismatches of them cost no store round trip (see Cache).
 	Cache *Cache
@@ -842,7 +855,10 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 		rec.flush(w)
 	case c.mode == Atomic:
 		done := c.completed(rec.response(), now)
-		err := c.timed(func() error { return c.m.cfg.Store.Commit(ctx, done, c.commitEffects(), now) })
+		err := c.deliverable(done.Response)
+		if err == nil {
+			err = c.timed(func() error { return c.m.cfg.Store.Commit(ctx, done, c.commitEffects(), now) })
+		}
 		if err != nil {
 			// The commit has decided the request: what follows it (its
 			// refusal stored, an abandoned reservation under the key
@@ -933,6 +949,21 @@ func (c *Call) release(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	c.answer(w)
 }
 
+// deliverable is Config.Deliverable's verdict on resp, the handler's
+// answer about to be stored: nil, or an error matching ErrResponseTooLarge,
+// so that an answer the transport cannot deliver is refused as one the
+// store cannot keep, before anything is written.
+func (c *Call) deliverable(resp *Response) error {
+	if c.m.cfg.Deliverable == nil {
+		return nil
+	}
+	err := c.m.cfg.Deliverable(*resp)
+	if err == nil || errors.Is(err, ErrResponseTooLarge) {
+		return err
+	}
+	return fmt.Errorf("%w: Config.Deliverable: %w", ErrResponseTooLarge, err)
+}
+
 // detach returns the context of the writes made once the handler has
 // returned: ctx's values without its cancellation or deadline, bounded by
 // CompletionTimeout.
@@ -968,7 +999,10 @@ func (c *Call) complete(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	}
 	done := c.completed(rec.response(), now)
 	send, substituted := rec.flush, false
-	err := write(done)
+	err := c.deliverable(done.Response)
+	if err == nil {
+		err = write(done)
+	}
 	if errors.Is(err, ErrResponseTooLarge) {
 		c.obs.Err = err.Error()
 		if c.mode != External {
