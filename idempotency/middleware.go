@@ -201,6 +201,7 @@ type Config struct {
 	Deliverable func(Response) error
 	// Cache, if set, keeps the COMPLETED records this Middleware sees, so that
 	// replays and mismatches of them cost no store round trip (see Cache).
+	// A Cache shared with other Middlewares keeps each one's entries apart.
 	Cache *Cache
 	// Logger receives the Middleware's warnings about its configuration
 	// (a lease shorter than a request's deadline allows) and, for a request
@@ -615,7 +616,7 @@ func (c *Call) begin(r *http.Request, holds []Effect) (*Call, bool) {
 	c.canonical = canonical
 	c.fingerprint = fingerprintAt(r.Method, c.route, pathPart(c.route, r), canonical)
 	c.holds = holds
-	if cached, ok := c.m.cfg.Cache.get(c.key, c.m.cfg.Now()); ok {
+	if cached, ok := c.m.cfg.Cache.get(c.m, c.key, c.m.cfg.Now()); ok {
 		c.obs.CacheHit = true
 		c.decideExisting(r.Context(), r, &cached, c.m.cfg.Now(), false)
 		return nil, false
@@ -875,7 +876,7 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 			c.answer(w)
 			return
 		}
-		c.m.cfg.Cache.put(done)
+		c.m.cfg.Cache.put(c.m, done)
 		c.m.cfg.Hook(ctx, PointAfterReserve)
 		c.m.cfg.Hook(ctx, PointAfterComplete)
 		c.obs.Outcome = OutcomeCreated
@@ -933,7 +934,7 @@ func (c *Call) release(ctx context.Context, w http.ResponseWriter, r *http.Reque
 			// The answer its retries replay, sent as stored (as
 			// complete sends a substituted answer), the holds kept
 			// for good: an operator's to give back.
-			c.m.cfg.Cache.put(done)
+			c.m.cfg.Cache.put(c.m, done)
 			c.decide(OutcomeEffectsDropped, replayAs(small, false))
 			c.answer(w)
 			return
@@ -1094,7 +1095,7 @@ func (c *Call) complete(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		c.answer(w)
 		return
 	}
-	c.m.cfg.Cache.put(done)
+	c.m.cfg.Cache.put(c.m, done)
 	c.m.cfg.Hook(ctx, PointAfterComplete)
 	if c.phased && c.finalPoint != "" {
 		c.m.cfg.Hook(ctx, PointAfter(c.finalPoint))
@@ -1167,7 +1168,7 @@ func (c *Call) refuse(ctx context.Context, r *http.Request, rejected *RejectedEr
 		c.resolve(ctx, r, err, now)
 		return
 	}
-	c.m.cfg.Cache.put(done)
+	c.m.cfg.Cache.put(c.m, done)
 	c.decide(OutcomeRefused, replayAs(resp, false))
 }
 
@@ -1251,7 +1252,7 @@ func (c *Call) decideExisting(ctx context.Context, r *http.Request, existing *Re
 	case existing.Fingerprint != c.fingerprint:
 		c.decide(OutcomeMismatch, c.errorAnswer(r, ErrKeyReused))
 	case existing.Status == StatusCompleted && existing.Response != nil:
-		c.m.cfg.Cache.put(*existing)
+		c.m.cfg.Cache.put(c.m, *existing)
 		c.decide(OutcomeReplayed, replay(*existing.Response))
 	case existing.Status == StatusInProgress && !existing.Expired(now):
 		inProgress(existing.ExpiresAt.Sub(now))
