@@ -52,29 +52,35 @@ func deliverStores(t *testing.T) map[string]func(t *testing.T) deliverStore {
 	}
 }
 
-// auditJSON is the audit's answer: 7 MiB of JSON, which the store keeps
-// (it compresses to about a sixth) but whose proxy response is over
-// Lambda's 6 MB.
-func auditJSON() []byte {
+// itemsJSON returns the start of a JSON list of items, as an export
+// answers, of at least n bytes: it compresses about sixfold.
+func itemsJSON(n int) string {
 	var b strings.Builder
 	b.WriteString(`{"items":[`)
-	for i := 0; b.Len() < 7<<20; i++ {
+	for i := 0; b.Len() < n; i++ {
 		if i > 0 {
 			b.WriteString(",")
 		}
 		fmt.Fprintf(&b, `{"id":%d,"name":"item number %d","tags":["a","b","c"]}`, i, i)
 	}
-	b.WriteString(`]}`)
-	return []byte(b.String())
+	b.WriteString(`]`)
+	return b.String()
 }
 
+// auditJSON is the audit's answer: 7 MiB of JSON, which the store keeps
+// (it compresses to about 1.2 MB) but whose proxy response is over
+// Lambda's 6 MB.
+func auditJSON() []byte { return []byte(itemsJSON(7<<20) + `}`) }
+
 // sizedJSON returns a JSON body whose answer (201, application/json) has a
-// proxy response of exactly size bytes (ResponseSize), with characters
-// JSON escapes ('<' is \u003c in encoding/json's output).
+// proxy response of exactly size bytes (ResponseSize): a list of items (the
+// store keeps it gzip-compressed in chunk items) and a string of
+// characters JSON escapes ('<' is \u003c in encoding/json's output).
 func sizedJSON(t *testing.T, size int) []byte {
 	t.Helper()
+	items := itemsJSON(size * 3 / 4) // its quotes take two bytes each in the proxy response
 	body := func(n int) []byte {
-		return []byte(`{"pad":"` + strings.Repeat("<\n", 1000) + strings.Repeat("x", n) + `"}`)
+		return []byte(items + `,"pad":"` + strings.Repeat("<\n", 1000) + strings.Repeat("x", n) + `"}`)
 	}
 	n := 0
 	for range 5 {
