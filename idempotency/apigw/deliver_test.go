@@ -334,3 +334,15 @@ func TestQuotedLen(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDeliverable: what the check costs a completion, by answer size.
+func BenchmarkDeliverable(b *testing.B) {
+	for _, size := range []int{1 << 10, 5 << 20} {
+		resp := idempotency.Response{Status: 201, Header: map[string]string{"Content-Type": "application/json"}, Body: []byte(itemsJSON(size) + `}`)}
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			for b.Loop() {
+				_ = Deliverable(resp)
+			}
+		})
+	}
+}
