@@ -73,7 +73,9 @@ func DynamoDB(ctx context.Context) (*dynamodb.Client, error) {
 // Middleware returns the idempotency middleware for cfg with its records in
 // the DynamoDB table through client (cfg.Store is replaced), the caller's
 // tenant read from the API Gateway authorizer's context when cfg.Tenant is
-// nil (apigw.Tenant), and a replay cache when cfg.Cache is nil. A nil client
+// nil (apigw.Tenant), answers Lambda cannot return refused before they are
+// stored when cfg.Deliverable is nil (apigw.Deliverable: Start serves the
+// handler through Lambda), and a replay cache when cfg.Cache is nil. A nil client
 // or an empty table name (an environment variable not set) is an error, at
 // start-up rather than at every request.
 func Middleware(client *dynamodb.Client, table string, cfg idempotency.Config) (*idempotency.Middleware, error) {
@@ -90,6 +92,9 @@ func Middleware(client *dynamodb.Client, table string, cfg idempotency.Config) (
 	cfg.Store = dynamo.New(client, table)
 	if cfg.Tenant == nil {
 		cfg.Tenant = apigw.Tenant
+	}
+	if cfg.Deliverable == nil {
+		cfg.Deliverable = apigw.Deliverable
 	}
 	if cfg.Cache == nil {
 		cfg.Cache = idempotency.NewCache(DefaultCacheEntries, DefaultCacheBytes)

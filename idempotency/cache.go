@@ -13,7 +13,10 @@ import (
 // it), so a cached record is exact for as long as it lives: an entry serves
 // only until the record's ExpiresAt truncated to the millisecond (as the
 // stores keep it), by the Middleware's clock, and is keyed
-// by the scoped key (tenant and key hash), so tenants never share entries.
+// by the scoped key (tenant and key hash), so tenants never share entries,
+// and by the Middleware that put it: one Cache may serve several
+// Middlewares (over different stores, or clocks), each seeing only the
+// records it stored or read itself, never another's, and sharing the bounds.
 // The Cache holds at most a number of entries and of bytes, evicting the
 // least recently used. It is safe for concurrent use; the zero value is not
 // usable: call NewCache.
@@ -23,12 +26,19 @@ type Cache struct {
 
 	mu    sync.Mutex
 	bytes int64
-	lru   *list.List               // of *cacheEntry, most recent first
-	byID  map[string]*list.Element // by Key.ID()
+	lru   *list.List                 // of *cacheEntry, most recent first
+	byID  map[cacheKey]*list.Element // by owner and Key.ID()
+}
+
+// cacheKey names an entry: the Middleware that put it (its store's record)
+// and the record's Key.ID().
+type cacheKey struct {
+	owner *Middleware
+	id    string
 }
 
 type cacheEntry struct {
-	id   string
+	key  cacheKey
 	rec  Record
 	size int64
 }
@@ -36,18 +46,18 @@ type cacheEntry struct {
 // NewCache returns a Cache of at most maxEntries records and maxBytes bytes
 // of responses (each at least 1).
 func NewCache(maxEntries int, maxBytes int64) *Cache {
-	return &Cache{maxEntries: max(maxEntries, 1), maxBytes: max(maxBytes, 1), lru: list.New(), byID: map[string]*list.Element{}}
+	return &Cache{maxEntries: max(maxEntries, 1), maxBytes: max(maxBytes, 1), lru: list.New(), byID: map[cacheKey]*list.Element{}}
 }
 
-// get returns the COMPLETED record of key if the cache has it and it has
-// not expired at now.
-func (c *Cache) get(key Key, now time.Time) (Record, bool) {
+// get returns the COMPLETED record of key that owner put, if the cache has
+// it and it has not expired at now.
+func (c *Cache) get(owner *Middleware, key Key, now time.Time) (Record, bool) {
 	if c == nil {
 		return Record{}, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	el, ok := c.byID[key.ID()]
+	el, ok := c.byID[cacheKey{owner, key.ID()}]
 	if !ok {
 		return Record{}, false
 	}
@@ -60,9 +70,10 @@ func (c *Cache) get(key Key, now time.Time) (Record, bool) {
 	return e.rec, true
 }
 
-// put keeps rec, a COMPLETED record with its response; anything else is
-// ignored, as is a record larger than the whole cache.
-func (c *Cache) put(rec Record) {
+// put keeps rec, a COMPLETED record with its response, for owner, the
+// Middleware that stored or read it; anything else is ignored, as is a
+// record larger than the whole cache.
+func (c *Cache) put(owner *Middleware, rec Record) {
 	if c == nil || rec.Status != StatusCompleted || rec.Response == nil {
 		return
 	}
@@ -85,13 +96,13 @@ func (c *Cache) put(rec Record) {
 	// expires_at_ms, the memory store's), and the stored record expires at
 	// that: so does its entry, never later.
 	rec.ExpiresAt = time.UnixMilli(rec.ExpiresAt.UnixMilli())
-	id := rec.Key.ID()
+	key := cacheKey{owner, rec.Key.ID()}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, ok := c.byID[id]; ok {
+	if el, ok := c.byID[key]; ok {
 		c.remove(el)
 	}
-	c.byID[id] = c.lru.PushFront(&cacheEntry{id: id, rec: rec, size: size})
+	c.byID[key] = c.lru.PushFront(&cacheEntry{key: key, rec: rec, size: size})
 	c.bytes += size
 	for c.lru.Len() > c.maxEntries || c.bytes > c.maxBytes {
 		c.remove(c.lru.Back())
@@ -107,6 +118,6 @@ func (c *Cache) Len() int {
 
 func (c *Cache) remove(el *list.Element) {
 	e := c.lru.Remove(el).(*cacheEntry)
-	delete(c.byID, e.id)
+	delete(c.byID, e.key)
 	c.bytes -= e.size
 }

@@ -18,9 +18,9 @@ func TestCacheCountsWhatItKeeps(t *testing.T) {
 		Data:     map[string]string{"a": big, "b": big},
 		Response: &Response{Status: 201, Header: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{}`)},
 	}
-	c := NewCache(10, 1<<20)
-	c.put(rec)
-	e := c.byID[rec.Key.ID()].Value.(*cacheEntry)
+	c, m := NewCache(10, 1<<20), &Middleware{}
+	c.put(m, rec)
+	e := c.byID[cacheKey{m, rec.Key.ID()}].Value.(*cacheEntry)
 	kept := len(e.rec.Request) + len(e.rec.Response.Body) + len(e.rec.Fingerprint) + len(e.rec.Route) + len(e.rec.Point)
 	for k, v := range e.rec.Data {
 		kept += len(k) + len(v)
@@ -31,7 +31,7 @@ func TestCacheCountsWhatItKeeps(t *testing.T) {
 	if int64(kept) > e.size {
 		t.Errorf("an entry keeps %d bytes of strings and bodies but counts %d", kept, e.size)
 	}
-	if got, ok := c.get(rec.Key, time.Now()); !ok || got.Fingerprint != "f" || string(got.Response.Body) != `{}` {
+	if got, ok := c.get(m, rec.Key, time.Now()); !ok || got.Fingerprint != "f" || string(got.Response.Body) != `{}` {
 		t.Errorf("get() = %+v, %v; want the record's fingerprint and answer", got, ok)
 	}
 }

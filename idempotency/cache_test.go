@@ -283,3 +283,70 @@ func TestCacheExpiryToTheMillisecond(t *testing.T) {
 		t.Errorf("a request after the stored expiry: %q, cache hit %v; want %q, executed anew", w.Body, obs.CacheHit, "note 2")
 	}
 }
+
+// TestCacheSharedByMiddlewares: one Cache serving two Middlewares over two
+// stores keeps each one's records apart: a key completed through one is
+// neither replayed nor refused by the other, whose store has no record of
+// it, and each replays its own from the cache.
+func TestCacheSharedByMiddlewares(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	cache := idempotency.NewCache(100, 1<<20)
+	type side struct {
+		h    http.Handler
+		runs int
+	}
+	newSide := func(name string) *side {
+		s := &side{}
+		mw, err := idempotency.New(idempotency.Config{
+			Store: memory.New(), Cache: cache, Retention: time.Hour, Now: func() time.Time { return now },
+			Tenant: func(r *http.Request) (string, bool) { return "acme", true },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.h = mw.Atomic("POST /v1/notes", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, ok := idempotency.Begin(w, r); !ok {
+				return
+			}
+			s.runs++
+			fmt.Fprintf(w, "%s note %d", name, s.runs)
+		}))
+		return s
+	}
+	a, b := newSide("A"), newSide("B")
+	send := func(s *side, body string) (*httptest.ResponseRecorder, idempotency.Observation) {
+		var obs idempotency.Observation
+		r := httptest.NewRequest("POST", "/v1/notes", strings.NewReader(body))
+		r = r.WithContext(idempotency.WithObservation(r.Context(), &obs))
+		r.Header.Set(idempotency.Header, "k")
+		w := httptest.NewRecorder()
+		s.h.ServeHTTP(w, r)
+		return w, obs
+	}
+	tests := []struct {
+		name       string
+		side       *side
+		body       string
+		wantStatus int
+		wantBody   string
+		wantHit    bool
+	}{
+		{"A executes", a, `{"a":1}`, 200, "A note 1", false},
+		{"B executes: A's record is not B's", b, `{"a":1}`, 200, "B note 1", false},
+		{"A replays its own", a, `{"a":1}`, 200, "A note 1", true},
+		{"B replays its own", b, `{"a":1}`, 200, "B note 1", true},
+		{"A refuses another body", a, `{"a":2}`, 422, "", true},
+	}
+	for _, tt := range tests {
+		w, obs := send(tt.side, tt.body)
+		if w.Code != tt.wantStatus || tt.wantBody != "" && w.Body.String() != tt.wantBody || obs.CacheHit != tt.wantHit {
+			t.Errorf("%s: %d %q, cache hit %v; want %d %q, %v", tt.name, w.Code, w.Body, obs.CacheHit, tt.wantStatus, tt.wantBody, tt.wantHit)
+		}
+	}
+	if a.runs != 1 || b.runs != 1 {
+		t.Errorf("handlers ran A %d, B %d times; want 1 each", a.runs, b.runs)
+	}
+	if n := cache.Len(); n != 2 {
+		t.Errorf("cache.Len() = %d, want 2 (one entry per Middleware)", n)
+	}
+}

@@ -22,8 +22,9 @@
 // corrected request with the same key runs; a success without Begin is a
 // forgotten Begin, answered 500), then calls Begin, and from
 // there on its answer is the key's answer. A 5xx is never stored, with one
-// exception: an External request whose answer is too large for the store
-// (ErrResponseTooLarge) has called out, so its record is completed with the
+// exception: an External request whose answer is too large for the store,
+// or for the transport to deliver (Config.Deliverable), answered
+// ErrResponseTooLarge, has called out, so its record is completed with the
 // 500 response_too_large problem in place of the answer rather than left
 // open (a Leased request's reservation is released instead, and a retry
 // executes again). When its effects, or the release effects giving its

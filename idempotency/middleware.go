@@ -186,8 +186,22 @@ type Config struct {
 	// Hook, if set, is called at each fault point (PointAfterReserve,
 	// PointAfterComplete); a crash injector panics there.
 	Hook func(ctx context.Context, point string)
+	// Deliverable, if set, is asked before an answer is stored whether the
+	// transport serving the Middleware can deliver it, on the first answer
+	// and on every replay: an error (which the Middleware makes match
+	// ErrResponseTooLarge when it does not) refuses it as one over the
+	// store's limits is refused, 500 response_too_large, before anything
+	// is committed (Atomic and Leased: nothing committed, a Leased
+	// reservation released; External, which has called out: that problem
+	// stored as the final answer, with the effects). The default (nil)
+	// puts no limit beyond the store's. A Middleware served by a Lambda
+	// function sets apigw.Deliverable (once.Middleware does): Lambda
+	// returns at most 6 MB, and an answer the store keeps (3.5 MB once
+	// compressed) can be larger. It must not modify the Response.
+	Deliverable func(Response) error
 	// Cache, if set, keeps the COMPLETED records this Middleware sees, so that
 	// replays and mismatches of them cost no store round trip (see Cache).
+	// A Cache shared with other Middlewares keeps each one's entries apart.
 	Cache *Cache
 	// Logger receives the Middleware's warnings about its configuration
 	// (a lease shorter than a request's deadline allows) and, for a request
@@ -602,7 +616,7 @@ func (c *Call) begin(r *http.Request, holds []Effect) (*Call, bool) {
 	c.canonical = canonical
 	c.fingerprint = fingerprintAt(r.Method, c.route, pathPart(c.route, r), canonical)
 	c.holds = holds
-	if cached, ok := c.m.cfg.Cache.get(c.key, c.m.cfg.Now()); ok {
+	if cached, ok := c.m.cfg.Cache.get(c.m, c.key, c.m.cfg.Now()); ok {
 		c.obs.CacheHit = true
 		c.decideExisting(r.Context(), r, &cached, c.m.cfg.Now(), false)
 		return nil, false
@@ -842,7 +856,10 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 		rec.flush(w)
 	case c.mode == Atomic:
 		done := c.completed(rec.response(), now)
-		err := c.timed(func() error { return c.m.cfg.Store.Commit(ctx, done, c.commitEffects(), now) })
+		err := c.deliverable(done.Response)
+		if err == nil {
+			err = c.timed(func() error { return c.m.cfg.Store.Commit(ctx, done, c.commitEffects(), now) })
+		}
 		if err != nil {
 			// The commit has decided the request: what follows it (its
 			// refusal stored, an abandoned reservation under the key
@@ -859,7 +876,7 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 			c.answer(w)
 			return
 		}
-		c.m.cfg.Cache.put(done)
+		c.m.cfg.Cache.put(c.m, done)
 		c.m.cfg.Hook(ctx, PointAfterReserve)
 		c.m.cfg.Hook(ctx, PointAfterComplete)
 		c.obs.Outcome = OutcomeCreated
@@ -917,7 +934,7 @@ func (c *Call) release(ctx context.Context, w http.ResponseWriter, r *http.Reque
 			// The answer its retries replay, sent as stored (as
 			// complete sends a substituted answer), the holds kept
 			// for good: an operator's to give back.
-			c.m.cfg.Cache.put(done)
+			c.m.cfg.Cache.put(c.m, done)
 			c.decide(OutcomeEffectsDropped, replayAs(small, false))
 			c.answer(w)
 			return
@@ -931,6 +948,21 @@ func (c *Call) release(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	}
 	c.decide(OutcomeStoreError, answer)
 	c.answer(w)
+}
+
+// deliverable is Config.Deliverable's verdict on resp, the handler's
+// answer about to be stored: nil, or an error matching ErrResponseTooLarge,
+// so that an answer the transport cannot deliver is refused as one the
+// store cannot keep, before anything is written.
+func (c *Call) deliverable(resp *Response) error {
+	if c.m.cfg.Deliverable == nil {
+		return nil
+	}
+	err := c.m.cfg.Deliverable(*resp)
+	if err == nil || errors.Is(err, ErrResponseTooLarge) {
+		return err
+	}
+	return fmt.Errorf("%w: Config.Deliverable: %w", ErrResponseTooLarge, err)
 }
 
 // detach returns the context of the writes made once the handler has
@@ -968,7 +1000,10 @@ func (c *Call) complete(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	}
 	done := c.completed(rec.response(), now)
 	send, substituted := rec.flush, false
-	err := write(done)
+	err := c.deliverable(done.Response)
+	if err == nil {
+		err = write(done)
+	}
 	if errors.Is(err, ErrResponseTooLarge) {
 		c.obs.Err = err.Error()
 		if c.mode != External {
@@ -1060,7 +1095,7 @@ func (c *Call) complete(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		c.answer(w)
 		return
 	}
-	c.m.cfg.Cache.put(done)
+	c.m.cfg.Cache.put(c.m, done)
 	c.m.cfg.Hook(ctx, PointAfterComplete)
 	if c.phased && c.finalPoint != "" {
 		c.m.cfg.Hook(ctx, PointAfter(c.finalPoint))
@@ -1133,7 +1168,7 @@ func (c *Call) refuse(ctx context.Context, r *http.Request, rejected *RejectedEr
 		c.resolve(ctx, r, err, now)
 		return
 	}
-	c.m.cfg.Cache.put(done)
+	c.m.cfg.Cache.put(c.m, done)
 	c.decide(OutcomeRefused, replayAs(resp, false))
 }
 
@@ -1217,7 +1252,7 @@ func (c *Call) decideExisting(ctx context.Context, r *http.Request, existing *Re
 	case existing.Fingerprint != c.fingerprint:
 		c.decide(OutcomeMismatch, c.errorAnswer(r, ErrKeyReused))
 	case existing.Status == StatusCompleted && existing.Response != nil:
-		c.m.cfg.Cache.put(*existing)
+		c.m.cfg.Cache.put(c.m, *existing)
 		c.decide(OutcomeReplayed, replay(*existing.Response))
 	case existing.Status == StatusInProgress && !existing.Expired(now):
 		inProgress(existing.ExpiresAt.Sub(now))

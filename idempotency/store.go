@@ -170,7 +170,8 @@ var (
 	ErrTenantInvalid = problem.New(http.StatusForbidden, "tenant_invalid", "Tenant invalid",
 		"The tenant your credentials map to is not one this API can serve ("+tenantRule+"). Retrying will not help: how this API assigns tenants needs fixing.").Logged()
 	// ErrResponseTooLarge: the handler's answer is too large for the store
-	// to keep (500, logged): it is never sent. Atomic and Leased requests
+	// to keep, or for the transport to deliver (Config.Deliverable, checked
+	// before anything is written) (500, logged): it is never sent. Atomic and Leased requests
 	// commit nothing (a Leased reservation is released); an External
 	// request, which has called out, is completed with this problem as its
 	// final answer, the one 5xx stored. A store returns it (wrapped) for

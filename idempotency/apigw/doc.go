@@ -9,12 +9,19 @@
 // adapter error, a 502 or a raw log line. The handler's response goes out
 // with the status net/http would send.
 //
+// Lambda returns at most MaxResponse (6 MB) of proxy response, less than
+// the store keeps of an answer: Deliverable, as idempotency.Config's
+// Deliverable, has the Middleware refuse an answer whose proxy response
+// (ResponseSize, measured in the encoding the adapter uses, REST API or
+// HTTP API and function URL) would be larger, 500 response_too_large,
+// before it is stored, rather than store one that no replay can return.
+//
 // A main, in outline (client is a *dynamodb.Client, notes your handler;
 // once.Middleware and once.Start do the same, and the README's "Use once in
 // your own Lambda" has a complete one; see also ExampleNewLambda):
 //
 //	func main() {
-//		mw, _ := idempotency.New(idempotency.Config{Store: dynamo.New(client, table), Tenant: apigw.Tenant})
+//		mw, _ := idempotency.New(idempotency.Config{Store: dynamo.New(client, table), Tenant: apigw.Tenant, Deliverable: apigw.Deliverable})
 //		mux := http.NewServeMux()
 //		mux.Handle("POST /v1/notes", mw.Atomic("POST /v1/notes", notes))
 //		lambda.Start(apigw.NewLambda(mux))

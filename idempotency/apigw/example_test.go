@@ -18,7 +18,7 @@ import (
 // with the same request again: the replay. A REST API's answer carries its
 // headers in multiValueHeaders.
 func ExampleNewLambda() {
-	mw, err := idempotency.New(idempotency.Config{Store: memory.New(), Tenant: apigw.Tenant})
+	mw, err := idempotency.New(idempotency.Config{Store: memory.New(), Tenant: apigw.Tenant, Deliverable: apigw.Deliverable})
 	if err != nil {
 		panic(err)
 	}
@@ -63,7 +63,7 @@ func ExampleNewLambda() {
 // RequestContext.Authorizer.Lambda, where apigw.Tenant reads the tenant. An
 // HTTP API's answer carries its headers in headers.
 func ExampleNewLambda_httpAPI() {
-	mw, err := idempotency.New(idempotency.Config{Store: memory.New(), Tenant: apigw.Tenant})
+	mw, err := idempotency.New(idempotency.Config{Store: memory.New(), Tenant: apigw.Tenant, Deliverable: apigw.Deliverable})
 	if err != nil {
 		panic(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -192,4 +193,52 @@ func answerLen(rec idempotency.Record) int {
 		return -1
 	}
 	return len(rec.Response.Body)
+}
+
+// TestCompressedChunks: an answer that still needs chunk items once
+// gzip-compressed (JSON of several MB: the record's item keeps no body, its
+// encoding gzip) reads back byte for byte through Get and through the
+// conflict of a write that finds it, whether a Commit (Atomic) or a
+// Complete (Leased, External) stored it.
+func TestCompressedChunks(t *testing.T) {
+	store, _, _ := newStore(t)
+	var b strings.Builder
+	b.WriteString(`{"items":[`)
+	for i := 0; b.Len() < 7<<20; i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"id":%d,"name":"item number %d","tags":["a","b","c"]}`, i, i)
+	}
+	b.WriteString(`]}`)
+	body := []byte(b.String())
+	for _, op := range []string{"commit", "complete"} {
+		t.Run(op, func(t *testing.T) {
+			now := time.Now()
+			key := idempotency.NewKey("acme", t.Name())
+			rec := completedRecord(key, "lease-1", now.Add(time.Hour))
+			rec.Response.Body = body
+			var err error
+			if op == "commit" {
+				err = store.Commit(t.Context(), rec, nil, now)
+			} else {
+				if err := store.Reserve(t.Context(), reservedRecord(key, "lease-1", now.Add(time.Minute)), nil, now); err != nil {
+					t.Fatal(err)
+				}
+				err = store.Complete(t.Context(), rec, "lease-1", nil)
+			}
+			if err != nil {
+				t.Fatalf("%s(%d bytes of JSON) = %v", op, len(body), err)
+			}
+			got, err := store.Get(t.Context(), key)
+			if err != nil || got.Response == nil || !bytes.Equal(got.Response.Body, body) {
+				t.Errorf("Get() = %v (response %v); want the %d bytes stored", err, got.Response != nil, len(body))
+			}
+			err = store.Reserve(t.Context(), reservedRecord(key, "lease-2", now.Add(time.Minute)), nil, now)
+			var conflict *idempotency.ConflictError
+			if !errors.As(err, &conflict) || conflict.Existing == nil || conflict.Existing.Response == nil || !bytes.Equal(conflict.Existing.Response.Body, body) {
+				t.Errorf("Reserve() = %v; want a conflict carrying the %d bytes stored", err, len(body))
+			}
+		})
+	}
 }

@@ -184,7 +184,10 @@ func RecordFromItem(item map[string]types.AttributeValue) (idempotency.Record, e
 		resp.Header = d.strMap(AttrResponseHeaders)
 		resp.SetCookie = d.strList(AttrResponseCookies)
 		resp.Body = d.bin(AttrResponseBody)
-		if enc := d.str(AttrResponseEncoding, false); enc != "" && d.err == nil {
+		// A body in chunk items is not in the item: the store's reads
+		// decode it once they have joined the chunks (withChunks).
+		_, chunked := item[AttrResponseChunks]
+		if enc := d.str(AttrResponseEncoding, false); enc != "" && d.err == nil && !chunked {
 			body, err := decodeBody(resp.Body, enc)
 			if err != nil {
 				d.fail(AttrResponseBody, err)

@@ -52,15 +52,16 @@ func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (http
 	}
 	store := dynamo.New(client, cfg.Table("IdempotencyTable"))
 	mw, err := idempotency.New(idempotency.Config{
-		Store:     store,
-		Tenant:    apigw.Tenant,
-		OnError:   httpapi.WriteError,
-		Retention: cfg.Retention,
-		Lease:     cfg.Lease,
-		Now:       opts.Now,
-		Hook:      hook,
-		Cache:     idempotency.NewCache(ReplayCacheEntries, ReplayCacheBytes),
-		Logger:    opts.Logger,
+		Store:       store,
+		Tenant:      apigw.Tenant,
+		Deliverable: apigw.Deliverable, // the api function answers through Lambda
+		OnError:     httpapi.WriteError,
+		Retention:   cfg.Retention,
+		Lease:       cfg.Lease,
+		Now:         opts.Now,
+		Hook:        hook,
+		Cache:       idempotency.NewCache(ReplayCacheEntries, ReplayCacheBytes),
+		Logger:      opts.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
