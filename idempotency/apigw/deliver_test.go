@@ -1,6 +1,7 @@
 package apigw
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -336,6 +337,32 @@ func TestQuotedLen(t *testing.T) {
 }
 
 // BenchmarkDeliverable: what the check costs a completion, by answer size.
+// TestSizeBound: the bound Deliverable checks first is never below the
+// exact size, for answers of every kind (so an answer it lets through
+// without measuring fits), and it lets usual answers through.
+func TestSizeBound(t *testing.T) {
+	quoted := strings.Repeat("\x01<>&\u2028\"\\é", 100)
+	answers := map[string]idempotency.Response{
+		"empty":         {Status: 204},
+		"json":          {Status: 201, Header: map[string]string{"Content-Type": "application/json", "Location": "/v1/payments/pay_1"}, Body: []byte(`{"id":"pay_1","amount":1234}`)},
+		"escaped":       {Status: 200, Header: map[string]string{"X-Odd": quoted}, Body: []byte(quoted)},
+		"binary":        {Status: 200, Body: []byte{0xff, 0xfe, 0x00, 0x01, 0x80}},
+		"cookies":       {Status: 200, SetCookie: []string{"a=1; Path=/", "b=\x01<>; HttpOnly"}, Body: []byte("ok")},
+		"no type, html": {Status: 200, Body: []byte("<html><body>hi</body></html>")},
+		"large escaped": {Status: 200, Body: []byte(strings.Repeat("\x02", 1<<16))},
+		"large binary":  {Status: 200, Body: bytes.Repeat([]byte{0xff}, 1<<16)},
+	}
+	for name, resp := range answers {
+		if bound, exact := sizeBound(resp), ResponseSize(resp); bound < exact {
+			t.Errorf("%s: sizeBound = %d, below ResponseSize = %d", name, bound, exact)
+		}
+	}
+	usual := answers["json"]
+	if sizeBound(usual) > MaxResponse-ResponseHeadroom {
+		t.Errorf("sizeBound(a payment's answer) = %d, want it under the limit, measured without encoding", sizeBound(usual))
+	}
+}
+
 func BenchmarkDeliverable(b *testing.B) {
 	for _, size := range []int{1 << 10, 5 << 20} {
 		resp := idempotency.Response{Status: 201, Header: map[string]string{"Content-Type": "application/json"}, Body: []byte(itemsJSON(size) + `}`)}
