@@ -205,13 +205,24 @@ type chunkRef struct {
 	sha256 string
 }
 
-func chunksOf(item map[string]types.AttributeValue) (chunkRef, bool) {
+// chunksOf returns where item's body is when it is in chunks: ok is
+// false when it is not (no AttrResponseChunks). A reference that is there
+// but damaged (a count that is not a positive number, a chunk ID or a
+// checksum missing: a hand edit, a partial restore) is an error: read as
+// no chunks, the record would replay an empty body.
+func chunksOf(item map[string]types.AttributeValue) (ref chunkRef, ok bool, err error) {
 	d := decoder{item: item}
 	if _, ok := item[AttrResponseChunks]; !ok {
-		return chunkRef{}, false
+		return chunkRef{}, false, nil
 	}
-	ref := chunkRef{n: int(d.int(AttrResponseChunks, true)), id: d.str(AttrResponseChunkID, true), sha256: d.str(AttrResponseSHA256, true)}
-	return ref, d.err == nil && ref.n > 0
+	ref = chunkRef{n: int(d.int(AttrResponseChunks, true)), id: d.str(AttrResponseChunkID, true), sha256: d.str(AttrResponseSHA256, true)}
+	switch {
+	case d.err != nil:
+		return chunkRef{}, true, fmt.Errorf("dynamo: the body's chunk reference is damaged: %w", d.err)
+	case ref.n <= 0 || ref.id == "" || ref.sha256 == "":
+		return chunkRef{}, true, fmt.Errorf("dynamo: the body's chunk reference is damaged: %d chunks, chunk id %q, checksum %q", ref.n, ref.id, ref.sha256)
+	}
+	return ref, true, nil
 }
 
 // pastTTL reports whether item's TTL attribute is before now: DynamoDB's
@@ -229,9 +240,12 @@ func pastTTL(item map[string]types.AttributeValue, now time.Time) bool {
 // that ends with ctx. A record past its TTL whose chunks are gone (TTL deleted
 // them) comes back without its Response; a live one is an error.
 func (s *Store) withChunks(ctx context.Context, item map[string]types.AttributeValue, rec idempotency.Record) (idempotency.Record, error) {
-	ref, ok := chunksOf(item)
+	ref, ok, err := chunksOf(item)
 	if !ok || rec.Response == nil {
 		return rec, nil
+	}
+	if err != nil {
+		return idempotency.Record{}, fmt.Errorf("%w (record %s)", err, rec.Key.Short())
 	}
 	keys := make([]map[string]types.AttributeValue, ref.n)
 	for i := range keys {

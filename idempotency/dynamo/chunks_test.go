@@ -242,3 +242,50 @@ func TestCompressedChunks(t *testing.T) {
 		})
 	}
 }
+
+// TestDamagedChunkReference: a record whose reference to its body's chunks
+// is damaged (its chunk ID or checksum removed, its count zeroed: a hand
+// edit, a partial restore) is an error to read, never a record with an
+// empty body, which a replay would send as the answer.
+func TestDamagedChunkReference(t *testing.T) {
+	store, client, names := newStore(t)
+	table := names.ByLogicalID["IdempotencyTable"]
+	body := make([]byte, 1<<20)
+	if _, err := rand.Read(body); err != nil { // incompressible: stored in chunks
+		t.Fatal(err)
+	}
+	damages := map[string]*dynamodb.UpdateItemInput{
+		"chunk id removed": {UpdateExpression: aws.String("REMOVE " + dynamo.AttrResponseChunkID)},
+		"checksum removed": {UpdateExpression: aws.String("REMOVE " + dynamo.AttrResponseSHA256)},
+		"count zeroed": {UpdateExpression: aws.String("SET " + dynamo.AttrResponseChunks + " = :z"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":z": &types.AttributeValueMemberN{Value: "0"}}},
+	}
+	for name, upd := range damages {
+		t.Run(name, func(t *testing.T) {
+			now := time.Now()
+			key := idempotency.NewKey("acme", "damaged-"+name)
+			rec := completedRecord(key, "lease-1", now.Add(time.Hour))
+			rec.Response.Body = body
+			if err := store.Commit(t.Context(), rec, nil, now); err != nil {
+				t.Fatal(err)
+			}
+			got, err := store.Get(t.Context(), key)
+			if err != nil || got.Response == nil || !bytes.Equal(got.Response.Body, body) {
+				t.Fatalf("Get before the damage = %v, want the stored body", err)
+			}
+			upd.TableName = aws.String(table)
+			upd.Key = map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: key.ID()}}
+			if _, err := client.UpdateItem(t.Context(), upd); err != nil {
+				t.Fatal(err)
+			}
+			got, err = store.Get(t.Context(), key)
+			if err == nil {
+				n := -1
+				if got.Response != nil {
+					n = len(got.Response.Body)
+				}
+				t.Fatalf("Get with the chunk reference damaged = %s record with a %d-byte body, nil; want an error", got.Status, n)
+			}
+		})
+	}
+}
