@@ -75,7 +75,9 @@ func DynamoDB(ctx context.Context) (*dynamodb.Client, error) {
 // tenant read from the API Gateway authorizer's context when cfg.Tenant is
 // nil (apigw.Tenant), answers Lambda cannot return refused before they are
 // stored when cfg.Deliverable is nil (apigw.Deliverable: Start serves the
-// handler through Lambda), and a replay cache when cfg.Cache is nil. A nil client
+// handler through Lambda; a handler served some other way and not bound by
+// Lambda's 6 MB sets its own, func(idempotency.Response) error { return nil }
+// for none), and a replay cache when cfg.Cache is nil. A nil client
 // or an empty table name (an environment variable not set) is an error, at
 // start-up rather than at every request.
 func Middleware(client *dynamodb.Client, table string, cfg idempotency.Config) (*idempotency.Middleware, error) {

@@ -202,6 +202,9 @@ type Config struct {
 	// Cache, if set, keeps the COMPLETED records this Middleware sees, so that
 	// replays and mismatches of them cost no store round trip (see Cache).
 	// A Cache shared with other Middlewares keeps each one's entries apart.
+	// Build the Middleware once (per function instance), not per request:
+	// a Middleware made per request never finds an entry of another, and
+	// its entries keep it in memory until they are evicted.
 	Cache *Cache
 	// Logger receives the Middleware's warnings about its configuration
 	// (a lease shorter than a request's deadline allows) and, for a request

@@ -74,6 +74,15 @@ type ReconcilerConfig struct {
 	// Retention is how long a completed record is kept
 	// (idempotency.DefaultRetention).
 	Retention time.Duration
+	// Deliverable, if set, is asked whether a resolved answer can be
+	// delivered, before it is stored, as the Middleware's
+	// idempotency.Config.Deliverable is: an error refuses it as an answer
+	// too large for the store is refused (the response_too_large problem
+	// recorded instead, with the resolution's effects). Set it to the
+	// Middleware's (apigw.Deliverable for a route a Lambda serves: Lambda
+	// returns at most 6 MB) when a Resolver can rebuild an answer that
+	// large; nil puts no limit beyond the store's.
+	Deliverable func(idempotency.Response) error
 	// Logger receives one line per record finalised or failed (default:
 	// discard).
 	Logger *slog.Logger
@@ -285,7 +294,10 @@ func (r *Reconciler) waitUntil(ctx context.Context, t time.Time) error {
 // complete records the resolved response, with the resolution's effects.
 func (r *Reconciler) complete(ctx context.Context, log *slog.Logger, rec idempotency.Record, res idempotency.Resolution) error {
 	done := r.completed(rec, res)
-	err := r.cfg.Store.Complete(ctx, done, rec.LeaseToken, res.Effects)
+	err := r.deliverable(done.Response)
+	if err == nil {
+		err = r.cfg.Store.Complete(ctx, done, rec.LeaseToken, res.Effects)
+	}
 	if errors.Is(err, idempotency.ErrResponseTooLarge) {
 		// The request took effect but its answer cannot be kept: record
 		// the response_too_large problem instead, as the live request
@@ -319,6 +331,19 @@ func (r *Reconciler) complete(ctx context.Context, log *slog.Logger, rec idempot
 	r.cfg.Metrics.Count(MetricResolved)
 	log.Info("unknown outcome resolved: the request took effect; response recorded", "status", done.Response.Status)
 	return nil
+}
+
+// deliverable is ReconcilerConfig.Deliverable's verdict on resp: nil, or
+// an error matching idempotency.ErrResponseTooLarge.
+func (r *Reconciler) deliverable(resp *idempotency.Response) error {
+	if r.cfg.Deliverable == nil || resp == nil {
+		return nil
+	}
+	err := r.cfg.Deliverable(*resp)
+	if err == nil || errors.Is(err, idempotency.ErrResponseTooLarge) {
+		return err
+	}
+	return fmt.Errorf("%w: ReconcilerConfig.Deliverable: %w", idempotency.ErrResponseTooLarge, err)
 }
 
 // completed is rec COMPLETED with res's response, at its final point.

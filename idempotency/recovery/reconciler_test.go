@@ -127,6 +127,8 @@ type config struct {
 	Settle time.Duration
 	// ResolveTime is ReconcilerConfig.ResolveTime (its default when zero).
 	ResolveTime time.Duration
+	// Deliverable is ReconcilerConfig.Deliverable.
+	Deliverable func(idempotency.Response) error
 }
 
 // harness is a Reconciler with its metrics and logs.
@@ -154,6 +156,7 @@ func newHarness(t *testing.T, c config) harness {
 		Settle:      c.Settle,
 		ResolveTime: c.ResolveTime,
 		Retention:   c.Retention,
+		Deliverable: c.Deliverable,
 		Logger:      slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Metrics:     metrics.New(h.metrics, "once", map[string]string{"Service": "reconciler"}),
 		Now:         c.Now,

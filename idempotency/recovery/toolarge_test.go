@@ -1,6 +1,7 @@
 package recovery_test
 
 import (
+	"bytes"
 	"crypto/rand"
 	"fmt"
 	"log/slog"
@@ -12,11 +13,13 @@ import (
 	"context"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/apigw"
 	"github.com/oncehq/once/idempotency/dynamo"
 	"github.com/oncehq/once/idempotency/recovery"
 	"github.com/oncehq/once/internal/dynamotest"
 	"github.com/oncehq/once/internal/lambdatest"
 	"github.com/oncehq/once/internal/metrics"
+	"github.com/oncehq/once/internal/provider"
 )
 
 // TestReconcileEffectsTooLarge: a resolution whose effects alone are more
@@ -96,6 +99,48 @@ func TestReconcileEffectsTooLarge(t *testing.T) {
 			}
 			if !strings.Contains(h.logs.String(), "not written") {
 				t.Errorf("logs say nothing of the effects not written:\n%s", h.logs)
+			}
+		})
+	}
+}
+
+// TestReconcileUndeliverable: a resolved answer that ReconcilerConfig's
+// Deliverable refuses (here apigw.Deliverable: a 7 MiB answer, more than
+// Lambda returns) is not stored: the response_too_large problem is
+// recorded instead, as the live request records it, so that no replay is
+// an answer Lambda cannot return; an answer it accepts is stored as
+// resolved.
+func TestReconcileUndeliverable(t *testing.T) {
+	big := append([]byte(`{"x":"`), append(bytes.Repeat([]byte("a"), 7<<20), '"', '}')...)
+	tests := []struct {
+		name        string
+		body        []byte
+		deliverable func(idempotency.Response) error
+		wantStatus  int
+	}{
+		{"over Lambda's limit", big, apigw.Deliverable, http.StatusInternalServerError},
+		{"no check", big, nil, http.StatusCreated},
+		{"a usual answer", []byte(`{"id":"ch_1"}`), apigw.Deliverable, http.StatusCreated},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t)
+			key := idempotency.NewKey("acme", fmt.Sprintf("undeliverable-%d", i))
+			_, _, ev := w.unknown(t, key, time.Now().Add(-10*time.Second))
+			w.charge(t, key, "tok_visa")
+			h := newHarness(t, config{Store: w.store, Provider: w.provider, Deliverable: tt.deliverable,
+				Rebuild: func(idempotency.Record, provider.Charge) (idempotency.Response, error) {
+					return idempotency.Response{Status: http.StatusCreated, Header: map[string]string{"Content-Type": "application/json"}, Body: tt.body}, nil
+				}})
+			if failed := h.handle(t.Context(), t, ev); len(failed) > 0 {
+				t.Fatalf("failed %v", failed)
+			}
+			rec, err := w.store.Get(t.Context(), key)
+			if err != nil || rec.Status != idempotency.StatusCompleted || rec.Response == nil || rec.Response.Status != tt.wantStatus {
+				t.Fatalf("record: %+v (err %v), want COMPLETED with %d", rec.Status, err, tt.wantStatus)
+			}
+			if tt.wantStatus == http.StatusInternalServerError && !strings.Contains(string(rec.Response.Body), "response_too_large") {
+				t.Errorf("answer %.200s, want response_too_large", rec.Response.Body)
 			}
 		})
 	}

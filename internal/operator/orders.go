@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/oncehq/once/idempotency"
+	"github.com/oncehq/once/idempotency/apigw"
 	"github.com/oncehq/once/idempotency/recovery"
 	"github.com/oncehq/once/internal/config"
 	"github.com/oncehq/once/internal/orders"
@@ -425,6 +426,9 @@ func (t *Tool) reconcile(ctx context.Context, rec idempotency.Record, charger or
 	r, err := recovery.NewReconciler(recovery.ReconcilerConfig{
 		Store: t.store, Resolvers: idempotency.Resolvers{orders.RouteCreate: resolver},
 		Settle: t.cfg.ProviderSettle, Retention: t.cfg.Retention, Logger: log, Metrics: &metrics, Now: t.now,
+		// As the api's middleware checks its answers (the orders route is
+		// served by Lambda).
+		Deliverable: apigw.Deliverable,
 	})
 	if err != nil {
 		return false, err

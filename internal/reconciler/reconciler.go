@@ -67,10 +67,14 @@ func Handler(cfg config.Config, client *dynamodb.Client, opts app.Options) (stre
 		Resolvers:   resolvers,
 		Settle:      cfg.ProviderSettle,
 		ResolveTime: ResolveTime(cfg),
-		Retention:   cfg.Retention,
-		Logger:      opts.Logger,
-		Metrics:     opts.Emitter("reconciler"),
-		Now:         opts.Now,
+		// No Deliverable: this function links no HTTP adapter
+		// (apigw.Deliverable), and every answer its Resolvers rebuild is
+		// small (a payment, charge, refund or order, bounded by its
+		// request's bounds: kilobytes), far under Lambda's 6 MB.
+		Retention: cfg.Retention,
+		Logger:    opts.Logger,
+		Metrics:   opts.Emitter("reconciler"),
+		Now:       opts.Now,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reconciler: %w", err)
