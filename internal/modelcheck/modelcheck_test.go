@@ -286,6 +286,76 @@ func unfencedCompletion(t *testing.T, planted bool) *result {
 	return res
 }
 
+// TestPlantedUnfencedTakeover shows that the checker catches a takeover
+// of an abandoned multi-step request that is not fenced on the abandoned
+// lease token. The proxy rewrites the takeover's condition (see the plant
+// unfenced-takeover), and a crafted schedule makes two retries race for one
+// abandoned lease:
+//
+//  1. A sends an order (tok_visa) with a crash after its first recovery
+//     point: its reservation stays IN_PROGRESS at order_created;
+//  2. once its lease has run out, B and C retry at once; the proxy holds
+//     their takeovers until both are held, then lets them through together.
+//
+// Fenced, one wins and resumes the order, the other is answered 409. Planted,
+// both win: two owners of one lease at once. What they then do is
+// idempotent (one owner per phase goes on, fenced on its recovery point and
+// its own token), so the history, the final read and the audits pass; the
+// checker must catch it by the proxy's count of winners per abandoned
+// lease. The unplanted run of the same schedule must pass, so that the
+// failure is the plant's.
+func TestPlantedUnfencedTakeover(t *testing.T) {
+	plantedAndFenced(t, func(t *testing.T, planted bool) {
+		ctx := t.Context()
+		c := newChecker(t, scenarioConfig(seedFromEnv(t)))
+		if planted {
+			pl := plants["unfenced-takeover"]
+			c.px.plant.Store(&pl)
+		}
+		orders := endpointNamed(t, "orders")
+		p := c.addPartition("acme", "takeover-"+c.run, variantSpec{orders, map[string]any{
+			"amount": 1500, "currency": "EUR", "customer": "cus_1", "source": tokVisa, "email": "cus1@example.com",
+		}})
+		takeovers := newGate(10*time.Second, func(op string, req map[string]any) bool {
+			_, _, ok := takeoverOf(op, req)
+			return ok && itemKey(req) == p.pk
+		})
+		c.px.addGate(takeovers)
+		r := func(i uint64) *mrand.Rand { return mrand.New(mrand.NewPCG(c.cfg.seed, i)) }
+
+		if o := c.send(ctx, 0, p, 0, orderFaults[0], r(1)); o.status != 502 || o.code != "function_failed" {
+			t.Fatalf("crash after %s = %d %s, want API Gateway's 502 function_failed", orderFaults[0], o.status, o.body)
+		}
+		time.Sleep(c.cfg.lease + 50*time.Millisecond)
+		retries := make(chan *op, 2)
+		for i := range 2 {
+			go func() { retries <- c.send(ctx, 1+i, p, 0, "", r(uint64(2+i))) }()
+		}
+		waitUntil(t, 10*time.Second, "two takeovers held at the proxy", func() bool { return takeovers.held.Load() >= 2 })
+		takeovers.release()
+		<-retries
+		<-retries
+		res := c.finish(ctx)
+		tk := c.takeovers()
+		t.Logf("modelcheck: %v", tk)
+		switch {
+		case planted && c.px.planted.Load() == 0:
+			t.Fatal("the proxy never rewrote a takeover's condition")
+		case planted && res.ok():
+			t.Fatalf("the checker passed the planted bug (%v): %v", tk, res)
+		case planted:
+			if text := res.String(); !strings.Contains(text, "two takeovers won the same abandoned lease") {
+				t.Errorf("the report does not name the two owners:\n%s", text)
+			}
+			t.Logf("the checker caught the planted bug:\n%v", res)
+		case tk.won != 1:
+			t.Fatalf("takeovers won = %d, want 1 (%v)", tk.won, tk)
+		case !res.ok():
+			t.Fatalf("the checker failed the fenced schedule: %v", res)
+		}
+	})
+}
+
 // TestAbandonedChargeKeepsItsKey is the regression test of a double charge
 // the model check found: a charge that crashed after the provider charged
 // leaves an IN_PROGRESS reservation, which the checker moves to UNKNOWN a

@@ -831,6 +831,9 @@ func (c *checker) finish(ctx context.Context) *result {
 		}
 	}
 	res.violations = append(res.violations, c.workerInvariants(ctx)...)
+	for _, pk := range c.takeovers().twoOwnerKeys {
+		res.violations = append(res.violations, c.partitionName(pk)+": two takeovers won the same abandoned lease (two owners at once, which the lease fence forbids)")
+	}
 	for _, ep := range endpoints {
 		if ep.audit == nil {
 			continue
