@@ -62,8 +62,10 @@ func profileConfig(seed uint64, profile string) runConfig {
 		cfg.handover, cfg.keysPerTenant, cfg.spread, cfg.late = true, 3, 1, 0.5
 	case "refunds":
 		// Every key races the tenant's other keys for what is left of
-		// one payment.
-		cfg.only = "refunds"
+		// one payment. Few refunds execute (most are refused by their
+		// hold, which no fault point follows): most of those that may
+		// carry a fault.
+		cfg.only, cfg.faultRate = "refunds", 0.8
 	case "orders":
 		// Every key an order resumed by retries racing each other; a
 		// shorter history (one round per key), half the completions and a
@@ -74,9 +76,8 @@ func profileConfig(seed uint64, profile string) runConfig {
 		// Every key a refund of the tenant's one payment, still pending
 		// when the history starts; a shorter history.
 		cfg.only, cfg.settling, cfg.keysPerTenant, cfg.history = "refunds", true, 4, 8*time.Second
-		// Few refunds execute at all (those sent before their payment
-		// is settled are refused by their hold, which no fault point
-		// follows): most of the undecided keys' requests carry a fault.
+		// As in refunds, few refunds execute (those sent before their
+		// payment is settled are refused by their hold too).
 		cfg.faultRate = 0.8
 	}
 	return cfg

@@ -43,8 +43,8 @@ type runConfig struct {
 	lease           time.Duration
 	providerTimeout time.Duration
 	providerSettle  time.Duration // ONCE_PROVIDER_SETTLE; the provider timeout when zero
-	faultRate       float64       // share of requests with a Once-Fault header under a key no client has yet seen a final answer of
-	replayFault     float64       // the same share under the others (replays and refusals: they reach no fault point)
+	faultRate       float64       // share of requests with a Once-Fault header among those about to execute (see checker.faultRate)
+	replayFault     float64       // the same share among the others (replays, 409s and refusals: they reach no fault point)
 	retryRate       float64       // chance that a client retries after 409 or 5xx
 	spread          float64       // chance that a request draws its variant at random rather than sending the first
 	outages         int           // store outage windows during the history
@@ -99,7 +99,7 @@ func boundedConfig(seed uint64) runConfig {
 		// delayed a few hundred milliseconds makes a zombie.
 		lease:           600 * time.Millisecond,
 		providerTimeout: 400 * time.Millisecond,
-		faultRate:       0.4,
+		faultRate:       0.5,
 		replayFault:     0.02,
 		retryRate:       0.6,
 		spread:          0.4,
@@ -243,9 +243,11 @@ type checker struct {
 
 	mu  sync.Mutex
 	ops []*op
-	// decided are the keys some request has seen a final answer of: a
-	// request under one replays or is refused, and no fault point is
-	// reached.
+	// decided are the keys some request has seen a replay or an
+	// effectful final answer of (stored, or stored by recovery): a request
+	// under one replays or is refused, and reaches no fault point. A fresh
+	// answer that is not effectful may have been sent unstored (handover's
+	// 422 provider_rejected: recovery releases the key).
 	decided map[*partition]bool
 }
 
@@ -485,7 +487,7 @@ func (c *checker) send(ctx context.Context, client int, p *partition, v int, fau
 	}
 	c.mu.Lock()
 	c.ops = append(c.ops, o)
-	if o.class == classFinal {
+	if o.class == classFinal && (o.replayed || va.ep.effectful(o.status)) {
 		c.decided[p] = true
 	}
 	c.mu.Unlock()
@@ -493,12 +495,19 @@ func (c *checker) send(ctx context.Context, client int, p *partition, v int, fau
 }
 
 // faultRate is the chance that a client's request under p carries a
-// Once-Fault header: high while p is undecided (the request may execute,
-// and crash at its fault point), low once it is (see runConfig.faultRate).
-func (c *checker) faultRate(p *partition) float64 {
+// Once-Fault header: high when the request is about to execute, and may
+// crash at its fault point (p is not decided, and its record, read from
+// DynamoDB Local directly, is absent or a reservation whose lease has run
+// out, which the request takes over or hands to recovery), low otherwise
+// (see runConfig.faultRate and checker.decided).
+func (c *checker) faultRate(ctx context.Context, p *partition) float64 {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.decided[p] {
+	decided := c.decided[p]
+	c.mu.Unlock()
+	if decided {
+		return c.cfg.replayFault
+	}
+	if rec, found := c.record(ctx, p); found && (rec.Status == idempotency.StatusCompleted || time.Now().Before(rec.ExpiresAt)) {
 		return c.cfg.replayFault
 	}
 	return c.cfg.faultRate
@@ -593,7 +602,7 @@ func (c *checker) runClients(ctx context.Context) {
 					v = r.IntN(len(p.variants))
 				}
 				fault := ""
-				if ep := p.variants[v].ep; r.Float64() < c.faultRate(p) {
+				if ep := p.variants[v].ep; r.Float64() < c.faultRate(ctx, p) {
 					fault = ep.faults[r.IntN(len(ep.faults))]
 				}
 				o := c.send(ctx, i, p, v, fault, r)
