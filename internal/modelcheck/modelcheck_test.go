@@ -108,8 +108,12 @@ func TestModelCheck(t *testing.T) {
 		if os.Getenv(envProfile) == "" {
 			chosen = bounded
 		}
+		crashed := 0
 		for _, pr := range chosen {
-			t.Run(pr, func(t *testing.T) { checkRun(t, profileConfig(seed, pr)) })
+			t.Run(pr, func(t *testing.T) { crashed += checkRun(t, profileConfig(seed, pr)) })
+		}
+		if crashed == 0 {
+			t.Errorf("no request crashed at an injected fault point in any profile: are the crashes still injected?")
 		}
 		return
 	}
@@ -118,7 +122,7 @@ func TestModelCheck(t *testing.T) {
 		deadline = d.Add(-5 * time.Minute)
 		t.Logf("%s=%v is longer than go test's -timeout allows: running until %s", envTime, budget, deadline.Format(time.TimeOnly))
 	}
-	runs, failed, unplanted := 0, 0, 0
+	runs, failed, unplanted, crashed := 0, 0, 0, 0
 	for s := seed; time.Now().Before(deadline); s++ {
 		runs++
 		pr := chosen[s%uint64(len(chosen))]
@@ -128,12 +132,15 @@ func TestModelCheck(t *testing.T) {
 					unplanted++
 				}
 			}()
-			checkRun(t, profileConfig(s, pr))
+			crashed += checkRun(t, profileConfig(s, pr))
 		}) {
 			failed++
 		}
 	}
-	t.Logf("%d runs from seed %d in %v, %d failed", runs, seed, budget, failed)
+	t.Logf("%d runs from seed %d in %v, %d failed, %d requests crashed at fault points", runs, seed, budget, failed, crashed)
+	if crashed == 0 && runs > 0 {
+		t.Errorf("no request crashed at an injected fault point in %d runs: are the crashes still injected?", runs)
+	}
 	if unplanted > 0 {
 		t.Logf("%d of them skipped: %s=%s rewrote nothing in them (neither caught nor missed)", unplanted, envPlant, os.Getenv(envPlant))
 	}
@@ -155,8 +162,9 @@ func seedFromEnv(t *testing.T) uint64 {
 }
 
 // checkRun runs one random history and fails t with the checker's report
-// when the history breaks the contract.
-func checkRun(t *testing.T, cfg runConfig) {
+// when the history breaks the contract. It returns how many requests
+// crashed at an injected fault point.
+func checkRun(t *testing.T, cfg runConfig) (crashed int) {
 	start := time.Now()
 	c := newChecker(t, cfg)
 	if name := os.Getenv(envPlant); name != "" {
@@ -207,8 +215,10 @@ func checkRun(t *testing.T, cfg runConfig) {
 	}
 	if res.crashCount() == 0 {
 		// Every profile sends Once-Fault headers on requests that may
-		// execute: a run where none crashed checked no crash.
-		res.violations = append(res.violations, "no request crashed at an injected fault point ("+res.crashes()+"): are the crashes still injected?")
+		// execute, but a short run of a profile whose requests mostly stop
+		// before a fault point can see none by chance: the callers fail
+		// when no run of theirs crashed at all.
+		t.Logf("modelcheck: seed %d: no request crashed at an injected fault point (%s)", cfg.seed, res.crashes())
 	}
 	if name := os.Getenv(envPlant); name != "" && c.px.planted.Load() == 0 {
 		// The plant never acted: the run says nothing about it, whether
@@ -222,6 +232,7 @@ func checkRun(t *testing.T, cfg runConfig) {
 		t.Fatalf("modelcheck: %v (the plant rewrote %d conditions or keys)", res, c.px.planted.Load())
 	}
 	t.Logf("modelcheck: %v; %v in all", res, time.Since(start).Round(100*time.Millisecond))
+	return res.crashCount()
 }
 
 // scenarioConfig is the configuration of crafted schedules: a short lease
