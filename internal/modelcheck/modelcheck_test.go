@@ -62,8 +62,10 @@ func profileConfig(seed uint64, profile string) runConfig {
 		cfg.handover, cfg.keysPerTenant, cfg.spread, cfg.late = true, 3, 1, 0.5
 	case "refunds":
 		// Every key races the tenant's other keys for what is left of
-		// one payment.
-		cfg.only = "refunds"
+		// one payment. Few refunds execute (most are refused by their
+		// hold, which no fault point follows): most of those that may
+		// carry a fault.
+		cfg.only, cfg.faultRate = "refunds", 0.8
 	case "orders":
 		// Every key an order resumed by retries racing each other; a
 		// shorter history (one round per key), half the completions and a
@@ -74,6 +76,9 @@ func profileConfig(seed uint64, profile string) runConfig {
 		// Every key a refund of the tenant's one payment, still pending
 		// when the history starts; a shorter history.
 		cfg.only, cfg.settling, cfg.keysPerTenant, cfg.history = "refunds", true, 4, 8*time.Second
+		// As in refunds, few refunds execute (those sent before their
+		// payment is settled are refused by their hold too).
+		cfg.faultRate = 0.8
 	}
 	return cfg
 }
@@ -103,8 +108,12 @@ func TestModelCheck(t *testing.T) {
 		if os.Getenv(envProfile) == "" {
 			chosen = bounded
 		}
+		crashed := 0
 		for _, pr := range chosen {
-			t.Run(pr, func(t *testing.T) { checkRun(t, profileConfig(seed, pr)) })
+			t.Run(pr, func(t *testing.T) { crashed += checkRun(t, profileConfig(seed, pr)) })
+		}
+		if crashed == 0 {
+			t.Errorf("no request crashed at an injected fault point in any profile: are the crashes still injected?")
 		}
 		return
 	}
@@ -113,15 +122,28 @@ func TestModelCheck(t *testing.T) {
 		deadline = d.Add(-5 * time.Minute)
 		t.Logf("%s=%v is longer than go test's -timeout allows: running until %s", envTime, budget, deadline.Format(time.TimeOnly))
 	}
-	runs, failed := 0, 0
+	runs, failed, unplanted, crashed := 0, 0, 0, 0
 	for s := seed; time.Now().Before(deadline); s++ {
 		runs++
 		pr := chosen[s%uint64(len(chosen))]
-		if !t.Run(fmt.Sprintf("seed=%d/%s", s, pr), func(t *testing.T) { checkRun(t, profileConfig(s, pr)) }) {
+		if !t.Run(fmt.Sprintf("seed=%d/%s", s, pr), func(t *testing.T) {
+			defer func() {
+				if t.Skipped() {
+					unplanted++
+				}
+			}()
+			crashed += checkRun(t, profileConfig(s, pr))
+		}) {
 			failed++
 		}
 	}
-	t.Logf("%d runs from seed %d in %v, %d failed", runs, seed, budget, failed)
+	t.Logf("%d runs from seed %d in %v, %d failed, %d requests crashed at fault points", runs, seed, budget, failed, crashed)
+	if crashed == 0 && runs > 0 {
+		t.Errorf("no request crashed at an injected fault point in %d runs: are the crashes still injected?", runs)
+	}
+	if unplanted > 0 {
+		t.Logf("%d of them skipped: %s=%s rewrote nothing in them (neither caught nor missed)", unplanted, envPlant, os.Getenv(envPlant))
+	}
 }
 
 // seedFromEnv returns MODELCHECK_SEED, or a fresh seed.
@@ -140,8 +162,9 @@ func seedFromEnv(t *testing.T) uint64 {
 }
 
 // checkRun runs one random history and fails t with the checker's report
-// when the history breaks the contract.
-func checkRun(t *testing.T, cfg runConfig) {
+// when the history breaks the contract. It returns how many requests
+// crashed at an injected fault point.
+func checkRun(t *testing.T, cfg runConfig) (crashed int) {
 	start := time.Now()
 	c := newChecker(t, cfg)
 	if name := os.Getenv(envPlant); name != "" {
@@ -190,10 +213,26 @@ func checkRun(t *testing.T, cfg runConfig) {
 	if res.faults[faultThrottle]+res.faults[faultError]+res.faults[faultDrop]+res.faults[faultDelay]+res.faults[faultLate] == 0 {
 		res.violations = append(res.violations, "the proxy injected no store fault: is it still in the stack's path?")
 	}
+	if res.crashCount() == 0 {
+		// Every profile sends Once-Fault headers on requests that may
+		// execute, but a short run of a profile whose requests mostly stop
+		// before a fault point can see none by chance: the callers fail
+		// when no run of theirs crashed at all.
+		t.Logf("modelcheck: seed %d: no request crashed at an injected fault point (%s)", cfg.seed, res.crashes())
+	}
+	if name := os.Getenv(envPlant); name != "" && c.px.planted.Load() == 0 {
+		// The plant never acted: the run says nothing about it, whether
+		// it passed or not.
+		if !res.ok() {
+			t.Fatalf("modelcheck: %v\nthe plant %s rewrote nothing in this run: the failure is not the plant's", res, name)
+		}
+		t.Skipf("modelcheck: seed %d: the plant %s rewrote nothing in this run: neither caught nor missed (%v)", cfg.seed, name, res)
+	}
 	if !res.ok() {
 		t.Fatalf("modelcheck: %v (the plant rewrote %d conditions or keys)", res, c.px.planted.Load())
 	}
 	t.Logf("modelcheck: %v; %v in all", res, time.Since(start).Round(100*time.Millisecond))
+	return res.crashCount()
 }
 
 // scenarioConfig is the configuration of crafted schedules: a short lease
@@ -284,6 +323,76 @@ func unfencedCompletion(t *testing.T, planted bool) *result {
 		t.Fatal("the proxy never rewrote a completion's condition")
 	}
 	return res
+}
+
+// TestPlantedUnfencedTakeover shows that the checker catches a takeover
+// of an abandoned multi-step request that is not fenced on the abandoned
+// lease token. The proxy rewrites the takeover's condition (see the plant
+// unfenced-takeover), and a crafted schedule makes two retries race for one
+// abandoned lease:
+//
+//  1. A sends an order (tok_visa) with a crash after its first recovery
+//     point: its reservation stays IN_PROGRESS at order_created;
+//  2. once its lease has run out, B and C retry at once; the proxy holds
+//     their takeovers until both are held, then lets them through together.
+//
+// Fenced, one wins and resumes the order, the other is answered 409. Planted,
+// both win: two owners of one lease at once. What they then do is
+// idempotent (one owner per phase goes on, fenced on its recovery point and
+// its own token), so the history, the final read and the audits pass; the
+// checker must catch it by the proxy's count of winners per abandoned
+// lease. The unplanted run of the same schedule must pass, so that the
+// failure is the plant's.
+func TestPlantedUnfencedTakeover(t *testing.T) {
+	plantedAndFenced(t, func(t *testing.T, planted bool) {
+		ctx := t.Context()
+		c := newChecker(t, scenarioConfig(seedFromEnv(t)))
+		if planted {
+			pl := plants["unfenced-takeover"]
+			c.px.plant.Store(&pl)
+		}
+		orders := endpointNamed(t, "orders")
+		p := c.addPartition("acme", "takeover-"+c.run, variantSpec{orders, map[string]any{
+			"amount": 1500, "currency": "EUR", "customer": "cus_1", "source": tokVisa, "email": "cus1@example.com",
+		}})
+		takeovers := newGate(10*time.Second, func(op string, req map[string]any) bool {
+			_, _, ok := takeoverOf(op, req)
+			return ok && itemKey(req) == p.pk
+		})
+		c.px.addGate(takeovers)
+		r := func(i uint64) *mrand.Rand { return mrand.New(mrand.NewPCG(c.cfg.seed, i)) }
+
+		if o := c.send(ctx, 0, p, 0, orderFaults[0], r(1)); o.status != 502 || o.code != "function_failed" {
+			t.Fatalf("crash after %s = %d %s, want API Gateway's 502 function_failed", orderFaults[0], o.status, o.body)
+		}
+		time.Sleep(c.cfg.lease + 50*time.Millisecond)
+		retries := make(chan *op, 2)
+		for i := range 2 {
+			go func() { retries <- c.send(ctx, 1+i, p, 0, "", r(uint64(2+i))) }()
+		}
+		waitUntil(t, 10*time.Second, "two takeovers held at the proxy", func() bool { return takeovers.held.Load() >= 2 })
+		takeovers.release()
+		<-retries
+		<-retries
+		res := c.finish(ctx)
+		tk := c.takeovers()
+		t.Logf("modelcheck: %v", tk)
+		switch {
+		case planted && c.px.planted.Load() == 0:
+			t.Fatal("the proxy never rewrote a takeover's condition")
+		case planted && res.ok():
+			t.Fatalf("the checker passed the planted bug (%v): %v", tk, res)
+		case planted:
+			if text := res.String(); !strings.Contains(text, "two takeovers won the same abandoned lease") {
+				t.Errorf("the report does not name the two owners:\n%s", text)
+			}
+			t.Logf("the checker caught the planted bug:\n%v", res)
+		case tk.won != 1:
+			t.Fatalf("takeovers won = %d, want 1 (%v)", tk.won, tk)
+		case !res.ok():
+			t.Fatalf("the checker failed the fenced schedule: %v", res)
+		}
+	})
 }
 
 // TestAbandonedChargeKeepsItsKey is the regression test of a double charge

@@ -34,20 +34,24 @@ var dataPlane = map[string]bool{
 // writes that carry it into another that uses the same expression names and
 // values (DynamoDB rejects unused ones) but means something else. It applies
 // to PutItem and to the puts and updates of TransactWriteItems, or to the
-// operations it names. A plant with ownerKey rewrites no condition: it
-// changes the forwarded keys of the orders' charges at the provider instead
-// (see ownerKeys).
+// operations it names; with takeover, to takeovers only (see takeoverOf).
+// A plant with ownerKey rewrites no condition: it changes the forwarded
+// keys of the orders' charges at the provider instead (see ownerKeys).
 type plant struct {
 	from, to string
 	ops      []string // the operations it rewrites; PutItem and TransactWriteItems when nil
+	takeover bool
 	ownerKey bool
 }
 
-// applies reports whether pl rewrites calls of op.
-func (pl *plant) applies(op string) bool {
+// applies reports whether pl rewrites call req of op.
+func (pl *plant) applies(op string, req map[string]any) bool {
 	switch {
 	case pl.from == "":
 		return false
+	case pl.takeover:
+		_, _, ok := takeoverOf(op, req)
+		return ok
 	case pl.ops == nil:
 		return op == "PutItem" || op == "TransactWriteItems"
 	}
@@ -86,13 +90,22 @@ var plants = map[string]plant{
 		to:   "(#status = :pending OR :pending = :pending)",
 		ops:  []string{"UpdateItem"},
 	},
+	// A takeover of an abandoned multi-step request (idempotency's
+	// Call.takeOver, an Advance from its recovery point to the same point
+	// under a new token) no longer checks the abandoned lease token: two
+	// retries that read the same abandoned lease both take it over, two
+	// owners at once. Only takeovers are rewritten; the phases' own
+	// Advances stay fenced.
+	"unfenced-takeover": {
+		from:     "#lease = :lease AND #status <> :completed AND #status = :status AND #external = :external AND #point = :from",
+		to:       "(#lease = :lease OR :lease = :lease) AND #status <> :completed AND #status = :status AND #external = :external AND #point = :from",
+		takeover: true,
+	},
 	// An order's charge is forwarded to the provider under a key derived
 	// from its request's lease token as well (Steps.ForwardKey with the
 	// token in it): stable within one owner's attempt, another key after
 	// every takeover, so a phase resumed by a retry or the reconciler
-	// after its provider call is a second charge. (A recovery point or
-	// takeover written without its lease condition is no plant: see the
-	// package documentation.)
+	// after its provider call is a second charge.
 	"owner-forward-key": {ownerKey: true},
 }
 
@@ -424,7 +437,7 @@ func (p *dynamoProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if op == "UpdateItem" && conditioned(req, settleCondition, strings.HasPrefix) {
 		r = r.WithContext(context.WithValue(r.Context(), settlementKey{}, itemKey(req)))
 	}
-	if pl := p.plant.Load(); pl != nil && pl.applies(op) && pl.rewrite(req) {
+	if pl := p.plant.Load(); pl != nil && pl.applies(op, req) && pl.rewrite(req) {
 		p.planted.Add(1)
 		body, _ = json.Marshal(req)
 	}
@@ -436,7 +449,7 @@ func (p *dynamoProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if old, lease, ok := takeoverOf(op, req); ok && pk != "" {
 		p.tryTakeover(pk, old, lease)
-		w = &takeWatch{ResponseWriter: w, took: func() { p.tookOver(pk, old) }}
+		w = &takeWatch{ResponseWriter: w, took: func() { p.tookOver(pk, old, lease) }}
 	}
 	if !p.hold(r, op, req, pk, body) {
 		return // the caller hung up while held

@@ -43,7 +43,8 @@ type runConfig struct {
 	lease           time.Duration
 	providerTimeout time.Duration
 	providerSettle  time.Duration // ONCE_PROVIDER_SETTLE; the provider timeout when zero
-	faultRate       float64       // share of requests with a Once-Fault header
+	faultRate       float64       // share of requests with a Once-Fault header among those about to execute (see checker.faultRate)
+	replayFault     float64       // the same share among the others (replays, 409s and refusals: they reach no fault point)
 	retryRate       float64       // chance that a client retries after 409 or 5xx
 	spread          float64       // chance that a request draws its variant at random rather than sending the first
 	outages         int           // store outage windows during the history
@@ -98,7 +99,8 @@ func boundedConfig(seed uint64) runConfig {
 		// delayed a few hundred milliseconds makes a zombie.
 		lease:           600 * time.Millisecond,
 		providerTimeout: 400 * time.Millisecond,
-		faultRate:       0.15,
+		faultRate:       0.5,
+		replayFault:     0.02,
 		retryRate:       0.6,
 		spread:          0.4,
 		outages:         4,
@@ -241,6 +243,12 @@ type checker struct {
 
 	mu  sync.Mutex
 	ops []*op
+	// decided are the keys some request has seen a replay or an
+	// effectful final answer of (stored, or stored by recovery): a request
+	// under one replays or is refused, and reaches no fault point. A fresh
+	// answer that is not effectful may have been sent unstored (handover's
+	// 422 provider_rejected: recovery releases the key).
+	decided map[*partition]bool
 }
 
 // newChecker starts a devstack whose DynamoDB is a fault proxy in front of
@@ -255,6 +263,8 @@ func newChecker(t *testing.T, cfg runConfig) *checker {
 		epoch: time.Now(),
 		out:   &lambdatest.Buffer{},
 		http:  &http.Client{Timeout: 60 * time.Second},
+
+		decided: map[*partition]bool{},
 	}
 	px, err := startProxy(dynamotest.Endpoint(t), cfg.seed, c.now)
 	if err != nil {
@@ -473,12 +483,34 @@ func (c *checker) send(ctx context.Context, client int, p *partition, v int, fau
 		o.replayed = resp.Header.Get(idempotency.ReplayedHeader) == "true"
 		o.code = problemCode(resp.Header.Get("Content-Type"), o.body)
 		o.class = classify(o.status, o.code)
-		o.digest = digest(o.status, resp.Header.Get("Content-Type"), resp.Header.Get("Location"), o.body)
+		o.digest = digest(o.status, resp.Header, o.body)
 	}
 	c.mu.Lock()
 	c.ops = append(c.ops, o)
+	if o.class == classFinal && (o.replayed || va.ep.effectful(o.status)) {
+		c.decided[p] = true
+	}
 	c.mu.Unlock()
 	return o
+}
+
+// faultRate is the chance that a client's request under p carries a
+// Once-Fault header: high when the request is about to execute, and may
+// crash at its fault point (p is not decided, and its record, read from
+// DynamoDB Local directly, is absent or a reservation whose lease has run
+// out, which the request takes over or hands to recovery), low otherwise
+// (see runConfig.faultRate and checker.decided).
+func (c *checker) faultRate(ctx context.Context, p *partition) float64 {
+	c.mu.Lock()
+	decided := c.decided[p]
+	c.mu.Unlock()
+	if decided {
+		return c.cfg.replayFault
+	}
+	if rec, found := c.record(ctx, p); found && (rec.Status == idempotency.StatusCompleted || time.Now().Before(rec.ExpiresAt)) {
+		return c.cfg.replayFault
+	}
+	return c.cfg.faultRate
 }
 
 // classify tells what an answer says about the key.
@@ -504,11 +536,34 @@ func problemCode(contentType string, body []byte) string {
 	return p.Code
 }
 
-// digest identifies an answer as a replay must reproduce it: status,
-// Content-Type, Location and body bytes.
-func digest(status int, contentType, location string, body []byte) string {
-	sum := sha256.Sum256([]byte(contentType + "\x00" + location + "\x00" + string(body)))
-	return fmt.Sprintf("%d #%s", status, hex.EncodeToString(sum[:])[:8])
+// perResponse are the header fields that legitimately differ between an
+// answer and its replay: the replay mark (Idempotent-Replayed), the time of
+// sending (Date), the framing, derived from the body the digest covers
+// (Content-Length) or hop-by-hop, and the request IDs of the router
+// (Request-Id) and of API Gateway (X-Amzn-Requestid), which name each
+// request, not its answer. idempotency does not store the first three
+// either.
+var perResponse = map[string]bool{
+	idempotency.ReplayedHeader: true, "Date": true,
+	"Content-Length": true, "Transfer-Encoding": true, "Connection": true, "Keep-Alive": true,
+	"Request-Id": true, "X-Amzn-Requestid": true,
+}
+
+// digest identifies an answer as a replay must reproduce it: status, every
+// header field but the perResponse ones (names canonical, values in order:
+// Set-Cookie lines apart, other fields as the one line they are sent as),
+// and body bytes.
+func digest(status int, h http.Header, body []byte) string {
+	sum := sha256.New()
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		if perResponse[http.CanonicalHeaderKey(k)] {
+			continue
+		}
+		fmt.Fprintf(sum, "%s\x00%q\x00", http.CanonicalHeaderKey(k), h[k])
+	}
+	sum.Write([]byte{0})
+	sum.Write(body)
+	return fmt.Sprintf("%d #%s", status, hex.EncodeToString(sum.Sum(nil))[:8])
 }
 
 // runClients runs the random clients until each has started perClient
@@ -547,7 +602,7 @@ func (c *checker) runClients(ctx context.Context) {
 					v = r.IntN(len(p.variants))
 				}
 				fault := ""
-				if ep := p.variants[v].ep; r.Float64() < c.cfg.faultRate {
+				if ep := p.variants[v].ep; r.Float64() < c.faultRate(ctx, p) {
 					fault = ep.faults[r.IntN(len(ep.faults))]
 				}
 				o := c.send(ctx, i, p, v, fault, r)
@@ -688,7 +743,9 @@ func (c *checker) readFinal(ctx context.Context) (map[*partition]*finalRead, err
 		}
 		f.record = recordCompleted
 		resp := rec.Response
-		f.digest = digest(resp.Status, resp.Header["Content-Type"], resp.Header["Location"], resp.Body)
+		h := http.Header{}
+		resp.SetHeader(h)
+		f.digest = digest(resp.Status, h, resp.Body)
 		// External records keep their request; Atomic answers are the
 		// payment, with its metadata.
 		tg, ok := tagInJSON(rec.Request)
@@ -753,17 +810,21 @@ type result struct {
 	faults     map[faultKind]int
 	answers    map[string]int // answers by status and kind
 	endpoints  map[string]int // requests by endpoint
-	quiet      time.Duration  // the wait for quiet
-	violations []string
-	files      []string
+	// faulted and crashed count the requests with a Once-Fault header
+	// and those of them that crashed (502), by endpoint and fault point
+	// ("charges/after_reserve").
+	faulted, crashed map[string]int
+	quiet            time.Duration // the wait for quiet
+	violations       []string
+	files            []string
 }
 
 func (r *result) ok() bool { return len(r.violations) == 0 }
 
 func (r *result) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %d requests %v, %d operations checked, answers %v, store faults %v, quiet after %v",
-		r.seed, r.requests, r.endpoints, r.operations, r.answers, r.faults, r.quiet.Round(100*time.Millisecond))
+	fmt.Fprintf(&b, "seed %d: %d requests %v, %d operations checked, answers %v, store faults %v, %s, quiet after %v",
+		r.seed, r.requests, r.endpoints, r.operations, r.answers, r.faults, r.crashes(), r.quiet.Round(100*time.Millisecond))
 	if r.ok() {
 		return b.String()
 	}
@@ -777,12 +838,37 @@ func (r *result) String() string {
 	return b.String()
 }
 
+// crashes sums up the injected crashes: how many requests crashed of how
+// many carried a Once-Fault header, then crashed/sent per endpoint and
+// fault point.
+func (r *result) crashes() string {
+	crashed, faulted := 0, 0
+	pairs := make([]string, 0, len(r.faulted))
+	for _, k := range slices.Sorted(maps.Keys(r.faulted)) {
+		crashed, faulted = crashed+r.crashed[k], faulted+r.faulted[k]
+		pairs = append(pairs, fmt.Sprintf("%s:%d/%d", k, r.crashed[k], r.faulted[k]))
+	}
+	return fmt.Sprintf("crashes %d of %d Once-Fault requests [%s]", crashed, faulted, strings.Join(pairs, " "))
+}
+
+// crashCount is how many requests crashed at an injected fault.
+func (r *result) crashCount() int {
+	n := 0
+	for _, c := range r.crashed {
+		n += c
+	}
+	return n
+}
+
 // finish stops the faults, waits for quiet, reads the final state, probes,
 // and checks the history and the invariants.
 func (c *checker) finish(ctx context.Context) *result {
 	c.px.disarm()
 	c.px.landLate()
-	res := &result{seed: c.cfg.seed, faults: map[faultKind]int{}, answers: map[string]int{}, endpoints: map[string]int{}}
+	res := &result{
+		seed: c.cfg.seed, faults: map[faultKind]int{}, answers: map[string]int{}, endpoints: map[string]int{},
+		faulted: map[string]int{}, crashed: map[string]int{},
+	}
 	for _, e := range c.px.faultEvents() {
 		res.faults[e.kind]++
 	}
@@ -812,6 +898,13 @@ func (c *checker) finish(ctx context.Context) *result {
 	for _, o := range ops {
 		res.answers[o.kind(c.cfg.lease)]++
 		res.endpoints[o.part.variants[o.variant].ep.name]++
+		if o.fault != "" {
+			pair := o.part.variants[o.variant].ep.name + "/" + o.fault
+			res.faulted[pair]++
+			if o.status == http.StatusBadGateway {
+				res.crashed[pair]++
+			}
+		}
 	}
 	byPart := map[*partition][]*op{}
 	for _, o := range ops {
@@ -831,6 +924,9 @@ func (c *checker) finish(ctx context.Context) *result {
 		}
 	}
 	res.violations = append(res.violations, c.workerInvariants(ctx)...)
+	for _, pk := range c.takeovers().twoOwnerKeys {
+		res.violations = append(res.violations, c.partitionName(pk)+": two takeovers won the same abandoned lease (two owners at once, which the lease fence forbids)")
+	}
 	for _, ep := range endpoints {
 		if ep.audit == nil {
 			continue
@@ -1087,4 +1183,63 @@ func (c *checker) writeFile(name string, data []byte) string {
 		return ""
 	}
 	return path
+}
+
+// TestDigest checks which differences between two answers digest tells
+// apart: every header field an answer carries but the perResponse ones, and
+// the stored answer as a replay sends it.
+func TestDigest(t *testing.T) {
+	body := []byte(`{"id":"pay_1"}`)
+	base := http.Header{
+		"Content-Type":  {"application/json"},
+		"Location":      {"/v1/payments/pay_1"},
+		"Cache-Control": {"no-store"},
+		"Set-Cookie":    {"a=1", "b=2"},
+	}
+	with := func(k string, v ...string) http.Header {
+		h := base.Clone()
+		if v == nil {
+			h.Del(k)
+		} else {
+			h[k] = v
+		}
+		return h
+	}
+	stored := http.Header{}
+	idempotency.Response{
+		Status: 201, Body: body, SetCookie: []string{"a=1", "b=2"},
+		Header: map[string]string{"Content-Type": "application/json", "Location": "/v1/payments/pay_1", "Cache-Control": "no-store"},
+	}.SetHeader(stored)
+	tests := []struct {
+		name   string
+		status int
+		h      http.Header
+		body   []byte
+		same   bool
+	}{
+		{"the stored answer", 201, stored, body, true},
+		{"a replay", 201, with(idempotency.ReplayedHeader, "true"), body, true},
+		{"another Date", 201, with("Date", "Wed, 25 Nov 2026 16:00:00 GMT"), body, true},
+		{"another request's IDs", 201, with("Request-Id", "req_2"), body, true},
+		{"another API Gateway request ID", 201, with("X-Amzn-Requestid", "r2"), body, true},
+		{"Content-Length", 201, with("Content-Length", "14"), body, true},
+		{"another status", 200, base, body, false},
+		{"another body", 201, base, []byte(`{"id":"pay_2"}`), false},
+		{"another Content-Type", 201, with("Content-Type", "text/plain"), body, false},
+		{"another Location", 201, with("Location", "/v1/payments/pay_2"), body, false},
+		{"no Cache-Control", 201, with("Cache-Control"), body, false},
+		{"another Cache-Control", 201, with("Cache-Control", "no-cache"), body, false},
+		{"a Retry-After", 201, with("Retry-After", "1"), body, false},
+		{"a Set-Cookie lost", 201, with("Set-Cookie", "a=1"), body, false},
+		{"Set-Cookie lines reordered", 201, with("Set-Cookie", "b=2", "a=1"), body, false},
+		{"Set-Cookie lines joined", 201, with("Set-Cookie", "a=1, b=2"), body, false},
+	}
+	want := digest(201, base, body)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := digest(tt.status, tt.h, tt.body); (got == want) != tt.same {
+				t.Errorf("digest = %s, base's %s; want the same: %v", got, want, tt.same)
+			}
+		})
+	}
 }

@@ -22,13 +22,14 @@ import (
 // tries, by the lease token each took over (a retry's Advance that keeps
 // the recovery point under a new, unexpired token, fenced on the abandoned
 // one), as the sets of the new tokens they wrote (an SDK retry resends the
-// same); when a try succeeded (the checker's clock); and how many
-// succeeded, by the token they took over (two: two owners at once, which
-// the lease fence forbids).
+// same); when a try succeeded (the checker's clock); and the tries that
+// succeeded, by the token they took over, as the sets of the new tokens
+// they wrote (two: two owners of one lease at once, which the lease fence
+// forbids; an SDK retry of one try writes the same token, so it is one).
 type takeoverLog struct {
 	tries   map[string]map[string]bool
 	won     []int64
-	winners map[string]int
+	winners map[string]map[string]bool
 }
 
 // takeoverOf reports whether a call is a takeover of a multi-step
@@ -74,7 +75,7 @@ func (p *dynamoProxy) recordOf(tg tag) (string, bool) {
 func (p *dynamoProxy) takeoversOf(pk string) *takeoverLog {
 	l := p.takeovers[pk]
 	if l == nil {
-		l = &takeoverLog{tries: map[string]map[string]bool{}, winners: map[string]int{}}
+		l = &takeoverLog{tries: map[string]map[string]bool{}, winners: map[string]map[string]bool{}}
 		p.takeovers[pk] = l
 	}
 	return l
@@ -91,13 +92,17 @@ func (p *dynamoProxy) tryTakeover(pk, old, lease string) {
 	l.tries[old][lease] = true
 }
 
-// tookOver notes that a takeover of item pk's lease old succeeded.
-func (p *dynamoProxy) tookOver(pk, old string) {
+// tookOver notes that a takeover of item pk's lease old with lease
+// succeeded.
+func (p *dynamoProxy) tookOver(pk, old, lease string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	l := p.takeoversOf(pk)
 	l.won = append(l.won, p.clock())
-	l.winners[old]++
+	if l.winners[old] == nil {
+		l.winners[old] = map[string]bool{}
+	}
+	l.winners[old][lease] = true
 }
 
 // takeoverCounts sums up the takeovers of the run's keys: how many keys
@@ -105,9 +110,12 @@ func (p *dynamoProxy) tookOver(pk, old string) {
 // flight when it did (the winner and at least one rival), how many keys
 // saw two requests or more try to take one abandoned lease over (a race
 // for the lease, which all but one of them lose), and on how many keys
-// two of them won it (never, unless a plant unfences the takeover).
+// two of them won it (never: the run fails, see checker.finish; the plant
+// unfenced-takeover makes it happen).
 type takeoverCounts struct {
 	tries, won, keysWon, overlapped, contested, twoOwners int
+	// twoOwnerKeys are the items of the keys counted in twoOwners.
+	twoOwnerKeys []string
 }
 
 func (t takeoverCounts) String() string {
@@ -139,8 +147,9 @@ func (c *checker) takeovers() takeoverCounts {
 			n.contested++
 		}
 		for _, w := range l.winners {
-			if w > 1 {
+			if len(w) > 1 {
 				n.twoOwners++
+				n.twoOwnerKeys = append(n.twoOwnerKeys, pk)
 				break
 			}
 		}
