@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/internal/jsonbody/jsonbodytest"
 )
 
@@ -243,31 +242,10 @@ func FuzzDecodePayment(f *testing.F) {
 			}
 			return
 		}
-		if _, err := idempotency.Canonical(body); err != nil {
-			t.Fatalf("Decode(%q) accepted a body the idempotency fingerprint refuses: %v", body, err)
-		}
 		// The stored request of an External record is the canonical body;
 		// it must decode to the same request (a reconciler rebuilds the
 		// response from it).
-		canonical, _ := idempotency.Canonical(body)
-		fromCanonical, err := Decode(canonical)
-		if err != nil {
-			t.Fatalf("Decode(%s) of the canonical form of %q error = %v", canonical, body, err)
-		}
-		if diff := cmp.Diff(req, fromCanonical); diff != "" {
-			t.Fatalf("Decode of %q and of its canonical form %s mismatch (-body +canonical):\n%s", body, canonical, diff)
-		}
-		out, err := json.Marshal(req)
-		if err != nil {
-			t.Fatalf("json.Marshal(%+v) error = %v", req, err)
-		}
-		again, err := Decode(out)
-		if err != nil {
-			t.Fatalf("Decode(%s) of a re-encoded valid request (from %q) error = %v", out, body, err)
-		}
-		if diff := cmp.Diff(req, again); diff != "" {
-			t.Fatalf("round trip of %q through %s mismatch (-first +second):\n%s", body, out, diff)
-		}
+		jsonbodytest.CheckRoundTrips(t, body, req, Decode)
 	})
 }
 
@@ -313,28 +291,7 @@ func FuzzDecodeWithSource(f *testing.F) {
 		if req.Source == "" || !named(body, "source") {
 			t.Fatalf("DecodeWithSource(%q) = %+v, accepted a request that names no source", body, req)
 		}
-		canonical, err := idempotency.Canonical(body)
-		if err != nil {
-			t.Fatalf("DecodeWithSource(%q) accepted a body the idempotency fingerprint refuses: %v", body, err)
-		}
-		fromCanonical, err := DecodeWithSource(canonical)
-		if err != nil {
-			t.Fatalf("DecodeWithSource(%s) of the canonical form of %q error = %v", canonical, body, err)
-		}
-		if diff := cmp.Diff(req, fromCanonical); diff != "" {
-			t.Fatalf("DecodeWithSource of %q and of its canonical form %s mismatch (-body +canonical):\n%s", body, canonical, diff)
-		}
-		out, err := json.Marshal(req)
-		if err != nil {
-			t.Fatalf("json.Marshal(%+v) error = %v", req, err)
-		}
-		again, err := DecodeWithSource(out)
-		if err != nil {
-			t.Fatalf("DecodeWithSource(%s) of a re-encoded valid request (from %q) error = %v", out, body, err)
-		}
-		if diff := cmp.Diff(req, again); diff != "" {
-			t.Fatalf("round trip of %q through %s mismatch (-first +second):\n%s", body, out, diff)
-		}
+		jsonbodytest.CheckRoundTrips(t, body, req, DecodeWithSource)
 	})
 }
 

@@ -1,13 +1,9 @@
 package refunds
 
 import (
-	"encoding/json"
 	"slices"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
-	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/internal/jsonbody/jsonbodytest"
 	"github.com/oncehq/once/internal/payments"
 )
@@ -46,27 +42,6 @@ func FuzzDecodeRefund(f *testing.F) {
 			req.Metadata != nil && len(req.Metadata) == 0 {
 			t.Fatalf("Decode(%q) accepted %+v", body, req)
 		}
-		canonical, err := idempotency.Canonical(body)
-		if err != nil {
-			t.Fatalf("Decode(%q) accepted a body the idempotency fingerprint refuses: %v", body, err)
-		}
-		fromCanonical, err := Decode(canonical)
-		if err != nil {
-			t.Fatalf("Decode(%s) of the canonical form of %q error = %v", canonical, body, err)
-		}
-		if diff := cmp.Diff(req, fromCanonical); diff != "" {
-			t.Fatalf("Decode of %q and of its canonical form %s mismatch (-body +canonical):\n%s", body, canonical, diff)
-		}
-		out, err := json.Marshal(req)
-		if err != nil {
-			t.Fatalf("json.Marshal(%+v) error = %v", req, err)
-		}
-		again, err := Decode(out)
-		if err != nil {
-			t.Fatalf("Decode(%s) of a re-encoded valid request (from %q) error = %v", out, body, err)
-		}
-		if diff := cmp.Diff(req, again); diff != "" {
-			t.Fatalf("round trip of %q through %s mismatch (-first +second):\n%s", body, out, diff)
-		}
+		jsonbodytest.CheckRoundTrips(t, body, req, Decode)
 	})
 }

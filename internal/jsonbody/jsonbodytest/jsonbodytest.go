@@ -9,6 +9,9 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oncehq/once/idempotency"
 	"github.com/oncehq/once/idempotency/problem"
 )
 
@@ -54,4 +57,34 @@ func CheckRefusal(t testing.TB, body []byte, err error, fields []string) {
 		}
 	}
 	t.Fatalf("Decode(%q) error %v names %q: neither a parameter (%v) nor a member of the body", body, err, ferr.Field, fields)
+}
+
+// CheckRoundTrips fails t unless req, what decode accepted body as, is what
+// decode makes of body's canonical form (idempotency.Canonical: an External
+// record stores it, and a reconciler rebuilds the answer from it) and of
+// req's own JSON encoding; and body, accepted, can be fingerprinted.
+func CheckRoundTrips[T any](t testing.TB, body []byte, req T, decode func([]byte) (T, error)) {
+	t.Helper()
+	canonical, err := idempotency.Canonical(body)
+	if err != nil {
+		t.Fatalf("Decode(%q) accepted a body the idempotency fingerprint refuses: %v", body, err)
+	}
+	fromCanonical, err := decode(canonical)
+	if err != nil {
+		t.Fatalf("Decode(%s) of the canonical form of %q error = %v", canonical, body, err)
+	}
+	if diff := cmp.Diff(req, fromCanonical); diff != "" {
+		t.Fatalf("Decode of %q and of its canonical form %s mismatch (-body +canonical):\n%s", body, canonical, diff)
+	}
+	out, err := json.Marshal(req)
+	if err != nil {
+		t.Fatalf("json.Marshal(%+v) error = %v", req, err)
+	}
+	again, err := decode(out)
+	if err != nil {
+		t.Fatalf("Decode(%s) of a re-encoded valid request (from %q) error = %v", out, body, err)
+	}
+	if diff := cmp.Diff(req, again); diff != "" {
+		t.Fatalf("round trip of %q through %s mismatch (-first +second):\n%s", body, out, diff)
+	}
 }
