@@ -13,7 +13,8 @@ import (
 // Header is the request header that carries the idempotency key.
 const Header = "Idempotency-Key"
 
-// ReplayedHeader marks a replayed response.
+// ReplayedHeader marks a replayed response. It is the Middleware's own
+// field: one a handler sets is not sent, on the first answer or a replay.
 const ReplayedHeader = "Idempotent-Replayed"
 
 // MaxKeyLength is the longest accepted key, in characters, after unquoting.

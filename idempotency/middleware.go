@@ -859,7 +859,7 @@ func (c *Call) finish(w http.ResponseWriter, r *http.Request, rec *recorder) {
 		rec.flush(w)
 	case c.mode == Atomic:
 		done := c.completed(rec.response(), now)
-		err := c.deliverable(done.Response)
+		err := c.deliverable(rec, done.Response)
 		if err == nil {
 			err = c.timed(func() error { return c.m.cfg.Store.Commit(ctx, done, c.commitEffects(), now) })
 		}
@@ -954,14 +954,20 @@ func (c *Call) release(ctx context.Context, w http.ResponseWriter, r *http.Reque
 }
 
 // deliverable is Config.Deliverable's verdict on resp, the handler's
-// answer about to be stored: nil, or an error matching ErrResponseTooLarge,
-// so that an answer the transport cannot deliver is refused as one the
-// store cannot keep, before anything is written.
-func (c *Call) deliverable(resp *Response) error {
+// answer about to be stored, and on the answer as rec sends it the first
+// time (with the fields the store does not keep, a Date the handler set,
+// and each spelling of a name it set twice): nil, or an error matching
+// ErrResponseTooLarge, so that an answer the transport cannot deliver,
+// first or replayed, is refused as one the store cannot keep, before
+// anything is written.
+func (c *Call) deliverable(rec *recorder, resp *Response) error {
 	if c.m.cfg.Deliverable == nil {
 		return nil
 	}
 	err := c.m.cfg.Deliverable(*resp)
+	if err == nil {
+		err = c.m.cfg.Deliverable(*rec.sent())
+	}
 	if err == nil || errors.Is(err, ErrResponseTooLarge) {
 		return err
 	}
@@ -1003,7 +1009,7 @@ func (c *Call) complete(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	}
 	done := c.completed(rec.response(), now)
 	send, substituted := rec.flush, false
-	err := c.deliverable(done.Response)
+	err := c.deliverable(rec, done.Response)
 	if err == nil {
 		err = write(done)
 	}

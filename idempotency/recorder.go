@@ -61,6 +61,29 @@ func (r *recorder) response() *Response {
 	return resp
 }
 
+// sent is the answer as flush sends it, for Config.Deliverable to
+// measure: response's fields and the unstored ones the handler set (but
+// Content-Length, which a size counts itself, and Idempotent-Replayed,
+// which flush does not send), the spellings of one name
+// merged into one field, so that a field set twice under two spellings is
+// counted once for each value, as it is sent.
+func (r *recorder) sent() *Response {
+	resp := &Response{Status: r.statusOrOK(), Header: make(map[string]string, len(r.header)), Body: r.body.Bytes()}
+	for k, v := range r.header {
+		ck := http.CanonicalHeaderKey(k)
+		switch {
+		case len(v) == 0 || ck == "Content-Length" || ck == ReplayedHeader:
+		case ck == "Set-Cookie":
+			resp.SetCookie = append(resp.SetCookie, v...)
+		case resp.Header[ck] != "":
+			resp.Header[ck] += ", " + strings.Join(v, ", ")
+		default:
+			resp.Header[ck] = strings.Join(v, ", ")
+		}
+	}
+	return resp
+}
+
 func (r *recorder) statusOrOK() int {
 	if r.status == 0 {
 		return http.StatusOK
@@ -69,10 +92,14 @@ func (r *recorder) statusOrOK() int {
 }
 
 // flush sends the answer as a replay of it would be sent: a field of
-// several values as one line.
+// several values as one line, and no Idempotent-Replayed the handler set
+// (the Middleware's own field, which marks replays only).
 func (r *recorder) flush(w http.ResponseWriter) {
 	h := w.Header()
 	for k, v := range r.header {
+		if http.CanonicalHeaderKey(k) == ReplayedHeader {
+			continue
+		}
 		if len(v) > 1 && http.CanonicalHeaderKey(k) != "Set-Cookie" {
 			v = []string{strings.Join(v, ", ")}
 		}

@@ -23,8 +23,8 @@ const MaxResponse = 6 << 20
 // ResponseHeadroom is the part of MaxResponse that Deliverable leaves to the
 // header fields ResponseSize cannot see: those set outside the Middleware,
 // on the ResponseWriter it writes to (a request ID, CORS fields set by a
-// handler wrapping it), and those a first answer sends but the Middleware
-// does not store (Date): 16 KiB.
+// handler wrapping it): 16 KiB. (The Middleware asks Deliverable about the
+// first answer as it sends it too, with the fields it does not store.)
 const ResponseHeadroom = 16 << 10
 
 // Deliverable is idempotency.Config's Deliverable for a Middleware whose
@@ -69,10 +69,9 @@ func sizeBound(resp idempotency.Response) int {
 // Lambda.Invoke encodes them. It counts the fields a replay adds
 // (idempotency.ReplayedHeader, Content-Length) and the Content-Type the
 // proxy sets when resp has none, and the body as a JSON string (escaped as
-// encoding/json escapes it) when it is valid UTF-8, else as base64. A first
-// answer is the replay without ReplayedHeader, but for the fields the
-// Middleware does not store (a Date the handler set), and header fields set
-// outside the Middleware are not counted: ResponseHeadroom is left for both.
+// encoding/json escapes it) when it is valid UTF-8, else as base64. Header
+// fields set outside the Middleware are not counted: ResponseHeadroom is
+// left for them.
 func ResponseSize(resp idempotency.Response) int {
 	v1, v2 := responseSizes(resp)
 	return max(v1, v2)

@@ -373,3 +373,58 @@ func BenchmarkDeliverable(b *testing.B) {
 		})
 	}
 }
+
+// TestDeliverableFirstAnswer: the first answer is measured as it is sent,
+// with the fields the store does not keep (a Date the handler set) and
+// each spelling of a name set twice (X-Pad and x-pad), not only as its
+// replay would be: an answer whose replay fits but whose first sending
+// does not is refused before it is stored, on both stores. An
+// Idempotent-Replayed the handler set is not sent (it is the Middleware's).
+func TestDeliverableFirstAnswer(t *testing.T) {
+	pad := strings.Repeat("<", 60<<10) // 6 bytes each in the proxy response's JSON
+	body := []byte(`{"x":"` + strings.Repeat("a", 5_800_000) + `"}`)
+	for storeName, newStore := range deliverStores(t) {
+		for _, hdr := range []string{"two spellings", "Date", "Idempotent-Replayed"} {
+			t.Run(storeName+"/"+hdr, func(t *testing.T) {
+				store := newStore(t)
+				raw := "first-answer-" + strings.ReplaceAll(hdr, " ", "-")
+				ev, key := deliverEvent("REST API", raw), idempotency.NewKey("acme", raw)
+				mw, err := idempotency.New(idempotency.Config{Store: store.Store, Tenant: func(*http.Request) (string, bool) { return "acme", true },
+					Deliverable: Deliverable, Logger: slog.New(slog.DiscardHandler)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if _, ok := idempotency.Begin(w, r); !ok {
+						return
+					}
+					w.Header().Set("Content-Type", "application/json")
+					if hdr == "two spellings" {
+						w.Header()["X-Pad"] = []string{pad}
+						w.Header()["x-pad"] = []string{pad}
+					} else {
+						w.Header()[hdr] = []string{pad + pad}
+					}
+					w.WriteHeader(http.StatusCreated)
+					_, _ = w.Write(body)
+				})
+				first := invokeRaw(t, mw.Wrap(idempotency.Leased, "POST /v1/payments", h), ev)
+				if first.size > MaxResponse {
+					t.Fatalf("first answer: %d, %d bytes, more than Lambda returns (%d)", first.status, first.size, MaxResponse)
+				}
+				rec, err := store.Get(t.Context(), key)
+				if hdr == idempotency.ReplayedHeader {
+					// The Middleware's own field: not sent on a first answer,
+					// so the answer fits and is stored.
+					if first.status != http.StatusCreated || err != nil || rec.Status != idempotency.StatusCompleted {
+						t.Fatalf("first answer %d, record %s (%v); want 201 stored, without the handler's %s", first.status, rec.Status, err, hdr)
+					}
+					return
+				}
+				if first.status != http.StatusInternalServerError || !errors.Is(err, idempotency.ErrNotFound) {
+					t.Fatalf("first answer %d, record %s (%v); want 500 response_too_large and no record (the Leased reservation released)", first.status, rec.Status, err)
+				}
+			})
+		}
+	}
+}
